@@ -1,0 +1,45 @@
+"""commons_arena: a PettingZoo arena for strategic GPU allocation under bluffing, shocks and a carbon cap."""
+
+from __future__ import annotations
+
+from pettingzoo.utils import parallel_to_aec
+from pettingzoo.utils.conversions import parallel_to_aec_wrapper
+
+from commons_arena.env import ArenaEnv
+from commons_arena.scenario import ScenarioConfig, ScenarioError, list_scenarios, load_scenario
+from commons_arena.spaces import action_layout, observation_layout
+
+__version__ = "0.1.0"
+
+
+def parallel_env(scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> ArenaEnv:
+    """The game as a PettingZoo ``ParallelEnv`` (all agents act every tick)."""
+    return ArenaEnv(scenario=scenario, render_mode=render_mode)
+
+
+def raw_env(scenario: str | ScenarioConfig = "standard", render_mode: str | None = None):
+    """The AEC form without wrappers (PettingZoo's parallel → AEC conversion)."""
+    return parallel_to_aec_wrapper(parallel_env(scenario=scenario, render_mode=render_mode))
+
+
+def env(scenario: str | ScenarioConfig = "standard", render_mode: str | None = None):
+    """The AEC form with PettingZoo's order-enforcing wrapper (``parallel_to_aec``)."""
+    return parallel_to_aec(parallel_env(scenario=scenario, render_mode=render_mode))
+
+
+make = parallel_env
+
+__all__ = [
+    "ArenaEnv",
+    "ScenarioConfig",
+    "ScenarioError",
+    "__version__",
+    "action_layout",
+    "env",
+    "list_scenarios",
+    "load_scenario",
+    "make",
+    "observation_layout",
+    "parallel_env",
+    "raw_env",
+]

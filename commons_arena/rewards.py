@@ -1,0 +1,140 @@
+"""The reward rubric (SPEC §8): named pure term functions, weighted by the scenario.
+
+Every term returns a *raw* value oriented so that higher is better (costs are negative);
+the reward of a role is ``Σ weight[term] x raw(term)``. ``infos[agent]["reward_terms"]``
+holds the weighted values, so they sum exactly to the agent's reward. To add a term,
+write a function here, add it to the role's table and give it a weight in the scenario
+schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from commons_arena.scenario import RewardWeights
+
+
+@dataclass(slots=True)
+class TickOutcome:
+    """Raw measurements of one tick, the only input of the term functions."""
+
+    completed_value: np.ndarray  # per team: value of jobs completed this tick
+    missed_value: np.ndarray  # per team: value of jobs missed this tick
+    satisfaction: np.ndarray  # per team: share of true need that ran (1 when no need)
+    has_need: np.ndarray  # per team: had any ready job
+    credibility_lost: np.ndarray  # per team
+    purchase_cost: float = 0.0  # spot GPUs bought x price paid
+    operating_cost: float = 0.0  # granted GPUs x tier op_cost
+    idle_gpus: int = 0  # granted GPUs no job used
+    carbon_over_kg: float = 0.0  # kg over the cap added this tick (soft cap only)
+    justified_pressure: float = 0.0  # Σ board_pressure of justified escalations
+    allocator_invalid: int = 0  # repaired units of the allocator's action
+    broker_profit: float = 0.0  # revenue - unit cost of GPUs sold
+    broker_invalid: int = 0  # repaired units of the broker's action
+
+
+def jain_index(x: np.ndarray) -> float:
+    """Jain's fairness index (Σx)² / (n Σx²); 1 for an empty or all-zero vector."""
+    squares = float(x @ x)
+    return 1.0 if len(x) == 0 or squares == 0.0 else float(x.sum()) ** 2 / (len(x) * squares)
+
+
+# ---- allocator terms
+
+
+def allocator_job_value(o: TickOutcome) -> float:
+    return float(o.completed_value.sum())
+
+
+def allocator_spend(o: TickOutcome) -> float:
+    return -(o.purchase_cost + o.operating_cost)
+
+
+def allocator_missed(o: TickOutcome) -> float:
+    return -float(o.missed_value.sum())
+
+
+def allocator_idle(o: TickOutcome) -> float:
+    return -float(o.idle_gpus)
+
+
+def allocator_carbon(o: TickOutcome) -> float:
+    return -o.carbon_over_kg
+
+
+def allocator_escalation(o: TickOutcome) -> float:
+    return -o.justified_pressure
+
+
+def allocator_fairness(o: TickOutcome) -> float:
+    """Jain's index of true-need satisfaction over teams with a need, minus 1 (so 0 is fair)."""
+    return jain_index(o.satisfaction[o.has_need]) - 1.0
+
+
+def allocator_invalid(o: TickOutcome) -> float:
+    return -float(o.allocator_invalid)
+
+
+# ---- team terms (i = team index)
+
+
+def team_job_value(o: TickOutcome, i: int) -> float:
+    return float(o.completed_value[i])
+
+
+def team_missed(o: TickOutcome, i: int) -> float:
+    return -float(o.missed_value[i])
+
+
+def team_credibility(o: TickOutcome, i: int) -> float:
+    return -float(o.credibility_lost[i])
+
+
+# ---- broker terms
+
+
+def broker_profit(o: TickOutcome) -> float:
+    return o.broker_profit
+
+
+def broker_invalid(o: TickOutcome) -> float:
+    return -float(o.broker_invalid)
+
+
+ALLOCATOR_TERMS: dict[str, Callable[[TickOutcome], float]] = {
+    "job_value": allocator_job_value,
+    "spend": allocator_spend,
+    "missed": allocator_missed,
+    "idle": allocator_idle,
+    "carbon": allocator_carbon,
+    "escalation": allocator_escalation,
+    "fairness": allocator_fairness,
+    "invalid": allocator_invalid,
+}
+TEAM_TERMS: dict[str, Callable[[TickOutcome, int], float]] = {
+    "job_value": team_job_value,
+    "missed": team_missed,
+    "credibility": team_credibility,
+}
+BROKER_TERMS: dict[str, Callable[[TickOutcome], float]] = {
+    "profit": broker_profit,
+    "invalid": broker_invalid,
+}
+
+
+def allocator_terms(o: TickOutcome, weights: RewardWeights) -> dict[str, float]:
+    w = weights.allocator
+    return {name: getattr(w, name) * term(o) for name, term in ALLOCATOR_TERMS.items()}
+
+
+def team_terms(o: TickOutcome, i: int, weights: RewardWeights) -> dict[str, float]:
+    w = weights.team
+    return {name: getattr(w, name) * term(o, i) for name, term in TEAM_TERMS.items()}
+
+
+def broker_terms(o: TickOutcome, weights: RewardWeights) -> dict[str, float]:
+    w = weights.broker
+    return {name: getattr(w, name) * term(o) for name, term in BROKER_TERMS.items()}

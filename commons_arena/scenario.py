@@ -1,0 +1,400 @@
+"""Scenario files: TOML on disk → one frozen, validated :class:`ScenarioConfig`.
+
+This module is the only place where untyped data is checked. Every model forbids unknown
+keys and uses strict types (``"3"`` is not an int), and cross-field rules (deadline before
+arrival, unknown tier, dependency cycles, a job no GPU can ever run) are checked here so
+the environment can trust its config. Problems are reported together, as one
+:class:`ScenarioError` naming the file, the key and what is wrong.
+
+Validation uses pydantic (v2): it gives precise key paths for nested errors and frozen,
+typed models without hand-written checking code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, CarbonMode, ShockKind
+
+NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+Name = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_]*$")]
+
+ARCHETYPES = ("safety_first", "growth", "reliability", "truthful", "greedy_bluffer")
+
+
+class ScenarioError(ValueError):
+    """A scenario file or dict is malformed; the message says where and what to fix."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class GpuTierConfig(_Frozen):
+    """One GPU tier: owned capacity, hardware, and the broker's spot inventory of it."""
+
+    name: Name
+    owned: NonNegInt  # GPUs the organisation owns
+    memory_gb: PosFloat  # memory per GPU
+    speed: PosFloat  # work units per GPU-tick
+    op_cost: NonNegFloat  # operating cost per granted GPU-tick
+    power_kw: NonNegFloat  # power draw of one busy GPU
+    spot_inventory: NonNegInt = 0  # GPUs the broker can sell per tick
+    spot_unit_cost: NonNegFloat = 0.0  # broker's cost per GPU-tick sold
+    max_price: PosFloat = 10.0  # top of the broker's price grid
+
+
+class JobSpec(_Frozen):
+    """A job known before the episode starts (part of a team's hidden truth)."""
+
+    id: Name
+    gpus: PosInt  # GPUs it needs at once, all on one tier
+    min_memory_gb: NonNegFloat = 0.0
+    work: PosFloat  # work units; progress per tick = gpus x tier speed
+    arrival: NonNegInt  # first tick it may run
+    deadline: NonNegInt  # last tick on which it may complete
+    value: NonNegFloat  # paid on completion
+    value_noise: NonNegFloat = 0.0  # value is drawn uniformly from value ± noise at reset
+    priority: NonNegInt = 1
+    depends_on: tuple[Name, ...] = ()
+
+    @model_validator(mode="after")
+    def _deadline_after_arrival(self) -> JobSpec:
+        if self.deadline < self.arrival:
+            raise ValueError(f"deadline {self.deadline} is before arrival {self.arrival}")
+        if self.value_noise > self.value:
+            raise ValueError(f"value_noise {self.value_noise} exceeds value {self.value}")
+        return self
+
+
+class JobGenerator(_Frozen):
+    """A seeded stream of jobs: each tick in [first_tick, last_tick] a job arrives with
+    probability ``rate``; its fields are drawn uniformly from the given [lo, hi] ranges."""
+
+    rate: Annotated[float, Field(ge=0.0, le=1.0)]
+    first_tick: NonNegInt = 0
+    last_tick: NonNegInt
+    gpus: tuple[PosInt, PosInt]
+    min_memory_gb: tuple[NonNegFloat, ...] = (0.0,)  # choices
+    work: tuple[PosFloat, PosFloat]
+    slack: tuple[NonNegInt, NonNegInt]  # deadline = arrival + slack
+    value: tuple[NonNegFloat, NonNegFloat]
+    priority: tuple[NonNegInt, NonNegInt] = (1, 1)
+
+    @model_validator(mode="after")
+    def _ranges_ordered(self) -> JobGenerator:
+        for key in ("gpus", "work", "slack", "value", "priority"):
+            lo, hi = getattr(self, key)
+            if lo > hi:
+                raise ValueError(f"{key} range [{lo}, {hi}] has lo > hi")
+        if self.first_tick > self.last_tick:
+            raise ValueError(f"first_tick {self.first_tick} is after last_tick {self.last_tick}")
+        if not self.min_memory_gb:
+            raise ValueError("min_memory_gb needs at least one choice")
+        return self
+
+
+class TeamConfig(_Frozen):
+    name: Name
+    archetype: Literal[ARCHETYPES] = "truthful"  # type: ignore[valid-type]
+    board_pressure: NonNegFloat = 1.0  # scales the cost of this team's justified escalations
+    jobs: tuple[JobSpec, ...] = ()
+    generator: JobGenerator | None = None
+
+
+class UrgentJob(_Frozen):
+    """The job a shock injects: arrives at the shock tick, deadline = tick + slack."""
+
+    gpus: PosInt
+    min_memory_gb: NonNegFloat = 0.0
+    work: PosFloat
+    slack: NonNegInt
+    value: NonNegFloat
+    priority: NonNegInt = 3
+
+
+class ShockSpec(_Frozen):
+    """A shock fired at a fixed ``tick`` or, each tick, with probability ``rate``."""
+
+    kind: Literal[tuple(k.label for k in ShockKind)]  # type: ignore[valid-type]
+    tick: NonNegInt | None = None
+    rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    duration: PosInt = 1  # ticks the effect lasts (incident, crisis, spike)
+    team: Name | None = None  # target of injected jobs; default by kind
+    tier: Name | None = None  # production_incident: the tier that loses GPUs
+    gpus_offline: NonNegInt = 0  # production_incident
+    price_multiplier: Annotated[float, Field(ge=1.0)] = 1.0  # market_crisis
+    inventory_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0  # market_crisis
+    intensity_multiplier: Annotated[float, Field(ge=1.0)] = 1.0  # grid_spike
+    job: UrgentJob | None = None  # audit, customer_escalation, incident
+
+    @model_validator(mode="after")
+    def _exactly_one_trigger(self) -> ShockSpec:
+        if (self.tick is None) == (self.rate is None):
+            raise ValueError("a shock needs exactly one of 'tick' (scheduled) or 'rate' (random)")
+        if self.shock_kind is ShockKind.PRODUCTION_INCIDENT and self.tier is None:
+            raise ValueError("production_incident needs 'tier'")
+        return self
+
+    @property
+    def shock_kind(self) -> ShockKind:
+        return ShockKind.from_label(self.kind)
+
+    @property
+    def target_team(self) -> str | None:
+        return self.team or DEFAULT_SHOCK_TEAM.get(self.shock_kind)
+
+
+class CarbonConfig(_Frozen):
+    cap_kg: PosFloat  # episode emission cap
+    mode: Literal["hard", "soft"] = "soft"
+    intensity: tuple[NonNegFloat, ...]  # kg CO2 per kWh per tick; the last value repeats
+    forecast_horizon: PosInt = 3  # ticks of intensity the allocator sees ahead
+
+    @property
+    def carbon_mode(self) -> CarbonMode:
+        return CarbonMode(self.mode)
+
+    @model_validator(mode="after")
+    def _has_profile(self) -> CarbonConfig:
+        if not self.intensity:
+            raise ValueError("intensity needs at least one value")
+        return self
+
+
+class CredibilityConfig(_Frozen):
+    audit_tolerance: NonNegFloat = 0.25  # declared total may exceed true need by this share
+    bluff_loss: NonNegFloat = 0.2  # credibility lost per exposed bluff
+    unjustified_escalation_loss: NonNegFloat = 0.1
+
+
+class AllocatorWeights(_Frozen):
+    job_value: float = 1.0
+    spend: float = 1.0
+    missed: float = 0.6
+    idle: float = 0.5
+    carbon: float = 1.0
+    escalation: float = 2.0
+    fairness: float = 1.0
+    invalid: float = 1.0
+
+
+class TeamWeights(_Frozen):
+    job_value: float = 1.0
+    missed: float = 0.6
+    credibility: float = 10.0
+
+
+class BrokerWeights(_Frozen):
+    profit: float = 1.0
+    invalid: float = 0.1
+
+
+class RewardWeights(_Frozen):
+    allocator: AllocatorWeights = AllocatorWeights()
+    team: TeamWeights = TeamWeights()
+    broker: BrokerWeights = BrokerWeights()
+
+
+class ScenarioConfig(_Frozen):
+    """Everything that makes one scenario: the numbers the SPEC leaves to scenario files."""
+
+    name: Name
+    description: str = Field(min_length=1)
+    difficulty: Literal["standard", "elevated", "crisis"] | None = None
+    max_ticks: Annotated[int, Field(ge=1, le=1000)]
+    budget: NonNegFloat
+    reveal_after: PosInt = 2
+    queue_slots: PosInt = 6  # jobs shown in a team's observation (most urgent first)
+    price_levels: Annotated[int, Field(ge=2, le=101)] = 11  # broker's price grid size
+    gpu_tiers: Annotated[tuple[GpuTierConfig, ...], Field(min_length=1, max_length=6)]
+    teams: Annotated[tuple[TeamConfig, ...], Field(min_length=2, max_length=8)]
+    carbon: CarbonConfig
+    credibility: CredibilityConfig = CredibilityConfig()
+    shocks: tuple[ShockSpec, ...] = ()
+    rewards: RewardWeights = RewardWeights()
+    population: dict[str, str] = Field(default_factory=dict)  # agent -> default policy name
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ScenarioConfig:
+        problems: list[str] = []
+        tiers = [t.name for t in self.gpu_tiers]
+        teams = [t.name for t in self.teams]
+        for label, names in (("gpu_tiers", tiers), ("teams", teams)):
+            if len(set(names)) != len(names):
+                problems.append(f"{label}: names must be unique, got {names}")
+        if {ALLOCATOR, BROKER} & set(teams):
+            problems.append("teams: 'allocator' and 'broker' are reserved agent names")
+        max_memory = max(t.memory_gb for t in self.gpu_tiers)
+        for ti, team in enumerate(self.teams):
+            ids = [j.id for j in team.jobs]
+            if len(set(ids)) != len(ids):
+                problems.append(f"teams[{ti}].jobs: job ids must be unique, got {ids}")
+            for ji, job in enumerate(team.jobs):
+                where = f"teams[{ti}].jobs[{ji}] ({job.id})"
+                problems += _job_fit_problems(where, job.gpus, job.min_memory_gb, self.gpu_tiers)
+                for dep in job.depends_on:
+                    if dep not in ids:
+                        problems.append(f"{where}.depends_on: unknown job {dep!r} in team {team.name!r}")
+            cycle = _dependency_cycle({j.id: j.depends_on for j in team.jobs})
+            if cycle:
+                problems.append(f"teams[{ti}].jobs: dependency cycle {' -> '.join(cycle)}")
+            gen = team.generator
+            if gen is not None:
+                where = f"teams[{ti}].generator"
+                if gen.last_tick >= self.max_ticks:
+                    problems.append(f"{where}.last_tick {gen.last_tick} is not before max_ticks {self.max_ticks}")
+                if any(m > max_memory for m in gen.min_memory_gb):
+                    problems.append(f"{where}.min_memory_gb: some choice exceeds every tier's memory ({max_memory} GB)")
+                for mem in gen.min_memory_gb:
+                    problems += _job_fit_problems(where, gen.gpus[1], mem, self.gpu_tiers)
+        for si, shock in enumerate(self.shocks):
+            where = f"shocks[{si}] ({shock.kind})"
+            if shock.tier is not None and shock.tier not in tiers:
+                problems.append(f"{where}.tier: unknown tier {shock.tier!r}; tiers are {tiers}")
+            if shock.job is not None:
+                target = shock.target_team
+                if target not in teams:
+                    problems.append(
+                        f"{where}.team: target team {target!r} is not in this scenario's teams {teams}; set 'team'"
+                    )
+                problems += _job_fit_problems(where + ".job", shock.job.gpus, shock.job.min_memory_gb, self.gpu_tiers)
+            if shock.tick is not None and shock.tick >= self.max_ticks:
+                problems.append(f"{where}.tick {shock.tick} is not before max_ticks {self.max_ticks}")
+        agents = {ALLOCATOR, BROKER, *teams}
+        for agent in self.population:
+            if agent not in agents:
+                problems.append(f"population: unknown agent {agent!r}; agents are {sorted(agents)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # ---- derived views (no new information, just names) ----
+    @cached_property
+    def tier_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.gpu_tiers)
+
+    @cached_property
+    def team_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.teams)
+
+    @cached_property
+    def agents(self) -> tuple[str, ...]:
+        return (ALLOCATOR, *self.team_names, BROKER)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 (first 12 hex) of the validated content: comments and layout don't count."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def _job_fit_problems(where: str, gpus: int, min_memory_gb: float, tiers: tuple[GpuTierConfig, ...]) -> list[str]:
+    fitting = [t for t in tiers if t.memory_gb >= min_memory_gb]
+    if not fitting:
+        return [f"{where}: needs {min_memory_gb} GB but no tier has that much memory"]
+    if max(t.owned + t.spot_inventory for t in fitting) < gpus:
+        return [f"{where}: needs {gpus} GPUs on one tier but no fitting tier ever has that many"]
+    return []
+
+
+def _dependency_cycle(graph: Mapping[str, tuple[str, ...]]) -> list[str] | None:
+    """Return one cycle as a list of ids (first id repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep) :] + [dep]
+            if dep in graph and state.get(dep) is None:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _scenario_dirs() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    # Inside a wheel the files ship as commons_arena/scenarios; in a checkout they sit at the top.
+    return [d for d in (here / "scenarios", here.parent / "scenarios") if d.is_dir()]
+
+
+def list_scenarios() -> list[str]:
+    """Names of every scenario shipped with the package, sorted."""
+    names = {p.stem for d in _scenario_dirs() for p in d.glob("*.toml")}
+    return sorted(names)
+
+
+def scenario_path(name: str) -> Path:
+    for directory in _scenario_dirs():
+        path = directory / f"{name}.toml"
+        if path.is_file():
+            return path
+    raise ScenarioError(f"no scenario named {name!r}; known scenarios: {', '.join(list_scenarios())}")
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        suffix = f" (got {got!r})" if not isinstance(got, dict | list) and e["type"] != "value_error" else ""
+        lines.append(f"  {loc}: {msg}{suffix}")
+    return "\n".join(lines)
+
+
+def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> ScenarioConfig:
+    try:
+        # JSON mode: TOML arrays validate as tuples while strict types still refuse "3" for 3.
+        payload = json.dumps(dict(data))
+    except (TypeError, ValueError) as err:
+        raise ScenarioError(f"invalid scenario {source}: unsupported value ({err})") from None
+    try:
+        return ScenarioConfig.model_validate_json(payload)
+    except ValidationError as err:
+        raise ScenarioError(f"invalid scenario {source}:\n{_format_validation_error(err)}") from None
+
+
+def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
+    """Load a scenario by name (``"standard"``), by path to a TOML file, or pass one through."""
+    if isinstance(scenario, ScenarioConfig):
+        return scenario
+    text = str(scenario)
+    path = Path(text)
+    if isinstance(scenario, Path) or text.endswith(".toml") or "/" in text:
+        if not path.is_file():
+            raise ScenarioError(f"scenario file not found: {path}")
+    else:
+        path = scenario_path(text)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"invalid scenario {path}: not valid TOML: {err}") from None
+    return scenario_from_dict(data, source=str(path))

@@ -1,0 +1,252 @@
+"""Observation and action layouts: flat arrays with named fields.
+
+Every observation is a flat ``Box(float32)`` (RLlib's default encoders take it) and every
+action a ``MultiDiscrete`` (RLlib's PPO samples it with a multi-categorical head). A
+:class:`Layout` names the parts of such a flat vector, so that nobody counts indices::
+
+    layout = observation_layout(config, "allocator")
+    layout.view(obs)["declared"]      # (n_teams, n_tiers) array
+
+Layouts are pure data, cached per scenario content. Gymnasium space objects are built per
+environment instance (a space carries its own sampling generator, and PettingZoo's seed
+test seeds each env's spaces separately).
+
+Actions (all integers):
+
+=========  ==========================  =============================================
+agent      field (shape)               meaning
+=========  ==========================  =============================================
+allocator  buy (tiers)                 spot GPUs bought now from the visible offer
+allocator  grant (teams, tiers)        GPUs granted to each team for this tick
+team       request (tiers)             GPUs declared as needed for the next tick
+team       stance (1)                  0 accept, 1 counter, 2 escalate (last grant)
+broker     quantity (tiers)            GPUs offered for the next tick
+broker     price_level (tiers)         price = max_price x level / (price_levels - 1)
+=========  ==========================  =============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from gymnasium import spaces
+
+from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
+from commons_arena.scenario import ScenarioConfig
+
+INF = float("inf")
+JOB_SLOT_FIELDS = (
+    "present",  # 1 if the slot holds a job
+    "gpus",
+    "min_memory_gb",
+    "remaining_work",
+    "ticks_to_deadline",
+    "value",
+    "priority",
+    "ready",  # arrived and dependencies done
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    shape: tuple[int, ...]
+    low: float | np.ndarray
+    high: float | np.ndarray
+    doc: str
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Named, contiguous fields of one flat vector."""
+
+    fields: tuple[Field, ...]
+    slices: dict[str, slice] = field(init=False)
+    low: np.ndarray = field(init=False)
+    high: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        slices, start = {}, 0
+        for f in self.fields:
+            slices[f.name] = slice(start, start + f.size)
+            start += f.size
+        object.__setattr__(self, "slices", slices)
+        object.__setattr__(self, "low", self._flat("low"))
+        object.__setattr__(self, "high", self._flat("high"))
+
+    def _flat(self, attr: str) -> np.ndarray:
+        parts = [np.broadcast_to(np.asarray(getattr(f, attr), dtype=np.float64), f.shape).ravel() for f in self.fields]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    @property
+    def size(self) -> int:
+        return int(sum(f.size for f in self.fields))
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {f.name: f.shape for f in self.fields}
+
+    def view(self, vector: np.ndarray) -> dict[str, np.ndarray]:
+        """Field name → the slice of ``vector`` in the field's shape (a view, not a copy)."""
+        vector = np.asarray(vector)
+        return {f.name: vector[self.slices[f.name]].reshape(f.shape) for f in self.fields}
+
+    def describe(self) -> list[tuple[str, tuple[int, ...], str]]:
+        return [(f.name, f.shape, f.doc) for f in self.fields]
+
+
+_OBS_CACHE: dict[tuple[str, str], Layout] = {}
+_ACT_CACHE: dict[tuple[str, str], Layout] = {}
+
+
+def role_of(config: ScenarioConfig, agent: str) -> str:
+    if agent == ALLOCATOR or agent == BROKER:
+        return agent
+    if agent in config.team_names:
+        return "team"
+    raise ValueError(f"unknown agent {agent!r}; agents of scenario {config.name!r} are {list(config.agents)}")
+
+
+def observation_layout(config: ScenarioConfig, agent: str) -> Layout:
+    key = (config.content_hash, agent)
+    if key not in _OBS_CACHE:
+        _OBS_CACHE[key] = _build_observation_layout(config, agent)
+    return _OBS_CACHE[key]
+
+
+def action_layout(config: ScenarioConfig, agent: str) -> Layout:
+    key = (config.content_hash, agent)
+    if key not in _ACT_CACHE:
+        _ACT_CACHE[key] = _build_action_layout(config, agent)
+    return _ACT_CACHE[key]
+
+
+def _capacity(config: ScenarioConfig) -> np.ndarray:
+    """Most GPUs of each tier that can ever be granted in a tick: owned + spot."""
+    return np.array([t.owned + t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+
+
+def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
+    T, N = len(config.gpu_tiers), len(config.teams)
+    cap = _capacity(config)
+    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    tick = Field("tick", (1,), 0, config.max_ticks, "current tick")
+    offer = [
+        Field("offer_qty", (T,), 0, inventory, "spot GPUs offered for this tick"),
+        Field("offer_price", (T,), 0, INF, "unit price of the offer (crises included)"),
+    ]
+    role = role_of(config, agent)
+    if role == ALLOCATOR:
+        fields = [
+            tick,
+            Field("owned", (T,), 0, cap, "GPUs owned per tier"),
+            Field("online", (T,), 0, cap, "owned GPUs not offline from incidents"),
+            Field("budget", (1,), 0, config.budget, "money left for spot purchases"),
+            Field("carbon_used", (1,), 0, INF, "kg CO2 emitted so far"),
+            Field("carbon_cap", (1,), 0, INF, "episode cap, kg CO2"),
+            Field("intensity_forecast", (config.carbon.forecast_horizon,), 0, INF, "kg/kWh, this tick onward"),
+            *offer,
+            Field("declared", (N, T), 0, cap, "each team's declared request for this tick"),
+            Field("stance", (N, len(Stance)), 0, 1, "one-hot stance on last tick's grant"),
+            Field("escalations", (N,), 0, INF, "escalations so far"),
+            Field("credibility", (N,), 0, 1, "credibility in [0, 1]"),
+            Field("pressure", (N,), 0, 2, "coarse public pressure: 0 low, 1 medium, 2 high"),
+            Field("revealed", (N,), 0, 1, "1 once a team's true need is revealed"),
+            Field("revealed_need", (N, T), 0, INF, "true need of revealed teams (0 otherwise)"),
+            Field("shocks_seen", (len(ShockKind),), 0, INF, "shocks fired so far, per kind"),
+            Field("shocks_active", (len(ShockKind),), 0, 1, "1 while a shock of that kind has effect"),
+        ]
+    elif role == BROKER:
+        fields = [
+            tick,
+            Field("inventory", (T,), 0, inventory, "GPUs it may offer now (crises shrink it)"),
+            Field("unit_cost", (T,), 0, INF, "its cost per GPU-tick sold"),
+            Field("last_sold", (T,), 0, inventory, "GPUs sold last tick"),
+            Field("last_price", (T,), 0, INF, "unit price of last tick's offer"),
+            *offer,
+            Field("demand", (T,), 0, INF, "total declared requests for this tick"),
+            Field("crisis", (1,), 0, 1, "1 while a market crisis lasts"),
+        ]
+    else:
+        K = config.queue_slots
+        fields = [
+            tick,
+            Field("need", (T,), 0, INF, "own true need this tick"),
+            Field("last_grant", (T,), 0, cap, "GPUs granted to it last tick"),
+            Field("declared", (T,), 0, cap, "its own declared request for this tick"),
+            Field("credibility", (1,), 0, 1, "own credibility"),
+            Field("starved_streak", (1,), 0, INF, "consecutive ticks its grant fell short of need"),
+            *offer,
+            Field("others_declared", (N - 1, T), 0, cap, "other teams' declared requests, in team order"),
+            Field("jobs", (K, len(JOB_SLOT_FIELDS)), 0, INF, "most urgent unresolved jobs: " + ", ".join(JOB_SLOT_FIELDS)),
+        ]
+    return Layout(tuple(fields))
+
+
+def _build_action_layout(config: ScenarioConfig, agent: str) -> Layout:
+    T, N = len(config.gpu_tiers), len(config.teams)
+    cap = _capacity(config)
+    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    role = role_of(config, agent)
+    if role == ALLOCATOR:
+        fields = [
+            Field("buy", (T,), 0, inventory, "spot GPUs to buy from the visible offer"),
+            Field("grant", (N, T), 0, np.broadcast_to(cap, (N, T)), "GPUs per (team, tier) for this tick"),
+        ]
+    elif role == BROKER:
+        fields = [
+            Field("quantity", (T,), 0, inventory, "GPUs offered for next tick"),
+            Field("price_level", (T,), 0, config.price_levels - 1, "index into the price grid"),
+        ]
+    else:
+        fields = [
+            Field("request", (T,), 0, cap, "GPUs declared as needed next tick"),
+            Field("stance", (1,), 0, len(Stance) - 1, "0 accept, 1 counter, 2 escalate"),
+        ]
+    return Layout(tuple(fields))
+
+
+def make_observation_space(config: ScenarioConfig, agent: str) -> spaces.Box:
+    layout = observation_layout(config, agent)
+    return spaces.Box(layout.low.astype(np.float32), layout.high.astype(np.float32), dtype=np.float32)
+
+
+def make_action_space(config: ScenarioConfig, agent: str) -> spaces.MultiDiscrete:
+    layout = action_layout(config, agent)
+    return spaces.MultiDiscrete((layout.high + 1).astype(np.int64))
+
+
+def check_action(agent: str, action: object, nvec: np.ndarray) -> np.ndarray:
+    """Return ``action`` as an int64 vector or raise ValueError saying what is wrong.
+
+    Accepts integer arrays/lists, and floats that hold exact integers. Anything else
+    (wrong shape, NaN, negatives, values past the space) is not an action of this space.
+    """
+    try:
+        arr = np.asarray(action)
+    except Exception as err:  # pragma: no cover - exotic objects
+        raise ValueError(f"action for {agent!r} is not array-like: {err}") from None
+    if arr.shape != nvec.shape:
+        raise ValueError(
+            f"action for {agent!r} has shape {arr.shape}; its space is MultiDiscrete with shape {nvec.shape}"
+        )
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"action for {agent!r} contains NaN or infinity: {arr.tolist()}")
+        if not np.all(arr == np.round(arr)):
+            raise ValueError(f"action for {agent!r} must hold integers, got {arr.tolist()}")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(f"action for {agent!r} must be integers, got dtype {arr.dtype}")
+    ints = arr.astype(np.int64)
+    bad = (ints < 0) | (ints >= nvec)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"action for {agent!r} is outside its space at index {i}: {int(ints[i])} not in [0, {int(nvec[i]) - 1}]"
+        )
+    return ints
