@@ -27,6 +27,7 @@ broker     price_level (tiers)         price = max_price x level / (price_levels
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,7 +57,7 @@ class Field:
     high: float | np.ndarray
     doc: str
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return int(np.prod(self.shape))
 
@@ -83,7 +84,7 @@ class Layout:
         parts = [np.broadcast_to(np.asarray(getattr(f, attr), dtype=np.float64), f.shape).ravel() for f in self.fields]
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return int(sum(f.size for f in self.fields))
 

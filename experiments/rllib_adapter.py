@@ -1,0 +1,396 @@
+"""RLlib (new API stack, ray 2.60) adapter for the commons_arena ``ParallelEnv``.
+
+One learned agent (the allocator, a default RLlib module) plays against scripted agents
+that run inside RLlib as untrained RLModules. The pieces:
+
+- :class:`ArenaRLlibEnv` wraps the ParallelEnv as a ``MultiAgentEnv``;
+- :class:`ScriptedRLModule` runs a :class:`policies.base.Policy` as an RLModule;
+- :func:`build_ppo_config` wires env, modules, resources and callbacks into a config;
+- :class:`RewardTermsCallback` logs the allocator's per-term episode sums;
+- :func:`load_allocator_module` / :func:`module_action` use a trained module without Ray.
+
+Only new-stack APIs are used (RLModule, Learner, EnvRunner, ``build_algo()``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+import torch
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.tune.registry import register_env
+
+from commons_arena.enums import ALLOCATOR
+from policies.base import Policy
+
+logger = logging.getLogger(__name__)
+
+# A factory builds the scripted Policy for one agent id. It travels to env runners and
+# into checkpoints via cloudpickle, so module-level functions/classes (or
+# ``functools.partial`` of them) are the safe choice; a "package.module:attr" string
+# avoids pickling code at all.
+PolicyFactory = Callable[[str], Policy]
+
+# Where the allocator's custom metrics land: result["env_runners"][<this>][<term>].
+REWARD_TERMS_KEY = "allocator_reward_terms"
+EPISODE_TOTALS_KEY = "allocator_episode"
+
+
+def _resolve(obj: Any) -> Any:
+    """Turn a ``"package.module:attr"`` string into the object; pass anything else through."""
+    if isinstance(obj, str):
+        module_name, _, attr = obj.partition(":")
+        if not attr:
+            raise ValueError(f"expected 'package.module:attr', got {obj!r}")
+        return getattr(importlib.import_module(module_name), attr)
+    return obj
+
+
+def _default_parallel_env(**kwargs: Any) -> Any:
+    # Imported lazily so this module imports (and can be tested with a stand-in env)
+    # before/without the real environment.
+    import commons_arena
+
+    return commons_arena.parallel_env(**kwargs)
+
+
+# --------------------------------------------------------------------------- env
+
+
+class ArenaRLlibEnv(MultiAgentEnv):
+    """The commons_arena ``ParallelEnv`` as an RLlib ``MultiAgentEnv``.
+
+    Written instead of RLlib's ``ParallelPettingZooEnv`` because that one orders
+    ``possible_agents`` arbitrarily (from a set), never updates ``agents``, and decides the
+    episode end with ``all()`` per flag dict, so a last step where some agents are
+    terminated and others truncated never sets ``__all__`` and RLlib steps a finished env.
+
+    ``config`` keys: ``scenario`` (default ``"standard"``), optional ``env_kwargs`` (extra
+    keyword arguments for the factory) and optional ``env_factory`` (a callable or
+    ``"module:attr"`` string with the signature of ``commons_arena.parallel_env``; used
+    for stand-in envs in tests).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        cfg = dict(config or {})  # RLlib passes an EnvContext (a dict subclass)
+        make = _resolve(cfg.get("env_factory") or _default_parallel_env)
+        self.par_env = make(scenario=cfg.get("scenario", "standard"), **cfg.get("env_kwargs", {}))
+        # Env order, not a set: module ids, metrics and tournaments all rely on it.
+        self.possible_agents = list(self.par_env.possible_agents)
+        self.agents = list(self.possible_agents)
+        self.observation_spaces = {a: self.par_env.observation_space(a) for a in self.possible_agents}
+        self.action_spaces = {a: self.par_env.action_space(a) for a in self.possible_agents}
+        # Old-stack code paths (and the env checker's hasattr test) still read these.
+        self.observation_space = gym.spaces.Dict(self.observation_spaces)
+        self.action_space = gym.spaces.Dict(self.action_spaces)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs, infos = self.par_env.reset(seed=seed, options=options)
+        self.agents = list(self.par_env.agents)
+        return obs, infos or {}
+
+    def step(self, action_dict: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
+        # The ParallelEnv clears `agents` when the episode is over; that, not the flag
+        # dicts, decides the end. `self.agents` then keeps the agents of the last step:
+        # RLlib's env checker requires the returned keys to be in `agents`, which a
+        # one-tick episode would otherwise fail.
+        done = not self.par_env.agents
+        self.agents = list(self.par_env.agents) or [a for a in self.possible_agents if a in obs or a in rewards]
+        terminateds: dict[str, bool] = {a: bool(v) for a, v in terms.items()}
+        truncateds: dict[str, bool] = {a: bool(v) for a, v in truncs.items()}
+        # At the end exactly one `__all__` is True: "terminated" only if every agent
+        # terminated, otherwise the episode counts as cut (truncated). Per-agent flags are
+        # passed on as the env set them.
+        all_terminated = done and bool(terminateds) and all(terminateds.values())
+        terminateds["__all__"] = all_terminated
+        truncateds["__all__"] = done and not all_terminated
+        # The env checker rejects numpy scalars of other shapes/bools: plain floats.
+        rewards = {a: float(r) for a, r in rewards.items()}
+        return obs, rewards, terminateds, truncateds, infos
+
+    def render(self) -> Any:
+        return self.par_env.render()
+
+    def close(self) -> None:
+        self.par_env.close()
+
+
+def register_arena_env(name: str = "commons_arena") -> str:
+    """Register :class:`ArenaRLlibEnv` under ``name`` for string-based configs (Tune, CLI).
+
+    Needed in every process that restores an Algorithm configured with this name (else
+    ``Algorithm.from_checkpoint`` fails with an unrelated-looking ``IndexError``).
+    :func:`build_ppo_config` passes the class itself and does not need it.
+    """
+    register_env(name, lambda cfg: ArenaRLlibEnv(cfg))
+    return name
+
+
+# ------------------------------------------------------------------ scripted agents
+
+
+class ScriptedRLModule(RLModule):
+    """A scripted :class:`Policy` run as an (untrained) RLModule.
+
+    ``model_config``: ``{"policy_factory": PolicyFactory | "module:attr", "agent_id": str,
+    "seed": int | None}``. The factory is called once per module copy (learner and each
+    env runner build their own), with ``agent_id``.
+
+    One Policy instance serves every row of the batch, i.e. every vectorised sub-env. That
+    is sound because a Policy maps an observation (plus its own RNG) to an action; rows are
+    not reliably tied to a sub-env index (a sub-env that is resetting contributes no row),
+    so per-env state or per-episode ``reset`` calls cannot be supported here. ``reset(seed)``
+    is called once, when the module is built.
+    """
+
+    def setup(self) -> None:
+        cfg = dict(self.model_config or {})
+        self.agent_id: str = cfg["agent_id"]
+        self.policy: Policy = _resolve(cfg["policy_factory"])(self.agent_id)
+        if not isinstance(self.policy, Policy):
+            raise TypeError(f"policy for {self.agent_id!r} does not implement reset()/act()")
+        self.policy.reset(cfg.get("seed"))
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        # Used for inference, exploration and train alike (the module is never trained;
+        # keep it out of `policies_to_train`). Env runners hand in torch tensors and turn
+        # the torch output back into numpy for the env.
+        obs = batch[Columns.OBS]
+        obs_np = obs.detach().cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
+        actions = [np.asarray(self.policy.act(row), dtype=np.int64) for row in obs_np]
+        out = np.stack(actions) if actions else np.zeros((0, *self.action_space.shape), np.int64)
+        return {Columns.ACTIONS: torch.from_numpy(out)}
+
+
+# -------------------------------------------------------------------------- metrics
+
+
+class RewardTermsCallback(RLlibCallback):
+    """Logs, per finished episode, the allocator's summed reward terms and episode totals.
+
+    Results: ``result["env_runners"]["allocator_reward_terms"][term]`` (sum over the episode
+    of ``infos["allocator"]["reward_terms"][term]``) and
+    ``result["env_runners"]["allocator_episode"][key]`` (the final ``infos[...]["episode"]``),
+    each a mean over the last ``metrics_num_episodes_for_smoothing`` episodes. TensorBoard
+    shows them as ``env_runners/allocator_reward_terms/<term>``.
+    """
+
+    agent_id: str = ALLOCATOR
+
+    def on_episode_end(
+        self,
+        *,
+        episode: Any,
+        prev_episode_chunks: list[Any] | None = None,
+        env_runner: Any = None,
+        metrics_logger: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if metrics_logger is None:
+            return
+        # An episode that spans several `sample()` calls arrives in chunks: `episode` is
+        # only the last one. In each chunk's infos, index 0 is the reset info (first chunk)
+        # or a repeat of the previous chunk's last info (continuation): skip it.
+        sums: dict[str, float] = defaultdict(float)
+        last_info: dict[str, Any] = {}
+        for chunk in [*(prev_episode_chunks or []), episode]:
+            sa_episode = chunk.agent_episodes.get(self.agent_id)
+            if sa_episode is None:
+                continue
+            infos = sa_episode.get_infos()
+            for info in infos[1:]:
+                for term, value in (info or {}).get("reward_terms", {}).items():
+                    sums[term] += float(value)
+            last_info = infos[-1] or last_info
+
+        # Same smoothing as RLlib's own episode metrics; divided by the runner count
+        # because the runners' windows are merged in the algorithm process.
+        window = 100
+        if env_runner is not None:
+            cfg = env_runner.config
+            window = max(1, math.ceil(cfg.metrics_num_episodes_for_smoothing / (cfg.num_env_runners or 1)))
+        for term, total in sums.items():
+            metrics_logger.log_value((REWARD_TERMS_KEY, term), total, reduce="mean", window=window)
+        for key, value in last_info.get("episode", {}).items():
+            metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) -> int:
+    """Clamp ``requested`` remote env runners to what Ray can schedule right now.
+
+    ``build_algo()`` waits forever (silently) for actors whose CPUs Ray does not have.
+    The learner stays in the driver process (``num_learners=0``) and asks for none.
+    """
+    if requested <= 0:
+        return 0
+    if not ray.is_initialized():
+        raise RuntimeError("call ray.init() before asking for remote env runners")
+    cpus = ray.available_resources().get("CPU", 0.0)
+    fits = int(cpus // num_cpus_per_env_runner)
+    if fits < requested:
+        logger.warning("only %.1f CPUs available: %d env runners instead of %d", cpus, fits, requested)
+    return min(requested, fits)
+
+
+def _module_for_agent(agent_id: str, *args: Any, **kwargs: Any) -> str:
+    # One module per agent, named after it: keeps metrics and checkpoints readable.
+    return agent_id
+
+
+def build_ppo_config(
+    scenario: str,
+    scripted: Mapping[str, PolicyFactory | str],
+    *,
+    num_envs_per_env_runner: int = 1,
+    train_batch_size: int = 2000,
+    minibatch_size: int = 128,
+    num_epochs: int = 10,
+    num_env_runners: int = 0,
+    learned_agent: str = ALLOCATOR,
+    model_config: DefaultModelConfig | dict[str, Any] | None = None,
+    env_config: Mapping[str, Any] | None = None,
+    algo_config: AlgorithmConfig | None = None,
+    seed: int | None = None,
+) -> AlgorithmConfig:
+    """A config where ``learned_agent`` trains and every other agent runs a scripted Policy.
+
+    ``scripted`` maps each other agent id to its Policy factory; the env is built once here
+    to check that every agent is covered. ``algo_config`` defaults to ``PPOConfig()``; any
+    new-stack config (e.g. ``APPOConfig()``) works, as the learned module's spec leaves the
+    module class to the algorithm's default. ``train_batch_size`` counts env steps per
+    iteration (one local learner, so it is also the per-learner size).
+    """
+    env_config = {"scenario": scenario, **(env_config or {})}
+    probe = ArenaRLlibEnv(env_config)
+    agents = probe.possible_agents
+    obs_spaces, act_spaces = probe.observation_spaces, probe.action_spaces
+    probe.close()
+    if learned_agent not in agents:
+        raise ValueError(f"learned agent {learned_agent!r} not among the env's agents {agents}")
+    missing = [a for a in agents if a != learned_agent and a not in scripted]
+    unknown = [a for a in scripted if a not in agents or a == learned_agent]
+    if missing or unknown:
+        raise ValueError(f"scripted policies: missing for {missing}, not scriptable {unknown}")
+
+    specs: dict[str, RLModuleSpec] = {
+        learned_agent: RLModuleSpec(
+            observation_space=obs_spaces[learned_agent],
+            action_space=act_spaces[learned_agent],
+            model_config=model_config,
+        )
+    }
+    for aid in agents:
+        if aid != learned_agent:
+            specs[aid] = RLModuleSpec(
+                module_class=ScriptedRLModule,
+                observation_space=obs_spaces[aid],
+                action_space=act_spaces[aid],
+                model_config={"policy_factory": scripted[aid], "agent_id": aid, "seed": seed},
+            )
+
+    config = (algo_config if algo_config is not None else PPOConfig())
+    config = (
+        config.environment(ArenaRLlibEnv, env_config=env_config)
+        .env_runners(
+            num_env_runners=fit_num_env_runners(num_env_runners),
+            num_envs_per_env_runner=num_envs_per_env_runner,
+        )
+        # A remote learner would need its own CPU; on 2 cores the driver does the update.
+        .learners(num_learners=0)
+        .multi_agent(
+            policies=set(agents),
+            policy_mapping_fn=_module_for_agent,
+            policies_to_train=[learned_agent],
+        )
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
+        .training(
+            train_batch_size_per_learner=train_batch_size,
+            minibatch_size=minibatch_size,
+            num_epochs=num_epochs,
+        )
+        .callbacks(RewardTermsCallback)
+    )
+    if seed is not None:
+        config = config.debugging(seed=seed)
+    return config
+
+
+# ------------------------------------------------------------ using a trained module
+
+
+def load_allocator_module(
+    checkpoint_dir: str | Path,
+    module_id: str = ALLOCATOR,
+    observation_space: gym.Space | None = None,
+) -> RLModule:
+    """Load one trained RLModule from an ``algo.save_to_path()`` checkpoint, without Ray.
+
+    Pass the env's ``observation_space`` for ``module_id`` to fail early, with both shapes
+    in the message, when the checkpoint was trained on a different observation layout.
+    """
+    path = Path(checkpoint_dir) / "learner_group" / "learner" / "rl_module" / module_id
+    if not path.is_dir():
+        raise FileNotFoundError(f"no RLModule {module_id!r} in checkpoint: {path} does not exist")
+    module = RLModule.from_checkpoint(path)
+    if isinstance(module, torch.nn.Module):
+        module.eval()
+    if observation_space is not None:
+        check_observation_space(module, observation_space)
+    return module
+
+
+def check_observation_space(module: RLModule, observation_space: gym.Space) -> None:
+    """Raise ``ValueError`` if the module was built for a different observation shape."""
+    expected = getattr(module.observation_space, "shape", None)
+    actual = getattr(observation_space, "shape", None)
+    if expected != actual:
+        raise ValueError(
+            f"observation shape mismatch: module expects {expected}, env gives {actual} "
+            "(checkpoint trained on another scenario or env version?)"
+        )
+
+
+def module_action(module: RLModule, obs: np.ndarray) -> np.ndarray:
+    """Greedy action of ``module`` for one observation, as an int64 array (MultiDiscrete).
+
+    Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
+    sub-spaces) from ``forward_inference``; the module's own inference distribution turns
+    them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
+    """
+    obs = np.asarray(obs, dtype=np.float32)
+    if obs.shape != module.observation_space.shape:
+        raise ValueError(
+            f"observation shape mismatch: module expects {module.observation_space.shape}, got {obs.shape}"
+        )
+    with torch.no_grad():
+        out = module.forward_inference({Columns.OBS: torch.from_numpy(obs[None])})
+        if Columns.ACTIONS in out:
+            action = out[Columns.ACTIONS]
+        else:
+            dist = module.get_inference_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+            action = dist.to_deterministic().sample()
+    action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
+    return action[0].astype(np.int64)
