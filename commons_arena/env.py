@@ -19,7 +19,8 @@ cap, while shocks hit. Rules: `SPEC.md`; numbers: the scenario file.
 
 `parallel_env(scenario="standard", render_mode=None)`: `scenario` is a shipped scenario
 name (`list_scenarios()`), a path to a TOML file, or a `ScenarioConfig`.
-`render_mode` is `None` or `"ansi"` (a text summary of the last tick).
+`render_mode` is `None`, `"ansi"` (a text summary of the last tick) or `"rgb_array"` (a
+dashboard frame, `H x W x 3` uint8; see `commons_arena/render.py`).
 
 ## One tick (all agents act at once)
 
@@ -88,7 +89,7 @@ from commons_arena import rewards
 from commons_arena.enums import ALLOCATOR, BROKER, CarbonMode, ShockKind, Stance
 from commons_arena.mechanics import carbon, grants, jobs, market, shocks, social
 from commons_arena.observations import ObservationBuilder
-from commons_arena.render import render_ansi
+from commons_arena.render import render_ansi, render_rgb
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import action_layout, check_action, make_action_space, make_observation_space
 from commons_arena.state import ArenaState, initial_state
@@ -114,7 +115,7 @@ EPISODE_STATS = (
 
 
 class ArenaEnv(ParallelEnv):
-    metadata = {"name": "commons_arena_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+    metadata = {"name": "commons_arena_v0", "render_modes": ["ansi", "rgb_array"], "is_parallelizable": True}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -141,6 +142,8 @@ class ArenaEnv(ParallelEnv):
         self._pressure = np.array([t.board_pressure for t in self.config.teams])
         self._tier_index = {name: i for i, name in enumerate(self.config.tier_names)}
         self._team_index = {name: i for i, name in enumerate(self.teams)}
+        self._rubric = rewards.Rubric(self.config.rewards)
+        self._hard_cap = self.config.carbon.carbon_mode is CarbonMode.HARD
         self._state: ArenaState | None = None
         self._rng = np.random.default_rng()
         self._last_tick: dict[str, Any] = {}
@@ -214,7 +217,7 @@ class ArenaEnv(ParallelEnv):
         granted, grant_cut = grants.repair_grants(requested, s.online + buys)
         intensity = carbon.intensity_at(cfg.carbon.intensity, t, shocks.intensity_multiplier(active))
         carbon_cut = 0
-        if cfg.carbon.carbon_mode is CarbonMode.HARD:
+        if self._hard_cap:
             granted, carbon_cut = carbon.cut_for_hard_cap(
                 granted, self._power, intensity, cfg.carbon.cap_kg - s.carbon_used
             )
@@ -250,7 +253,7 @@ class ArenaEnv(ParallelEnv):
             idle_gpus=int(granted.sum() - used.sum()),
             carbon_over_kg=(
                 carbon.over_cap_increment(carbon_before, s.carbon_used, cfg.carbon.cap_kg)
-                if cfg.carbon.carbon_mode is CarbonMode.SOFT
+                if not self._hard_cap
                 else 0.0
             ),
             justified_pressure=float(justified @ self._pressure),
@@ -258,10 +261,10 @@ class ArenaEnv(ParallelEnv):
             broker_profit=market.broker_profit(buys, s.offer_price, self._unit_cost),
             broker_invalid=broker_cut,
         )
-        terms = {ALLOCATOR: rewards.allocator_terms(outcome, cfg.rewards)}
+        terms = {ALLOCATOR: self._rubric.allocator_terms(outcome)}
         for i, team in enumerate(self.teams):
-            terms[team] = rewards.team_terms(outcome, i, cfg.rewards)
-        terms[BROKER] = rewards.broker_terms(outcome, cfg.rewards)
+            terms[team] = self._rubric.team_terms(outcome, i)
+        terms[BROKER] = self._rubric.broker_terms(outcome)
 
         # advance to the next tick
         s.t = t + 1
@@ -309,9 +312,11 @@ class ArenaEnv(ParallelEnv):
             print(self.render())
         return observations, rewards_out, terminations, truncations, infos
 
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
         if self.render_mode is None:
             return None
+        if self.render_mode == "rgb_array":
+            return render_rgb(self)
         if self._state is None:
             return "commons_arena: not reset"
         return render_ansi(self.config, self._state, self._last_tick)

@@ -32,6 +32,9 @@ class ObservationBuilder:
         self.inventory = np.array([t.spot_inventory for t in config.gpu_tiers])
         self.unit_cost = np.array([t.spot_unit_cost for t in config.gpu_tiers], dtype=np.float32)
         self.job_width = len(JOB_SLOT_FIELDS)
+        n = len(self.teams)
+        self.others = [np.array([j for j in range(n) if j != i]) for i in range(n)]
+        self.team_rows = np.arange(n)
 
     def all(self, s: ArenaState) -> dict[str, np.ndarray]:
         obs = {ALLOCATOR: self.allocator(s)}
@@ -54,9 +57,7 @@ class ObservationBuilder:
         o[sl["offer_qty"]] = s.offer_qty
         o[sl["offer_price"]] = s.offer_price
         o[sl["declared"]] = s.declared.ravel()
-        stance = np.zeros((len(self.teams), 3), dtype=np.float32)
-        stance[np.arange(len(self.teams)), s.stance] = 1.0
-        o[sl["stance"]] = stance.ravel()
+        o[sl["stance"].start + self.team_rows * 3 + s.stance] = 1.0
         o[sl["escalations"]] = s.escalations
         o[sl["credibility"]] = s.credibility
         o[sl["pressure"]] = [self._pressure(team_jobs, s.t) for team_jobs in s.jobs]
@@ -78,28 +79,21 @@ class ObservationBuilder:
         o[sl["starved_streak"]] = s.streak[i]
         o[sl["offer_qty"]] = s.offer_qty
         o[sl["offer_price"]] = s.offer_price
-        o[sl["others_declared"]] = np.delete(s.declared, i, axis=0).ravel()
+        o[sl["others_declared"]] = s.declared[self.others[i]].ravel()
         start, width = sl["jobs"].start, self.job_width
         jobs = s.jobs[i]
         slot = 0
+        rows = []
         for j in s.orders[i]:  # EDF order = most urgent first
-            if slot == self.config.queue_slots:
-                break
             job = jobs[j]
             if job.status != PENDING or job.arrival > s.t:
                 continue
-            base = start + slot * width
-            o[base : base + width] = (
-                1.0,
-                job.gpus,
-                job.min_memory_gb,
-                job.remaining,
-                job.deadline - s.t,
-                job.value,
-                job.priority,
-                job.ready(s.t, jobs),
-            )
-            slot += 1
+            rows.append((1.0, job.gpus, job.min_memory_gb, job.remaining, job.deadline - s.t,
+                         job.value, job.priority, job.ready(s.t, jobs)))
+            if len(rows) == self.config.queue_slots:
+                break
+        if rows:
+            o[start : start + len(rows) * width] = np.array(rows, dtype=np.float32).ravel()
         return o
 
     def broker(self, s: ArenaState) -> np.ndarray:

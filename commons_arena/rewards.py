@@ -125,16 +125,19 @@ BROKER_TERMS: dict[str, Callable[[TickOutcome], float]] = {
 }
 
 
-def allocator_terms(o: TickOutcome, weights: RewardWeights) -> dict[str, float]:
-    w = weights.allocator
-    return {name: getattr(w, name) * term(o) for name, term in ALLOCATOR_TERMS.items()}
+class Rubric:
+    """The scenario's weights bound to the term tables; ``terms_*`` give weighted terms."""
 
+    def __init__(self, weights: RewardWeights) -> None:
+        self.allocator = [(n, getattr(weights.allocator, n), f) for n, f in ALLOCATOR_TERMS.items()]
+        self.team = [(n, getattr(weights.team, n), f) for n, f in TEAM_TERMS.items()]
+        self.broker = [(n, getattr(weights.broker, n), f) for n, f in BROKER_TERMS.items()]
 
-def team_terms(o: TickOutcome, i: int, weights: RewardWeights) -> dict[str, float]:
-    w = weights.team
-    return {name: getattr(w, name) * term(o, i) for name, term in TEAM_TERMS.items()}
+    def allocator_terms(self, o: TickOutcome) -> dict[str, float]:
+        return {name: w * term(o) for name, w, term in self.allocator}
 
+    def team_terms(self, o: TickOutcome, i: int) -> dict[str, float]:
+        return {name: w * term(o, i) for name, w, term in self.team}
 
-def broker_terms(o: TickOutcome, weights: RewardWeights) -> dict[str, float]:
-    w = weights.broker
-    return {name: getattr(w, name) * term(o) for name, term in BROKER_TERMS.items()}
+    def broker_terms(self, o: TickOutcome) -> dict[str, float]:
+        return {name: w * term(o) for name, w, term in self.broker}

@@ -228,6 +228,10 @@ def check_action(agent: str, action: object, nvec: np.ndarray) -> np.ndarray:
     Accepts integer arrays/lists, and floats that hold exact integers. Anything else
     (wrong shape, NaN, negatives, values past the space) is not an action of this space.
     """
+    if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.shape == nvec.shape:
+        # fast path for what samplers and policies produce
+        if (action >= 0).all() and (action < nvec).all():
+            return action.astype(np.int64, copy=False)
     try:
         arr = np.asarray(action)
     except Exception as err:  # pragma: no cover - exotic objects

@@ -13,16 +13,18 @@ import numpy as np
 
 def repair_grants(grants: np.ndarray, available: np.ndarray) -> tuple[np.ndarray, int]:
     """Scale each tier's column of ``grants`` (teams x tiers) down to ``available``."""
-    fixed = grants.copy()
     totals = grants.sum(axis=0)
-    for tier in np.flatnonzero(totals > available):
-        requested = grants[:, tier]
-        share = requested * int(available[tier]) / int(totals[tier])
-        kept = np.floor(share).astype(grants.dtype)
-        leftover = int(available[tier]) - int(kept.sum())
-        remainders = share - kept
-        # largest remainder first; the stable sort keeps the earlier team first on ties
-        for team in np.argsort(-remainders, kind="stable")[:leftover]:
+    over = np.flatnonzero(totals > available)
+    if len(over) == 0:
+        return grants, 0
+    fixed = grants.copy()
+    for tier in over.tolist():
+        requested = grants[:, tier].tolist()
+        total, cap = int(totals[tier]), int(available[tier])
+        kept = [r * cap // total for r in requested]
+        # largest remainder first (exact integer arithmetic); ties keep the earlier team first
+        by_remainder = sorted(range(len(requested)), key=lambda i: (-(requested[i] * cap % total), i))
+        for team in by_remainder[: cap - sum(kept)]:
             kept[team] += 1
         fixed[:, tier] = kept
-    return fixed, int((grants - fixed).sum())
+    return fixed, int(totals.sum() - fixed.sum())

@@ -185,9 +185,11 @@ def run_team_jobs(
     result = TeamTick(need=need, used=used)
     # Readiness is decided for everyone before anything runs: a dependency completing
     # this tick unlocks its dependants from the next tick on.
-    ready = [i for i in order if jobs[i].ready(t, jobs)]
-    for i in ready:
-        job = jobs[i]
+    ready = [
+        job for job in (jobs[i] for i in order)
+        if job.status == PENDING and job.arrival <= t and (not job.deps or all(jobs[d].status == DONE for d in job.deps))
+    ]
+    for job in ready:
         need[job.fits[0]] += job.gpus
         result.ready_gpus += job.gpus
         for tier in job.fits:
@@ -204,7 +206,9 @@ def run_team_jobs(
                 break
     for i in order:
         job = jobs[i]
-        if job.status == PENDING and job.deadline <= t:
+        if job.deadline > t:
+            break  # EDF order: every later job is due later
+        if job.status == PENDING:
             job.status = MISSED
             result.missed.append(job)
     return result

@@ -1,0 +1,330 @@
+"""Episode recordings: one JSON object per line (JSONL), readable by any tool.
+
+:class:`RecordEpisode` wraps any commons_arena ``ParallelEnv`` (also one already wrapped)
+and writes, per episode::
+
+    {"type": "header", ...}    scenario name and hash, seed, agents, teams, tiers, caps
+    {"type": "tick", ...}      one line per tick (below)
+    {"type": "summary", ...}   returns and every agent's ``infos[agent]["episode"]``
+
+Several episodes (resets) go to the same file, one after another; ``episode`` counts
+them from 0. An episode abandoned by a ``reset()`` or ``close()`` before it ended gets a
+summary with ``"complete": false``.
+
+A tick line holds, for the played tick ``t``:
+
+========================  ============================================================
+key                       meaning
+========================  ============================================================
+``tick``                  the tick played
+``seen``                  what the allocator acted on: ``declared`` (teams x tiers,
+                          requests made last tick for this tick), ``offer_qty``,
+                          ``offer_price``, ``budget`` before the purchase
+``actions``               each agent's action as given, split into named parts
+                          (``action_layout``); agents left out played the no-op
+``outcome``               ``bought`` (tiers), ``granted`` (teams x tiers, repaired),
+                          ``used`` (tiers), ``intensity``, ``events`` (shocks fired),
+                          ``repairs`` (units cut, per rule)
+``rewards``               reward per agent; ``reward_terms``: the weighted terms
+``after``                 public state after the tick: budget, carbon_used, carbon_cap,
+                          online (for the next tick), credibility, revealed,
+                          escalations, stance, next offer, active shocks
+``hidden``                **privileged truth, never observed by the allocator**:
+                          ``true_need`` (teams x tiers) this tick, ``starved``,
+                          ``streak`` and every team's ``jobs`` with their status
+``observations``          only with ``include_observations=True``: each agent's next
+                          observation as named fields (the header holds the first)
+========================  ============================================================
+
+All values are plain JSON (numbers, strings, lists, objects); non-finite floats are
+written as ``null``. :func:`read_recording` parses a file back into episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+from commons_arena.enums import Stance
+from commons_arena.mechanics.jobs import DONE, MISSED
+from commons_arena.scenario import ScenarioConfig
+from commons_arena.spaces import action_layout, observation_layout
+from commons_arena.state import ArenaState
+
+FORMAT = "commons_arena.recording"
+FORMAT_VERSION = 1
+JOB_STATUS = {DONE: "done", MISSED: "missed"}  # anything else is "pending"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data: numpy scalars/arrays, tuples, enums and non-finite
+    floats (→ ``None``) converted, recursively."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, str) or value is None:
+        return value
+    if hasattr(value, "label"):  # ShockKind and friends
+        return value.label
+    if hasattr(value, "value"):  # other enums
+        return jsonable(value.value)
+    return str(value)
+
+
+def header_record(config: ScenarioConfig, seed: int | None, episode: int, state: ArenaState) -> dict[str, Any]:
+    """First line of an episode: what was played and the state at reset."""
+    from commons_arena import __version__
+
+    return {
+        "type": "header",
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "env": "commons_arena_v0",
+        "package_version": __version__,
+        "episode": episode,
+        "scenario": config.name,
+        "scenario_hash": config.content_hash,
+        "description": config.description,
+        "seed": seed,
+        "agents": list(config.agents),
+        "teams": list(config.team_names),
+        "tiers": [t.model_dump() for t in config.gpu_tiers],
+        "max_ticks": config.max_ticks,
+        "budget": config.budget,
+        "carbon": {"cap_kg": config.carbon.cap_kg, "mode": config.carbon.mode},
+        "hidden": {"true_need": state.need.copy(), "jobs": jobs_record(config, state)},
+    }
+
+
+def pre_step_record(state: ArenaState) -> dict[str, Any]:
+    """What the allocator sees when it acts at tick ``state.t`` (copied before the step)."""
+    return {
+        "declared": state.declared.copy(),
+        "offer_qty": state.offer_qty.copy(),
+        "offer_price": state.offer_price.copy(),
+        "budget": float(state.budget),
+    }
+
+
+def jobs_record(config: ScenarioConfig, state: ArenaState) -> dict[str, list[dict[str, Any]]]:
+    return {
+        team: [
+            {
+                "id": j.id,
+                "status": JOB_STATUS.get(j.status, "pending"),
+                "gpus": j.gpus,
+                "min_memory_gb": j.min_memory_gb,
+                "work": j.work,
+                "remaining": j.remaining,
+                "arrival": j.arrival,
+                "deadline": j.deadline,
+                "value": j.value,
+                "priority": j.priority,
+                "done_tick": j.done_tick,
+            }
+            for j in state.jobs[i]
+        ]
+        for i, team in enumerate(config.team_names)
+    }
+
+
+def tick_record(
+    config: ScenarioConfig,
+    seen: Mapping[str, Any] | None,
+    state: ArenaState,
+    last: Mapping[str, Any],
+    episode: int = 0,
+) -> dict[str, Any]:
+    """One tick line (without actions/rewards) from the env's ``_last_tick`` and state.
+
+    ``seen`` is :func:`pre_step_record` taken before the step (``None`` if unknown)."""
+    terms = last["terms"]
+    return {
+        "type": "tick",
+        "episode": episode,
+        "tick": last["tick"],
+        "seen": seen,
+        "outcome": {
+            "bought": np.array(last["bought"]),
+            "granted": np.array(last["granted"]),
+            "used": np.array(last["used"]),
+            "intensity": last["intensity"],
+            "events": [dict(e) for e in last["events"]],
+            "repairs": dict(last["repairs"]),
+        },
+        "rewards": {agent: float(sum(t.values())) for agent, t in terms.items()},
+        "reward_terms": {agent: dict(t) for agent, t in terms.items()},
+        "after": {
+            "budget": state.budget,
+            "carbon_used": state.carbon_used,
+            "carbon_cap": config.carbon.cap_kg,
+            "online": state.online.copy(),
+            "credibility": state.credibility.copy(),
+            "revealed": state.revealed.copy(),
+            "escalations": state.escalations.copy(),
+            "stance": [Stance(int(s)).name.lower() for s in state.stance],
+            "declared_next": state.declared.copy(),
+            "offer_qty_next": state.offer_qty.copy(),
+            "offer_price_next": state.offer_price.copy(),
+            "price_paid": state.last_price.copy(),
+            "active_shocks": sorted({e.spec.shock_kind.label for e in state.effects if e.until >= state.t}),
+        },
+        "hidden": {
+            "true_need": np.array(last["need"]),
+            "starved": state.starved_last.copy(),
+            "streak": state.streak.copy(),
+            "true_need_next": state.need.copy(),
+            "jobs": jobs_record(config, state),
+        },
+    }
+
+
+def summary_record(episode: int, ticks: int, returns: Mapping[str, float], infos: Mapping[str, Any] | None) -> dict:
+    complete = infos is not None
+    return {
+        "type": "summary",
+        "episode": episode,
+        "complete": complete,
+        "ticks": ticks,
+        "returns": dict(returns),
+        "episode_info": {a: info.get("episode", {}) for a, info in infos.items()} if infos else {},
+    }
+
+
+def named(layout, vector) -> dict[str, Any]:
+    return {k: v for k, v in layout.view(np.asarray(vector)).items()}
+
+
+@dataclass
+class _Episode:
+    index: int
+    ticks: int = 0
+    returns: dict[str, float] = field(default_factory=dict)
+    done: bool = False
+
+
+class RecordEpisode(BaseParallelWrapper):
+    """Write every episode played through this env to ``path`` as JSONL (module docstring).
+
+    ``path`` is created (with its parent folders) at the first ``reset`` and truncated;
+    later episodes append. Lines are flushed as they are written, so a crashed run keeps
+    what it played. ``include_observations`` adds every agent's observation per tick."""
+
+    def __init__(self, env, path: str | os.PathLike[str], include_observations: bool = False) -> None:
+        super().__init__(env)
+        self.path = Path(path)
+        self.include_observations = include_observations
+        self._file: IO[str] | None = None
+        self._episode: _Episode | None = None
+        self._episodes = 0
+
+    # ----------------------------------------------------------------- api
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        observations, infos = self.env.reset(seed=seed, options=options)
+        self._finish_abandoned()
+        base = self.env.unwrapped
+        config: ScenarioConfig = base.config
+        header = header_record(config, seed, self._episodes, base.hidden_state())
+        if self.include_observations:
+            header["observations"] = self._named_observations(config, observations)
+        self._write(header)
+        self._episode = _Episode(index=self._episodes)
+        self._episodes += 1
+        return observations, infos
+
+    def step(self, actions: dict[str, Any]):
+        base = self.env.unwrapped
+        seen = pre_step_record(base.hidden_state()) if base._state is not None else None
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        config: ScenarioConfig = base.config
+        episode = self._episode or _Episode(index=self._episodes)
+        record = tick_record(config, seen, base.hidden_state(), base._last_tick, episode.index)
+        record["actions"] = {
+            agent: named(action_layout(config, agent), np.asarray(action).astype(np.int64))
+            for agent, action in actions.items()
+        }
+        record["rewards"] = dict(rewards)
+        if self.include_observations:
+            record["observations"] = self._named_observations(config, observations)
+        self._write(record)
+        episode.ticks += 1
+        for agent, r in rewards.items():
+            episode.returns[agent] = episode.returns.get(agent, 0.0) + float(r)
+        ended = [a for a in rewards if terminations.get(a) or truncations.get(a)]
+        if ended and len(ended) == len(rewards):
+            self._write(summary_record(episode.index, episode.ticks, episode.returns, infos))
+            episode.done = True
+            if self._file is not None:
+                self._file.flush()
+        self._episode = episode
+        return observations, rewards, terminations, truncations, infos
+
+    def close(self) -> None:
+        self._finish_abandoned()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.env.close()
+
+    # ----------------------------------------------------------------- helpers
+    def _named_observations(self, config: ScenarioConfig, observations: Mapping[str, Any]) -> dict[str, Any]:
+        return {agent: named(observation_layout(config, agent), obs) for agent, obs in observations.items()}
+
+    def _finish_abandoned(self) -> None:
+        ep = self._episode
+        if ep is not None and not ep.done:
+            self._write(summary_record(ep.index, ep.ticks, ep.returns, None))
+            ep.done = True
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("w", encoding="utf-8")
+        self._file.write(json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False) + "\n")
+        self._file.flush()
+
+
+def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Parse a recording into episodes: ``[{"header": ..., "ticks": [...], "summary": ... | None}]``."""
+    episodes: list[dict[str, Any]] = []
+    with Path(path).open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+            kind = record.get("type")
+            if kind == "header":
+                episodes.append({"header": record, "ticks": [], "summary": None})
+            elif not episodes:
+                raise ValueError(f"{path}:{number}: {kind!r} line before any header line")
+            elif kind == "tick":
+                episodes[-1]["ticks"].append(record)
+            elif kind == "summary":
+                episodes[-1]["summary"] = record
+            else:
+                raise ValueError(f"{path}:{number}: unknown line type {kind!r}")
+    if not episodes:
+        raise ValueError(f"{path}: no episodes (no header line)")
+    return episodes

@@ -1,0 +1,170 @@
+"""Evaluation tables (SPEC §11): every allocator against each scenario's background population.
+
+For each scenario x allocator, over the same seeds: mean ± 95% CI of the allocator's
+return, the normalised score ``(R - R_random) / (R_oracle - R_random)`` (random and oracle
+are always run on the same seeds, so the score is defined for every row), and the episode
+statistics. A second table gives each team's **misreport gain**: its return when it plays
+``greedy_bluffer`` minus its return when it plays ``truthful``, every other agent fixed.
+
+    commons-arena evaluate --scenarios standard deadline_crunch --allocators proportional edf --seeds 20
+
+Writes ``<out>/evaluation.csv``, ``evaluation.md``, ``misreport.csv``, ``misreport.md`` and a
+score plot ``scores.png``. The mean-and-CI arithmetic is done by numpy/scipy; the progress
+bar is tqdm.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+from tqdm import tqdm
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from policies.population import Population, run_episode
+
+RANDOM, ORACLE = "random", "oracle"
+TABLE_COLUMNS = (
+    "scenario",
+    "allocator",
+    "episodes",
+    "reward_mean",
+    "reward_ci95",
+    "score",
+    "completed",
+    "missed",
+    "invalid_units",
+    "utilisation",
+    "spend",
+    "idle_gpu_ticks",
+    "carbon_kg",
+    "fairness",
+    "justified_escalations",
+)
+STAT_COLUMNS = TABLE_COLUMNS[6:]
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% Student-t confidence interval."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def normalised_score(reward: float, random_reward: float, oracle_reward: float) -> float:
+    span = oracle_reward - random_reward
+    return float("nan") if abs(span) < 1e-9 else (reward - random_reward) / span
+
+
+@dataclass
+class EvaluationResult:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    misreport: list[dict[str, Any]] = field(default_factory=list)
+    episodes: dict[tuple[str, str], list[dict[str, dict[str, float]]]] = field(default_factory=dict)
+
+
+def play_many(
+    scenario: str, allocator: str, seeds: Iterable[int], overrides: dict[str, str] | None = None
+) -> list[dict[str, dict[str, float]]]:
+    """One episode per seed with ``allocator`` against the scenario's background population."""
+    env = commons_arena.parallel_env(scenario=scenario)
+    population = Population.default(env.config).with_policies({ALLOCATOR: allocator, **(overrides or {})})
+    return [run_episode(env, population, seed) for seed in seeds]
+
+
+def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    alloc = [e[ALLOCATOR] for e in episodes]
+    mean, ci = mean_ci95([e["return"] for e in alloc])
+    row: dict[str, Any] = {
+        "scenario": scenario,
+        "allocator": allocator,
+        "episodes": len(alloc),
+        "reward_mean": mean,
+        "reward_ci95": ci,
+    }
+    for column in STAT_COLUMNS:
+        row[column] = float(np.mean([e[column] for e in alloc]))
+    return row
+
+
+def evaluate(
+    scenarios: Sequence[str],
+    allocators: Sequence[str],
+    seeds: Sequence[int],
+    misreport: bool = True,
+    progress: bool = True,
+    run: Callable[..., list[dict[str, dict[str, float]]]] = play_many,
+) -> EvaluationResult:
+    result = EvaluationResult()
+    # random and oracle anchor the normalised score, so they always run
+    lineup = [RANDOM, ORACLE] + [a for a in allocators if a not in (RANDOM, ORACLE)]
+    jobs = [(s, a) for s in scenarios for a in lineup]
+    if misreport:
+        jobs += [(s, a, team, style) for s in scenarios for a in allocators
+                 for team in commons_arena.load_scenario(s).team_names for style in ("greedy_bluffer", "truthful")]
+    bar = tqdm(total=len(jobs), desc="evaluate", unit="run", disable=not progress)
+    for job in jobs:
+        scenario, allocator = job[0], job[1]
+        overrides = {job[2]: job[3]} if len(job) == 4 else None
+        bar.set_postfix_str(f"{scenario}/{allocator}" + (f"/{job[2]}={job[3]}" if overrides else ""))
+        key = (scenario, allocator) if overrides is None else job
+        result.episodes[key] = run(scenario, allocator, seeds, overrides)  # type: ignore[index]
+        bar.update()
+    bar.close()
+    for scenario in scenarios:
+        anchors = {a: summarise(scenario, a, result.episodes[(scenario, a)])["reward_mean"] for a in (RANDOM, ORACLE)}
+        for allocator in lineup:
+            row = summarise(scenario, allocator, result.episodes[(scenario, allocator)])
+            row["score"] = normalised_score(row["reward_mean"], anchors[RANDOM], anchors[ORACLE])
+            result.rows.append(row)
+    if misreport:
+        for scenario in scenarios:
+            for allocator in allocators:
+                for team in commons_arena.load_scenario(scenario).team_names:
+                    bluff = [e[team]["return"] for e in result.episodes[(scenario, allocator, team, "greedy_bluffer")]]
+                    truth = [e[team]["return"] for e in result.episodes[(scenario, allocator, team, "truthful")]]
+                    gain, ci = mean_ci95(np.subtract(bluff, truth))
+                    result.misreport.append(
+                        {"scenario": scenario, "allocator": allocator, "team": team,
+                         "bluff_return": float(np.mean(bluff)), "truthful_return": float(np.mean(truth)),
+                         "misreport_gain": gain, "gain_ci95": ci}
+                    )
+    return result
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_tables(result: EvaluationResult, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, rows in (("evaluation", result.rows), ("misreport", result.misreport)):
+        if not rows:
+            continue
+        with open(out / f"{name}.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        (out / f"{name}.md").write_text(markdown_table(rows) + "\n")
+        written += [out / f"{name}.csv", out / f"{name}.md"]
+    return written
