@@ -115,7 +115,7 @@ EPISODE_STATS = (
 
 
 class ArenaEnv(ParallelEnv):
-    metadata = {"name": "commons_arena_v0", "render_modes": ["ansi", "rgb_array"], "is_parallelizable": True}
+    metadata = {"name": "commons_arena_v0", "render_modes": ["human", "ansi", "rgb_array"], "is_parallelizable": True}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -198,6 +198,7 @@ class ArenaEnv(ParallelEnv):
             self._grid,
             shocks.price_multiplier(active),
         )
+        declared_now = s.declared  # what teams declared last tick for this tick
         # 2. teams: requests for next tick, stance on last tick's grant
         requests = np.stack([acts[team][:T] for team in self.teams])
         stances = np.array([acts[team][T] for team in self.teams], dtype=np.int64)
@@ -257,7 +258,7 @@ class ArenaEnv(ParallelEnv):
                 else 0.0
             ),
             justified_pressure=float(justified @ self._pressure),
-            allocator_invalid=offer_cut + budget_cut + grant_cut,
+            allocator_invalid=offer_cut + budget_cut + grant_cut + carbon_cut,  # every repaired unit (docstring)
             broker_profit=market.broker_profit(buys, s.offer_price, self._unit_cost),
             broker_invalid=broker_cut,
         )
@@ -287,7 +288,7 @@ class ArenaEnv(ParallelEnv):
         }
         self._accumulate(terms, outcome, results, repairs, justified, unjustified, bluffs, granted, buys, used)
         self._last_tick = {
-            "tick": t, "granted": granted, "bought": buys, "used": used, "need": need,
+            "tick": t, "declared": declared_now, "granted": granted, "bought": buys, "used": used, "need": need,
             "events": events, "repairs": repairs, "terms": terms, "intensity": intensity,
         }
 
@@ -308,7 +309,7 @@ class ArenaEnv(ParallelEnv):
         truncations = dict.fromkeys(self.agents, truncated)
         if terminated or truncated:
             self.agents = []
-        if self.render_mode == "ansi":
+        if self.render_mode == "human":
             print(self.render())
         return observations, rewards_out, terminations, truncations, infos
 
@@ -317,9 +318,11 @@ class ArenaEnv(ParallelEnv):
             return None
         if self.render_mode == "rgb_array":
             return render_rgb(self)
-        if self._state is None:
-            return "commons_arena: not reset"
-        return render_ansi(self.config, self._state, self._last_tick)
+        text = "commons_arena: not reset" if self._state is None else render_ansi(self.config, self._state, self._last_tick)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
 
     def close(self) -> None:
         pass

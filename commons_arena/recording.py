@@ -42,6 +42,7 @@ written as ``null``. :func:`read_recording` parses a file back into episodes.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import os
@@ -73,6 +74,8 @@ def jsonable(value: Any) -> Any:
         return jsonable(value.tolist())
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]
+    if isinstance(value, enum.Enum):  # ShockKind → its label, other enums → their value
+        return value.label if hasattr(value, "label") else jsonable(value.value)
     if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, int | np.integer):
@@ -82,10 +85,6 @@ def jsonable(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if isinstance(value, str) or value is None:
         return value
-    if hasattr(value, "label"):  # ShockKind and friends
-        return value.label
-    if hasattr(value, "value"):  # other enums
-        return jsonable(value.value)
     return str(value)
 
 
@@ -257,10 +256,12 @@ class RecordEpisode(BaseParallelWrapper):
         config: ScenarioConfig = base.config
         episode = self._episode or _Episode(index=self._episodes)
         record = tick_record(config, seen, base.hidden_state(), base._last_tick, episode.index)
-        record["actions"] = {
+        played = {
             agent: named(action_layout(config, agent), np.asarray(action).astype(np.int64))
             for agent, action in actions.items()
         }
+        record = {"type": "tick", "episode": episode.index, "tick": record["tick"], "seen": seen, "actions": played,
+                  **record}
         record["rewards"] = dict(rewards)
         if self.include_observations:
             record["observations"] = self._named_observations(config, observations)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from commons_arena.recording import header_record, pre_step_record, read_recording, tick_record
 from commons_arena.scenario import ScenarioConfig
@@ -55,7 +56,7 @@ def render_ansi(config: ScenarioConfig, s: ArenaState, last: dict[str, Any]) -> 
     lines = [f"== {config.name} tick {s.t}/{config.max_ticks} | budget {s.budget:.1f} | "
              f"carbon {s.carbon_used:.1f}/{config.carbon.cap_kg:.1f} kg =="]
     if last:
-        lines.append(f"played tick {last['tick']}: bought {dict(zip(tiers, last['bought'].tolist()))}")
+        lines.append(f"played tick {last['tick']}: bought {dict(zip(tiers, last['bought'].tolist(), strict=True))}")
         width = max(len(t) for t in config.team_names)
         for i, team in enumerate(config.team_names):
             declared = s.declared[i].tolist()
@@ -95,7 +96,7 @@ class Dashboard:
     def __init__(self, size: tuple[float, float] = FRAME_SIZE, dpi: int = FRAME_DPI) -> None:
         self.fig = Figure(figsize=size, dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
-        grid = self.fig.add_gridspec(2, 3, left=0.05, right=0.96, top=0.9, bottom=0.08, hspace=0.42, wspace=0.3)
+        grid = self.fig.add_gridspec(2, 3, left=0.05, right=0.96, top=0.9, bottom=0.08, hspace=0.42, wspace=0.36)
         self.ax_bars = self.fig.add_subplot(grid[0, :2])
         self.ax_jobs = self.fig.add_subplot(grid[0, 2])
         self.ax_broker = self.fig.add_subplot(grid[1, 0])
@@ -163,10 +164,11 @@ class Dashboard:
         ax.set_xlim(x[0] - 0.6, x[-1] + 0.6)
         self.bars_top = capacity * 1.25 + 0.5
         ax.set_ylim(0, self.bars_top)
-        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(axis="y", labelsize=8)
-        ax.legend(loc="upper right", fontsize=8, ncol=3, frameon=False)
-        self.bars_title = ax.set_title("", fontsize=10)
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, ncol=3, frameon=False,
+                  borderaxespad=0.2)
+        self.bars_title = ax.set_title("", fontsize=10, loc="left")
         self.revealed_marks = [ax.text(x[i * T] - width, self.bars_top * 0.93, "", fontsize=7, color=COLORS["need"])
                                for i in range(N)]
 
@@ -182,11 +184,14 @@ class Dashboard:
         ax.set_ylim(-0.6, N - 0.4)
         self.jobs_right = 1.0
         ax.set_xlim(0, self.jobs_right)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("jobs (dark strip: work done on running jobs)", fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
 
         ax, axp = self.ax_broker, self.ax_price  # GPUs sold per tier (stacked bars), prices
+        axp.yaxis.tick_right()  # cla() put the twin's axis back on the left
+        axp.yaxis.set_label_position("right")
+        axp.patch.set_visible(False)
         ax.set_title("broker: GPUs sold (bars), unit price (lines)", fontsize=10)
         ticks_x = np.arange(H, dtype=float)
         self.sold_bars = [ax.bar(ticks_x, np.zeros(H), 0.7, color=TIER_COLORS[k % 6], alpha=0.55) for k in range(T)]
@@ -213,7 +218,6 @@ class Dashboard:
         ax.set_xlim(-0.5, H - 0.5)
         self.money_top = 130.0
         ax.set_ylim(0, self.money_top)
-        ax.set_ylabel("%", fontsize=8)
         ax.set_xlabel("tick (value at the end of the tick)", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.legend(loc="center left", fontsize=7, frameon=False)
@@ -261,18 +265,18 @@ class Dashboard:
     def _update_bars(self, header, last, N) -> None:
         if last is None:
             values = {"declared": None, "need": header["hidden"]["true_need"], "granted": None}
-            self.bars_title.set_text("true need at tick 0 (hidden; nothing declared or granted yet)")
+            self.bars_title.set_text("tick 0 not played: true need (hidden)")
         else:
             seen = last.get("seen")
             values = {"declared": seen["declared"] if seen else None, "need": last["hidden"]["true_need"],
                       "granted": last["outcome"]["granted"]}
-            self.bars_title.set_text(f"tick {last['tick']}: declared (for this tick) vs true need (hidden) vs granted,"
-                                     " GPUs" + ("" if seen else "  [declared unknown: tick not rendered before]"))
+            self.bars_title.set_text(f"tick {last['tick']}: GPUs per team and tier"
+                                     + ("" if seen else " (declared unknown)"))
         top = 0.0
         for key, container in self.bars.items():
             flat = np.zeros(len(container)) if values[key] is None else np.asarray(values[key], float).ravel()
             top = max(top, float(flat.max(initial=0.0)))
-            for rect, h in zip(container, flat):
+            for rect, h in zip(container, flat, strict=True):
                 rect.set_height(h)
         if top * 1.1 > self.bars_top:
             self.bars_top = top * 1.25
@@ -281,7 +285,7 @@ class Dashboard:
             for mark in self.revealed_marks:
                 mark.set_y(self.bars_top * 0.93)
         revealed = last["after"]["revealed"] if last else [False] * N
-        for mark, flag in zip(self.revealed_marks, revealed):
+        for mark, flag in zip(self.revealed_marks, revealed, strict=True):
             mark.set_text("need revealed to allocator" if flag else "")
 
     def _update_jobs(self, header, last, teams) -> None:
@@ -326,7 +330,7 @@ class Dashboard:
                 price[t["tick"]] = t["after"]["price_paid"]
         bottom = np.zeros(H)
         for k in range(T):
-            for rect, b, h in zip(self.sold_bars[k], bottom, sold[:, k]):
+            for rect, b, h in zip(self.sold_bars[k], bottom, sold[:, k], strict=True):
                 rect.set_y(b)
                 rect.set_height(h)
             bottom += sold[:, k]
@@ -371,7 +375,7 @@ class Dashboard:
                 where = event.get("team") or event.get("tier") or ""
                 lines.append(f"SHOCK {event['kind']} {where} (to tick {event['until']})")
             if after["active_shocks"]:
-                lines.append("active: " + ", ".join(after["active_shocks"]))
+                lines.append("still active next tick: " + ", ".join(after["active_shocks"]))
             cut = {k: v for k, v in last["outcome"]["repairs"].items() if v}
             if cut:
                 lines.append("repaired units:")

@@ -231,7 +231,7 @@ def check_action(agent: str, action: object, nvec: np.ndarray) -> np.ndarray:
     if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.shape == nvec.shape:
         # fast path for what samplers and policies produce
         if (action >= 0).all() and (action < nvec).all():
-            return action.astype(np.int64, copy=False)
+            return action.astype(np.int64)  # a copy: the state must never alias the caller's buffer
     try:
         arr = np.asarray(action)
     except Exception as err:  # pragma: no cover - exotic objects

@@ -65,7 +65,7 @@ class Play:
     """print only the final totals"""
 
     def run(self) -> dict[str, dict[str, float]]:
-        env = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "ansi")
+        env = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "human")
         print(f"scenario {env.config.name} (hash {env.config.content_hash}), seed {self.seed}")
         actors = self._actors(env)
         observations, _ = env.reset(seed=self.seed)

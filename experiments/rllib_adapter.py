@@ -14,6 +14,7 @@ Only new-stack APIs are used (RLModule, Learner, EnvRunner, ``build_algo()``).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -29,6 +30,7 @@ import torch
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
@@ -149,37 +151,116 @@ def register_arena_env(name: str = "commons_arena") -> str:
 # ------------------------------------------------------------------ scripted agents
 
 
+def registered_policy(name: str, scenario: str, **params: Any) -> PolicyFactory:
+    """Factory for the ``policies.registry`` policy ``name`` (a picklable ``partial``).
+
+    ``make_policy`` needs no env for the scripted teams, brokers and baselines; privileged
+    policies (``oracle``) cannot run as an RLModule.
+    """
+    return functools.partial(_make_registered, name, scenario, params)
+
+
+def _make_registered(name: str, scenario: str, params: dict[str, Any], agent_id: str) -> Policy:
+    from policies.registry import make_policy
+
+    return make_policy(name, scenario, agent_id, **params)
+
+
+
+# Batch columns the row-tagging connector adds: which sub-env a row comes from and the
+# agent's step in its episode (0 = the episode's first observation).
+ENV_INDEX = "arena_env_index"
+AGENT_T = "arena_agent_t"
+
+
+class TagRowsWithEnvIndex(ConnectorV2):
+    """Env-to-module piece: tags every acting agent's row with its sub-env index and step.
+
+    A scripted Policy may keep per-episode state (``ScriptedPolicy.clear``), so each
+    vectorised sub-env needs its own instance, reset when its episode starts. Batch rows do
+    not identify their sub-env (a sub-env that is auto-resetting contributes no row), hence
+    these tags. All agents are tagged, not only scripted ones: RLlib's
+    ``AgentToModuleMapping`` takes the row layout from the first batch column, which is
+    this one, as custom pieces run before the default ones.
+    """
+
+    def __call__(
+        self,
+        *,
+        rl_module: RLModule,
+        batch: dict[str, Any],
+        episodes: list[Any],
+        explore: bool | None = None,
+        shared_data: dict | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        env_index = {episode.id_: i for i, episode in enumerate(episodes)}
+        # Same iterator (same order) as RLlib's AddObservationsFromEpisodesToBatch.
+        for sa_episode in self.single_agent_episode_iterator(episodes, agents_that_stepped_only=True):
+            self.add_batch_item(batch, ENV_INDEX, env_index.get(sa_episode.multi_agent_episode_id, 0), sa_episode)
+            # `t` counts from the episode's start across chunks (`len()` restarts per chunk).
+            self.add_batch_item(batch, AGENT_T, sa_episode.t, sa_episode)
+        return batch
+
+
+def _row_tagging_connector(env: Any = None, spaces: Any = None, device: Any = None) -> ConnectorV2:
+    return TagRowsWithEnvIndex()
+
+
 class ScriptedRLModule(RLModule):
     """A scripted :class:`Policy` run as an (untrained) RLModule.
 
     ``model_config``: ``{"policy_factory": PolicyFactory | "module:attr", "agent_id": str,
-    "seed": int | None}``. The factory is called once per module copy (learner and each
-    env runner build their own), with ``agent_id``.
-
-    One Policy instance serves every row of the batch, i.e. every vectorised sub-env. That
-    is sound because a Policy maps an observation (plus its own RNG) to an action; rows are
-    not reliably tied to a sub-env index (a sub-env that is resetting contributes no row),
-    so per-env state or per-episode ``reset`` calls cannot be supported here. ``reset(seed)``
-    is called once, when the module is built.
+    "seed": int | None}``. One Policy per sub-env, built on first use and ``reset`` at each
+    episode start, using the tags of :class:`TagRowsWithEnvIndex` (installed by
+    :func:`build_ppo_config`). Without tags (e.g. a direct ``forward_inference`` call) row
+    ``i`` is treated as sub-env ``i`` and policies are reset only when built.
     """
 
     def setup(self) -> None:
         cfg = dict(self.model_config or {})
         self.agent_id: str = cfg["agent_id"]
-        self.policy: Policy = _resolve(cfg["policy_factory"])(self.agent_id)
-        if not isinstance(self.policy, Policy):
-            raise TypeError(f"policy for {self.agent_id!r} does not implement reset()/act()")
-        self.policy.reset(cfg.get("seed"))
+        self._factory: PolicyFactory = _resolve(cfg["policy_factory"])
+        self._seed: int | None = cfg.get("seed")
+        self._episodes_started = 0
+        self.policies: dict[int, Policy] = {}  # sub-env index -> policy; built lazily, so
+        # the learner's copy of this module never builds any
+
+    def _policy_for(self, env_index: int, episode_start: bool) -> Policy:
+        policy = self.policies.get(env_index)
+        if policy is None:
+            policy = self.policies[env_index] = self._factory(self.agent_id)
+            if not isinstance(policy, Policy):
+                raise TypeError(f"policy for {self.agent_id!r} does not implement reset()/act()")
+            episode_start = True
+        if episode_start:
+            # A distinct, reproducible seed per episode (every env runner repeats the
+            # sequence; the env itself is seeded per runner and sub-env by RLlib).
+            seed = None
+            if self._seed is not None:
+                seed = int(np.random.SeedSequence([self._seed, self._episodes_started]).generate_state(1)[0])
+            self._episodes_started += 1
+            policy.reset(seed)
+        return policy
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        # Used for inference, exploration and train alike (the module is never trained;
+        # Serves inference, exploration and train alike (the module is never trained;
         # keep it out of `policies_to_train`). Env runners hand in torch tensors and turn
         # the torch output back into numpy for the env.
-        obs = batch[Columns.OBS]
-        obs_np = obs.detach().cpu().numpy() if isinstance(obs, torch.Tensor) else np.asarray(obs)
-        actions = [np.asarray(self.policy.act(row), dtype=np.int64) for row in obs_np]
+        obs = _to_numpy(batch[Columns.OBS])
+        env_index = _to_numpy(batch.get(ENV_INDEX, np.arange(len(obs))))
+        agent_t = batch.get(AGENT_T)
+        starts = _to_numpy(agent_t) == 0 if agent_t is not None else np.zeros(len(obs), bool)
+        actions = [
+            np.asarray(self._policy_for(int(i), bool(start)).act(row), dtype=np.int64)
+            for row, i, start in zip(obs, env_index, starts)
+        ]
         out = np.stack(actions) if actions else np.zeros((0, *self.action_space.shape), np.int64)
         return {Columns.ACTIONS: torch.from_numpy(out)}
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 # -------------------------------------------------------------------------- metrics
@@ -197,41 +278,37 @@ class RewardTermsCallback(RLlibCallback):
 
     agent_id: str = ALLOCATOR
 
+    def on_episode_step(self, *, episode: Any, **kwargs: Any) -> None:
+        # Summed step by step into `custom_data`, which RLlib copies into the next chunk
+        # when an episode spans several `sample()` calls. Summing the chunks' infos at the
+        # end instead is wrong: with a local env runner the learner pipeline appends a
+        # duplicate last step to the already-returned chunks, in place.
+        info = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id)
+        if info:
+            sums = episode.custom_data.setdefault(REWARD_TERMS_KEY, defaultdict(float))
+            for term, value in info.get("reward_terms", {}).items():
+                sums[term] += float(value)
+
     def on_episode_end(
         self,
         *,
         episode: Any,
-        prev_episode_chunks: list[Any] | None = None,
         env_runner: Any = None,
         metrics_logger: Any = None,
         **kwargs: Any,
     ) -> None:
         if metrics_logger is None:
             return
-        # An episode that spans several `sample()` calls arrives in chunks: `episode` is
-        # only the last one. In each chunk's infos, index 0 is the reset info (first chunk)
-        # or a repeat of the previous chunk's last info (continuation): skip it.
-        sums: dict[str, float] = defaultdict(float)
-        last_info: dict[str, Any] = {}
-        for chunk in [*(prev_episode_chunks or []), episode]:
-            sa_episode = chunk.agent_episodes.get(self.agent_id)
-            if sa_episode is None:
-                continue
-            infos = sa_episode.get_infos()
-            for info in infos[1:]:
-                for term, value in (info or {}).get("reward_terms", {}).items():
-                    sums[term] += float(value)
-            last_info = infos[-1] or last_info
-
         # Same smoothing as RLlib's own episode metrics; divided by the runner count
         # because the runners' windows are merged in the algorithm process.
         window = 100
         if env_runner is not None:
             cfg = env_runner.config
             window = max(1, math.ceil(cfg.metrics_num_episodes_for_smoothing / (cfg.num_env_runners or 1)))
-        for term, total in sums.items():
+        for term, total in episode.custom_data.get(REWARD_TERMS_KEY, {}).items():
             metrics_logger.log_value((REWARD_TERMS_KEY, term), total, reduce="mean", window=window)
-        for key, value in last_info.get("episode", {}).items():
+        final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
+        for key, value in final.get("episode", {}).items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
 
 
@@ -317,6 +394,8 @@ def build_ppo_config(
         .env_runners(
             num_env_runners=fit_num_env_runners(num_env_runners),
             num_envs_per_env_runner=num_envs_per_env_runner,
+            # Replaces any env-to-module connector set before: scripted modules need it.
+            env_to_module_connector=_row_tagging_connector,
         )
         # A remote learner would need its own CPU; on 2 cores the driver does the update.
         .learners(num_learners=0)

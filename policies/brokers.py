@@ -1,0 +1,119 @@
+"""Scripted brokers (SPEC §9): a demand-priced and a fixed-price seller of spot GPUs.
+
+Both offer their whole current inventory every tick (the ``inventory`` field, already
+shrunk by a market crisis) and choose a *price level* per tier; the env turns level ``L``
+into ``max_price x L / (price_levels - 1)`` and multiplies it during a crisis.
+
+The **cost-covering level** of a tier is the lowest level whose price is at least
+``spot_unit_cost x margin`` (public scenario facts; never below level 1).
+
+``demand_priced`` (defaults ``margin=1.2``, ``demand_gain=3``, ``crisis_levels=1``)::
+
+    level = cost-covering level
+          + round(demand_gain x min(demand[k] / (owned[k] + inventory[k]), 2))
+          + crisis_levels x crisis
+
+  ``demand[k]`` is the teams' total declared request for tier ``k`` this tick (the
+  broker's public demand signal); ``owned`` and ``inventory`` are the scenario's tier
+  sizes, so the ratio is the share of the tier's whole capacity being asked for. Prices
+  therefore rise with declared demand — which is how bluffing teams make spot capacity
+  dearer for everyone — and rise further in a crisis (on top of the env's multiplier).
+
+``fixed_price`` (default ``margin=1.5``): always the cost-covering level; or
+``level=<int>`` for one constant level on every tier.
+
+Brokers are deterministic: they never draw from their generator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from commons_arena.scenario import ScenarioConfig
+from policies.base import ScriptedPolicy
+
+
+def cost_covering_levels(config: ScenarioConfig, margin: float) -> np.ndarray:
+    """Per tier: the lowest price level whose price covers ``unit_cost x margin`` (>= 1)."""
+    top = config.price_levels - 1
+    levels = []
+    for tier in config.gpu_tiers:
+        target = tier.spot_unit_cost * margin
+        level = int(np.ceil(target / tier.max_price * top - 1e-9))
+        levels.append(min(max(level, 1), top))
+    return np.array(levels, dtype=np.int64)
+
+
+class _Broker(ScriptedPolicy):
+    role = "broker"
+
+    def __init__(self, config: ScenarioConfig, agent: str, seed: int | None = None) -> None:
+        super().__init__(config, agent, seed)
+        sl = self.obs_layout.slices
+        self._sl_inventory = sl["inventory"]
+        self._sl_demand = sl["demand"]
+        self._i_crisis = sl["crisis"].start
+        self._top = config.price_levels - 1
+
+
+class DemandPricedBroker(_Broker):
+    """Price rises with declared demand and during crises; offers the full inventory."""
+
+    name = "demand_priced"
+
+    def __init__(
+        self,
+        config: ScenarioConfig,
+        agent: str,
+        seed: int | None = None,
+        margin: float = 1.2,
+        demand_gain: float = 3.0,
+        crisis_levels: int = 1,
+    ) -> None:
+        super().__init__(config, agent, seed)
+        self.margin, self.demand_gain, self.crisis_levels = float(margin), float(demand_gain), int(crisis_levels)
+        self._base = cost_covering_levels(config, self.margin)
+        self._capacity = np.array([max(t.owned + t.spot_inventory, 1) for t in config.gpu_tiers], dtype=np.float64)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"margin": self.margin, "demand_gain": self.demand_gain, "crisis_levels": self.crisis_levels}
+
+    def decide(self, obs: np.ndarray) -> np.ndarray:
+        ratio = np.minimum(obs[self._sl_demand] / self._capacity, 2.0)
+        level = self._base + np.rint(self.demand_gain * ratio).astype(np.int64)
+        if obs[self._i_crisis] > 0:
+            level = level + self.crisis_levels
+        return np.concatenate([obs[self._sl_inventory], np.minimum(level, self._top)])
+
+
+class FixedPriceBroker(_Broker):
+    """A constant price level per tier; offers the full inventory."""
+
+    name = "fixed_price"
+
+    def __init__(
+        self,
+        config: ScenarioConfig,
+        agent: str,
+        seed: int | None = None,
+        margin: float = 1.5,
+        level: int | None = None,
+    ) -> None:
+        super().__init__(config, agent, seed)
+        self.margin, self.level = float(margin), level
+        if level is None:
+            self._levels = cost_covering_levels(config, self.margin)
+        else:
+            if not 0 <= int(level) <= self._top:
+                raise ValueError(f"level must be in [0, {self._top}], got {level}")
+            self._levels = np.full(self.n_tiers, int(level), dtype=np.int64)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"margin": self.margin, "level": self.level}
+
+    def decide(self, obs: np.ndarray) -> np.ndarray:
+        return np.concatenate([obs[self._sl_inventory], self._levels])

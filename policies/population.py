@@ -1,0 +1,284 @@
+"""Populations: which policy plays which agent, and one episode played by them.
+
+A :class:`Population` is scenario-independent: it names policies per *role*
+(``allocator``, ``team``, ``broker``) and/or per *agent id*, each optionally with
+parameters. Resolved against a scenario, every agent gets, in order of precedence:
+
+1. the population's entry for that agent id;
+2. the population's entry for the agent's role (``team`` covers every team);
+3. the scenario's own ``[population]`` table (its default background);
+4. the fallback: a team plays its ``archetype`` from the scenario's team config, the
+   broker ``demand_priced``, the allocator ``proportional``.
+
+The same thing as a small TOML roster file::
+
+    name = "bluffers vs a fair allocator"      # optional
+    [roles]
+    team = "truthful"
+    [agents]
+    allocator = "max_min_fair"
+    search = { policy = "greedy_bluffer", bluff = 3.0 }
+
+and in Python::
+
+    Population(roles={"team": "truthful"}, agents={"allocator": "max_min_fair"})
+    Population.default(config)                 # the scenario's background, nothing overridden
+    Population.from_toml("roster.toml")        # .to_toml() writes it back
+
+Unknown policies, policies of the wrong role, unknown roles and (by default) agent ids the
+scenario does not have are errors that say what is known. :func:`run_episode` plays one
+seeded episode and returns each agent's ``infos[agent]["episode"]`` summary.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commons_arena.env import ArenaEnv
+from commons_arena.scenario import ScenarioConfig, load_scenario
+from commons_arena.spaces import role_of
+from policies.base import Policy
+from policies.registry import ROLES, available_policies, make_policy, policy_spec
+
+FALLBACK = {"allocator": "proportional", "broker": "demand_priced"}  # teams: their archetype
+
+
+class PopulationError(ValueError):
+    """A roster names an unknown policy, role or agent, or a policy of the wrong role."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One assignment: a registered policy name and its keyword parameters."""
+
+    policy: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> Entry:
+        if isinstance(value, Entry):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, Mapping):
+            data = dict(value)
+            policy = data.pop("policy", None)
+            if not isinstance(policy, str):
+                raise PopulationError(f"{where}: a table entry needs policy = \"<name>\", got {dict(value)!r}")
+            return cls(policy, data)
+        raise PopulationError(f"{where}: expected a policy name or a table with 'policy', got {value!r}")
+
+    def to_toml_value(self) -> Any:
+        return self.policy if not self.params else {"policy": self.policy, **self.params}
+
+
+def _check_policy(entry: Entry, where: str, role: str | None = None) -> None:
+    try:
+        spec = policy_spec(entry.policy)
+    except ValueError:
+        raise PopulationError(
+            f"{where}: unknown policy {entry.policy!r}; known policies: {', '.join(available_policies())}"
+        ) from None
+    if role is not None and spec.role != role:
+        raise PopulationError(
+            f"{where}: policy {entry.policy!r} plays the {spec.role} role, not {role}; "
+            f"{role} policies: {', '.join(available_policies(role))}"
+        )
+    unknown = set(entry.params) - set(spec.params)
+    if unknown:
+        raise PopulationError(
+            f"{where}: policy {entry.policy!r} has no parameter(s) {sorted(unknown)}; it accepts {list(spec.params)}"
+        )
+
+
+@dataclass(frozen=True)
+class Population:
+    """Which policy plays which agent (see the module docstring)."""
+
+    agents: Mapping[str, Entry | str | Mapping[str, Any]] = field(default_factory=dict)
+    roles: Mapping[str, Entry | str | Mapping[str, Any]] = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        roles = {role: Entry.parse(v, f"roles.{role}") for role, v in dict(self.roles).items()}
+        for role, entry in roles.items():
+            if role not in ROLES:
+                raise PopulationError(f"roles: unknown role {role!r}; roles are {list(ROLES)}")
+            _check_policy(entry, f"roles.{role}", role)
+        agents = {agent: Entry.parse(v, f"agents.{agent}") for agent, v in dict(self.agents).items()}
+        for agent, entry in agents.items():
+            _check_policy(entry, f"agents.{agent}")
+        object.__setattr__(self, "roles", roles)
+        object.__setattr__(self, "agents", agents)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def default(cls, config: ScenarioConfig | str) -> Population:
+        """The scenario's background population (its ``[population]`` table + fallbacks)."""
+        config = load_scenario(config)
+        return cls(agents=dict(config.population), name=f"{config.name} default")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> Population:
+        unknown = set(data) - {"name", "agents", "roles"}
+        if unknown:
+            raise PopulationError(f"population {source}: unknown key(s) {sorted(unknown)}; expected name, roles, agents")
+        for key in ("agents", "roles"):
+            if key in data and not isinstance(data[key], Mapping):
+                raise PopulationError(f"population {source}: '{key}' must be a table")
+        try:
+            return cls(agents=data.get("agents", {}), roles=data.get("roles", {}), name=str(data.get("name", "")))
+        except PopulationError as err:
+            raise PopulationError(f"population {source}: {err}") from None
+
+    @classmethod
+    def from_toml(cls, path: str | Path, config: ScenarioConfig | str | None = None) -> Population:
+        """Read a roster file; with ``config``, also check it against that scenario."""
+        path = Path(path)
+        if not path.is_file():
+            raise PopulationError(f"population file not found: {path}")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise PopulationError(f"population {path}: not valid TOML: {err}") from None
+        population = cls.from_dict(data, source=str(path))
+        if config is not None:
+            population.resolve(config)
+        return population
+
+    def with_agent(self, agent: str, policy: str, **params: Any) -> Population:
+        """A copy in which ``agent`` plays ``policy``."""
+        return Population(agents={**self.agents, agent: Entry(policy, params)}, roles=self.roles, name=self.name)
+
+    def with_role(self, role: str, policy: str, **params: Any) -> Population:
+        return Population(agents=self.agents, roles={**self.roles, role: Entry(policy, params)}, name=self.name)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.name:
+            out["name"] = self.name
+        if self.roles:
+            out["roles"] = {r: e.to_toml_value() for r, e in self.roles.items()}  # type: ignore[union-attr]
+        if self.agents:
+            out["agents"] = {a: e.to_toml_value() for a, e in self.agents.items()}  # type: ignore[union-attr]
+        return out
+
+    def to_toml(self, path: str | Path | None = None) -> str:
+        """The roster as TOML text (written to ``path`` when given)."""
+        lines = []
+        if self.name:
+            lines.append(f"name = {_toml(self.name)}")
+        for table in ("roles", "agents"):
+            entries = getattr(self, table)
+            if entries:
+                lines.append(f"\n[{table}]")
+                lines += [f"{key} = {_toml(e.to_toml_value())}" for key, e in entries.items()]
+        text = "\n".join(lines).lstrip("\n") + "\n"
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    # ------------------------------------------------------------------ use
+    def resolve(self, config: ScenarioConfig | str, strict: bool = True) -> dict[str, Entry]:
+        """Agent id → the entry that plays it in ``config`` (precedence in the module docstring).
+
+        With ``strict`` (default), naming an agent the scenario does not have is an error;
+        otherwise such entries are ignored (handy for one roster over many scenarios).
+        """
+        config = load_scenario(config)
+        extra = [a for a in self.agents if a not in config.agents]
+        if extra and strict:
+            raise PopulationError(
+                f"population names agent(s) {extra} that scenario {config.name!r} does not have; "
+                f"its agents are {list(config.agents)}"
+            )
+        archetypes = {t.name: t.archetype for t in config.teams}
+        out: dict[str, Entry] = {}
+        for agent in config.agents:
+            role = role_of(config, agent)
+            if agent in self.agents:
+                entry, where = self.agents[agent], f"agents.{agent}"
+            elif role in self.roles:
+                entry, where = self.roles[role], f"roles.{role}"
+            elif agent in config.population:
+                entry, where = Entry(config.population[agent]), f"scenario {config.name!r} [population].{agent}"
+            else:
+                entry, where = Entry(archetypes[agent] if role == "team" else FALLBACK[role]), "fallback"
+            _check_policy(entry, where, role)  # type: ignore[arg-type]
+            out[agent] = entry  # type: ignore[assignment]
+        return out
+
+    def build(self, config: ScenarioConfig | str, env: ArenaEnv | None = None, strict: bool = True) -> dict[str, Policy]:
+        """One policy per agent of ``config`` (``env`` is needed by privileged policies)."""
+        config = load_scenario(config)
+        return {
+            agent: make_policy(entry.policy, config, agent, env=env, **dict(entry.params))
+            for agent, entry in self.resolve(config, strict=strict).items()
+        }
+
+    def describe(self, config: ScenarioConfig | str) -> dict[str, str]:
+        """Agent id → policy name, for reports."""
+        return {agent: entry.policy for agent, entry in self.resolve(config, strict=False).items()}
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise PopulationError(f"cannot write {value!r} to a roster")
+
+
+def policy_seed(seed: int | None, agent_index: int) -> int | None:
+    """The seed of agent number ``agent_index`` (env order) in the episode of ``seed``."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), int(agent_index)]).generate_state(1)[0])
+
+
+def run_episode(
+    env: ArenaEnv,
+    population: Population | Mapping[str, Policy],
+    seed: int | None,
+    strict: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Play one episode of ``env`` from ``reset(seed=seed)``; return ``infos[agent]["episode"]`` per agent.
+
+    ``population`` is a :class:`Population` (its policies are built for ``env``) or
+    already-built policies by agent id (reused: each is ``reset`` here). Every policy is
+    seeded from the episode seed and its agent's position (:func:`policy_seed`), so the
+    episode is a function of ``seed`` alone.
+    """
+    unwrapped = getattr(env, "unwrapped", env)
+    if isinstance(population, Population):
+        policies: Mapping[str, Policy] = population.build(unwrapped.config, env=unwrapped, strict=strict)
+    else:
+        policies = population
+        missing = [a for a in unwrapped.possible_agents if a not in policies]
+        if missing:
+            raise PopulationError(f"no policy for agent(s) {missing}")
+    agents = list(unwrapped.possible_agents)
+    for index, agent in enumerate(agents):
+        policies[agent].reset(policy_seed(seed, index))
+    observations, _ = env.reset(seed=seed)
+    acts = [(agent, policies[agent].act) for agent in agents]
+    infos: dict[str, Any] = {}
+    while env.agents:
+        observations, _, _, _, infos = env.step({agent: act(observations[agent]) for agent, act in acts})
+    return {agent: info["episode"] for agent, info in infos.items()}
+
+
+__all__ = ["Entry", "Population", "PopulationError", "policy_seed", "run_episode"]

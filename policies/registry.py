@@ -1,0 +1,127 @@
+"""Every scripted policy by name: ``make_policy(name, config, agent, env=None, **params)``.
+
+=================  =========  ===================================================
+name               role       module
+=================  =========  ===================================================
+safety_first,      team       :mod:`policies.teams` (bluff factor, escalation
+growth,                       threshold per archetype)
+reliability,
+truthful,
+greedy_bluffer
+demand_priced,     broker     :mod:`policies.brokers`
+fixed_price
+random,            allocator  :mod:`policies.allocators` (observation only)
+equal_split,
+proportional,
+fifo, edf,
+best_fit,
+max_min_fair, drf
+oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
+                              needs ``env=``)
+=================  =========  ===================================================
+
+``params`` are the policy's keyword parameters (e.g. ``bluff=1.3`` for a team,
+``level=4`` for ``fixed_price``, ``pacing=1.0`` for an allocator baseline); unknown
+parameters raise ``ValueError`` naming the accepted ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from commons_arena.scenario import ScenarioConfig, load_scenario
+from commons_arena.spaces import role_of
+from policies.allocators import BASELINES
+from policies.base import Policy
+from policies.brokers import DemandPricedBroker, FixedPriceBroker
+from policies.oracle import OracleAllocator, make_oracle
+from policies.teams import ARCHETYPES, TeamPolicy, make_team_factory
+
+ROLES = ("allocator", "team", "broker")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    role: str
+    factory: Callable[..., Policy]
+    params: tuple[str, ...]  # accepted keyword parameters
+    needs_env: bool = False
+    privileged: bool = False  # reads hidden state
+
+
+def _params_of(cls: Callable[..., Any], skip: tuple[str, ...] = ("self", "config", "agent", "seed", "env")) -> tuple[str, ...]:
+    return tuple(p for p in inspect.signature(cls).parameters if p not in skip)
+
+
+_REGISTRY: dict[str, PolicySpec] = {}
+
+
+def register(spec: PolicySpec) -> None:
+    if spec.role not in ROLES:
+        raise ValueError(f"unknown role {spec.role!r}; roles are {ROLES}")
+    if spec.name in _REGISTRY:
+        raise ValueError(f"policy {spec.name!r} is already registered")
+    _REGISTRY[spec.name] = spec
+
+
+for _archetype in ARCHETYPES:
+    register(PolicySpec(_archetype, "team", make_team_factory(_archetype), ("bluff", "escalate_after")))
+for _cls in (DemandPricedBroker, FixedPriceBroker):
+    register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
+for _name, _cls in BASELINES.items():
+    register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
+register(
+    PolicySpec(
+        "oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True
+    )
+)
+
+
+def available_policies(role: str | None = None) -> list[str]:
+    """Registered policy names, all or those of one role (``allocator``, ``team``, ``broker``)."""
+    if role is not None and role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; roles are {list(ROLES)}")
+    return [name for name, spec in _REGISTRY.items() if role is None or spec.role == role]
+
+
+def policy_spec(name: str) -> PolicySpec:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def make_policy(
+    name: str,
+    config: ScenarioConfig | str,
+    agent: str,
+    env: Any = None,
+    seed: int | None = None,
+    **params: Any,
+) -> Policy:
+    """Build policy ``name`` to play ``agent`` of ``config`` (a ScenarioConfig or scenario name).
+
+    ``env`` is required by privileged policies (``oracle``) and ignored by the others.
+    """
+    config = load_scenario(config)
+    spec = policy_spec(name)
+    role = role_of(config, agent)
+    if role != spec.role:
+        raise ValueError(
+            f"policy {name!r} plays the {spec.role} role but agent {agent!r} of scenario {config.name!r} is a "
+            f"{role}; {role} policies: {', '.join(available_policies(role))}"
+        )
+    unknown = set(params) - set(spec.params)
+    if unknown:
+        raise ValueError(
+            f"policy {name!r} got unknown parameter(s) {sorted(unknown)}; it accepts {list(spec.params) or 'none'}"
+        )
+    if spec.needs_env:
+        return spec.factory(config, agent, seed=seed, env=env, **params)
+    return spec.factory(config, agent, seed=seed, **params)
+
+
+__all__ = ["ROLES", "PolicySpec", "TeamPolicy", "available_policies", "make_policy", "policy_spec", "register"]

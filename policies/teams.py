@@ -1,0 +1,129 @@
+"""Scripted teams: the five board archetypes of SPEC §9.
+
+A team knows its own true need (its observation's ``need`` field: GPUs per tier that
+would run every ready job this tick, each on its smallest fitting tier). Every archetype
+follows the same two rules and differs only in two numbers:
+
+* **declaration** (the request for next tick): ``ceil(need[k] x bluff)`` per tier ``k``,
+  clipped to the action space. A team that needs nothing on a tier declares nothing there.
+* **stance** on last tick's grant:
+
+  - ``escalate`` when ``starved_streak >= escalate_after`` (the team has been starved
+    that many ticks in a row; such an escalation is always justified, since a streak of
+    at least 1 means the team was starved last tick);
+  - else ``counter`` when last tick's grant fell short, on some tier, of the declaration
+    it answered (the ``declared`` field seen one tick earlier);
+  - else ``accept``.
+
+=================  =====  ==============  ================================================
+archetype          bluff  escalate_after  character
+=================  =====  ==============  ================================================
+``truthful``       1.00   2               declares its true need
+``safety_first``   1.10   1               near-truthful (audits hurt), escalates at once
+``reliability``    1.25   3               asks for headroom, patient, counters first
+``growth``         1.50   2               overstates to grow its share
+``greedy_bluffer`` 2.00   2               doubles its need; same temper as ``truthful``
+=================  =====  ==============  ================================================
+
+``greedy_bluffer`` and ``truthful`` share the escalation threshold on purpose: the
+misreport gain (bluffer minus truthful, SPEC §11) then measures bluffing alone.
+Both numbers can be overridden per policy (``make_policy("growth", ..., bluff=1.3)``).
+Teams are deterministic: they never draw from their generator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from commons_arena.enums import Stance
+from commons_arena.scenario import ScenarioConfig
+from policies.base import ScriptedPolicy
+
+
+@dataclass(frozen=True)
+class Archetype:
+    bluff: float  # declared = ceil(true need x bluff), per tier
+    escalate_after: int  # escalate once starved this many ticks in a row
+    doc: str
+
+
+ARCHETYPES: dict[str, Archetype] = {
+    "truthful": Archetype(1.0, 2, "declares its true need"),
+    "safety_first": Archetype(1.10, 1, "near-truthful, escalates as soon as it is starved"),
+    "reliability": Archetype(1.25, 3, "asks for headroom, patient: counters before escalating"),
+    "growth": Archetype(1.50, 2, "overstates its need to grow its share"),
+    "greedy_bluffer": Archetype(2.0, 2, "doubles its need"),
+}
+
+
+class TeamPolicy(ScriptedPolicy):
+    """One archetype: see the module docstring for the rules."""
+
+    role = "team"
+
+    def __init__(
+        self,
+        config: ScenarioConfig,
+        agent: str,
+        seed: int | None = None,
+        archetype: str = "truthful",
+        bluff: float | None = None,
+        escalate_after: int | None = None,
+    ) -> None:
+        if archetype not in ARCHETYPES:
+            raise ValueError(f"unknown archetype {archetype!r}; known: {sorted(ARCHETYPES)}")
+        base = ARCHETYPES[archetype]
+        self.name = archetype  # type: ignore[misc]
+        self.bluff = float(base.bluff if bluff is None else bluff)
+        self.escalate_after = int(base.escalate_after if escalate_after is None else escalate_after)
+        if self.bluff < 0 or not math.isfinite(self.bluff):
+            raise ValueError(f"bluff must be a finite number >= 0, got {self.bluff}")
+        if self.escalate_after < 1:
+            raise ValueError(f"escalate_after must be >= 1, got {self.escalate_after}")
+        super().__init__(config, agent, seed)
+        T = self.n_tiers
+        self._request_high = self.high[:T]
+        self._sl_need = self.obs_layout.slices["need"]
+        self._sl_grant = self.obs_layout.slices["last_grant"]
+        self._sl_declared = self.obs_layout.slices["declared"]
+        self._i_streak = self.obs_layout.slices["starved_streak"].start
+        self._out = np.zeros(T + 1, dtype=np.int64)
+
+    def clear(self) -> None:
+        self._answered: np.ndarray | None = None  # the declaration last tick's grant answered
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"bluff": self.bluff, "escalate_after": self.escalate_after}
+
+    def decide(self, obs: np.ndarray) -> np.ndarray:
+        T = self.n_tiers
+        need = obs[self._sl_need]
+        out = np.zeros(T + 1, dtype=np.int64)
+        # ceil with a small tolerance so that need x 1.0 stays exactly need
+        out[:T] = np.minimum(np.ceil(need * self.bluff - 1e-6), self._request_high)
+        streak = obs[self._i_streak]
+        if streak >= self.escalate_after:
+            out[T] = Stance.ESCALATE
+        elif self._answered is not None and bool(np.any(obs[self._sl_grant] < self._answered)):
+            out[T] = Stance.COUNTER
+        else:
+            out[T] = Stance.ACCEPT
+        # this tick's `declared` is what next tick's `last_grant` will answer
+        self._answered = obs[self._sl_declared].copy()
+        return out
+
+
+def make_team_factory(archetype: str):
+    """A constructor for one archetype, for the registry."""
+
+    def factory(config: ScenarioConfig, agent: str, seed: int | None = None, **params: Any) -> TeamPolicy:
+        return TeamPolicy(config, agent, seed, archetype=archetype, **params)
+
+    factory.__name__ = f"team_{archetype}"
+    factory.__doc__ = f"Team archetype {archetype!r}: {ARCHETYPES[archetype].doc}."
+    return factory

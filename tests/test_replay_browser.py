@@ -1,0 +1,181 @@
+"""The replay page: self-contained HTML, checked in headless Chromium.
+
+The browser tests need Debian's ``chromium`` and ``chromium-driver`` and the ``selenium``
+package (scripts/setup.sh installs them); without them the tests fail and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import pytest
+
+import commons_arena
+from commons_arena.recording import RecordEpisode
+from experiments.replay import main, write_replay
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+)
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rec") / "run.jsonl"
+    env = RecordEpisode(commons_arena.parallel_env("standard"), path)
+    for seed in (0, 1):
+        env.reset(seed=seed)
+        for agent in env.possible_agents:
+            env.action_space(agent).seed(seed)
+        while env.agents:
+            env.step({a: env.action_space(a).sample() for a in env.agents})
+    env.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(recording, tmp_path_factory):
+    return write_replay(recording, tmp_path_factory.mktemp("html") / "replay.html")
+
+
+# ------------------------------------------------------------------ without a browser
+def test_page_is_self_contained(page):
+    text = page.read_text()
+    assert not re.search(r"""<(script|link|img|iframe)[^>]*\s(src|href)\s*=\s*["'](?!data:)""", text)
+    assert "@import" not in text and "fetch(" not in text and "XMLHttpRequest" not in text
+    data = re.search(r'<script type="application/json" id="replay-data">(.*?)</script>', text, re.S).group(1)
+    assert "<" not in data  # nothing in the data can close the script element
+    episodes = json.loads(data)["episodes"]
+    assert len(episodes) == 2 and episodes[0]["header"]["scenario"] == "standard"
+
+
+def test_script_like_text_in_the_data_is_escaped(recording, tmp_path):
+    evil = tmp_path / "evil.jsonl"
+    lines = recording.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["description"] = "</script><script>window.__pwned = 1</script>"
+    evil.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    text = write_replay(evil, tmp_path / "evil.html").read_text()
+    assert "window.__pwned" in text and "</script><script>window.__pwned" not in text
+
+
+def test_main_writes_the_page(recording, tmp_path, capsys):
+    out = tmp_path / "one.html"
+    assert main([str(recording), "-o", str(out), "--episode", "1"]) == 0
+    data = re.search(r'id="replay-data">(.*?)</script>', out.read_text(), re.S).group(1)
+    assert [e["header"]["seed"] for e in json.loads(data)["episodes"]] == [1]
+    assert main([str(recording), "-o", str(out), "--episode", "9"]) == 2
+    assert "out of range" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ in Chromium
+@pytest.fixture(scope="module")
+def browser():
+    missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not found]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium (pip)")
+    if missing:
+        message = f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
+        # A missing browser is a failure, not a skip: scripts/setup.sh installs all three.
+        pytest.fail(message)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="arena-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # Collect uncaught errors and console.error calls from the very first script on.
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.__errors = [];
+        window.addEventListener("error", (e) => window.__errors.push("error: " + e.message));
+        window.addEventListener("unhandledrejection", (e) => window.__errors.push("rejection: " + e.reason));
+        const original = console.error;
+        console.error = (...args) => { window.__errors.push("console: " + args.join(" ")); original(...args); };
+    """})
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _label(driver):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, "tick-label")
+
+
+def _canvas_signature(driver, canvas_id):
+    return driver.execute_script(f"return document.getElementById('{canvas_id}').toDataURL();")
+
+
+def test_page_loads_without_errors_or_network(browser, page):
+    browser.get_log("browser")  # drop anything from before
+    browser.get_log("performance")
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.__errors") == []
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+    requests = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            requests.append(message["params"]["request"]["url"])
+    # (the browser's own chrome:// pages may show up; nothing may go to the network)
+    assert [u for u in requests if u.split(":", 1)[0] in ("http", "https", "ws", "wss", "ftp")] == []
+    assert any(u.startswith("file:") for u in requests)  # the log did capture the page load
+    assert _label(browser).text == "tick 0 of 12"
+    # every canvas panel drew something
+    for canvas in ("bars", "broker", "money", "returns"):
+        painted = browser.execute_script(f"""
+            const c = document.getElementById('{canvas}');
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+            return n;""")
+        assert painted > 500, canvas
+
+
+def test_moving_the_slider_changes_the_tick(browser, page):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(page.as_uri())
+    slider = browser.find_element(By.ID, "tick-slider")
+    bars = _canvas_signature(browser, "bars")
+    log = browser.find_element(By.ID, "log").get_attribute("innerHTML")
+    assert _label(browser).get_attribute("data-tick") == "0"
+
+    slider.send_keys(Keys.ARROW_RIGHT)
+    slider.send_keys(Keys.ARROW_RIGHT)
+    assert _label(browser).get_attribute("data-tick") == "2"
+    assert _label(browser).text == "tick 2 of 12"
+    assert _canvas_signature(browser, "bars") != bars
+    assert browser.find_element(By.ID, "log").get_attribute("innerHTML") != log
+
+    # drag with the mouse: click near the right end of the slider
+    width = slider.size["width"]
+    ActionChains(browser).move_to_element_with_offset(slider, width // 2 - 3, 0).click().perform()
+    last = int(slider.get_attribute("max"))
+    assert int(_label(browser).get_attribute("data-tick")) == last
+
+    browser.find_element(By.ID, "prev").click()
+    assert int(_label(browser).get_attribute("data-tick")) == last - 1
+
+    # the second episode
+    browser.execute_script("""const s = document.getElementById('episode-select');
+                              s.value = '1'; s.dispatchEvent(new Event('change'));""")
+    assert _label(browser).get_attribute("data-tick") == "0"
+    assert "seed 1" in browser.find_element(By.ID, "meta").text
+    assert browser.execute_script("return window.__errors") == []
