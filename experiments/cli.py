@@ -63,11 +63,18 @@ class Play:
     """roster TOML, or 'default' for the scenario's population; omit for random actions"""
     quiet: bool = False
     """print only the final totals"""
+    record: Path | None = None
+    """write the episode as JSON lines here (view it with `commons-arena replay`)"""
 
     def run(self) -> dict[str, dict[str, float]]:
-        env = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "human")
-        print(f"scenario {env.config.name} (hash {env.config.content_hash}), seed {self.seed}")
-        actors = self._actors(env)
+        base = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "human")
+        print(f"scenario {base.config.name} (hash {base.config.content_hash}), seed {self.seed}")
+        actors = self._actors(base)
+        env = base
+        if self.record is not None:
+            from commons_arena.recording import RecordEpisode
+
+            env = RecordEpisode(base, self.record)
         observations, _ = env.reset(seed=self.seed)
         infos: dict = {}
         while env.agents:
@@ -78,6 +85,9 @@ class Play:
         for agent, episode in summary.items():
             terms = ", ".join(f"{k.removeprefix('term/')} {v:+.1f}" for k, v in episode.items() if k.startswith("term/"))
             print(f"  {agent:<10} return {episode['return']:+8.2f}   ({terms})")
+        if self.record is not None:
+            env.close()
+            print(f"recorded to {self.record}")
         stats = summary[env.possible_agents[0]]
         print(
             f"  jobs completed {stats['completed']:.0f}, missed {stats['missed']:.0f}; spend {stats['spend']:.1f}; "
@@ -102,7 +112,68 @@ class Play:
         return {agent: policies[agent].act for agent in env.possible_agents}
 
 
-Subcommand = Annotated[Scenarios, tyro.conf.subcommand("scenarios")] | Annotated[Play, tyro.conf.subcommand("play")]
+@dataclass
+class Evaluate:
+    """Table per scenario x allocator (mean ± 95% CI, normalised score, statistics) and the
+    misreport-gain table; written as CSV + markdown with a score plot."""
+
+    scenarios: tuple[str, ...] = ("standard",)
+    """scenario names or TOML paths; 'all' for every shipped scenario"""
+    allocators: tuple[str, ...] = ("equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf")
+    """allocator policies (random and oracle always run: they anchor the score); a learned
+    allocator is 'learned:<checkpoint dir>'"""
+    seeds: int = 20
+    """number of seeds"""
+    first_seed: int = 1000
+    """seeds are first_seed .. first_seed + seeds - 1"""
+    misreport: bool = True
+    """also compute each team's misreport gain (greedy_bluffer minus truthful)"""
+    out: Path = Path("results/evaluation")
+    """output folder"""
+
+    def run(self):
+        from experiments.evaluate import evaluate, markdown_table, write_tables
+
+        scenarios = commons_arena.list_scenarios() if self.scenarios == ("all",) else list(self.scenarios)
+        seeds = list(range(self.first_seed, self.first_seed + self.seeds))
+        for name in scenarios:
+            cfg = commons_arena.load_scenario(name)
+            print(f"scenario {cfg.name}: hash {cfg.content_hash}")
+        result = evaluate(scenarios, list(self.allocators), seeds, misreport=self.misreport)
+        print(markdown_table(result.rows))
+        if result.misreport:
+            print("\nmisreport gain (team return as greedy_bluffer minus as truthful)")
+            print(markdown_table(result.misreport))
+        for path in write_tables(result, self.out):
+            print(f"wrote {path}")
+        return result
+
+
+@dataclass
+class Replay:
+    """Turn a recording (JSON lines from RecordEpisode) into one self-contained HTML page."""
+
+    recording: tyro.conf.Positional[Path]
+    """the .jsonl recording"""
+    output: Annotated[Path, tyro.conf.arg(aliases=("-o",))] = Path("replay.html")
+    """HTML file to write"""
+    episode: int | None = None
+    """only this episode of the recording (default: all, with a selector)"""
+
+    def run(self) -> Path:
+        from experiments.replay import write_replay
+
+        path = write_replay(self.recording, self.output, episode=self.episode)
+        print(f"wrote {path}")
+        return path
+
+
+Subcommand = (
+    Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
+    | Annotated[Play, tyro.conf.subcommand("play")]
+    | Annotated[Evaluate, tyro.conf.subcommand("evaluate")]
+    | Annotated[Replay, tyro.conf.subcommand("replay")]
+)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 from tqdm import tqdm
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from experiments.plots import mean_ci
 from policies.population import Population, run_episode
 
 RANDOM, ORACLE = "random", "oracle"
@@ -52,11 +52,9 @@ STAT_COLUMNS = TABLE_COLUMNS[6:]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t confidence interval."""
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return float(x.mean()), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    """Mean and the half-width of its 95% Student-t confidence interval (0 for one value)."""
+    mean, _, high = mean_ci(values, 0.95)
+    return mean, high - mean
 
 
 def normalised_score(reward: float, random_reward: float, oracle_reward: float) -> float:
@@ -67,6 +65,7 @@ def normalised_score(reward: float, random_reward: float, oracle_reward: float) 
 @dataclass
 class EvaluationResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
+    episode_scores: list[dict[str, Any]] = field(default_factory=list)  # one row per episode
     misreport: list[dict[str, Any]] = field(default_factory=list)
     episodes: dict[tuple[str, str], list[dict[str, dict[str, float]]]] = field(default_factory=dict)
 
@@ -76,8 +75,11 @@ def play_many(
 ) -> list[dict[str, dict[str, float]]]:
     """One episode per seed with ``allocator`` against the scenario's background population."""
     env = commons_arena.parallel_env(scenario=scenario)
-    population = Population.default(env.config).with_policies({ALLOCATOR: allocator, **(overrides or {})})
-    return [run_episode(env, population, seed) for seed in seeds]
+    population = Population.default(env.config).with_agent(ALLOCATOR, allocator)
+    for agent, policy in (overrides or {}).items():
+        population = population.with_agent(agent, policy)
+    policies = population.build(env.config, env=env)  # built once, reset per episode
+    return [run_episode(env, policies, seed) for seed in seeds]
 
 
 def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
@@ -125,6 +127,11 @@ def evaluate(
             row = summarise(scenario, allocator, result.episodes[(scenario, allocator)])
             row["score"] = normalised_score(row["reward_mean"], anchors[RANDOM], anchors[ORACLE])
             result.rows.append(row)
+            for seed, episode in zip(seeds, result.episodes[(scenario, allocator)]):
+                result.episode_scores.append({
+                    "scenario": scenario, "policy": allocator, "seed": seed,
+                    "score": normalised_score(episode[ALLOCATOR]["return"], anchors[RANDOM], anchors[ORACLE]),
+                })
     if misreport:
         for scenario in scenarios:
             for allocator in allocators:
@@ -155,9 +162,14 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_tables(result: EvaluationResult, out: Path) -> list[Path]:
+def write_tables(result: EvaluationResult, out: Path, plot: bool = True) -> list[Path]:
+    """CSV + markdown per table, and the score bars (per-episode scores, 95% CI) as PNG."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    if plot and result.episode_scores:
+        from experiments.plots import score_bars
+
+        written.append(score_bars(result.episode_scores, out / "scores.png", title="normalised score (random 0, oracle 1)"))
     for name, rows in (("evaluation", result.rows), ("misreport", result.misreport)):
         if not rows:
             continue

@@ -57,6 +57,7 @@ solves it in a few milliseconds (``experiments/bench_scripted.py`` prints the fi
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,9 @@ from commons_arena.spaces import action_layout
 
 EPS_MONEY = 1e-6
 BUY_TIEBREAK = 1e-6  # a tiny cost per bought GPU so free offers are not bought for nothing
+# The feasibility-jump heuristic costs several ms per solve on these tiny models and
+# never helps them (measured: 5x faster without it, same optima).
+HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False}
 
 
 @dataclass(slots=True)
@@ -383,13 +387,16 @@ class OracleAllocator:
                     rhi.append(job.gpus - 1.0)
 
         constraints = LinearConstraint(np.array(rows), np.array(rlo), np.array(rhi)) if rows else None
-        res = milp(
-            c,
-            integrality=integrality,
-            bounds=Bounds(lb, ub),
-            constraints=constraints,
-            options={"time_limit": self.time_limit, "presolve": True},
-        )
+        with warnings.catch_warnings():
+            # HiGHS options scipy does not list are passed through verbatim, with a warning
+            warnings.simplefilter("ignore")
+            res = milp(
+                c,
+                integrality=integrality,
+                bounds=Bounds(lb, ub),
+                constraints=constraints,
+                options={"time_limit": self.time_limit, "presolve": True, **HIGHS_OPTIONS},
+            )
         self.last_solve = {"variables": n, "constraints": len(rows), "status": res.status, "objective": res.fun}
         if res.x is None:
             return action  # no solution in time: grant nothing (never happens in practice)
