@@ -5,7 +5,7 @@ from __future__ import annotations
 from pettingzoo.utils import parallel_to_aec
 from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 
-from commons_arena.env import ArenaEnv
+from commons_arena.env import ArenaEnv, EpisodeStateError
 from commons_arena.scenario import ScenarioConfig, ScenarioError, list_scenarios, load_scenario
 from commons_arena.spaces import action_layout, observation_layout
 
@@ -31,6 +31,7 @@ make = parallel_env
 
 __all__ = [
     "ArenaEnv",
+    "EpisodeStateError",
     "ScenarioConfig",
     "ScenarioError",
     "__version__",

@@ -53,7 +53,9 @@ except revealed needs and the coarse `pressure` signal given to the allocator.
 
 allocator `[buy per tier, grant per team x tier]`; team `[request per tier, stance]`;
 broker `[quantity per tier, price level per tier]`. Values outside the space, NaN, a wrong
-shape, or an unknown or finished agent raise `ValueError` and leave the state unchanged.
+shape, or an unknown agent raise `ValueError` and leave the state unchanged. All agents
+finish together, so an action for a finished agent is a step after the end: it raises
+`EpisodeStateError` (both a `RuntimeError` and a `ValueError`), as does `step()` before `reset()`.
 Agents missing from the action dict play a no-op (all zeros).
 
 ## Rewards (weights from the scenario; `infos[agent]["reward_terms"]` sums to the reward)
@@ -112,6 +114,13 @@ EPISODE_STATS = (
     "exposed_bluffs",
     "ticks",
 )
+
+
+class EpisodeStateError(RuntimeError, ValueError):
+    """``step()`` with no episode running (before ``reset()`` or after the end).
+
+    A RuntimeError (wrong call order) and a ValueError (an action for a finished agent),
+    so either ``except`` catches it."""
 
 
 class ArenaEnv(ParallelEnv):
@@ -180,9 +189,11 @@ class ArenaEnv(ParallelEnv):
 
     def step(self, actions: dict[str, Any]):
         if self._state is None:
-            raise RuntimeError("step() called before reset(); call reset(seed=...) first")
+            raise EpisodeStateError("step() called before reset(); call reset(seed=...) first")
         if not self.agents:
-            raise RuntimeError("step() called after the episode ended; call reset() to start a new one")
+            raise EpisodeStateError(
+                "step() called after the episode ended (every agent has finished); call reset() to start a new one"
+            )
         acts = self._checked_actions(actions)
         s, cfg, T = self._state, self.config, len(self.config.gpu_tiers)
         t = s.t

@@ -169,8 +169,8 @@ class Episode:
         satisfaction = []
         for i, team_jobs in enumerate(jobs):
             prior = before[i] + [(PENDING, j.work) for j in team_jobs[len(before[i]):]]  # shock-injected now
-            for j, (status, _) in zip(team_jobs[len(before[i]):], prior[len(before[i]):]):
-                assert j.arrival == t and status == PENDING
+            for j in team_jobs[len(before[i]):]:
+                assert j.arrival == t, f"job {j.id} appeared at tick {t} but arrives at {j.arrival}"
             expect = [list(p) for p in prior]
             order = sorted(range(len(team_jobs)), key=lambda k: (team_jobs[k].deadline, -team_jobs[k].priority, k))
             ready = [k for k in order if prior[k][0] == PENDING and team_jobs[k].arrival <= t

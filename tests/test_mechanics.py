@@ -193,7 +193,7 @@ def test_broker_profit() -> None:
     assert market.broker_profit(np.array([1, 0]), np.array([0.5, 5.0]), np.array([1.0, 2.0])) == -0.5
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, database=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.floats(0, 20)), min_size=1, max_size=4),
        st.floats(0, 100))
 def test_purchase_repair_properties(rows, budget) -> None:
@@ -230,7 +230,7 @@ def test_grant_repair_other_case() -> None:
     assert fixed[:, 0].tolist() == [0, 0] and cut == 6
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(1, 8).flatmap(lambda n: st.tuples(
     st.lists(st.lists(st.integers(0, 12), min_size=3, max_size=3), min_size=n, max_size=n),
     st.lists(st.integers(0, 15), min_size=3, max_size=3))))
@@ -289,7 +289,7 @@ def test_soft_cap_charges_only_the_new_excess() -> None:
     assert carbon.over_cap_increment(10.0, 10.0, 10.0) == 0.0
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, database=None)
 @given(st.lists(st.lists(st.integers(0, 5), min_size=3, max_size=3), min_size=1, max_size=5),
        st.floats(0, 3), st.floats(-5, 20))
 def test_hard_cap_properties(rows, intensity, headroom) -> None:
