@@ -150,6 +150,36 @@ class Evaluate:
 
 
 @dataclass
+class Tournament:
+    """Every allocator on every scenario and seed, ranked per match and rated (openskill)."""
+
+    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    """scenario names or TOML paths; 'all' for every shipped scenario"""
+    allocators: tuple[str, ...] = ("equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf")
+    """allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained one"""
+    seeds: int = 20
+    """matches per scenario"""
+    first_seed: int = 5000
+    """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
+    out: Path = Path("results/tournament")
+    """output folder"""
+
+    def run(self):
+        from experiments.evaluate import markdown_table
+        from experiments.tournament import tournament, write_standings
+
+        scenarios = commons_arena.list_scenarios() if self.scenarios == ("all",) else list(self.scenarios)
+        seeds = list(range(self.first_seed, self.first_seed + self.seeds))
+        result = tournament(scenarios, list(self.allocators), seeds)
+        print(markdown_table(result.evaluation.rows))
+        print("\nstandings")
+        print(markdown_table(result.standings))
+        for path in write_standings(result, self.out):
+            print(f"wrote {path}")
+        return result
+
+
+@dataclass
 class Replay:
     """Turn a recording (JSON lines from RecordEpisode) into one self-contained HTML page."""
 
@@ -172,6 +202,7 @@ Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
     | Annotated[Evaluate, tyro.conf.subcommand("evaluate")]
+    | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
 )
 
