@@ -75,7 +75,9 @@ def main(args: Args) -> dict[str, float]:
         for e in range(args.episodes):
             total_ticks += play(env, policies, args.seed + e, b_clock)
         b_wall = time.perf_counter() - b_start
-        print(f"  {name:<13} {args.episodes / b_wall:7.1f} episodes/s  (policies {b_clock['policies'] / b_wall:4.0%} of the time)")
+        print(
+            f"  {name:<13} {args.episodes / b_wall:7.1f} episodes/s  (policies {b_clock['policies'] / b_wall:4.0%} of the time)"
+        )
         total_episodes += args.episodes
         for key in clock:
             clock[key] += b_clock[key]

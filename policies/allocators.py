@@ -10,7 +10,9 @@ lists in the config are never read. Each tick it:
 3. **grants** the capacity ``online + bought`` by its own rule (table below).
 
 Grants never exceed ``online + bought`` per tier and purchases never exceed the offer or
-the budget, so no baseline is ever repaired (``invalid`` = 0).
+the budget, so a baseline is repaired (``invalid`` units) only when something it could not
+see coming cuts its grants: an incident firing in the tick it acts, or a hard carbon cap
+(baselines ignore carbon; the env cuts the most power-hungry grants).
 
 **Shortfall buying** (every baseline except ``random`` and ``best_fit``): per tier, buy
 ``min(offer, total demand - online)``, cheapest unit price first, while the tick's spend
@@ -36,9 +38,13 @@ baseline            grant rule per tick
                     (shortest first), then team order; each served in full per tier
 ``best_fit``        requests are placed largest-memory tier first (the large-memory demand gets
                     the big GPUs before small jobs spill into them), each on the *smallest* tier
-                    with at least the requested memory that has room for the whole request, else
-                    split upward from the smallest fitting tier; only what owned capacity cannot
-                    hold is bought, from the cheapest offered tier that fits (same pacing cap)
+                    with at least the requested memory. When that tier is full, a team with no
+                    urgent work (``pressure`` 0) takes what it has and *waits* for the rest
+                    (best fit defers rather than upgrade or buy: the best-fitting GPUs free up
+                    or come back online); an urgent team's request goes whole onto the smallest
+                    larger tier with room, else is split upward, and only what owned capacity
+                    cannot hold is bought, from the cheapest offered tier that fits (same pacing
+                    cap). ``defer=False``: nobody waits
 ``max_min_fair``    per tier, water-filling on demand: equal shares, capped at demand, the excess
                     redistributed until capacity or demand runs out (odd GPUs rotate by tick)
 ``drf``             dominant resource fairness across tiers: repeatedly give one GPU to the team
@@ -278,6 +284,21 @@ class EdfAllocator(AllocatorBaseline):
 class BestFitAllocator(AllocatorBaseline):
     name = "best_fit"
 
+    def __init__(
+        self,
+        config: ScenarioConfig,
+        agent: str = "allocator",
+        seed: int | None = None,
+        pacing: float = 2.0,
+        defer: bool = True,
+    ):
+        self.defer = bool(defer)
+        super().__init__(config, agent, seed, pacing)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"pacing": self.pacing, "defer": self.defer}
+
     def decide(self, obs: np.ndarray) -> list[int]:
         v = self.read(obs)
         N, T, rank = self.n_teams, self.n_tiers, self._rank
@@ -287,6 +308,12 @@ class BestFitAllocator(AllocatorBaseline):
         requests.sort(key=lambda r: (-rank[r[1]], -r[2], r[0]))
         unmet = []
         for i, k, n in requests:
+            if self.defer and v.pressure[i] < 0.5 and left[k] < n:
+                # not urgent: take what the best-fitting tier has, the rest waits for it
+                give = left[k]
+                grant[i][k] += give
+                left[k] -= give
+                continue
             tiers = self._serves[k]
             whole = next((j for j in tiers if left[j] >= n), None)
             if whole is not None:

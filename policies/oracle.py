@@ -15,14 +15,18 @@ intensity spikes). Random shocks are not foreseen; the plan is re-solved every t
 **Model (a time-indexed MILP over ticks t .. t+H-1, H = the rest of the episode by
 default; only tick t's part is executed).** Variables:
 
-* ``x[j,k,u]`` binary: job ``j`` runs on tier ``k`` (a fitting tier that can hold all its
-  GPUs at once — gang placement) in tick ``u`` of its window (arrival .. deadline; tick
-  ``t`` only if it is ready now);
-* ``c[j]`` binary: ``j`` completes within the horizon (``sum gpus*speed*x >= remaining*c``);
-  ``z[j]`` in [0, 1] instead when its deadline lies past a truncated horizon (progress share);
-* ``b[k,u]`` integer spot purchases (tick t: the visible offer and price; later ticks: the
-  broker's inventory at an estimated price — the current base price, scaled by scheduled
-  crises), all within the budget;
+* ``x[j,k,u]``: job ``j`` runs on tier ``k`` (a fitting tier that can hold all its GPUs at
+  once — gang placement) in tick ``u`` of its window (arrival .. deadline; tick ``t`` only
+  if it is ready now). **Binary at tick t** — the decision actually played is exact —
+  and LP-relaxed to [0, 1] for later ticks (``exact_ticks=1``; a plan, re-made next tick,
+  so an optimistic but structure-keeping estimate of the future is enough, and it keeps
+  every solve in milliseconds; ``exact_ticks=None`` makes the whole horizon binary);
+* ``c[j]`` binary: ``j`` completes within the horizon (``sum gpus*speed*x >= remaining*c``,
+  with the valid cut ``sum x >= c * ceil(remaining / best rate)``); ``z[j]`` in [0, 1]
+  instead when its deadline lies past a truncated horizon (its progress share);
+* ``b[k,u]`` spot purchases (tick t: integer, from the visible offer at its price; later
+  ticks: the broker's inventory at an estimated price — the base price of the current
+  offer, scaled by scheduled crises), all within the budget;
 * ``s[i]`` binary: team ``i`` starved at tick t (some ready job not placed);
 * ``o >= 0``: kg over a soft carbon cap over the horizon (a hard cap bounds the kg instead).
 
@@ -50,10 +54,11 @@ t are exactly the planned GPUs, so nothing is idle and nothing is repaired.
 
 Fairness (Jain, a small term) and escalations after tick t are left out.
 
-Speed: most ticks have little contention; when the greedy placement of every ready job on
-its own best tier is feasible and consistent and nothing else could add value, that is
-optimal and the solver is skipped. Otherwise HiGHS solves a few hundred binaries in
-milliseconds (``experiments/bench_scripted.py`` prints the figure).
+Speed: when every unresolved job is ready now and can finish this tick on its cheapest
+tier within the online GPUs, that placement is optimal and the solver is skipped;
+otherwise HiGHS (``scipy.optimize.milp``, feasibility-jump heuristic off) solves a model
+of a few hundred columns in a few milliseconds. ``experiments/bench_scripted.py`` prints
+the mean time per tick.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ EPS_MONEY = 1e-6
 BUY_TIEBREAK = 1e-6  # a tiny cost per bought GPU so free offers are not bought for nothing
 # The feasibility-jump heuristic costs several ms per solve on these small models and
 # never helps them (measured: about 5x faster without it, same optima).
-HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False}
+HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False, "output_flag": False}
 
 
 @dataclass(slots=True)
@@ -126,7 +131,7 @@ class _Builder:
         self.rlo.append(lo)
         self.rhi.append(hi)
 
-    def solve(self, time_limit: float):
+    def solve(self, time_limit: float, mip_gap: float):
         n = len(self.cost)
         constraints = None
         if self.rlo:
@@ -140,7 +145,7 @@ class _Builder:
                 integrality=np.array(self.integer),
                 bounds=Bounds(np.array(self.lb), np.array(self.ub)),
                 constraints=constraints,
-                options={"time_limit": time_limit, "presolve": True, **HIGHS_OPTIONS},
+                options={"time_limit": time_limit, "presolve": True, "mip_rel_gap": mip_gap, **HIGHS_OPTIONS},
             )
 
 
@@ -157,7 +162,10 @@ class OracleAllocator:
         seed: int | None = None,
         horizon: int | None = None,
         early: float = 0.02,
+        mip_gap: float = 1e-4,
         time_limit: float = 5.0,
+        cuts: bool = True,
+        exact_ticks: int | None = 1,
     ) -> None:
         env = getattr(env, "unwrapped", env)
         if not hasattr(env, "hidden_state"):
@@ -172,6 +180,10 @@ class OracleAllocator:
         self.horizon = horizon
         self.early = float(early)
         self.time_limit = float(time_limit)
+        self.mip_gap = float(mip_gap)
+        self.cuts = bool(cuts)
+        # ticks t .. t+exact_ticks-1 keep binary placements; later ones are LP-relaxed
+        self.exact_ticks = 10**6 if exact_ticks is None else max(int(exact_ticks), 1)
         tiers = config.gpu_tiers
         self.n_tiers, self.n_teams = len(tiers), len(config.teams)
         self.high = action_layout(config, agent).high.astype(np.int64)
@@ -255,8 +267,21 @@ class OracleAllocator:
                     continue  # can never run
                 pending = [(i, job.deps[m]) for m, d in enumerate(deps) if d.status != DONE]
                 ready = job.arrival <= t and not pending
-                raw.append((i, edf_key(job, idx), job.fits, job.gpus, job.remaining, job.arrival, job.deadline,
-                            job.value, ready, pending, (i, idx)))
+                raw.append(
+                    (
+                        i,
+                        edf_key(job, idx),
+                        job.fits,
+                        job.gpus,
+                        job.remaining,
+                        job.arrival,
+                        job.deadline,
+                        job.value,
+                        ready,
+                        pending,
+                        (i, idx),
+                    )
+                )
         for m, spec in enumerate(spec for spec in cfg.shocks if spec.tick is not None and t <= spec.tick <= last):
             if spec.job is None:
                 continue
@@ -264,8 +289,21 @@ class OracleAllocator:
             tmpl = spec.job
             idx = len(s.jobs[i]) + m
             deadline = spec.tick + tmpl.slack
-            raw.append((i, (deadline, -tmpl.priority, idx), fitting_tiers(tmpl.min_memory_gb, tiers), tmpl.gpus,
-                        tmpl.work, spec.tick, deadline, tmpl.value, spec.tick == t, [], (i, idx)))
+            raw.append(
+                (
+                    i,
+                    (deadline, -tmpl.priority, idx),
+                    fitting_tiers(tmpl.min_memory_gb, tiers),
+                    tmpl.gpus,
+                    tmpl.work,
+                    spec.tick,
+                    deadline,
+                    tmpl.value,
+                    spec.tick == t,
+                    [],
+                    (i, idx),
+                )
+            )
         planner_index = {r[-1]: n for n, r in enumerate(raw)}
         jobs = []
         for i, key, fits, gpus, remaining, arrival, deadline, value, ready, pending, _ in raw:
@@ -274,9 +312,15 @@ class OracleAllocator:
             stake = (w.job_value + (w.missed if missable else 0.0)) * value
             jobs.append(
                 _Job(
-                    team=i, key=key, gpus=gpus, fits=usable, remaining=remaining,
+                    team=i,
+                    key=key,
+                    gpus=gpus,
+                    fits=usable,
+                    remaining=remaining,
                     first=max(t, arrival) if ready or arrival > t else t + 1,
-                    last=min(deadline, last), stake=stake, ready_now=ready,
+                    last=min(deadline, last),
+                    stake=stake,
+                    ready_now=ready,
                     beyond=truncated and deadline > last,
                     preds=[planner_index[p] for p in pending if p in planner_index],
                 )
@@ -323,8 +367,12 @@ class OracleAllocator:
                     if online[u - t][k] + qty[u - t][k] < j.gpus:
                         continue
                     progress = j.gpus * self._speed[k]
-                    bonus = self.early * j.stake * min(progress / j.remaining, 1.0) * (last - u + 1) / span
-                    j.xs[(k, u)] = m.var(-(bonus - w.spend * self._op_cost[k] * j.gpus))
+                    bonus = 0.0
+                    if can_finish or j.beyond:  # hopeless jobs earn nothing (placing one only avoids starving)
+                        bonus = self.early * j.stake * min(progress / j.remaining, 1.0) * (last - u + 1) / span
+                    j.xs[(k, u)] = m.var(
+                        -(bonus - w.spend * self._op_cost[k] * j.gpus), integer=u < t + self.exact_ticks
+                    )
             if not j.xs:
                 continue
             ticks = {u for (_, u) in j.xs}
@@ -339,12 +387,18 @@ class OracleAllocator:
             elif can_finish:
                 c = m.var(-j.stake)
                 m.row(progress_terms + [(c, -j.remaining)], lo=0.0)
+                if self.cuts:
+                    # valid cut: completing takes at least ceil(remaining / best rate) ticks
+                    n_min = -(-j.remaining // rate) if rate > 0 else 1
+                    m.row([(v, 1.0) for v in j.xs.values()] + [(c, -float(n_min))], lo=0.0)
         # ---- dependencies: a job runs at u only if each predecessor completed by u - 1
         for j in jobs:
             for p_index in j.preds:
                 p = jobs[p_index]
-                for (k, u), v in list(j.xs.items()):
-                    done_before = [(pv, p.gpus * self._speed[pk] / p.remaining) for (pk, pu), pv in p.xs.items() if pu < u]
+                for (_, u), v in list(j.xs.items()):
+                    done_before = [
+                        (pv, p.gpus * self._speed[pk] / p.remaining) for (pk, pu), pv in p.xs.items() if pu < u
+                    ]
                     if not done_before:
                         m.ub[v] = 0.0
                         continue
@@ -359,7 +413,11 @@ class OracleAllocator:
         spend_terms: list[tuple[int, float]] = []
         for (k, u), terms in sorted(by_slot.items(), key=lambda item: (item[0][1], item[0][0])):
             if qty[u - t][k] > 0:
-                b = m.var(w.spend * price[u - t][k] + BUY_TIEBREAK, ub=float(qty[u - t][k]))
+                b = m.var(
+                    w.spend * price[u - t][k] + BUY_TIEBREAK,
+                    ub=float(qty[u - t][k]),
+                    integer=u < t + self.exact_ticks,
+                )
                 buys[(k, u)] = b
                 terms = terms + [(b, -1.0)]
                 spend_terms.append((b, price[u - t][k]))
@@ -397,9 +455,13 @@ class OracleAllocator:
                     terms += [(j.xs[(kp, t)], -float(big_m)) for kp in j.fits[: pos + 1] if (kp, t) in j.xs]
                     m.row(terms, hi=j.gpus - 1.0)
 
-        res = m.solve(self.time_limit)
-        self.last_solve = {"variables": len(m.cost), "constraints": len(m.rlo), "status": res.status,
-                           "objective": res.fun}
+        res = m.solve(self.time_limit, self.mip_gap)
+        self.last_solve = {
+            "variables": len(m.cost),
+            "constraints": len(m.rlo),
+            "status": res.status,
+            "objective": res.fun,
+        }
         if res.x is None:
             return action  # no solution in time: grant nothing (never seen in practice)
         sol = np.rint(res.x).astype(np.int64)
@@ -421,12 +483,11 @@ class OracleAllocator:
     def _uncontended(self, jobs, ready, online, kg, carbon_used: float, t: int, last: int) -> np.ndarray | None:
         """The optimum without a solver when nothing competes, else None.
 
-        Applies when every unresolved job is ready now, can finish this tick on its first
-        usable tier, all of them fit the online GPUs together on those tiers (which is then
-        exactly what the runner does), each is worth more than its operating cost, and the
-        carbon stays within the cap: every job then completes now at its cheapest-to-run
-        placement, which no plan can beat (later or faster tiers cost at least as much is
-        *not* assumed: a faster tier is only chosen by the MILP if it is cheaper).
+        Applies when every unresolved job is ready now and finishes this tick on its first
+        fitting tier (where the runner puts it), that tier is its cheapest to run, all of
+        them fit the online GPUs together, each is worth more than its operating cost and
+        the carbon stays within the cap. Every job then completes now at the least
+        possible cost, with nothing bought and nobody starved: no plan does better.
         """
         if any(not j.ready_now for j in jobs):
             return None
@@ -452,7 +513,9 @@ class OracleAllocator:
         return grant
 
 
-def make_oracle(config, agent: str = ALLOCATOR, seed: int | None = None, env: Any = None, **params: Any) -> OracleAllocator:
+def make_oracle(
+    config, agent: str = ALLOCATOR, seed: int | None = None, env: Any = None, **params: Any
+) -> OracleAllocator:
     """Registry constructor: the oracle needs ``env`` (it reads ``env.hidden_state()``)."""
     if env is None:
         raise ValueError("policy 'oracle' reads the env's hidden state: pass env=<the ArenaEnv it will play in>")

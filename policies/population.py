@@ -70,7 +70,7 @@ class Entry:
             data = dict(value)
             policy = data.pop("policy", None)
             if not isinstance(policy, str):
-                raise PopulationError(f"{where}: a table entry needs policy = \"<name>\", got {dict(value)!r}")
+                raise PopulationError(f'{where}: a table entry needs policy = "<name>", got {dict(value)!r}')
             return cls(policy, data)
         raise PopulationError(f"{where}: expected a policy name or a table with 'policy', got {value!r}")
 
@@ -128,7 +128,9 @@ class Population:
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> Population:
         unknown = set(data) - {"name", "agents", "roles"}
         if unknown:
-            raise PopulationError(f"population {source}: unknown key(s) {sorted(unknown)}; expected name, roles, agents")
+            raise PopulationError(
+                f"population {source}: unknown key(s) {sorted(unknown)}; expected name, roles, agents"
+            )
         for key in ("agents", "roles"):
             if key in data and not isinstance(data[key], Mapping):
                 raise PopulationError(f"population {source}: '{key}' must be a table")
@@ -215,7 +217,9 @@ class Population:
             out[agent] = entry  # type: ignore[assignment]
         return out
 
-    def build(self, config: ScenarioConfig | str, env: ArenaEnv | None = None, strict: bool = True) -> dict[str, Policy]:
+    def build(
+        self, config: ScenarioConfig | str, env: ArenaEnv | None = None, strict: bool = True
+    ) -> dict[str, Policy]:
         """One policy per agent of ``config`` (``env`` is needed by privileged policies)."""
         config = load_scenario(config)
         return {

@@ -53,7 +53,9 @@ class PolicySpec:
     privileged: bool = False  # reads hidden state
 
 
-def _params_of(cls: Callable[..., Any], skip: tuple[str, ...] = ("self", "config", "agent", "seed", "env")) -> tuple[str, ...]:
+def _params_of(
+    cls: Callable[..., Any], skip: tuple[str, ...] = ("self", "config", "agent", "seed", "env")
+) -> tuple[str, ...]:
     return tuple(p for p in inspect.signature(cls).parameters if p not in skip)
 
 
@@ -74,11 +76,7 @@ for _cls in (DemandPricedBroker, FixedPriceBroker):
     register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
 for _name, _cls in BASELINES.items():
     register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
-register(
-    PolicySpec(
-        "oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True
-    )
-)
+register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
 
 def available_policies(role: str | None = None) -> list[str]:

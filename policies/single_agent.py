@@ -29,8 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from commons_arena.env import ArenaEnv
 from commons_arena.enums import ALLOCATOR
+from commons_arena.env import ArenaEnv
 from commons_arena.scenario import ScenarioConfig
 from policies.population import Population, policy_seed
 
@@ -55,7 +55,9 @@ class SingleAgentEnv(gym.Env):
         self.arena = ArenaEnv(scenario=scenario)
         self.config = self.arena.config
         if agent not in self.arena.possible_agents:
-            raise ValueError(f"unknown agent {agent!r}; agents of {self.config.name!r} are {self.arena.possible_agents}")
+            raise ValueError(
+                f"unknown agent {agent!r}; agents of {self.config.name!r} are {self.arena.possible_agents}"
+            )
         self.agent = agent
         self.population = population if population is not None else Population.default(self.config)
         resolved = self.population.resolve(self.config, strict=False)
@@ -85,7 +87,13 @@ class SingleAgentEnv(gym.Env):
         actions[self.agent] = action
         obs, rewards, terminations, truncations, infos = self.arena.step(actions)
         self._observations = obs
-        return obs[self.agent], rewards[self.agent], terminations[self.agent], truncations[self.agent], infos[self.agent]
+        return (
+            obs[self.agent],
+            rewards[self.agent],
+            terminations[self.agent],
+            truncations[self.agent],
+            infos[self.agent],
+        )
 
     def render(self) -> str | None:
         if self.render_mode is None:

@@ -2,20 +2,44 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
 
 import commons_arena
-from policies import Population, make_policy, run_episode
+from policies import Population, available_policies, make_policy, run_episode
 from policies.oracle import OracleAllocator
 
 SEEDS = range(10)
+VALIDITY_SEEDS = tuple(range(20))  # SPEC §11 / issue 3: claims hold over >= 20 seeds
+BASELINES = [p for p in available_policies("allocator") if p != "oracle"]
 
 
 def mean_return(env, allocator: str, seeds=SEEDS) -> float:
     population = Population(agents={"allocator": allocator})
     policies = population.build(env.config, env=env)
     return float(np.mean([run_episode(env, policies, seed)["allocator"]["return"] for seed in seeds]))
+
+
+@cache
+def allocator_returns(scenario: str, allocator: str, seeds: tuple[int, ...] = VALIDITY_SEEDS) -> tuple[float, ...]:
+    """The allocator's episode returns against the scenario's background (cached per session)."""
+    env = commons_arena.parallel_env(scenario)
+    policies = Population(agents={"allocator": allocator}).build(env.config, env=env)
+    return tuple(run_episode(env, policies, seed)["allocator"]["return"] for seed in seeds)
+
+
+@pytest.mark.parametrize("scenario", commons_arena.list_scenarios())
+def test_oracle_mean_reward_is_at_least_every_baselines(scenario):
+    """Game validity: the oracle's mean reward >= every baseline's, on every scenario, 20 seeds."""
+    oracle = float(np.mean(allocator_returns(scenario, "oracle")))
+    behind = {
+        b: round(float(np.mean(allocator_returns(scenario, b))), 2)
+        for b in BASELINES
+        if float(np.mean(allocator_returns(scenario, b))) > oracle + 1e-6
+    }
+    assert not behind, f"{scenario}: oracle mean {oracle:.2f} is below {behind}"
 
 
 def test_oracle_beats_proportional_and_random_on_standard():

@@ -27,7 +27,17 @@ SCENARIOS = commons_arena.list_scenarios()
 ALL_POLICIES = available_policies()
 TEAM_POLICIES = ["safety_first", "growth", "reliability", "truthful", "greedy_bluffer"]
 BROKER_POLICIES = ["demand_priced", "fixed_price"]
-ALLOCATOR_POLICIES = ["random", "equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf", "oracle"]
+ALLOCATOR_POLICIES = [
+    "random",
+    "equal_split",
+    "proportional",
+    "fifo",
+    "edf",
+    "best_fit",
+    "max_min_fair",
+    "drf",
+    "oracle",
+]
 
 
 def population_for(policy: str) -> Population:
@@ -341,14 +351,41 @@ def test_best_fit_keeps_large_gpus_for_large_memory_demand():
     assert grant[0].tolist() == [4, 0, 0]  # small demand spills nowhere: medium and large are full
 
 
-def test_best_fit_buys_the_cheapest_fitting_tier():
+def test_best_fit_buys_the_cheapest_fitting_tier_for_urgent_work():
     config = commons_arena.load_scenario("standard")
     obs = alloc_obs(
-        config, tick=1, declared=[[6, 0, 0], [0, 3, 1], [0, 0, 0]], offer_qty=[2, 2, 1], offer_price=[3.0, 2.0, 9.0]
+        config,
+        tick=1,
+        declared=[[6, 0, 0], [0, 3, 1], [0, 0, 0]],
+        pressure=[1, 0, 0],
+        offer_qty=[2, 2, 1],
+        offer_price=[3.0, 2.0, 9.0],
     )
     buy, grant = split(config, make_policy("best_fit", config, "allocator").act(obs))
     assert buy.tolist() == [0, 2, 0]  # medium is cheaper than small here and fits small demand
     assert grant[0].tolist() == [4, 2, 0]
+
+
+def test_best_fit_defers_work_that_is_not_urgent():
+    config = commons_arena.load_scenario("standard")  # small 4, medium 3, large 1
+    obs = alloc_obs(
+        config,
+        tick=1,
+        declared=[[3, 0, 0], [3, 0, 0], [0, 0, 0]],
+        pressure=[0, 1, 0],
+        offer_qty=[2, 2, 1],
+        offer_price=[1.0, 1.0, 1.0],
+    )
+    buy, grant = split(config, make_policy("best_fit", config, "allocator").act(obs))
+    # team 0 (first by order) takes 3 small; urgent team 1's request of 3 no longer fits
+    # small, so it goes whole onto the smallest larger tier with room; nothing is bought
+    assert grant.tolist() == [[3, 0, 0], [0, 3, 0], [0, 0, 0]]
+    assert buy.tolist() == [0, 0, 0]
+    obs = alloc_obs(config, tick=1, declared=[[0, 0, 0], [6, 0, 0], [0, 0, 0]], pressure=[0, 0, 0])
+    _, grant = split(config, make_policy("best_fit", config, "allocator").act(obs))
+    assert grant[1].tolist() == [4, 0, 0]  # not urgent: the overflow waits for small GPUs
+    _, grant = split(config, make_policy("best_fit", config, "allocator", defer=False).act(obs))
+    assert grant[1].tolist() == [4, 2, 0]  # without deferral it spills onto medium
 
 
 def test_drf_equalises_dominant_shares():
@@ -365,7 +402,11 @@ def test_drf_equalises_dominant_shares():
 def test_shortfall_buying_respects_pacing():
     config = commons_arena.load_scenario("standard")
     obs = alloc_obs(
-        config, tick=0, budget=12.0, declared=[[8, 0, 0], [0, 0, 0], [0, 0, 0]], offer_qty=[2, 0, 0],
+        config,
+        tick=0,
+        budget=12.0,
+        declared=[[8, 0, 0], [0, 0, 0], [0, 0, 0]],
+        offer_qty=[2, 0, 0],
         offer_price=[3.0, 0, 0],
     )
     buy, grant = split(config, make_policy("proportional", config, "allocator").act(obs))
@@ -398,8 +439,12 @@ def test_default_population_is_the_scenarios_background():
 def test_fallbacks_for_missing_agents(tiny):
     config = commons_arena.scenario.scenario_from_dict({**tiny, "population": {}})
     resolved = Population().describe(config)
-    assert resolved == {"allocator": "proportional", "search": "truthful", "robotics": "truthful",
-                        "broker": "demand_priced"}
+    assert resolved == {
+        "allocator": "proportional",
+        "search": "truthful",
+        "robotics": "truthful",
+        "broker": "demand_priced",
+    }
     tiny["teams"][0]["archetype"] = "growth"
     config = commons_arena.scenario.scenario_from_dict(tiny)
     assert Population().describe(config)["search"] == "growth"
