@@ -36,6 +36,7 @@ from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.rllib.utils.typing import MultiAgentDict
 from ray.tune.registry import register_env
 
 from commons_arena.enums import ALLOCATOR
@@ -95,22 +96,24 @@ class ArenaRLlibEnv(MultiAgentEnv):
         make = _resolve(cfg.get("env_factory") or _default_parallel_env)
         self.par_env = make(scenario=cfg.get("scenario", "standard"), **cfg.get("env_kwargs", {}))
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
-        self.possible_agents = list(self.par_env.possible_agents)
-        self.agents = list(self.possible_agents)
-        self.observation_spaces = {a: self.par_env.observation_space(a) for a in self.possible_agents}
-        self.action_spaces = {a: self.par_env.action_space(a) for a in self.possible_agents}
+        agents: list[str] = list(self.par_env.possible_agents)
+        self.possible_agents, self.agents = list(agents), list(agents)
+        obs_spaces = {a: self.par_env.observation_space(a) for a in agents}
+        act_spaces = {a: self.par_env.action_space(a) for a in agents}
+        self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
         # Old-stack code paths (and the env checker's hasattr test) still read these.
-        self.observation_space = gym.spaces.Dict(self.observation_spaces)
-        self.action_space = gym.spaces.Dict(self.action_spaces)
+        self.observation_space = gym.spaces.Dict(obs_spaces)
+        self.action_space = gym.spaces.Dict(act_spaces)
 
-    def reset(
+    def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[MultiAgentDict, MultiAgentDict]:
         obs, infos = self.par_env.reset(seed=seed, options=options)
         self.agents = list(self.par_env.agents)
         return obs, infos or {}
 
-    def step(self, action_dict: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+    # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
+    def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
         obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
         # The ParallelEnv clears `agents` when the episode is over; that, not the flag
         # dicts, decides the end. `self.agents` then keeps the agents of the last step:
@@ -118,8 +121,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         # one-tick episode would otherwise fail.
         done = not self.par_env.agents
         self.agents = list(self.par_env.agents) or [a for a in self.possible_agents if a in obs or a in rewards]
-        terminateds: dict[str, bool] = {a: bool(v) for a, v in terms.items()}
-        truncateds: dict[str, bool] = {a: bool(v) for a, v in truncs.items()}
+        terminateds: MultiAgentDict = {a: bool(v) for a, v in terms.items()}
+        truncateds: MultiAgentDict = {a: bool(v) for a, v in truncs.items()}
         # At the end exactly one `__all__` is True: "terminated" only if every agent
         # terminated, otherwise the episode counts as cut (truncated). Per-agent flags are
         # passed on as the env set them.
@@ -127,8 +130,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         terminateds["__all__"] = all_terminated
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
-        rewards = {a: float(r) for a, r in rewards.items()}
-        return obs, rewards, terminateds, truncateds, infos
+        float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
+        return obs, float_rewards, terminateds, truncateds, infos
 
     def render(self) -> Any:
         return self.par_env.render()
@@ -164,7 +167,6 @@ def _make_registered(name: str, scenario: str, params: dict[str, Any], agent_id:
     from policies.registry import make_policy
 
     return make_policy(name, scenario, agent_id, **params)
-
 
 
 # Batch columns the row-tagging connector adds: which sub-env a row comes from and the
@@ -218,7 +220,7 @@ class ScriptedRLModule(RLModule):
     """
 
     def setup(self) -> None:
-        cfg = dict(self.model_config or {})
+        cfg: dict[str, Any] = self.model_config if isinstance(self.model_config, dict) else {}
         self.agent_id: str = cfg["agent_id"]
         self._factory: PolicyFactory = _resolve(cfg["policy_factory"])
         self._seed: int | None = cfg.get("seed")
@@ -253,9 +255,9 @@ class ScriptedRLModule(RLModule):
         starts = _to_numpy(agent_t) == 0 if agent_t is not None else np.zeros(len(obs), bool)
         actions = [
             np.asarray(self._policy_for(int(i), bool(start)).act(row), dtype=np.int64)
-            for row, i, start in zip(obs, env_index, starts)
+            for row, i, start in zip(obs, env_index, starts, strict=True)
         ]
-        out = np.stack(actions) if actions else np.zeros((0, *self.action_space.shape), np.int64)
+        out = np.stack(actions) if actions else np.zeros((0, *getattr(self.action_space, "shape", ())), np.int64)
         return {Columns.ACTIONS: torch.from_numpy(out)}
 
 
@@ -319,7 +321,9 @@ def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) ->
     """Clamp ``requested`` remote env runners to what Ray can schedule right now.
 
     ``build_algo()`` waits forever (silently) for actors whose CPUs Ray does not have.
-    The learner stays in the driver process (``num_learners=0``) and asks for none.
+    The learner stays in the driver process (``num_learners=0``) and asks for none. Under
+    Tune the trial's driver also reserves ``num_cpus_for_main_process`` (1 CPU), which is
+    not counted here: ask for one runner fewer there.
     """
     if requested <= 0:
         return 0
@@ -332,9 +336,9 @@ def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) ->
     return min(requested, fits)
 
 
-def _module_for_agent(agent_id: str, *args: Any, **kwargs: Any) -> str:
+def _module_for_agent(agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
     # One module per agent, named after it: keeps metrics and checkpoints readable.
-    return agent_id
+    return str(agent_id)
 
 
 def build_ppo_config(
@@ -362,8 +366,9 @@ def build_ppo_config(
     """
     env_config = {"scenario": scenario, **(env_config or {})}
     probe = ArenaRLlibEnv(env_config)
-    agents = probe.possible_agents
-    obs_spaces, act_spaces = probe.observation_spaces, probe.action_spaces
+    agents: list[str] = [str(a) for a in probe.possible_agents]
+    obs_spaces = {a: probe.get_observation_space(a) for a in agents}
+    act_spaces = {a: probe.get_action_space(a) for a in agents}
     probe.close()
     if learned_agent not in agents:
         raise ValueError(f"learned agent {learned_agent!r} not among the env's agents {agents}")
@@ -388,7 +393,7 @@ def build_ppo_config(
                 model_config={"policy_factory": scripted[aid], "agent_id": aid, "seed": seed},
             )
 
-    config = (algo_config if algo_config is not None else PPOConfig())
+    config = algo_config if algo_config is not None else PPOConfig()
     config = (
         config.environment(ArenaRLlibEnv, env_config=env_config)
         .env_runners(
@@ -460,10 +465,9 @@ def module_action(module: RLModule, obs: np.ndarray) -> np.ndarray:
     them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
     """
     obs = np.asarray(obs, dtype=np.float32)
-    if obs.shape != module.observation_space.shape:
-        raise ValueError(
-            f"observation shape mismatch: module expects {module.observation_space.shape}, got {obs.shape}"
-        )
+    expected = getattr(module.observation_space, "shape", None)
+    if obs.shape != expected:
+        raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
     with torch.no_grad():
         out = module.forward_inference({Columns.OBS: torch.from_numpy(obs[None])})
         if Columns.ACTIONS in out:
