@@ -8,7 +8,7 @@ needs them, so ``commons-arena scenarios`` stays instant.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +16,11 @@ import numpy as np
 import tyro
 
 import commons_arena
+from experiments.train import TrainArgs
+
+
+def _train_args() -> TrainArgs:
+    return TrainArgs()
 
 
 @dataclass
@@ -180,6 +185,18 @@ class Tournament:
 
 
 @dataclass
+class Train:
+    """Train the allocator with RLlib against the scripted population (see experiments/train.py)."""
+
+    args: Annotated["TrainArgs", tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
+
+    def run(self):
+        from experiments.train import train
+
+        return train(self.args)
+
+
+@dataclass
 class Replay:
     """Turn a recording (JSON lines from RecordEpisode) into one self-contained HTML page."""
 
@@ -203,6 +220,7 @@ Subcommand = (
     | Annotated[Play, tyro.conf.subcommand("play")]
     | Annotated[Evaluate, tyro.conf.subcommand("evaluate")]
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
+    | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
 )
 

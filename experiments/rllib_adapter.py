@@ -41,6 +41,7 @@ from ray.tune.registry import register_env
 
 from commons_arena.enums import ALLOCATOR
 from policies.base import Policy
+from policies.learned import module_action  # noqa: F401  (re-exported: one implementation)
 
 logger = logging.getLogger(__name__)
 
@@ -93,24 +94,56 @@ class ArenaRLlibEnv(MultiAgentEnv):
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         cfg = dict(config or {})  # RLlib passes an EnvContext (a dict subclass)
-        make = _resolve(cfg.get("env_factory") or _default_parallel_env)
-        self.par_env = make(scenario=cfg.get("scenario", "standard"), **cfg.get("env_kwargs", {}))
+        self._make = _resolve(cfg.get("env_factory") or _default_parallel_env)
+        self._env_kwargs = dict(cfg.get("env_kwargs", {}))
+        self.par_env = self._make(scenario=cfg.get("scenario", "standard"), **self._env_kwargs)
+        self._next_scenario: str | None = None
+        # Learned agents see observations divided by a fixed per-dimension scale (part of
+        # the trained policy: policies.learned applies the same one at inference).
+        self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
         agents: list[str] = list(self.par_env.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
-        obs_spaces = {a: self.par_env.observation_space(a) for a in agents}
+        obs_spaces = {a: self._scaled_space(a, self.par_env.observation_space(a)) for a in agents}
         act_spaces = {a: self.par_env.action_space(a) for a in agents}
         self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
         # Old-stack code paths (and the env checker's hasattr test) still read these.
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Dict(act_spaces)
 
+    def _scaled_space(self, agent: str, space: gym.spaces.Box) -> gym.spaces.Box:
+        if agent not in self._scale:
+            return space
+        scale = self._scale[agent]
+        return gym.spaces.Box(space.low / scale, space.high / scale, dtype=np.float32)
+
+    def _scaled(self, obs: MultiAgentDict) -> MultiAgentDict:
+        for agent, scale in self._scale.items():
+            if agent in obs:
+                obs[agent] = obs[agent] / scale
+        return obs
+
+    def set_scenario(self, scenario: str) -> None:
+        """Play ``scenario`` from the next reset on (curriculum); its spaces must have the
+        same shapes as the current one's."""
+        probe = self._make(scenario=scenario, **self._env_kwargs)
+        for agent in self.possible_agents:
+            old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape
+            if old != new or not np.array_equal(self.par_env.action_space(agent).nvec, probe.action_space(agent).nvec):
+                raise ValueError(f"scenario {scenario!r} changes the spaces of {agent!r}: {old} -> {new}")
+        probe.close()
+        self._next_scenario = scenario
+
     def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[MultiAgentDict, MultiAgentDict]:
+        if self._next_scenario is not None:
+            self.par_env.close()
+            self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
+            self._next_scenario = None
         obs, infos = self.par_env.reset(seed=seed, options=options)
         self.agents = list(self.par_env.agents)
-        return obs, infos or {}
+        return self._scaled(obs), infos or {}
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
@@ -131,7 +164,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
         float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
-        return obs, float_rewards, terminateds, truncateds, infos
+        return self._scaled(obs), float_rewards, terminateds, truncateds, infos
 
     def render(self) -> Any:
         return self.par_env.render()
@@ -310,8 +343,19 @@ class RewardTermsCallback(RLlibCallback):
         for term, total in episode.custom_data.get(REWARD_TERMS_KEY, {}).items():
             metrics_logger.log_value((REWARD_TERMS_KEY, term), total, reduce="mean", window=window)
         final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
-        for key, value in final.get("episode", {}).items():
+        totals = final.get("episode", {})
+        for key, value in totals.items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
+        # Normalised score of this training episode, against the random/oracle means of the
+        # held-out seeds (env_config["score_anchors"][scenario hash], set by experiments.train).
+        anchors = (env_runner.config.env_config.get("score_anchors", {}) if env_runner is not None else {}).get(
+            final.get("scenario_hash")
+        )
+        if anchors and "return" in totals:
+            span = anchors["oracle"] - anchors["random"]
+            if abs(span) > 1e-9:
+                score = (totals["return"] - anchors["random"]) / span
+                metrics_logger.log_value((EPISODE_TOTALS_KEY, "normalised_score"), score, reduce="mean", window=window)
 
 
 # --------------------------------------------------------------------------- config
@@ -455,25 +499,3 @@ def check_observation_space(module: RLModule, observation_space: gym.Space) -> N
             f"observation shape mismatch: module expects {expected}, env gives {actual} "
             "(checkpoint trained on another scenario or env version?)"
         )
-
-
-def module_action(module: RLModule, obs: np.ndarray) -> np.ndarray:
-    """Greedy action of ``module`` for one observation, as an int64 array (MultiDiscrete).
-
-    Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
-    sub-spaces) from ``forward_inference``; the module's own inference distribution turns
-    them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
-    """
-    obs = np.asarray(obs, dtype=np.float32)
-    expected = getattr(module.observation_space, "shape", None)
-    if obs.shape != expected:
-        raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
-    with torch.no_grad():
-        out = module.forward_inference({Columns.OBS: torch.from_numpy(obs[None])})
-        if Columns.ACTIONS in out:
-            action = out[Columns.ACTIONS]
-        else:
-            dist = module.get_inference_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
-            action = dist.to_deterministic().sample()
-    action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
-    return action[0].astype(np.int64)

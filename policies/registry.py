@@ -18,6 +18,8 @@ best_fit,
 max_min_fair, drf
 oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
                               needs ``env=``)
+learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
+                              ``commons-arena train``; no Ray needed)
 =================  =========  ===================================================
 
 ``params`` are the policy's keyword parameters (e.g. ``bluff=1.3`` for a team,
@@ -86,7 +88,22 @@ def available_policies(role: str | None = None) -> list[str]:
     return [name for name, spec in _REGISTRY.items() if role is None or spec.role == role]
 
 
+def _learned_spec(name: str) -> PolicySpec:
+    from policies.learned import LEARNED_PREFIX, LearnedPolicy, read_sidecar
+
+    checkpoint = name.removeprefix(LEARNED_PREFIX)
+    trained_as = read_sidecar(checkpoint)["agent"]
+    role = trained_as if trained_as in ("allocator", "broker") else "team"
+
+    def factory(config: ScenarioConfig, agent: str, seed: int | None = None) -> Policy:
+        return LearnedPolicy.load(checkpoint, config, agent, seed=seed)
+
+    return PolicySpec(name, role, factory, ())
+
+
 def policy_spec(name: str) -> PolicySpec:
+    if name.startswith("learned:"):
+        return _learned_spec(name)
     if name not in _REGISTRY:
         raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]

@@ -1,0 +1,143 @@
+"""Learned policies: a trained RLlib module loaded from a checkpoint, as a :class:`Policy`.
+
+No Ray is started: only the module is loaded (``RLModule.from_checkpoint``), with
+the observation scaling it was trained with, from the checkpoint's sidecar file
+``arena_policy.json`` (written by ``commons-arena train``). A checkpoint whose spaces do
+not fit the scenario raises ``ValueError`` naming both.
+
+Use it anywhere a scripted policy goes, by the name ``learned:<checkpoint dir>``::
+
+    commons-arena evaluate --allocators edf learned:runs/allocator_ppo-standard-s0/checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commons_arena.scenario import ScenarioConfig, load_scenario
+from commons_arena.spaces import make_action_space, make_observation_space
+
+LEARNED_PREFIX = "learned:"
+SIDECAR = "arena_policy.json"
+
+
+def module_dir(checkpoint: str | Path, module_id: str) -> Path:
+    return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
+
+
+def write_sidecar(checkpoint: str | Path, config: ScenarioConfig, agent: str, observation_scale: np.ndarray) -> Path:
+    """Record what the module needs to act: the agent, spaces and observation scale."""
+    path = Path(checkpoint) / SIDECAR
+    path.write_text(
+        json.dumps(
+            {
+                "env": "commons_arena_v0",
+                "agent": agent,
+                "scenario": config.name,
+                "scenario_hash": config.content_hash,
+                "observation_shape": list(make_observation_space(config, agent).shape),
+                "action_nvec": make_action_space(config, agent).nvec.tolist(),
+                "observation_scale": [float(x) for x in observation_scale],
+            },
+            indent=1,
+        )
+    )
+    return path
+
+
+def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
+    path = Path(checkpoint) / SIDECAR
+    if not path.is_file():
+        raise ValueError(
+            f"{checkpoint} is not a commons_arena policy checkpoint: {SIDECAR} is missing "
+            "(checkpoints written by `commons-arena train` have it)"
+        )
+    return json.loads(path.read_text())
+
+
+def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpoint: str | Path) -> None:
+    """Raise ValueError unless the checkpoint's spaces are the scenario's spaces for ``agent``."""
+    obs_shape = list(make_observation_space(config, agent).shape)
+    nvec = make_action_space(config, agent).nvec.tolist()
+    problems = []
+    if meta["observation_shape"] != obs_shape:
+        problems.append(f"observation shape {tuple(meta['observation_shape'])} vs {tuple(obs_shape)}")
+    if meta["action_nvec"] != nvec:
+        problems.append(f"action space MultiDiscrete{meta['action_nvec']} vs MultiDiscrete{nvec}")
+    if problems:
+        raise ValueError(
+            f"checkpoint {checkpoint} (trained as {meta['agent']!r} on scenario {meta['scenario']!r}) does not fit "
+            f"agent {agent!r} of scenario {config.name!r}: " + "; ".join(problems)
+        )
+
+
+class LearnedPolicy:
+    """Greedy actions of a trained module: ``argmax`` of each MultiDiscrete sub-space.
+
+    Build it from a checkpoint with :meth:`load`, or around a live module (training-time
+    evaluation) with the constructor."""
+
+    def __init__(self, module: Any, observation_scale: np.ndarray) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
+        self.module = module
+        self.scale = np.asarray(observation_scale, dtype=np.float32)
+
+    @classmethod
+    def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        config = load_scenario(config)
+        meta = read_sidecar(checkpoint)
+        check_fits(meta, config, agent, checkpoint)
+        path = module_dir(checkpoint, meta["agent"])
+        if not path.is_dir():
+            raise ValueError(f"checkpoint {checkpoint} has no module {meta['agent']!r} (looked in {path})")
+        module = RLModule.from_checkpoint(path)
+        module.eval()
+        return cls(module, np.asarray(meta["observation_scale"], dtype=np.float32))
+
+    def reset(self, seed: int | None = None) -> None:
+        """Greedy and stateless: nothing to reset."""
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        return module_action(self.module, np.asarray(observation, dtype=np.float32) / self.scale)
+
+
+def module_action(module: Any, obs: np.ndarray) -> np.ndarray:
+    """Greedy action of an RLModule for one observation, as an int64 array (MultiDiscrete).
+
+    Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
+    sub-spaces) from ``forward_inference``; the module's own inference distribution turns
+    them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
+    """
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    obs = np.asarray(obs, dtype=np.float32)
+    expected = getattr(module.observation_space, "shape", None)
+    if obs.shape != expected:
+        raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
+    with torch.no_grad():
+        out = module.forward_inference({Columns.OBS: torch.from_numpy(obs[None])})
+        if Columns.ACTIONS in out:
+            action = out[Columns.ACTIONS]
+        else:
+            dist = module.get_inference_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+            action = dist.to_deterministic().sample()
+    action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
+    return action[0].astype(np.int64)
+
+
+def observation_scale(samples: np.ndarray) -> np.ndarray:
+    """Per-dimension scale from sample observations: the largest magnitude seen, at least 1.
+
+    Dividing by it puts every feature in about [-1, 1] for the network; dimensions that
+    never exceed 1 (flags, one-hots, shares) are left as they are.
+    """
+    return np.maximum(np.abs(samples).max(axis=0), 1.0).astype(np.float32)
