@@ -81,6 +81,7 @@ for the oracle allocator and for tests; policies that use it say so.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -141,18 +142,27 @@ class ArenaEnv(ParallelEnv):
         self._alloc = action_layout(self.config, ALLOCATOR).slices
         self._broker = action_layout(self.config, BROKER).slices
         tiers = self.config.gpu_tiers
+        self._n_tiers = len(tiers)
         self._speed = np.array([t.speed for t in tiers])
         self._power = np.array([t.power_kw for t in tiers])
         self._op_cost = np.array([t.op_cost for t in tiers])
         self._owned = np.array([t.owned for t in tiers], dtype=np.int64)
-        self._inventory = np.array([t.spot_inventory for t in tiers], dtype=np.int64)
+        self._inventory = [t.spot_inventory for t in tiers]
         self._unit_cost = np.array([t.spot_unit_cost for t in tiers])
-        self._grid = market.price_grid(np.array([t.max_price for t in tiers]), self.config.price_levels)
-        self._pressure = np.array([t.board_pressure for t in self.config.teams])
+        self._grid = market.price_grid(np.array([t.max_price for t in tiers]), self.config.price_levels).tolist()
+        self._board_pressure = [t.board_pressure for t in self.config.teams]
         self._tier_index = {name: i for i, name in enumerate(self.config.tier_names)}
         self._team_index = {name: i for i, name in enumerate(self.teams)}
         self._rubric = rewards.Rubric(self.config.rewards)
+        # every step's terms of an agent come in the rubric's order: totals are kept in that order
+        self._term_names = {a: self._rubric.term_names("team" if a in self.teams else a) for a in self.possible_agents}
         self._hard_cap = self.config.carbon.carbon_mode is CarbonMode.HARD
+        # Seed-independent parts of every episode, prepared once (reset only draws).
+        self._job_sources = [jobs.TeamJobSource(team, tiers) for team in self.config.teams]
+        # A scheduled shock that injects a job keeps the episode open until it has fired.
+        self._last_job_shock_tick = max(
+            (spec.tick for spec in self.config.shocks if spec.tick is not None and spec.job is not None), default=-1
+        )
         self._state: ArenaState | None = None
         self._rng = np.random.default_rng()
         self._last_tick: dict[str, Any] = {}
@@ -172,14 +182,14 @@ class ArenaEnv(ParallelEnv):
     # ------------------------------------------------------------------ api
     def reset(self, seed: int | None = None, options: dict | None = None):
         self._rng = np.random.default_rng(seed)
-        self._state = initial_state(self.config, self._rng)
-        self._refresh_need(self._state)
+        self._state = initial_state(self.config, self._rng, self._job_sources)
+        queues = self._refresh_queues(self._state)
         self.agents = list(self.possible_agents)
-        self._totals = {a: {} for a in self.possible_agents}
+        self._totals = {a: [0.0] * len(names) for a, names in self._term_names.items()}
         self._stats = dict.fromkeys(EPISODE_STATS, 0.0)
         self._last_tick = {}
         info = {"scenario": self.config.name, "scenario_hash": self.config.content_hash}
-        return self._observe.all(self._state), {a: dict(info) for a in self.agents}
+        return self._observe.all(self._state, queues), {a: dict(info) for a in self.agents}
 
     def hidden_state(self) -> ArenaState:
         """Privileged: the live state, hidden truth included. For the oracle and tests."""
@@ -194,81 +204,91 @@ class ArenaEnv(ParallelEnv):
             raise EpisodeStateError(
                 "step() called after the episode ended (every agent has finished); call reset() to start a new one"
             )
+        # Actions arrive as lists of ints; per-tier and per-team vectors are handled as
+        # lists (a few entries each), and become arrays where the state keeps them.
         acts = self._checked_actions(actions)
-        s, cfg, T = self._state, self.config, len(self.config.gpu_tiers)
+        s, cfg, T, N = self._state, self.config, self._n_tiers, len(self.teams)
         t = s.t
 
         # 1. broker posts next tick's offer, under the effects active now
         active = shocks.active(s.effects, t)
         broker_act = acts[BROKER]
-        inventory_now = np.floor(self._inventory * shocks.inventory_factor(active)).astype(np.int64)
         next_qty, next_price, broker_cut = market.post_offer(
             broker_act[self._broker["quantity"]],
             broker_act[self._broker["price_level"]],
-            inventory_now,
+            shocks.spot_inventory(self._inventory, active),
             self._grid,
             shocks.price_multiplier(active),
         )
         declared_now = s.declared  # what teams declared last tick for this tick
         # 2. teams: requests for next tick, stance on last tick's grant
-        requests = np.stack([acts[team][:T] for team in self.teams])
-        stances = np.array([acts[team][T] for team in self.teams], dtype=np.int64)
+        requests = [acts[team][:T] for team in self.teams]
+        stances = [acts[team][T] for team in self.teams]
         # 3. allocator: purchases from the visible offer, grants for this tick
         alloc_act = acts[ALLOCATOR]
         buys, offer_cut, budget_cut = market.repair_purchases(
-            alloc_act[self._alloc["buy"]], s.offer_qty, s.offer_price, s.budget
+            alloc_act[self._alloc["buy"]], s.offer_qty.tolist(), s.offer_price, s.budget
         )
         purchase_cost = float(buys @ s.offer_price)
         s.budget = max(0.0, s.budget - purchase_cost)
         # 5. shocks fire; incident capacity is gone before grants apply
         fired = shocks.due_shocks(cfg.shocks, t, self._rng)
         events = [self._fire(s, spec, t) for spec in fired]
-        active = shocks.active(s.effects, t)
-        s.online = np.maximum(self._owned - shocks.offline_gpus(active, T), 0)
-        requested = alloc_act[self._alloc["grant"]].reshape(len(self.teams), T)
-        granted, grant_cut = grants.repair_grants(requested, s.online + buys)
+        if fired:
+            active = shocks.active(s.effects, t)
+        s.online = self._online(active)
+        flat = alloc_act[self._alloc["grant"]]
+        requested = [flat[i * T : (i + 1) * T] for i in range(N)]
+        available = [online + bought for online, bought in zip(s.online.tolist(), buys.tolist(), strict=True)]
+        granted, grant_cut = grants.repair_grants(requested, available)
         intensity = carbon.intensity_at(cfg.carbon.intensity, t, shocks.intensity_multiplier(active))
         carbon_cut = 0
         if self._hard_cap:
             granted, carbon_cut = carbon.cut_for_hard_cap(
                 granted, self._power, intensity, cfg.carbon.cap_kg - s.carbon_used
             )
+        grant_rows = granted.tolist()
         # 6. teams run jobs
-        results = [jobs.run_team_jobs(s.jobs[i], s.orders[i], granted[i], self._speed, t) for i in range(len(self.teams))]
-        used = np.sum([r.used for r in results], axis=0)
+        results = [jobs.run_team_jobs(s.jobs[i], s.orders[i], grant_rows[i], self._speed, t) for i in range(N)]
+        tier_used = [sum(column) for column in zip(*[r.used_by_tier for r in results], strict=True)]
+        used = np.array(tier_used, dtype=np.int64)
         carbon_before = s.carbon_used
         s.carbon_used += carbon.emissions(used, self._power, intensity)
         # audits compare this tick's declarations with this tick's true need
-        need = np.stack([r.need for r in results])
-        bluffs = np.zeros(len(self.teams), dtype=bool)
+        need = np.array([r.need_by_tier for r in results], dtype=np.int64)
+        bluffs = [False] * N
         if any(spec.shock_kind is ShockKind.COMPLIANCE_AUDIT for spec in fired):
-            bluffs = social.exposed_bluffs(s.declared, need, cfg.credibility.audit_tolerance)
+            bluffs = social.exposed_bluffs(s.declared, need, cfg.credibility.audit_tolerance).tolist()
         # 9. escalations about last tick's grant; 8. starvation and reveal
-        escalating = (stances == Stance.ESCALATE) if t > 0 else np.zeros(len(self.teams), dtype=bool)
-        justified, unjustified = social.judge_escalations(escalating, s.starved_last)
-        starved = np.array([r.starved for r in results])
+        escalating = [stance == Stance.ESCALATE for stance in stances] if t > 0 else [False] * N
+        justified, unjustified = social.judge_escalations(escalating, s.starved_last.tolist())
+        justified, unjustified = justified.tolist(), unjustified.tolist()
+        starved = [r.starved for r in results]
         social.update_starvation(s.streak, starved, s.revealed, cfg.reveal_after)
+        bluff_loss, escalation_loss = cfg.credibility.bluff_loss, cfg.credibility.unjustified_escalation_loss
         lost = social.lose_credibility(
             s.credibility,
-            bluffs * cfg.credibility.bluff_loss + unjustified * cfg.credibility.unjustified_escalation_loss,
+            [bluff * bluff_loss + wrong * escalation_loss for bluff, wrong in zip(bluffs, unjustified, strict=True)],
         )
         s.escalations += escalating
         # 10. rewards
+        tier_granted = [sum(column) for column in zip(*grant_rows, strict=True)]
         outcome = rewards.TickOutcome(
-            completed_value=np.array([sum(j.value for j in r.completed) for r in results]),
-            missed_value=np.array([sum(j.value for j in r.missed) for r in results]),
+            completed_value=np.array([r.completed_value for r in results]),
+            missed_value=np.array([r.missed_value for r in results]),
             satisfaction=np.array([r.satisfaction for r in results]),
             has_need=np.array([r.ready_gpus > 0 for r in results]),
             credibility_lost=lost,
             purchase_cost=purchase_cost,
-            operating_cost=float(granted.sum(axis=0) @ self._op_cost),
-            idle_gpus=int(granted.sum() - used.sum()),
+            operating_cost=float(np.array(tier_granted) @ self._op_cost),
+            idle_gpus=sum(tier_granted) - sum(tier_used),
             carbon_over_kg=(
                 carbon.over_cap_increment(carbon_before, s.carbon_used, cfg.carbon.cap_kg)
                 if not self._hard_cap
                 else 0.0
             ),
-            justified_pressure=float(justified @ self._pressure),
+            # a sum, not numpy's dot: with 0/1 weights every product is exact, so they agree to the bit
+            justified_pressure=sum((p for p, yes in zip(self._board_pressure, justified, strict=True) if yes), 0.0),
             allocator_invalid=offer_cut + budget_cut + grant_cut + carbon_cut,  # every repaired unit (docstring)
             broker_profit=market.broker_profit(buys, s.offer_price, self._unit_cost),
             broker_invalid=broker_cut,
@@ -280,15 +300,15 @@ class ArenaEnv(ParallelEnv):
 
         # advance to the next tick
         s.t = t + 1
-        s.declared = requests
-        s.stance = stances
+        s.declared = np.array(requests, dtype=np.int64)
+        s.stance = np.array(stances, dtype=np.int64)
         s.last_grant = granted
-        s.starved_last = starved
+        s.starved_last = np.array(starved)
         s.last_sold, s.last_price = buys, s.offer_price
         s.offer_qty, s.offer_price = next_qty, next_price
         s.effects = shocks.active(s.effects, s.t)
-        s.online = np.maximum(self._owned - shocks.offline_gpus(s.effects, T), 0)
-        self._refresh_need(s)
+        s.online = self._online(s.effects)
+        queues = self._refresh_queues(s)
 
         repairs = {
             "buy_over_offer": offer_cut,
@@ -297,16 +317,16 @@ class ArenaEnv(ParallelEnv):
             "grant_over_carbon_cap": carbon_cut,
             "offer_over_inventory": broker_cut,
         }
-        self._accumulate(terms, outcome, results, repairs, justified, unjustified, bluffs, granted, buys, used)
+        self._accumulate(terms, outcome, results, justified, unjustified, bluffs, tier_granted, buys, tier_used)
         self._last_tick = {
             "tick": t, "declared": declared_now, "granted": granted, "bought": buys, "used": used, "need": need,
             "events": events, "repairs": repairs, "terms": terms, "intensity": intensity,
         }
 
-        resolved = all(jobs.all_resolved(team_jobs) for team_jobs in s.jobs) and not self._future_shock_jobs(s.t)
+        resolved = all(q.pending == 0 for q in queues) and s.t > self._last_job_shock_tick
         terminated = resolved
         truncated = not resolved and s.t >= cfg.max_ticks
-        observations = self._observe.all(s)
+        observations = self._observe.all(s, queues)
         rewards_out = {a: float(sum(terms[a].values())) for a in self.agents}
         infos: dict[str, dict[str, Any]] = {
             a: {"reward_terms": terms[a], "scenario_hash": cfg.content_hash} for a in self.agents
@@ -339,7 +359,7 @@ class ArenaEnv(ParallelEnv):
         pass
 
     # ------------------------------------------------------------------ helpers
-    def _checked_actions(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _checked_actions(self, actions: dict[str, Any]) -> dict[str, list[int]]:
         """Validate every action before touching state; missing agents play all zeros."""
         if not isinstance(actions, dict):
             raise ValueError(f"step() takes a dict of agent -> action, got {type(actions).__name__}")
@@ -349,13 +369,21 @@ class ArenaEnv(ParallelEnv):
             if agent not in self.agents:
                 raise ValueError(f"agent {agent!r} has finished this episode and cannot act")
         return {
-            a: check_action(a, actions[a], self._nvec[a]) if a in actions else np.zeros_like(self._nvec[a])
+            a: check_action(a, actions[a], self._nvec[a]) if a in actions else [0] * len(self._nvec[a])
             for a in self.possible_agents
         }
 
-    def _refresh_need(self, s: ArenaState) -> None:
-        for i in range(len(self.teams)):
-            s.need[i] = jobs.true_need(s.jobs[i], s.orders[i], s.t, len(self.config.gpu_tiers))
+    def _online(self, effects: list[shocks.Effect]) -> np.ndarray:
+        """Owned GPUs not offline from incidents."""
+        if not effects:
+            return self._owned.copy()
+        return np.maximum(self._owned - shocks.offline_gpus(effects, self._n_tiers), 0)
+
+    def _refresh_queues(self, s: ArenaState) -> list[jobs.Queue]:
+        """Each team's queue at tick ``s.t``: sets the true need, and the observations use it."""
+        queues = [jobs.queue_at(s.jobs[i], s.orders[i], s.t, self._n_tiers) for i in range(len(self.teams))]
+        s.need[:] = [q.need for q in queues]
+        return queues
 
     def _fire(self, s: ArenaState, spec, t: int) -> dict[str, Any]:
         """Start a shock's effect and inject its job; return the event record."""
@@ -375,39 +403,39 @@ class ArenaEnv(ParallelEnv):
             event.update(tier=spec.tier, gpus_offline=spec.gpus_offline)
         return event
 
-    def _future_shock_jobs(self, t: int) -> bool:
-        return any(spec.tick is not None and spec.tick >= t and spec.job is not None for spec in self.config.shocks)
-
-    def _accumulate(self, terms, outcome, results, repairs, justified, unjustified, bluffs, granted, buys, used) -> None:
-        for agent, agent_terms in terms.items():
-            totals = self._totals[agent]
-            for name, value in agent_terms.items():
-                totals[name] = totals.get(name, 0.0) + value
+    def _accumulate(
+        self, terms, outcome, results, justified, unjustified, bluffs, tier_granted, buys, tier_used
+    ) -> None:
+        """Add this tick to the episode's running totals (``episode_summary`` reports them)."""
+        for agent, agent_terms in terms.items():  # same terms, same order, every step
+            self._totals[agent] = list(map(operator.add, self._totals[agent], agent_terms.values()))
         st = self._stats
-        st["completed"] += sum(len(r.completed) for r in results)
-        st["missed"] += sum(len(r.missed) for r in results)
-        st["completed_value"] += float(outcome.completed_value.sum())
-        st["missed_value"] += float(outcome.missed_value.sum())
+        st["completed"] += sum([len(r.completed) for r in results])
+        st["missed"] += sum([len(r.missed) for r in results])
+        st["completed_value"] += outcome.completed_total
+        st["missed_value"] += outcome.missed_total
         st["spend"] += outcome.purchase_cost + outcome.operating_cost
-        st["purchased_gpus"] += int(buys.sum())
-        st["granted_gpu_ticks"] += int(granted.sum())
-        st["used_gpu_ticks"] += int(used.sum())
+        st["purchased_gpus"] += sum(buys.tolist())
+        st["granted_gpu_ticks"] += sum(tier_granted)
+        st["used_gpu_ticks"] += sum(tier_used)
         st["idle_gpu_ticks"] += outcome.idle_gpus
         st["invalid_units"] += outcome.allocator_invalid
         st["carbon_kg"] = self._state.carbon_used if self._state else 0.0
-        st["fairness_sum"] += rewards.jain_index(outcome.satisfaction[outcome.has_need])
-        st["justified_escalations"] += int(justified.sum())
-        st["unjustified_escalations"] += int(unjustified.sum())
-        st["exposed_bluffs"] += int(bluffs.sum())
+        st["fairness_sum"] += outcome.fairness
+        st["justified_escalations"] += sum(justified)
+        st["unjustified_escalations"] += sum(unjustified)
+        st["exposed_bluffs"] += sum(bluffs)
         st["ticks"] += 1
 
     def episode_summary(self, agent: str) -> dict[str, float]:
         """Episode totals: ``return`` and each reward term for ``agent``, plus shared stats."""
-        totals = {f"term/{k}": v for k, v in self._totals[agent].items()}
         st = dict(self._stats)
+        # before the first step no term has been seen yet: no term totals
+        seen = zip(self._term_names[agent], self._totals[agent], strict=True) if st["ticks"] else ()
+        totals = {f"term/{name}": total for name, total in seen}
         ticks = max(st.pop("ticks"), 1)
         st["fairness"] = st.pop("fairness_sum") / ticks
         capacity = ticks * (self._owned.sum()) + st["purchased_gpus"]
         st["utilisation"] = float(st["used_gpu_ticks"] / capacity) if capacity else 0.0
         st["ticks"] = ticks
-        return {"return": float(sum(self._totals[agent].values())), **totals, **st}
+        return {"return": float(sum(totals.values())), **totals, **st}

@@ -1,23 +1,43 @@
-"""State → each agent's observation (SPEC §6), filled field by field through the layouts.
+"""State → each agent's observation (SPEC §6).
 
 What each role may see is decided here and only here; the test suite perturbs hidden
 values and checks that no other agent's observation moves. The one deliberate coarse
 leak is the allocator's ``pressure`` signal: per team, how many of its ready jobs are due
 within ``PRESSURE_WINDOW`` ticks (0, 1, 2+), like a board's low/medium/high mood.
+
+Each observation is one flat list of Python numbers, written field by field in the
+layout's order (``*_FIELDS`` below, checked against ``spaces.py`` at construction) and
+converted to float32 in one call (one numpy call per agent instead of one per field): a
+new array per agent and step, which the env never touches again. Numbers that never
+change (owned GPUs, unit costs, the carbon cap, the published forecast of each tick) are
+prepared once.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
 from commons_arena.mechanics import carbon, shocks
-from commons_arena.mechanics.jobs import PENDING
+from commons_arena.mechanics.jobs import Queue, queue_at
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import JOB_SLOT_FIELDS, observation_layout
 from commons_arena.state import ArenaState
 
 PRESSURE_WINDOW = 2  # ticks
+
+ALLOCATOR_FIELDS = (
+    "tick", "owned", "online", "budget", "carbon_used", "carbon_cap", "intensity_forecast", "offer_qty",
+    "offer_price", "declared", "stance", "escalations", "credibility", "pressure", "revealed", "revealed_need",
+    "shocks_seen", "shocks_active",
+)
+TEAM_FIELDS = (
+    "tick", "need", "last_grant", "declared", "credibility", "starved_streak", "offer_qty", "offer_price",
+    "others_declared", "jobs",
+)
+BROKER_FIELDS = (
+    "tick", "inventory", "unit_cost", "last_sold", "last_price", "offer_qty", "offer_price", "demand", "crisis",
+)
 
 
 class ObservationBuilder:
@@ -27,96 +47,89 @@ class ObservationBuilder:
         self.config = config
         self.teams = config.team_names
         self.layouts = {agent: observation_layout(config, agent) for agent in config.agents}
-        self.slices = {agent: layout.slices for agent, layout in self.layouts.items()}
-        self.owned = np.array([t.owned for t in config.gpu_tiers], dtype=np.float32)
-        self.inventory = np.array([t.spot_inventory for t in config.gpu_tiers])
-        self.unit_cost = np.array([t.spot_unit_cost for t in config.gpu_tiers], dtype=np.float32)
-        self.job_width = len(JOB_SLOT_FIELDS)
-        n = len(self.teams)
-        self.others = [np.array([j for j in range(n) if j != i]) for i in range(n)]
-        self.team_rows = np.arange(n)
+        for agent, layout in self.layouts.items():
+            order = ALLOCATOR_FIELDS if agent == ALLOCATOR else BROKER_FIELDS if agent == BROKER else TEAM_FIELDS
+            if tuple(f.name for f in layout.fields) != order:
+                raise RuntimeError(f"observations.py writes {agent}'s fields in an order spaces.py does not declare")
+        tiers = config.gpu_tiers
+        self.n_tiers = len(tiers)
+        # static fields, once
+        self.owned = [t.owned for t in tiers]
+        self.inventory = [t.spot_inventory for t in tiers]
+        self.unit_cost = [t.spot_unit_cost for t in tiers]
+        # the published profile does not depend on the seed: one forecast per tick, as float32 values
+        self.forecasts = [self._forecast(t) for t in range(config.max_ticks + 1)]
+        self.queue_slots = config.queue_slots
+        self.team_size = self.layouts[self.teams[0]].size
+        self.carbon_cap = config.carbon.cap_kg
+        self.empty_slots = [0.0] * (self.queue_slots * len(JOB_SLOT_FIELDS))
+        self.n_stances = len(Stance)
+        self.no_stance = [0.0] * (len(self.teams) * self.n_stances)
+        self.no_shock = [0.0] * len(ShockKind)
+        self.no_revealed_need = [0] * (len(self.teams) * self.n_tiers)
 
-    def all(self, s: ArenaState) -> dict[str, np.ndarray]:
-        obs = {ALLOCATOR: self.allocator(s)}
+    def all(self, s: ArenaState, queues: list[Queue] | None = None) -> dict[str, np.ndarray]:
+        """Every agent's observation, each a new array. ``queues``: each team's
+        :func:`queue_at` tick ``s.t`` (the env has them already; computed here when not given)."""
+        t, T = s.t, self.n_tiers
+        if queues is None:
+            queues = [queue_at(s.jobs[i], s.orders[i], t, T) for i in range(len(self.teams))]
+        active = shocks.active(s.effects, t)
+        declared = s.declared.ravel().tolist()  # team-major: team i is declared[i*T:(i+1)*T]
+        offer = s.offer_qty.tolist() + s.offer_price.tolist()
+        obs = {ALLOCATOR: np.array(self._allocator(s, queues, active, declared, offer), dtype=np.float32)}
+        need, last_grant = s.need.tolist(), s.last_grant.tolist()
+        credibility, streak = s.credibility.tolist(), s.streak.tolist()
         for i, team in enumerate(self.teams):
-            obs[team] = self.team(s, i)
-        obs[BROKER] = self.broker(s)
+            own = slice(i * T, (i + 1) * T)
+            values = [t, *need[i], *last_grant[i], *declared[own], credibility[i], streak[i], *offer,
+                      *declared[: own.start], *declared[own.stop :]]  # others_declared, in team order
+            values += self._job_slots(queues[i], t)
+            values += self.empty_slots[: self.team_size - len(values)]
+            obs[team] = np.array(values, dtype=np.float32)
+        obs[BROKER] = np.array(self._broker(s, active, declared, offer), dtype=np.float32)
         return obs
 
-    def allocator(self, s: ArenaState) -> np.ndarray:
-        cfg, sl = self.config, self.slices[ALLOCATOR]
-        o = np.zeros(self.layouts[ALLOCATOR].size, dtype=np.float32)
-        active = shocks.active(s.effects, s.t)
-        o[sl["tick"]] = s.t
-        o[sl["owned"]] = self.owned
-        o[sl["online"]] = s.online
-        o[sl["budget"]] = s.budget
-        o[sl["carbon_used"]] = s.carbon_used
-        o[sl["carbon_cap"]] = cfg.carbon.cap_kg
-        o[sl["intensity_forecast"]] = carbon.forecast(cfg.carbon.intensity, s.t, cfg.carbon.forecast_horizon)
-        o[sl["offer_qty"]] = s.offer_qty
-        o[sl["offer_price"]] = s.offer_price
-        o[sl["declared"]] = s.declared.ravel()
-        o[sl["stance"].start + self.team_rows * 3 + s.stance] = 1.0
-        o[sl["escalations"]] = s.escalations
-        o[sl["credibility"]] = s.credibility
-        o[sl["pressure"]] = [self._pressure(team_jobs, s.t) for team_jobs in s.jobs]
-        o[sl["revealed"]] = s.revealed
-        o[sl["revealed_need"]] = (s.need * s.revealed[:, None]).ravel()
-        o[sl["shocks_seen"]] = s.shocks_seen
+    def _allocator(self, s: ArenaState, queues: list[Queue], active: list, declared: list, offer: list) -> list:
+        t = s.t
+        stance = self.no_stance.copy()  # one-hot per team
+        for i, k in enumerate(s.stance.tolist()):
+            stance[i * self.n_stances + k] = 1.0
+        active_kinds = self.no_shock.copy()
         for effect in active:
-            o[sl["shocks_active"].start + effect.spec.shock_kind] = 1.0
-        return o
+            active_kinds[effect.spec.shock_kind] = 1.0
+        revealed = s.revealed.tolist()
+        revealed_need = self.no_revealed_need
+        if any(revealed):
+            hidden = [0] * self.n_tiers
+            rows = zip(s.need.tolist(), revealed, strict=True)
+            revealed_need = [n for row, shown in rows for n in (row if shown else hidden)]
+        forecast = self.forecasts[t] if t < len(self.forecasts) else self._forecast(t)
+        pressure = [self._pressure(q, t) for q in queues]
+        return [t, *self.owned, *s.online.tolist(), s.budget, s.carbon_used, self.carbon_cap, *forecast,
+                *offer, *declared, *stance, *s.escalations.tolist(), *s.credibility.tolist(), *pressure, *revealed,
+                *revealed_need, *s.shocks_seen.tolist(), *active_kinds]
 
-    def team(self, s: ArenaState, i: int) -> np.ndarray:
-        sl = self.slices[self.teams[i]]
-        o = np.zeros(self.layouts[self.teams[i]].size, dtype=np.float32)
-        o[sl["tick"]] = s.t
-        o[sl["need"]] = s.need[i]
-        o[sl["last_grant"]] = s.last_grant[i]
-        o[sl["declared"]] = s.declared[i]
-        o[sl["credibility"]] = s.credibility[i]
-        o[sl["starved_streak"]] = s.streak[i]
-        o[sl["offer_qty"]] = s.offer_qty
-        o[sl["offer_price"]] = s.offer_price
-        o[sl["others_declared"]] = s.declared[self.others[i]].ravel()
-        start, width = sl["jobs"].start, self.job_width
-        jobs = s.jobs[i]
-        slot = 0
-        rows = []
-        for j in s.orders[i]:  # EDF order = most urgent first
-            job = jobs[j]
-            if job.status != PENDING or job.arrival > s.t:
-                continue
-            rows.append((1.0, job.gpus, job.min_memory_gb, job.remaining, job.deadline - s.t,
-                         job.value, job.priority, job.ready(s.t, jobs)))
-            if len(rows) == self.config.queue_slots:
-                break
-        if rows:
-            o[start : start + len(rows) * width] = np.array(rows, dtype=np.float32).ravel()
-        return o
+    def _broker(self, s: ArenaState, active: list, declared: list, offer: list) -> list:
+        crisis = any(e.spec.price_multiplier > 1 or e.spec.inventory_factor < 1 for e in active)
+        T = self.n_tiers
+        demand = [sum(declared[k::T]) for k in range(T)]  # Σ over teams, per tier
+        return [s.t, *shocks.spot_inventory(self.inventory, active), *self.unit_cost, *s.last_sold.tolist(),
+                *s.last_price.tolist(), *offer, *demand, crisis]
 
-    def broker(self, s: ArenaState) -> np.ndarray:
-        sl = self.slices[BROKER]
-        o = np.zeros(self.layouts[BROKER].size, dtype=np.float32)
-        active = shocks.active(s.effects, s.t)
-        o[sl["tick"]] = s.t
-        o[sl["inventory"]] = np.floor(self.inventory * shocks.inventory_factor(active))
-        o[sl["unit_cost"]] = self.unit_cost
-        o[sl["last_sold"]] = s.last_sold
-        o[sl["last_price"]] = s.last_price
-        o[sl["offer_qty"]] = s.offer_qty
-        o[sl["offer_price"]] = s.offer_price
-        o[sl["demand"]] = s.declared.sum(axis=0)
-        o[sl["crisis"]] = any(e.spec.price_multiplier > 1 or e.spec.inventory_factor < 1 for e in active)
-        return o
+    def _job_slots(self, queue: Queue, t: int) -> list:
+        """The most urgent waiting jobs (EDF order), a row of JOB_SLOT_FIELDS each; no row for an empty slot."""
+        values: list = []
+        for job, ready in queue.waiting[: self.queue_slots]:
+            values += (1.0, job.gpus, job.min_memory_gb, job.remaining, job.deadline - t, job.value, job.priority,
+                       ready)
+        return values
+
+    def _forecast(self, t: int) -> list[float]:
+        cfg = self.config.carbon
+        return carbon.forecast(cfg.intensity, t, cfg.forecast_horizon).tolist()
 
     @staticmethod
-    def _pressure(jobs: list, t: int) -> int:
-        due = 0
-        for job in jobs:
-            if job.status == PENDING and job.arrival <= t and job.deadline - t < PRESSURE_WINDOW:
-                due += 1
-                if due == 2:
-                    break
-        return due
+    def _pressure(queue: Queue, t: int) -> int:
+        due = sum(1 for job, _ in queue.waiting if job.deadline - t < PRESSURE_WINDOW)
+        return min(due, 2)

@@ -10,7 +10,7 @@ schema.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,15 @@ class TickOutcome:
     allocator_invalid: int = 0  # repaired units of the allocator's action
     broker_profit: float = 0.0  # revenue - unit cost of GPUs sold
     broker_invalid: int = 0  # repaired units of the broker's action
+    # Derived once per tick: several terms and the episode statistics read them.
+    completed_total: float = field(init=False)  # Σ completed_value
+    missed_total: float = field(init=False)  # Σ missed_value
+    fairness: float = field(init=False)  # Jain index of satisfaction over the teams with a need
+
+    def __post_init__(self) -> None:
+        self.completed_total = float(self.completed_value.sum())
+        self.missed_total = float(self.missed_value.sum())
+        self.fairness = jain_index(self.satisfaction[self.has_need])
 
 
 def jain_index(x: np.ndarray) -> float:
@@ -46,7 +55,7 @@ def jain_index(x: np.ndarray) -> float:
 
 
 def allocator_job_value(o: TickOutcome) -> float:
-    return float(o.completed_value.sum())
+    return o.completed_total
 
 
 def allocator_spend(o: TickOutcome) -> float:
@@ -54,7 +63,7 @@ def allocator_spend(o: TickOutcome) -> float:
 
 
 def allocator_missed(o: TickOutcome) -> float:
-    return -float(o.missed_value.sum())
+    return -o.missed_total
 
 
 def allocator_idle(o: TickOutcome) -> float:
@@ -71,7 +80,7 @@ def allocator_escalation(o: TickOutcome) -> float:
 
 def allocator_fairness(o: TickOutcome) -> float:
     """Jain's index of true-need satisfaction over teams with a need, minus 1 (so 0 is fair)."""
-    return jain_index(o.satisfaction[o.has_need]) - 1.0
+    return o.fairness - 1.0
 
 
 def allocator_invalid(o: TickOutcome) -> float:
@@ -132,6 +141,10 @@ class Rubric:
         self.allocator = [(n, getattr(weights.allocator, n), f) for n, f in ALLOCATOR_TERMS.items()]
         self.team = [(n, getattr(weights.team, n), f) for n, f in TEAM_TERMS.items()]
         self.broker = [(n, getattr(weights.broker, n), f) for n, f in BROKER_TERMS.items()]
+
+    def term_names(self, role: str) -> tuple[str, ...]:
+        """Names of a role's terms (``"allocator"``, ``"team"`` or ``"broker"``), in the order its terms come."""
+        return tuple(name for name, _, _ in getattr(self, role))
 
     def allocator_terms(self, o: TickOutcome) -> dict[str, float]:
         return {name: w * term(o) for name, w, term in self.allocator}

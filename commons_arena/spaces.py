@@ -28,6 +28,7 @@ broker     price_level (tiers)         price = max_price x level / (price_levels
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -222,16 +223,19 @@ def make_action_space(config: ScenarioConfig, agent: str) -> spaces.MultiDiscret
     return spaces.MultiDiscrete((layout.high + 1).astype(np.int64))
 
 
-def check_action(agent: str, action: object, nvec: np.ndarray) -> np.ndarray:
-    """Return ``action`` as an int64 vector or raise ValueError saying what is wrong.
+def check_action(agent: str, action: object, nvec: np.ndarray) -> list[int]:
+    """Return ``action`` as a list of ints or raise ValueError saying what is wrong.
 
     Accepts integer arrays/lists, and floats that hold exact integers. Anything else
     (wrong shape, NaN, negatives, values past the space) is not an action of this space.
+    A list, because the env reads a handful of entries one by one (cheaper than numpy's
+    per-element access) and because it is a copy: the state never aliases the caller's buffer.
     """
     if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.shape == nvec.shape:
         # fast path for what samplers and policies produce
-        if (action >= 0).all() and (action < nvec).all():
-            return action.astype(np.int64)  # a copy: the state must never alias the caller's buffer
+        values = action.tolist()
+        if min(values) >= 0 and all(map(operator.lt, values, nvec.tolist())):
+            return values
     try:
         arr = np.asarray(action)
     except Exception as err:  # pragma: no cover - exotic objects
@@ -254,4 +258,4 @@ def check_action(agent: str, action: object, nvec: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"action for {agent!r} is outside its space at index {i}: {int(ints[i])} not in [0, {int(nvec[i]) - 1}]"
         )
-    return ints
+    return ints.tolist()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commons_arena.enums import ShockKind
-from commons_arena.mechanics.jobs import Job, build_team_jobs, edf_order
+from commons_arena.mechanics.jobs import Job, TeamJobSource, edf_order
 from commons_arena.mechanics.shocks import Effect
 from commons_arena.scenario import ScenarioConfig
 
@@ -43,9 +43,15 @@ class ArenaState:
     injected: int = 0  # jobs injected by shocks so far (for their ids)
 
 
-def initial_state(config: ScenarioConfig, rng: np.random.Generator) -> ArenaState:
+def initial_state(
+    config: ScenarioConfig, rng: np.random.Generator, job_sources: list[TeamJobSource] | None = None
+) -> ArenaState:
+    """Tick 0 of an episode; ``job_sources`` (one per team, seed-independent) saves
+    preparing them again at every reset."""
     T, N = len(config.gpu_tiers), len(config.teams)
-    jobs = [build_team_jobs(team, config.gpu_tiers, rng) for team in config.teams]
+    if job_sources is None:
+        job_sources = [TeamJobSource(team, config.gpu_tiers) for team in config.teams]
+    jobs = [source.draw(rng) for source in job_sources]
     return ArenaState(
         t=0,
         budget=config.budget,

@@ -1,7 +1,9 @@
 """Steps per second of the arena vs PettingZoo's rps_v2, in one run (issue 2's speed figure).
 
 Both envs are stepped with uniformly random actions drawn *before* timing, so the figure
-measures ``step()`` (and ``reset()`` between episodes), not action sampling.
+measures ``step()`` (and ``reset()`` between episodes), not action sampling. The two envs
+take turns in chunks of ``chunk`` steps, so a change in machine load during the run hits
+both about equally and the ratio stays meaningful on a shared machine.
 
     python -m experiments.bench_env --steps 20000
 """
@@ -9,6 +11,7 @@ measures ``step()`` (and ``reset()`` between episodes), not action sampling.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,9 +29,12 @@ class Args:
     """parallel steps timed per env"""
     seed: int = 0
     """seed of the action draws and of the first reset"""
+    chunk: int = 1_000
+    """steps per turn before switching to the other env"""
 
 
-def steps_per_second(env, steps: int, seed: int) -> float:
+def stepper(env, seed: int) -> Callable[[int], float]:
+    """A function ``run(n)`` that steps ``env`` n more times and returns the seconds it took."""
     rng = np.random.default_rng(seed)
     agents = list(env.possible_agents)
     pool = [
@@ -37,19 +43,31 @@ def steps_per_second(env, steps: int, seed: int) -> float:
         for _ in range(1024)
     ]
     env.reset(seed=seed)
-    episode = 0
-    start = time.perf_counter()
-    for i in range(steps):
-        if not env.agents:
-            episode += 1
-            env.reset(seed=seed + episode)
-        env.step(pool[i & 1023])
-    return steps / (time.perf_counter() - start)
+    done = episode = 0
+
+    def run(n: int) -> float:
+        nonlocal done, episode
+        start = time.perf_counter()
+        for i in range(done, done + n):
+            if not env.agents:
+                episode += 1
+                env.reset(seed=seed + episode)
+            env.step(pool[i & 1023])
+        done += n
+        return time.perf_counter() - start
+
+    return run
 
 
 def main(args: Args) -> dict[str, float]:
-    arena = steps_per_second(commons_arena.parallel_env(scenario=args.scenario), args.steps, args.seed)
-    rps = steps_per_second(rps_v2.parallel_env(), args.steps, args.seed)
+    envs = {"arena": stepper(commons_arena.parallel_env(scenario=args.scenario), args.seed),
+            "rps_v2": stepper(rps_v2.parallel_env(), args.seed)}
+    seconds = dict.fromkeys(envs, 0.0)
+    for start in range(0, args.steps, args.chunk):
+        n = min(args.chunk, args.steps - start)
+        for name, run in envs.items():
+            seconds[name] += run(n)
+    arena, rps = args.steps / seconds["arena"], args.steps / seconds["rps_v2"]
     print(f"commons_arena[{args.scenario}]: {arena:,.0f} steps/s")
     print(f"rps_v2 (parallel):        {rps:,.0f} steps/s")
     print(f"ratio arena / rps_v2:     {arena / rps:.2f}x")

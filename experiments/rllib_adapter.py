@@ -101,11 +101,20 @@ class ArenaRLlibEnv(MultiAgentEnv):
         # Learned agents see observations divided by a fixed per-dimension scale (part of
         # the trained policy: policies.learned applies the same one at inference).
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
+        # ... and may act through a codec (policies.learned.CODECS) that turns the module's
+        # action into an env action using the agent's raw observation.
+        from policies.learned import CODECS
+
+        self._codecs = {a: CODECS[name](self.par_env.config) for a, name in cfg.get("action_codec", {}).items()}
+        self._raw_obs: MultiAgentDict = {}
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
         agents: list[str] = list(self.par_env.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
         obs_spaces = {a: self._scaled_space(a, self.par_env.observation_space(a)) for a in agents}
-        act_spaces = {a: self.par_env.action_space(a) for a in agents}
+        act_spaces = {
+            a: gym.spaces.MultiDiscrete(self._codecs[a].nvec) if a in self._codecs else self.par_env.action_space(a)
+            for a in agents
+        }
         self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
         # Old-stack code paths (and the env checker's hasattr test) still read these.
         self.observation_space = gym.spaces.Dict(obs_spaces)
@@ -118,6 +127,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         return gym.spaces.Box(space.low / scale, space.high / scale, dtype=np.float32)
 
     def _scaled(self, obs: MultiAgentDict) -> MultiAgentDict:
+        self._raw_obs = dict(obs)
         for agent, scale in self._scale.items():
             if agent in obs:
                 obs[agent] = obs[agent] / scale
@@ -140,6 +150,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         if self._next_scenario is not None:
             self.par_env.close()
             self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
+            self._codecs = {a: type(codec)(self.par_env.config) for a, codec in self._codecs.items()}
             self._next_scenario = None
         obs, infos = self.par_env.reset(seed=seed, options=options)
         self.agents = list(self.par_env.agents)
@@ -147,6 +158,11 @@ class ArenaRLlibEnv(MultiAgentEnv):
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
+        if self._codecs:
+            action_dict = {
+                a: self._codecs[a].decode(self._raw_obs[a], act) if a in self._codecs else act
+                for a, act in action_dict.items()
+            }
         obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
         # The ParallelEnv clears `agents` when the episode is over; that, not the flag
         # dicts, decides the end. `self.agents` then keeps the agents of the last step:
@@ -358,6 +374,47 @@ class RewardTermsCallback(RLlibCallback):
                 metrics_logger.log_value((EPISODE_TOTALS_KEY, "normalised_score"), score, reduce="mean", window=window)
 
 
+class CurriculumCallback(RewardTermsCallback):
+    """Promotes every env to the next curriculum stage when the training episodes'
+    normalised score (the smoothed ``allocator_episode/normalised_score`` metric) reaches
+    ``promote_at``, at most once every ``min_iterations`` iterations (the smoothing window
+    still holds the previous stage's episodes right after a switch).
+
+    ``env_config["curriculum"] = {"stages": [...], "promote_at": float, "min_iterations": int,
+    "stage": int}``; the current stage index is written to ``result["curriculum_stage"]``.
+    """
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        curriculum = algorithm.config.env_config.get("curriculum")
+        if not curriculum:
+            return
+        stage = getattr(algorithm, "_arena_stage", curriculum.get("stage", 0))
+        since = getattr(algorithm, "_arena_stage_iterations", 0) + 1
+        score = result.get("env_runners", {}).get(EPISODE_TOTALS_KEY, {}).get("normalised_score")
+        if (
+            score is not None
+            and score >= curriculum["promote_at"]
+            and since >= curriculum.get("min_iterations", 5)
+            and stage + 1 < len(curriculum["stages"])
+        ):
+            stage += 1
+            since = 0
+            set_scenario_everywhere(algorithm, curriculum["stages"][stage])
+        algorithm._arena_stage = stage
+        algorithm._arena_stage_iterations = since
+        result["curriculum_stage"] = stage
+
+
+def set_scenario_everywhere(algorithm: Any, scenario: str) -> None:
+    """Switch every env of every env runner to ``scenario`` from their next episode on."""
+
+    def switch(runner: Any) -> None:
+        for env in runner.env.envs:
+            env.unwrapped.set_scenario(scenario)
+
+    algorithm.env_runner_group.foreach_env_runner(switch, local_env_runner=True)
+
+
 # --------------------------------------------------------------------------- config
 
 
@@ -399,6 +456,7 @@ def build_ppo_config(
     env_config: Mapping[str, Any] | None = None,
     algo_config: AlgorithmConfig | None = None,
     seed: int | None = None,
+    callbacks: type[RLlibCallback] = RewardTermsCallback,
 ) -> AlgorithmConfig:
     """A config where ``learned_agent`` trains and every other agent runs a scripted Policy.
 
@@ -459,7 +517,7 @@ def build_ppo_config(
             minibatch_size=minibatch_size,
             num_epochs=num_epochs,
         )
-        .callbacks(RewardTermsCallback)
+        .callbacks(callbacks)
     )
     if seed is not None:
         config = config.debugging(seed=seed)

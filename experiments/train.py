@@ -3,8 +3,9 @@
 Two experiments, both read top to bottom:
 
 * ``allocator_ppo``: one scenario, fixed background population.
-* ``allocator_curriculum``: ``standard → elevated → crisis``; a stage is promoted when
-  the held-out normalised score reaches ``promote_at`` (checked at every evaluation).
+* ``allocator_curriculum``: ``standard → elevated → crisis``; an RLlib callback
+  (``CurriculumCallback``) promotes every env to the next stage when the training
+  episodes' normalised score reaches ``promote_at``.
 
 Every ``eval_every`` iterations the current allocator module plays ``eval_seeds``
 held-out seeds (never used for training) outside RLlib; its normalised score
@@ -34,7 +35,7 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluate import normalised_score, play_many
-from policies.learned import LearnedPolicy, observation_scale, write_sidecar
+from policies.learned import CODECS, LearnedPolicy, observation_scale, write_sidecar
 from policies.population import Population, run_episode
 
 BASELINES = ("equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf")
@@ -71,6 +72,9 @@ class TrainArgs:
     """discount (episodes are 10-20 ticks)"""
     entropy_coeff: float = 0.005
     """entropy bonus"""
+    action_codec: Literal["relative", "none"] = "relative"
+    """how the module's action becomes an env action: 'relative' grants shares of each team's
+    demand (policies.learned.RelativeAllocatorCodec); 'none' outputs the env action itself"""
     hidden: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the allocator's policy and value networks"""
     eval_every: int = 5
@@ -79,8 +83,10 @@ class TrainArgs:
     """held-out episodes per evaluation"""
     eval_first_seed: int = 900_000
     """held-out seeds are eval_first_seed .. + eval_seeds - 1"""
-    promote_at: float = 0.85
-    """curriculum: normalised score that promotes to the next stage"""
+    promote_at: float = 0.7
+    """curriculum: training episodes' normalised score (smoothed) that promotes to the next stage"""
+    promote_after: int = 5
+    """curriculum: at least this many iterations on a stage before promotion"""
     out: Path = Path("runs")
     """parent folder of the run folder"""
     run_name: str | None = None
@@ -148,19 +154,21 @@ def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
     }
 
 
-def evaluate_module(module: Any, scale: np.ndarray, scenario: str, seeds: list[int]) -> list[dict[str, dict[str, float]]]:
+def evaluate_module(
+    module: Any, scale: np.ndarray, codec: str, scenario: str, seeds: list[int]
+) -> list[dict[str, dict[str, float]]]:
     env = commons_arena.parallel_env(scenario=scenario)
     policies = Population.default(env.config).build(env.config, env=env)
-    policies[ALLOCATOR] = LearnedPolicy(module, scale)
+    policies[ALLOCATOR] = LearnedPolicy(module, scale, CODECS[codec](env.config) if codec != "none" else None)
     return [run_episode(env, policies, seed) for seed in seeds]
 
 
-def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[str, float]]):
+def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[str, float]], stage: int = 0):
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from experiments.rllib_adapter import build_ppo_config
+    from experiments.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
@@ -175,24 +183,19 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
         model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False),
         env_config={
             "observation_scale": {ALLOCATOR: scale.tolist()},
+            **({"action_codec": {ALLOCATOR: args.action_codec}} if args.action_codec != "none" else {}),
             # by scenario hash: lets the metrics callback report a normalised score per episode
             "score_anchors": {commons_arena.load_scenario(s).content_hash: a for s, a in anchors.items()},
+            **({"curriculum": {"stages": list(args.stages), "promote_at": args.promote_at,
+                               "min_iterations": args.promote_after, "stage": stage}}
+               if args.experiment == "allocator_curriculum" else {}),
         },
         algo_config=algo_config,
         seed=args.seed,
+        callbacks=CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback,
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()
-
-
-def set_stage(algo: Any, scenario: str) -> None:
-    """Switch every env of every runner to ``scenario`` from their next episode on."""
-
-    def switch(runner: Any) -> None:
-        for env in runner.env.envs:
-            env.unwrapped.set_scenario(scenario)
-
-    algo.env_runner_group.foreach_env_runner(switch, local_env_runner=True)
 
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
@@ -210,6 +213,7 @@ def train(args: TrainArgs) -> Path:
     from tensorboardX import SummaryWriter
 
     from experiments.plots import learning_curve
+    from experiments.rllib_adapter import set_scenario_everywhere
 
     # ---- run folder, args, resume
     run = (args.resume or args.out / args.name).resolve()
@@ -245,11 +249,11 @@ def train(args: TrainArgs) -> Path:
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  **({} if address else {"num_cpus": os.cpu_count()}))
-    algo = build_algorithm(args, scale, anchors)
+    algo = build_algorithm(args, scale, anchors, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
         algo.restore_from_path(str(checkpoint))
-    set_stage(algo, args.stages[state.stage])
+    set_scenario_everywhere(algo, args.stages[state.stage])
     writer = SummaryWriter(str(run / "tb"))
     print(f"run {run}: {args.experiment} on {args.stages[state.stage]}, {args.algo}, "
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
@@ -266,6 +270,9 @@ def train(args: TrainArgs) -> Path:
         session_iterations += 1
         state.env_steps = int(result.get("num_env_steps_sampled_lifetime", state.env_steps))
         scalars = _scalars(result)
+        if result.get("curriculum_stage", state.stage) != state.stage:
+            state.stage = result["curriculum_stage"]
+            print(f"  promoted to {args.stages[state.stage]}")
         for key, value in scalars.items():
             writer.add_scalar(f"train/{key}", value, state.env_steps)
         if not args.quiet:
@@ -278,7 +285,7 @@ def train(args: TrainArgs) -> Path:
             continue
         scenario = args.stages[state.stage]
         module = algo.get_module(ALLOCATOR)
-        episodes = evaluate_module(module, scale, scenario, eval_seeds)
+        episodes = evaluate_module(module, scale, args.action_codec, scenario, eval_seeds)
         ref = anchors[scenario]
         mean_return = float(np.mean([e[ALLOCATOR]["return"] for e in episodes]))
         score = normalised_score(mean_return, ref["random"], ref["oracle"])
@@ -292,14 +299,23 @@ def train(args: TrainArgs) -> Path:
         print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, "
               f"normalised score {score:.3f} (best baseline {max(ref[b] for b in BASELINES):.2f}, oracle {ref['oracle']:.2f})")
         algo.save_to_path(str(checkpoint))
-        write_sidecar(checkpoint, commons_arena.load_scenario(scenario), ALLOCATOR, scale)
-        if args.experiment == "allocator_curriculum" and score >= args.promote_at and state.stage + 1 < len(args.stages):
-            state.stage += 1
-            set_stage(algo, args.stages[state.stage])
-            print(f"  promoted to {args.stages[state.stage]}")
+        write_sidecar(checkpoint, commons_arena.load_scenario(scenario), ALLOCATOR, scale,
+                      codec=None if args.action_codec == "none" else args.action_codec)
         (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
         (run / "history.json").write_text(json.dumps(state.history, indent=1))
         _plot(learning_curve, state.history, anchors, run / "learning_curve.png")
+    if len(args.stages) > 1 or args.iterations is None:
+        final = {}
+        for scenario in args.stages:
+            episodes = evaluate_module(algo.get_module(ALLOCATOR), scale, args.action_codec, scenario, eval_seeds)
+            mean_return = float(np.mean([e[ALLOCATOR]["return"] for e in episodes]))
+            ref = anchors[scenario]
+            final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
+                               "best_baseline": max(BASELINES, key=lambda b: ref[b]),
+                               "best_baseline_return": max(ref[b] for b in BASELINES), "oracle_return": ref["oracle"]}
+            print(f"final on {scenario}: return {mean_return:.2f}, normalised score {final[scenario]['score']:.3f}, "
+                  f"best baseline {final[scenario]['best_baseline']} {final[scenario]['best_baseline_return']:.2f}")
+        (run / "final_scores.json").write_text(json.dumps(final, indent=1))
     writer.close()
     algo.stop()
     print(f"checkpoint: {checkpoint}\nuse it as: learned:{checkpoint}")

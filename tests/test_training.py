@@ -107,3 +107,14 @@ def test_same_config_runs_on_appo(ray_session, tmp_path):
     """Nothing in the experiment is PPO-specific."""
     checkpoint = train(TrainArgs(out=tmp_path, run_name="appo", algo="APPO", **TINY))
     assert read_sidecar(checkpoint)["agent"] == ALLOCATOR
+
+
+def test_curriculum_callback_promotes_through_every_stage(ray_session, tmp_path):
+    run_args = {**TINY, "iterations": 2, "eval_every": 2}
+    train(TrainArgs(out=tmp_path, run_name="cur", experiment="allocator_curriculum",
+                    promote_at=-1e9, promote_after=1, **run_args))
+    state = json.loads((tmp_path / "cur" / "state.json").read_text())
+    assert state["stage"] == 2  # standard -> elevated -> crisis, one promotion per iteration
+    assert state["history"][-1]["scenario"] == "crisis"
+    final = json.loads((tmp_path / "cur" / "final_scores.json").read_text())
+    assert set(final) == {"standard", "elevated", "crisis"}

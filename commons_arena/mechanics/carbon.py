@@ -36,6 +36,8 @@ def cut_for_hard_cap(
     kg_per_gpu = power_kw * intensity * TICK_HOURS
     excess = emissions(fixed.sum(axis=0), power_kw, intensity) - max(headroom_kg, 0.0)
     cut = 0
+    if excess <= 1e-9:
+        return fixed, cut  # fits already: the common case
     for tier in sorted(range(len(power_kw)), key=lambda k: (kg_per_gpu[k], k), reverse=True):
         if kg_per_gpu[tier] <= 0:
             break

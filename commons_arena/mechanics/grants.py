@@ -8,23 +8,29 @@ away counts as a repaired (invalid) unit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
-def repair_grants(grants: np.ndarray, available: np.ndarray) -> tuple[np.ndarray, int]:
+def repair_grants(grants: np.ndarray | Sequence[Sequence[int]], available: Sequence[int]) -> tuple[np.ndarray, int]:
     """Scale each tier's column of ``grants`` (teams x tiers) down to ``available``."""
-    totals = grants.sum(axis=0)
-    over = np.flatnonzero(totals > available)
-    if len(over) == 0:
-        return grants, 0
-    fixed = grants.copy()
-    for tier in over.tolist():
-        requested = grants[:, tier].tolist()
-        total, cap = int(totals[tier]), int(available[tier])
-        kept = [r * cap // total for r in requested]
-        # largest remainder first (exact integer arithmetic); ties keep the earlier team first
-        by_remainder = sorted(range(len(requested)), key=lambda i: (-(requested[i] * cap % total), i))
-        for team in by_remainder[: cap - sum(kept)]:
-            kept[team] += 1
-        fixed[:, tier] = kept
-    return fixed, int(totals.sum() - fixed.sum())
+    rows = grants.tolist() if isinstance(grants, np.ndarray) else grants
+    fixed = [list(row) for row in rows]
+    cut = 0
+    for tier, column in enumerate(zip(*rows, strict=True)):
+        total, cap = sum(column), int(available[tier])
+        if total <= cap:
+            continue
+        # exact integer arithmetic: floors, then the largest remainders get one more GPU
+        kept = [r * cap // total for r in column]
+        leftover = cap - sum(kept)
+        if leftover:
+            remainders = [r * cap % total for r in column]
+            # sorted() is stable (also with reverse=True): ties keep the earlier team first
+            for team in sorted(range(len(column)), key=remainders.__getitem__, reverse=True)[:leftover]:
+                kept[team] += 1
+        for row, k in zip(fixed, kept, strict=True):
+            row[tier] = k
+        cut += total - sum(kept)
+    return np.array(fixed, dtype=np.int64).reshape(len(rows), len(available)), int(cut)

@@ -15,6 +15,7 @@ that would let every ready job run this tick, each on its smallest fitting tier.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,12 +54,23 @@ class Job:
 class TeamTick:
     """What happened to one team's jobs in one tick (raw measurements, no weights)."""
 
-    need: np.ndarray  # GPUs per tier to run every ready job (true need)
-    used: np.ndarray  # granted GPUs per tier that ran a job
+    # Per tier, as lists: cheap to build and to add up over a few tiers and teams.
+    need_by_tier: list[int]  # GPUs to run every ready job (true need)
+    used_by_tier: list[int]  # granted GPUs that ran a job
     ready_gpus: int = 0
     placed_gpus: int = 0
     completed: list[Job] = field(default_factory=list)
     missed: list[Job] = field(default_factory=list)
+    completed_value: float = 0.0  # Σ value of ``completed``
+    missed_value: float = 0.0  # Σ value of ``missed``
+
+    @property
+    def need(self) -> np.ndarray:
+        return np.array(self.need_by_tier, dtype=np.int64)
+
+    @property
+    def used(self) -> np.ndarray:
+        return np.array(self.used_by_tier, dtype=np.int64)
 
     @property
     def satisfaction(self) -> float:
@@ -84,56 +96,91 @@ def build_team_jobs(
 ) -> list[Job]:
     """The team's jobs for one episode: fixed list (values drawn within ±noise) then the
     generator's stream. Draws happen in file order, so a seed fixes every job."""
-    jobs: list[Job] = []
-    index_of = {spec.id: i for i, spec in enumerate(team.jobs)}
-    for spec in team.jobs:
-        jobs.append(_job_from_spec(spec, index_of, tiers, rng))
-    if team.generator is not None:
-        jobs.extend(_generate(team.name, team.generator, tiers, rng))
-    return jobs
+    return TeamJobSource(team, tiers).draw(rng)
 
 
-def _job_from_spec(
-    spec: JobSpec, index_of: dict[str, int], tiers: tuple[GpuTierConfig, ...], rng: np.random.Generator
-) -> Job:
-    value = spec.value
-    if spec.value_noise > 0:
-        value = float(rng.uniform(spec.value - spec.value_noise, spec.value + spec.value_noise))
-    return Job(
-        id=spec.id,
-        gpus=spec.gpus,
-        min_memory_gb=spec.min_memory_gb,
-        work=spec.work,
-        arrival=spec.arrival,
-        deadline=spec.deadline,
-        value=value,
-        priority=spec.priority,
-        deps=tuple(index_of[d] for d in spec.depends_on),
-        fits=fitting_tiers(spec.min_memory_gb, tiers),
-        remaining=spec.work,
-    )
+class TeamJobSource:
+    """Everything about a team's jobs that does not depend on the seed (ids, dependencies,
+    fitting tiers, the numbers of the fixed jobs), prepared once per scenario so that each
+    reset only makes the draws. Plain tuples: reading a pydantic field costs more."""
+
+    def __init__(self, team: TeamConfig, tiers: tuple[GpuTierConfig, ...]) -> None:
+        index_of = {spec.id: i for i, spec in enumerate(team.jobs)}
+        self.fixed = [_FixedJob.of(spec, tuple(index_of[d] for d in spec.depends_on), tiers) for spec in team.jobs]
+        self.name = team.name
+        self.generator = team.generator
+        memories = team.generator.min_memory_gb if team.generator is not None else ()
+        self.fits_by_memory = {float(m): fitting_tiers(m, tiers) for m in memories}
+
+    def draw(self, rng: np.random.Generator) -> list[Job]:
+        jobs = [job.draw(rng) for job in self.fixed]
+        if self.generator is not None:
+            jobs.extend(_generate(self.name, self.generator, self.fits_by_memory, rng))
+        return jobs
+
+
+class _FixedJob(NamedTuple):
+    """A job of the scenario file; only its value is drawn (within ±value_noise)."""
+
+    id: str
+    gpus: int
+    min_memory_gb: float
+    work: float
+    arrival: int
+    deadline: int
+    value: float
+    value_noise: float
+    priority: int
+    deps: tuple[int, ...]
+    fits: tuple[int, ...]
+
+    @classmethod
+    def of(cls, spec: JobSpec, deps: tuple[int, ...], tiers: tuple[GpuTierConfig, ...]) -> _FixedJob:
+        return cls(spec.id, spec.gpus, spec.min_memory_gb, spec.work, spec.arrival, spec.deadline, spec.value,
+                   spec.value_noise, spec.priority, deps, fitting_tiers(spec.min_memory_gb, tiers))
+
+    def draw(self, rng: np.random.Generator) -> Job:
+        value = self.value
+        if self.value_noise > 0:
+            value = float(rng.uniform(self.value - self.value_noise, self.value + self.value_noise))
+        return Job(
+            id=self.id,
+            gpus=self.gpus,
+            min_memory_gb=self.min_memory_gb,
+            work=self.work,
+            arrival=self.arrival,
+            deadline=self.deadline,
+            value=value,
+            priority=self.priority,
+            deps=self.deps,
+            fits=self.fits,
+            remaining=self.work,
+        )
 
 
 def _generate(
-    team_name: str, gen: JobGenerator, tiers: tuple[GpuTierConfig, ...], rng: np.random.Generator
+    team_name: str, gen: JobGenerator, fits_by_memory: dict[float, tuple[int, ...]], rng: np.random.Generator
 ) -> list[Job]:
+    # The draws and their order (one per line below) are the seed's contract: keep them.
     jobs = []
+    rate, memories, (w_lo, w_hi), (g_lo, g_hi) = gen.rate, gen.min_memory_gb, gen.work, gen.gpus
+    (s_lo, s_hi), (v_lo, v_hi), (p_lo, p_hi) = gen.slack, gen.value, gen.priority
     for t in range(gen.first_tick, gen.last_tick + 1):
-        if rng.random() >= gen.rate:
+        if rng.random() >= rate:
             continue
-        memory = float(gen.min_memory_gb[rng.integers(len(gen.min_memory_gb))])
-        work = float(round(rng.uniform(*gen.work), 2))
+        memory = float(memories[rng.integers(len(memories))])
+        work = float(round(rng.uniform(w_lo, w_hi), 2))
         jobs.append(
             Job(
                 id=f"{team_name}_g{t}",
-                gpus=int(rng.integers(gen.gpus[0], gen.gpus[1] + 1)),
+                gpus=int(rng.integers(g_lo, g_hi + 1)),
                 min_memory_gb=memory,
                 work=work,
                 arrival=t,
-                deadline=t + int(rng.integers(gen.slack[0], gen.slack[1] + 1)),
-                value=float(round(rng.uniform(*gen.value), 2)),
-                priority=int(rng.integers(gen.priority[0], gen.priority[1] + 1)),
-                fits=fitting_tiers(memory, tiers),
+                deadline=t + int(rng.integers(s_lo, s_hi + 1)),
+                value=float(round(rng.uniform(v_lo, v_hi), 2)),
+                priority=int(rng.integers(p_lo, p_hi + 1)),
+                fits=fits_by_memory[memory],
                 remaining=work,
             )
         )
@@ -162,47 +209,68 @@ def edf_order(jobs: list[Job]) -> list[int]:
     return sorted(range(len(jobs)), key=lambda i: edf_key(jobs[i], i))
 
 
-def true_need(jobs: list[Job], order: list[int], t: int, n_tiers: int) -> np.ndarray:
-    need = np.zeros(n_tiers, dtype=np.int64)
+@dataclass(slots=True)
+class Queue:
+    """A team's unresolved jobs at the start of tick t, before anything runs."""
+
+    need: list[int]  # true need per tier: GPUs that would let every ready job run
+    waiting: list[tuple[Job, bool]]  # pending jobs that have arrived, EDF order, with readiness
+    pending: int  # pending jobs, arrived or not (0: every job is resolved)
+
+
+def queue_at(jobs: list[Job], order: list[int], t: int, n_tiers: int) -> Queue:
+    """One pass over the queue gives what the env (true need, end of episode) and the
+    observations (visible jobs, pressure) need, instead of one pass each."""
+    need = [0] * n_tiers
+    waiting = []
+    pending = 0
     for i in order:
         job = jobs[i]
-        if job.ready(t, jobs):
+        if job.status != PENDING:
+            continue
+        pending += 1
+        if job.arrival > t:
+            continue
+        ready = not job.deps or all(jobs[d].status == DONE for d in job.deps)
+        if ready:
             need[job.fits[0]] += job.gpus
-    return need
+        waiting.append((job, ready))
+    return Queue(need=need, waiting=waiting, pending=pending)
+
+
+def true_need(jobs: list[Job], order: list[int], t: int, n_tiers: int) -> np.ndarray:
+    return np.array(queue_at(jobs, order, t, n_tiers).need, dtype=np.int64)
 
 
 def run_team_jobs(
-    jobs: list[Job], order: list[int], grant: np.ndarray, speeds: np.ndarray, t: int
+    jobs: list[Job], order: list[int], grant: np.ndarray | list[int], speeds: np.ndarray, t: int
 ) -> TeamTick:
     """Advance one team's jobs by one tick on ``grant`` (GPUs per tier), in place.
 
     Returns the tick's measurements: true need, GPUs used, completed and missed jobs.
     """
-    n_tiers = len(grant)
-    free = [int(g) for g in grant]
-    need = np.zeros(n_tiers, dtype=np.int64)
-    used = np.zeros(n_tiers, dtype=np.int64)
-    result = TeamTick(need=need, used=used)
     # Readiness is decided for everyone before anything runs: a dependency completing
     # this tick unlocks its dependants from the next tick on.
-    ready = [
-        job for job in (jobs[i] for i in order)
-        if job.status == PENDING and job.arrival <= t and (not job.deps or all(jobs[d].status == DONE for d in job.deps))
-    ]
-    for job in ready:
-        need[job.fits[0]] += job.gpus
-        result.ready_gpus += job.gpus
+    queue = queue_at(jobs, order, t, len(grant))
+    free = [int(g) for g in grant]
+    used = [0] * len(grant)
+    tick = TeamTick(need_by_tier=queue.need, used_by_tier=used, ready_gpus=sum(queue.need))
+    for job, ready in queue.waiting:
+        if not ready:
+            continue
+        gpus = job.gpus
         for tier in job.fits:
-            if free[tier] >= job.gpus:
-                free[tier] -= job.gpus
-                used[tier] += job.gpus
-                result.placed_gpus += job.gpus
-                job.remaining -= job.gpus * speeds[tier]
+            if free[tier] >= gpus:
+                free[tier] -= gpus
+                used[tier] += gpus
+                tick.placed_gpus += gpus
+                job.remaining -= gpus * speeds[tier]
                 if job.remaining <= 1e-9:
                     job.remaining = 0.0
                     job.status = DONE
                     job.done_tick = t
-                    result.completed.append(job)
+                    tick.completed.append(job)
+                    tick.completed_value += job.value
                 break
     for i in order:
         job = jobs[i]
@@ -210,8 +278,9 @@ def run_team_jobs(
             break  # EDF order: every later job is due later
         if job.status == PENDING:
             job.status = MISSED
-            result.missed.append(job)
-    return result
+            tick.missed.append(job)
+            tick.missed_value += job.value
+    return tick
 
 
 def all_resolved(jobs: list[Job]) -> bool:

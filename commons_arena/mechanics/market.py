@@ -10,6 +10,8 @@ Repair rules (deterministic, SPEC §5.4):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -19,32 +21,38 @@ def price_grid(max_price: np.ndarray, levels: int) -> np.ndarray:
 
 
 def post_offer(
-    quantity: np.ndarray, price_level: np.ndarray, inventory: np.ndarray, grid: np.ndarray, multiplier: float
+    quantity: Sequence[int],
+    price_level: Sequence[int],
+    inventory: Sequence[int],
+    grid: np.ndarray | list[list[float]],
+    multiplier: float,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The offer for next tick: (quantity, unit price, repaired units)."""
-    offered = np.minimum(quantity, inventory)
-    repaired = int((quantity - offered).sum())
-    prices = grid[np.arange(len(price_level)), price_level] * multiplier
-    return offered, prices, repaired
+    offered = [min(q, cap) for q, cap in zip(quantity, inventory, strict=True)]
+    repaired = int(sum(quantity) - sum(offered))
+    prices = [grid[tier][level] * multiplier for tier, level in enumerate(price_level)]
+    return np.array(offered, dtype=np.int64), np.array(prices, dtype=np.float64), repaired
 
 
 def repair_purchases(
-    buys: np.ndarray, offer_qty: np.ndarray, offer_price: np.ndarray, budget: float
+    buys: Sequence[int], offer_qty: Sequence[int], offer_price: np.ndarray, budget: float
 ) -> tuple[np.ndarray, int, int]:
     """Cut buys to the offer, then to the budget. Returns (buys, offer_cut, budget_cut)."""
-    fixed = np.minimum(buys, offer_qty)
-    offer_cut = int((buys - fixed).sum())
+    fixed = [min(b, q) for b, q in zip(buys, offer_qty, strict=True)]
+    offer_cut = int(sum(buys) - sum(fixed))
     budget_cut = 0
-    cost = float(fixed @ offer_price)
+    # numpy's dot, like the env's purchase cost: the two must round the same way
+    cost = float(np.array(fixed, dtype=np.int64) @ offer_price)
     if cost > budget + 1e-9:
+        prices = offer_price.tolist()
         # Most expensive first; stable for equal prices by preferring the higher index.
-        by_price = sorted(range(len(fixed)), key=lambda i: (offer_price[i], i), reverse=True)
+        by_price = sorted(range(len(fixed)), key=lambda i: (prices[i], i), reverse=True)
         for tier in by_price:
             while fixed[tier] > 0 and cost > budget + 1e-9:
                 fixed[tier] -= 1
-                cost -= float(offer_price[tier])
+                cost -= prices[tier]
                 budget_cut += 1
-    return fixed, offer_cut, budget_cut
+    return np.array(fixed, dtype=np.int64), offer_cut, budget_cut
 
 
 def broker_profit(sold: np.ndarray, price: np.ndarray, unit_cost: np.ndarray) -> float:

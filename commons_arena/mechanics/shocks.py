@@ -18,6 +18,7 @@ Overlapping effects multiply (prices, intensity) or add (offline GPUs).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +34,16 @@ class Effect:
 
 
 def due_shocks(specs: tuple[ShockSpec, ...], t: int, rng: np.random.Generator) -> list[ShockSpec]:
+    # One vector draw gives exactly the numbers (and leaves the generator exactly where)
+    # one ``rng.random()`` per random shock would, at a fraction of the call overhead.
+    n_random = sum(1 for spec in specs if spec.tick is None)
+    draws = iter(rng.random(n_random).tolist() if n_random else ())
     fired = []
     for spec in specs:
         if spec.tick is not None:
             if spec.tick == t:
                 fired.append(spec)
-        elif rng.random() < spec.rate:  # type: ignore[operator]
+        elif next(draws) < spec.rate:  # type: ignore[operator]
             fired.append(spec)
     return fired
 
@@ -48,20 +53,27 @@ def active(effects: list[Effect], t: int) -> list[Effect]:
 
 
 def offline_gpus(effects: list[Effect], n_tiers: int) -> np.ndarray:
-    offline = np.zeros(n_tiers, dtype=np.int64)
+    offline = [0] * n_tiers
     for e in effects:
         if e.tier_index >= 0:
             offline[e.tier_index] += e.spec.gpus_offline
-    return offline
+    return np.array(offline, dtype=np.int64)
 
 
+# Products in list order, as numpy's product of the same list would round them.
 def price_multiplier(effects: list[Effect]) -> float:
-    return float(np.prod([e.spec.price_multiplier for e in effects])) if effects else 1.0
+    return float(math.prod(e.spec.price_multiplier for e in effects)) if effects else 1.0
 
 
 def inventory_factor(effects: list[Effect]) -> float:
-    return float(np.prod([e.spec.inventory_factor for e in effects])) if effects else 1.0
+    return float(math.prod(e.spec.inventory_factor for e in effects)) if effects else 1.0
 
 
 def intensity_multiplier(effects: list[Effect]) -> float:
-    return float(np.prod([e.spec.intensity_multiplier for e in effects])) if effects else 1.0
+    return float(math.prod(e.spec.intensity_multiplier for e in effects)) if effects else 1.0
+
+
+def spot_inventory(inventory: list[int], effects: list[Effect]) -> list[int]:
+    """GPUs the broker may offer now: ``floor(inventory x factor)`` while a crisis lasts."""
+    factor = inventory_factor(effects)
+    return [math.floor(q * factor) for q in inventory]

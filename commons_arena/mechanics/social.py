@@ -14,18 +14,22 @@ Credibility starts at 1 and never goes below 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
-def update_starvation(streak: np.ndarray, starved: np.ndarray, revealed: np.ndarray, reveal_after: int) -> None:
+def update_starvation(streak: np.ndarray, starved: Sequence[bool], revealed: np.ndarray, reveal_after: int) -> None:
     """Advance the consecutive-starvation counters and reveal flags, in place."""
-    streak[:] = np.where(starved, streak + 1, 0)
-    revealed |= streak >= reveal_after
+    streak[:] = new_streak = [s + 1 if hungry else 0 for s, hungry in zip(streak.tolist(), starved, strict=True)]
+    revealed[:] = [shown or s >= reveal_after for shown, s in zip(revealed.tolist(), new_streak, strict=True)]
 
 
-def judge_escalations(escalating: np.ndarray, starved_last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def judge_escalations(escalating: Sequence[bool], starved_last: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
     """(justified, unjustified) boolean masks over teams."""
-    return escalating & starved_last, escalating & ~starved_last
+    justified = [bool(e and s) for e, s in zip(escalating, starved_last, strict=True)]
+    unjustified = [bool(e and not s) for e, s in zip(escalating, starved_last, strict=True)]
+    return np.array(justified, dtype=bool), np.array(unjustified, dtype=bool)
 
 
 def exposed_bluffs(declared: np.ndarray, need: np.ndarray, tolerance: float) -> np.ndarray:
@@ -33,8 +37,9 @@ def exposed_bluffs(declared: np.ndarray, need: np.ndarray, tolerance: float) -> 
     return declared.sum(axis=1) > need.sum(axis=1) * (1.0 + tolerance) + 1e-9
 
 
-def lose_credibility(credibility: np.ndarray, loss: np.ndarray) -> np.ndarray:
+def lose_credibility(credibility: np.ndarray, loss: Sequence[float]) -> np.ndarray:
     """Apply losses in place (floored at 0); return what was actually lost."""
-    before = credibility.copy()
-    np.maximum(credibility - loss, 0.0, out=credibility)
-    return before - credibility
+    before = credibility.tolist()
+    after = [max(c - lose, 0.0) for c, lose in zip(before, loss, strict=True)]
+    credibility[:] = after
+    return np.array([b - a for b, a in zip(before, after, strict=True)], dtype=np.float64)
