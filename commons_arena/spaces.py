@@ -148,7 +148,7 @@ def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
             tick,
             Field("owned", (T,), 0, cap, "GPUs owned per tier"),
             Field("online", (T,), 0, cap, "owned GPUs not offline from incidents"),
-            Field("budget", (1,), 0, config.budget, "money left for spot purchases"),
+            Field("budget", (1,), 0, INF, "money left for spot purchases (unbounded: curriculum tiers share spaces)"),
             Field("carbon_used", (1,), 0, INF, "kg CO2 emitted so far"),
             Field("carbon_cap", (1,), 0, INF, "episode cap, kg CO2"),
             Field("intensity_forecast", (config.carbon.forecast_horizon,), 0, INF, "kg/kWh, this tick onward"),
