@@ -51,12 +51,12 @@ DEFAULT_SHOCK_TEAM = {
 }
 
 
-class CarbonMode(str, enum.Enum):
+class CarbonMode(enum.StrEnum):
     HARD = "hard"  # grants that would exceed the cap are cut before jobs run
     SOFT = "soft"  # emissions over the cap are penalised per kg
 
 
-class Tier(str, enum.Enum):
+class Tier(enum.StrEnum):
     """Curriculum difficulty tiers (SPEC §10)."""
 
     STANDARD = "standard"

@@ -124,12 +124,15 @@ class EpisodeStateError(RuntimeError, ValueError):
     so either ``except`` catches it."""
 
 
+RENDER_MODES = ("human", "ansi", "rgb_array")
+
+
 class ArenaEnv(ParallelEnv):
-    metadata = {"name": "commons_arena_v0", "render_modes": ["human", "ansi", "rgb_array"], "is_parallelizable": True}
+    metadata = {"name": "commons_arena_v0", "render_modes": list(RENDER_MODES), "is_parallelizable": True}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r} not supported; choose from {self.metadata['render_modes']}")
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode {render_mode!r} not supported; choose from {list(RENDER_MODES)}")
         self.config = load_scenario(scenario)
         self.render_mode = render_mode
         self.possible_agents = list(self.config.agents)

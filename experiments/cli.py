@@ -16,7 +16,16 @@ import numpy as np
 import tyro
 
 import commons_arena
+from experiments.evaluate import BASELINES
 from experiments.train import TrainArgs
+
+
+def _scenarios(names: tuple[str, ...]) -> list[str]:
+    return commons_arena.list_scenarios() if names == ("all",) else list(names)
+
+
+def _seeds(first: int, count: int) -> list[int]:
+    return list(range(first, first + count))
 
 
 def _train_args() -> TrainArgs:
@@ -124,7 +133,7 @@ class Evaluate:
 
     scenarios: tuple[str, ...] = ("standard",)
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = ("equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf")
+    allocators: tuple[str, ...] = BASELINES
     """allocator policies (random and oracle always run: they anchor the score); a learned
     allocator is 'learned:<checkpoint dir>'"""
     seeds: int = 20
@@ -139,8 +148,7 @@ class Evaluate:
     def run(self):
         from experiments.evaluate import evaluate, markdown_table, write_tables
 
-        scenarios = commons_arena.list_scenarios() if self.scenarios == ("all",) else list(self.scenarios)
-        seeds = list(range(self.first_seed, self.first_seed + self.seeds))
+        scenarios, seeds = _scenarios(self.scenarios), _seeds(self.first_seed, self.seeds)
         for name in scenarios:
             cfg = commons_arena.load_scenario(name)
             print(f"scenario {cfg.name}: hash {cfg.content_hash}")
@@ -160,7 +168,7 @@ class Tournament:
 
     scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = ("equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf")
+    allocators: tuple[str, ...] = BASELINES
     """allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained one"""
     seeds: int = 20
     """matches per scenario"""
@@ -173,8 +181,7 @@ class Tournament:
         from experiments.evaluate import markdown_table
         from experiments.tournament import tournament, write_standings
 
-        scenarios = commons_arena.list_scenarios() if self.scenarios == ("all",) else list(self.scenarios)
-        seeds = list(range(self.first_seed, self.first_seed + self.seeds))
+        scenarios, seeds = _scenarios(self.scenarios), _seeds(self.first_seed, self.seeds)
         result = tournament(scenarios, list(self.allocators), seeds)
         print(markdown_table(result.evaluation.rows))
         print("\nstandings")
@@ -188,7 +195,7 @@ class Tournament:
 class Train:
     """Train the allocator with RLlib against the scripted population (see experiments/train.py)."""
 
-    args: Annotated["TrainArgs", tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
+    args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
 
     def run(self):
         from experiments.train import train

@@ -28,9 +28,12 @@ from tqdm import tqdm
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.plots import mean_ci
+from policies.allocators import BASELINES as ALLOCATOR_BASELINES
 from policies.population import Population, run_episode
 
 RANDOM, ORACLE = "random", "oracle"
+# the scripted allocator baselines, random aside (it anchors the score like the oracle)
+BASELINES = tuple(name for name in ALLOCATOR_BASELINES if name != RANDOM)
 TABLE_COLUMNS = (
     "scenario",
     "allocator",
@@ -127,7 +130,7 @@ def evaluate(
             row = summarise(scenario, allocator, result.episodes[(scenario, allocator)])
             row["score"] = normalised_score(row["reward_mean"], anchors[RANDOM], anchors[ORACLE])
             result.rows.append(row)
-            for seed, episode in zip(seeds, result.episodes[(scenario, allocator)]):
+            for seed, episode in zip(seeds, result.episodes[(scenario, allocator)], strict=True):
                 result.episode_scores.append({
                     "scenario": scenario, "policy": allocator, "seed": seed,
                     "score": normalised_score(episode[ALLOCATOR]["return"], anchors[RANDOM], anchors[ORACLE]),

@@ -48,10 +48,10 @@ def rate(evaluation: EvaluationResult, scenarios: Sequence[str], allocators: Seq
         for k, _seed in enumerate(seeds):
             returns = [evaluation.episodes[(scenario, a)][k][ALLOCATOR]["return"] for a in allocators]
             ranks = match_ranks(returns)
-            for a, r in zip(allocators, ranks):
+            for a, r in zip(allocators, ranks, strict=True):
                 wins[a] += r == 1
             rated = model.rate([[ratings[a]] for a in allocators], ranks=ranks)
-            ratings = {a: team[0] for a, team in zip(allocators, rated)}
+            ratings = {a: team[0] for a, team in zip(allocators, rated, strict=True)}
     return ratings, wins
 
 

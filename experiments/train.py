@@ -34,11 +34,10 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluate import normalised_score, play_many
+from experiments.evaluate import BASELINES, normalised_score, play_many
 from policies.learned import CODECS, LearnedPolicy, observation_scale, write_sidecar
 from policies.population import Population, run_episode
 
-BASELINES = ("equal_split", "proportional", "fifo", "edf", "best_fit", "max_min_fair", "drf")
 CURRICULUM = ("standard", "elevated", "crisis")
 
 

@@ -13,7 +13,6 @@ from commons_arena.recording import RecordEpisode
 from commons_arena.render import frames_from_recording
 
 
-
 def test_metadata_lists_every_mode():
     assert commons_arena.parallel_env().metadata["render_modes"] == ["human", "ansi", "rgb_array"]
 

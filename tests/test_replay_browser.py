@@ -7,7 +7,6 @@ package (scripts/setup.sh installs them); without them the tests fail and say so
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile

@@ -11,7 +11,6 @@ import os
 
 import numpy as np
 import pytest
-
 import ray
 
 import commons_arena
