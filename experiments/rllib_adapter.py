@@ -18,6 +18,7 @@ import functools
 import importlib
 import logging
 import math
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -107,6 +108,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
 
         self._codecs = {a: CODECS[name](self.par_env.config) for a, name in cfg.get("action_codec", {}).items()}
         self._raw_obs: MultiAgentDict = {}
+        self.env_seconds = 0.0  # time inside the ParallelEnv's reset/step (for the env-share figure)
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
         agents: list[str] = list(self.par_env.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
@@ -152,7 +154,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
             self._codecs = {a: type(codec)(self.par_env.config) for a, codec in self._codecs.items()}
             self._next_scenario = None
+        start = time.perf_counter()
         obs, infos = self.par_env.reset(seed=seed, options=options)
+        self.env_seconds += time.perf_counter() - start
         self.agents = list(self.par_env.agents)
         return self._scaled(obs), infos or {}
 
@@ -163,7 +167,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
                 a: self._codecs[a].decode(self._raw_obs[a], act) if a in self._codecs else act
                 for a, act in action_dict.items()
             }
+        start = time.perf_counter()
         obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
+        self.env_seconds += time.perf_counter() - start
         # The ParallelEnv clears `agents` when the episode is over; that, not the flag
         # dicts, decides the end. `self.agents` then keeps the agents of the last step:
         # RLlib's env checker requires the returned keys to be in `agents`, which a

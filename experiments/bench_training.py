@@ -1,0 +1,70 @@
+"""Where training time goes: seconds per iteration, env time as a share of sampling time.
+
+Builds the same algorithm as ``commons-arena train`` (same arguments), runs a few
+iterations and prints, per iteration, the wall time, RLlib's sampling time and the time
+spent inside the arena's ``reset``/``step`` (summed over every env of every runner).
+
+    python -m experiments.bench_training --iterations 5 --num-envs-per-env-runner 8
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import tyro
+
+from experiments.train import TrainArgs, build_algorithm
+
+
+@dataclass
+class Args:
+    train: TrainArgs
+    """the training configuration to measure"""
+    warmup: int = 1
+    """iterations not counted (build, first compile)"""
+
+
+def env_seconds(algo) -> float:
+    per_runner = algo.env_runner_group.foreach_env_runner(
+        lambda runner: sum(env.unwrapped.env_seconds for env in runner.env.envs), local_env_runner=True
+    )
+    return float(sum(per_runner))
+
+
+def main(args: Args) -> None:
+    import ray
+    import torch
+
+    torch.set_num_threads(args.train.torch_threads)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    scale = np.ones(1, dtype=np.float32)  # replaced below: shape must match the allocator's obs
+    import commons_arena
+
+    shape = commons_arena.parallel_env(args.train.stages[0]).observation_space("allocator").shape
+    scale = np.ones(shape, dtype=np.float32)
+    algo = build_algorithm(args.train, scale, {})
+    rows = []
+    iterations = args.train.iterations or 5
+    for i in range(args.warmup + iterations):
+        env_before = env_seconds(algo)
+        start = time.perf_counter()
+        result = algo.train()
+        wall = time.perf_counter() - start
+        env = env_seconds(algo) - env_before
+        sample = float(result.get("timers", {}).get("env_runner_sampling_timer", np.nan))
+        if i >= args.warmup:
+            rows.append((wall, sample, env))
+            print(f"iter {i - args.warmup + 1}: {wall:5.2f} s wall, sampling {sample:5.2f} s, inside the env {env:5.2f} s")
+    wall, sample, env = (float(np.mean(c)) for c in zip(*rows, strict=True))
+    steps = args.train.train_batch_size
+    print(f"mean: {wall:.2f} s/iteration ({steps / wall:,.0f} env steps/s), sampling {sample:.2f} s, "
+          f"env {env:.2f} s = {env / sample:.0%} of sampling, {env / wall:.0%} of the iteration")
+    algo.stop()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
