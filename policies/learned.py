@@ -151,6 +151,7 @@ class LearnedPolicy:
         from ray.rllib.core.rl_module.rl_module import RLModule
 
         config = load_scenario(config)
+        checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
         meta = read_sidecar(checkpoint)
         check_fits(meta, config, agent, checkpoint)
         path = module_dir(checkpoint, meta["agent"])

@@ -85,6 +85,13 @@ def test_learned_allocator_runs_on_other_curriculum_tiers(trained):
         assert env.action_space(ALLOCATOR).contains(policy.act(obs[ALLOCATOR]))
 
 
+def test_learned_allocator_loads_from_a_relative_path(trained, monkeypatch):
+    monkeypatch.chdir(trained.parent.parent)
+    policy = make_policy(f"learned:{trained.parent.name}/{trained.name}", "standard", ALLOCATOR)
+    obs, _ = commons_arena.parallel_env("standard").reset(seed=0)
+    assert policy.act(obs[ALLOCATOR]).shape == (12,)
+
+
 def test_checkpoint_that_does_not_fit_names_both(trained):
     with pytest.raises(ValueError, match=r"trained as 'allocator' on scenario 'standard'.*scenario 'market_baseline'"):
         LearnedPolicy.load(trained, "market_baseline", ALLOCATOR)
