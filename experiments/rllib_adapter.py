@@ -109,8 +109,16 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._codecs = {a: CODECS[name](self.par_env.config) for a, name in cfg.get("action_codec", {}).items()}
         self._raw_obs: MultiAgentDict = {}
         self.env_seconds = 0.0  # time inside the ParallelEnv's reset/step (for the env-share figure)
+        # Optionally the scenario's own population plays every agent but the learned ones
+        # *inside* this env instead of as RLModules: RLlib then sees only the learned agents
+        # and skips its per-agent module pipeline for the others (faster), and a curriculum
+        # switch brings the next scenario's population along (RLModules keep the first).
+        self._learned = list(cfg.get("learned_agents", []))
+        self._play_population = bool(cfg.get("play_population", False))
+        self._embedded: dict[str, Policy] = self._population_policies() if self._play_population else {}
+        self._policy_rng = np.random.default_rng(cfg.get("seed"))
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
-        agents: list[str] = list(self.par_env.possible_agents)
+        agents: list[str] = [a for a in self.par_env.possible_agents if a not in self._embedded]
         self.possible_agents, self.agents = list(agents), list(agents)
         obs_spaces = {a: self._scaled_space(a, self.par_env.observation_space(a)) for a in agents}
         act_spaces = {
@@ -153,12 +161,30 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self.par_env.close()
             self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
             self._codecs = {a: type(codec)(self.par_env.config) for a, codec in self._codecs.items()}
+            if self._play_population:
+                self._embedded = self._population_policies()
             self._next_scenario = None
         start = time.perf_counter()
         obs, infos = self.par_env.reset(seed=seed, options=options)
         self.env_seconds += time.perf_counter() - start
-        self.agents = list(self.par_env.agents)
-        return self._scaled(obs), infos or {}
+        if seed is not None:
+            self._policy_rng = np.random.default_rng(seed)
+        for policy in self._embedded.values():
+            policy.reset(int(self._policy_rng.integers(2**31)))
+        self.agents = [a for a in self.par_env.agents if a not in self._embedded]
+        return self._exposed(self._scaled(obs)), self._exposed(infos or {})
+
+    def _population_policies(self) -> dict[str, Policy]:
+        from policies.population import Population
+
+        config = self.par_env.config
+        policies = Population.default(config).build(config, env=self.par_env)
+        return {a: p for a, p in policies.items() if a not in self._learned}
+
+    def _exposed(self, per_agent: MultiAgentDict) -> MultiAgentDict:
+        if not self._embedded:
+            return per_agent
+        return {a: v for a, v in per_agent.items() if a not in self._embedded}
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
@@ -167,6 +193,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
                 a: self._codecs[a].decode(self._raw_obs[a], act) if a in self._codecs else act
                 for a, act in action_dict.items()
             }
+        if self._embedded:
+            action_dict = {**action_dict, **{a: p.act(self._raw_obs[a]) for a, p in self._embedded.items()}}
         start = time.perf_counter()
         obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
         self.env_seconds += time.perf_counter() - start
@@ -175,9 +203,11 @@ class ArenaRLlibEnv(MultiAgentEnv):
         # RLlib's env checker requires the returned keys to be in `agents`, which a
         # one-tick episode would otherwise fail.
         done = not self.par_env.agents
-        self.agents = list(self.par_env.agents) or [a for a in self.possible_agents if a in obs or a in rewards]
-        terminateds: MultiAgentDict = {a: bool(v) for a, v in terms.items()}
-        truncateds: MultiAgentDict = {a: bool(v) for a, v in truncs.items()}
+        self.agents = [a for a in self.par_env.agents if a not in self._embedded] or [
+            a for a in self.possible_agents if a in obs or a in rewards
+        ]
+        terminateds: MultiAgentDict = {a: bool(v) for a, v in self._exposed(terms).items()}
+        truncateds: MultiAgentDict = {a: bool(v) for a, v in self._exposed(truncs).items()}
         # At the end exactly one `__all__` is True: "terminated" only if every agent
         # terminated, otherwise the episode counts as cut (truncated). Per-agent flags are
         # passed on as the env set them.
@@ -185,8 +215,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         terminateds["__all__"] = all_terminated
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
-        float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
-        return self._scaled(obs), float_rewards, terminateds, truncateds, infos
+        float_rewards: MultiAgentDict = {a: float(r) for a, r in self._exposed(rewards).items()}
+        return self._exposed(self._scaled(obs)), float_rewards, terminateds, truncateds, self._exposed(infos)
 
     def render(self) -> Any:
         return self.par_env.render()
@@ -463,16 +493,23 @@ def build_ppo_config(
     algo_config: AlgorithmConfig | None = None,
     seed: int | None = None,
     callbacks: type[RLlibCallback] = RewardTermsCallback,
+    play_population: bool = False,
 ) -> AlgorithmConfig:
     """A config where ``learned_agent`` trains and every other agent runs a scripted Policy.
 
-    ``scripted`` maps each other agent id to its Policy factory; the env is built once here
-    to check that every agent is covered. ``algo_config`` defaults to ``PPOConfig()``; any
+    ``scripted`` maps each other agent id to its Policy factory (run as ScriptedRLModules);
+    the env is built once here to check that every agent is covered. With
+    ``play_population=True`` the scenario's default population plays the other agents
+    inside the env instead and ``scripted`` is ignored. ``algo_config`` defaults to ``PPOConfig()``; any
     new-stack config (e.g. ``APPOConfig()``) works, as the learned module's spec leaves the
     module class to the algorithm's default. ``train_batch_size`` counts env steps per
     iteration (one local learner, so it is also the per-learner size).
     """
     env_config = {"scenario": scenario, **(env_config or {})}
+    if play_population:
+        # the scenario's population plays inside the env; RLlib sees only the learned agent
+        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent], "seed": seed}
+        scripted = {}
     probe = ArenaRLlibEnv(env_config)
     agents: list[str] = [str(a) for a in probe.possible_agents]
     obs_spaces = {a: probe.get_observation_space(a) for a in agents}

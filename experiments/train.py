@@ -57,8 +57,9 @@ class TrainArgs:
     """seeds RLlib, the scripted policies and the observation-scale sampling"""
     num_env_runners: int = 0
     """remote env runners (0 = sample in the driver); cut to the CPUs Ray reports"""
-    num_envs_per_env_runner: int = 8
-    """vectorised envs per runner: the cheap speed-up on few cores"""
+    num_envs_per_env_runner: int = 32
+    """vectorised envs per runner: the cheap speed-up on few cores (RLlib's per-step cost is
+    per vector step, so more envs amortise it)"""
     train_batch_size: int = 2048
     """env steps per iteration"""
     minibatch_size: int = 256
@@ -74,6 +75,10 @@ class TrainArgs:
     action_codec: Literal["relative", "none"] = "relative"
     """how the module's action becomes an env action: 'relative' grants shares of each team's
     demand (policies.learned.RelativeAllocatorCodec); 'none' outputs the env action itself"""
+    scripted_in_env: bool = True
+    """play the scripted population inside the env wrapper (faster sampling; a curriculum
+    stage brings its own population); --no-scripted-in-env runs each scripted agent as an
+    untrained RLlib module instead (allocator_ppo only)"""
     hidden: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the allocator's policy and value networks"""
     eval_every: int = 5
@@ -192,6 +197,7 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
         algo_config=algo_config,
         seed=args.seed,
         callbacks=CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback,
+        play_population=args.scripted_in_env or args.experiment == "allocator_curriculum",
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()

@@ -58,6 +58,8 @@ def test_training_writes_checkpoint_history_and_plot(trained):
     assert (run / "learning_curve.png").stat().st_size > 1000
     meta = read_sidecar(trained)
     assert meta["agent"] == ALLOCATOR and meta["scenario"] == "standard"
+    # by default the scripted population plays inside the env: RLlib holds only the allocator
+    assert [p.name for p in (trained / "learner_group" / "learner" / "rl_module").iterdir() if p.is_dir()] == ["allocator"]
     assert len(meta["observation_scale"]) == meta["observation_shape"][0]
     assert list((run / "tb").iterdir()), "no TensorBoard event file"
 
@@ -107,6 +109,13 @@ def test_resume_continues_from_the_last_checkpoint(trained):
     assert after["iterations"] == before["iterations"] + 1
     assert after["env_steps"] > before["env_steps"]  # RLlib's counters came back from the checkpoint
     assert [row["iteration"] for row in after["history"]] == [1, 2]
+
+
+def test_scripted_agents_as_rllib_modules(ray_session, tmp_path):
+    """The other wiring: every scripted agent is an untrained ScriptedRLModule."""
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="modules", scripted_in_env=False, **TINY))
+    modules = {p.name for p in (checkpoint / "learner_group" / "learner" / "rl_module").iterdir() if p.is_dir()}
+    assert modules == {"allocator", "search", "robotics", "safety", "broker"}
 
 
 def test_same_config_runs_on_appo(ray_session, tmp_path):
