@@ -19,8 +19,9 @@ cap, while shocks hit. Rules: `SPEC.md`; numbers: the scenario file.
 
 `parallel_env(scenario="standard", render_mode=None)`: `scenario` is a shipped scenario
 name (`list_scenarios()`), a path to a TOML file, or a `ScenarioConfig`.
-`render_mode` is `None`, `"ansi"` (a text summary of the last tick) or `"rgb_array"` (a
-dashboard frame, `H x W x 3` uint8; see `commons_arena/render.py`).
+`render_mode` is `None`, `"human"` (prints the text summary after every step), `"ansi"`
+(`render()` returns a text summary of the last tick) or `"rgb_array"` (a dashboard frame,
+`H x W x 3` uint8; see `commons_arena/render.py`).
 
 ## One tick (all agents act at once)
 
@@ -68,6 +69,30 @@ Agents missing from the action dict play a no-op (all zeros).
 
 At the end, `infos[agent]["episode"]` holds the episode's term totals and statistics.
 `infos[agent]["scenario_hash"]` identifies the scenario content in every info.
+
+## Choices where the SPEC is silent
+
+* Ticks count from 0; a job's `deadline` is the last tick on which it may complete
+  (inclusive) and it is *missed* at the end of that tick. Jobs still pending when the
+  episode is truncated are neither paid nor missed.
+* A job runs only with all its `gpus` on one tier whose memory fits, on the fitting tier
+  with the least memory that has room; progress per tick is `gpus x speed`. A dependency
+  completed this tick unlocks its dependants from the next tick.
+* True need = GPUs per tier to run every ready job this tick on its smallest fitting tier.
+  A team is *starved* when some ready job could not run on its grant; its satisfaction is
+  the share of ready GPUs that ran (fairness = Jain's index of satisfactions over teams with
+  a need, minus 1, so perfect fairness costs nothing).
+* Declarations made at tick t are for tick t+1, so the allocator always sees last tick's
+  requests; stances at tick 0 answer no grant and have no effect.
+* Shocks fire after the actions of their tick: an incident's lost GPUs are repaired out of
+  that tick's grants; a market crisis shapes offers posted while it lasts (bought a tick
+  later); a grid spike raises this tick's intensity.
+* A hard carbon cap counts every granted GPU as busy when it cuts, and its cuts are charged
+  as `invalid` like every other repair.
+* `pressure` (the allocator's coarse public signal) is 0/1/2 for how many of a team's ready
+  jobs are due within 2 ticks: the one deliberate, coarse leak of hidden state.
+* The episode terminates when every job is resolved and no scheduled shock will inject
+  another; otherwise it is truncated at `max_ticks`. All agents end on the same step.
 
 ## Privileged access
 
