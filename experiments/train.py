@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -48,7 +49,7 @@ class TrainArgs:
     scenario: str = "standard"
     """scenario for allocator_ppo (ignored by the curriculum)"""
     minutes: float = 10.0
-    """wall-clock budget for training (evaluations included)"""
+    """wall-clock budget of the whole run: references, Ray start-up, training, evaluations"""
     iterations: int | None = None
     """stop after this many training iterations instead (whichever comes first)"""
     algo: Literal["PPO", "APPO"] = "PPO"
@@ -121,6 +122,7 @@ class RunState:
     iterations: int = 0
     env_steps: int = 0
     seconds: float = 0.0
+    best_score: float = float("-inf")  # best held-out score of the last stage reached
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -220,6 +222,7 @@ def train(args: TrainArgs) -> Path:
     from experiments.plots import learning_curve
     from experiments.rllib_adapter import set_scenario_everywhere
 
+    launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     # ---- run folder, args, resume
     run = (args.resume or args.out / args.name).resolve()
     state = RunState()
@@ -264,7 +267,7 @@ def train(args: TrainArgs) -> Path:
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
 
     # ---- train, evaluate, checkpoint
-    start = time.perf_counter() - state.seconds
+    start = launched - state.seconds
     session_iterations = 0
     while True:
         elapsed = time.perf_counter() - start
@@ -306,6 +309,13 @@ def train(args: TrainArgs) -> Path:
         algo.save_to_path(str(checkpoint))
         write_sidecar(checkpoint, commons_arena.load_scenario(scenario), ALLOCATOR, scale,
                       codec=None if args.action_codec == "none" else args.action_codec)
+        # `checkpoint` is the latest (resume continues from it); `best` the best held-out
+        # score on the current stage (a report should then use seeds other than these).
+        new_stage = len(state.history) > 1 and state.history[-2]["scenario"] != scenario
+        if score > state.best_score or new_stage:
+            state.best_score = score
+            shutil.rmtree(run / "best", ignore_errors=True)
+            shutil.copytree(checkpoint, run / "best")
         (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
         (run / "history.json").write_text(json.dumps(state.history, indent=1))
         _plot(learning_curve, state.history, anchors, run / "learning_curve.png")
@@ -323,7 +333,8 @@ def train(args: TrainArgs) -> Path:
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
     writer.close()
     algo.stop()
-    print(f"checkpoint: {checkpoint}\nuse it as: learned:{checkpoint}")
+    print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
+    print(f"use one as: learned:{run / 'best'}")
     return checkpoint
 
 

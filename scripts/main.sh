@@ -10,7 +10,7 @@ export RAY_TMPDIR=${RAY_TMPDIR:-/tmp/ray_arena}
 RUN=runs/allocator_ppo-standard-s0
 .venv/bin/commons-arena train --experiment allocator_ppo --scenario standard --minutes "${MINUTES:-10}" --run-name "$(basename "$RUN")" --out runs
 .venv/bin/commons-arena tournament --scenarios standard elevated crisis \
-  --allocators equal_split proportional fifo edf best_fit max_min_fair drf "learned:$RUN/checkpoint" \
+  --allocators equal_split proportional fifo edf best_fit max_min_fair drf "learned:$RUN/best" \
   --seeds 20 --out results/tournament
 echo
 echo "learning curve: $RUN/learning_curve.png"

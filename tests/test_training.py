@@ -62,6 +62,7 @@ def test_training_writes_checkpoint_history_and_plot(trained):
     assert [p.name for p in (trained / "learner_group" / "learner" / "rl_module").iterdir() if p.is_dir()] == ["allocator"]
     assert len(meta["observation_scale"]) == meta["observation_shape"][0]
     assert list((run / "tb").iterdir()), "no TensorBoard event file"
+    assert read_sidecar(run / "best") == meta  # the best held-out checkpoint, loadable the same way
 
 
 def test_learned_allocator_plays_like_any_policy(trained):
