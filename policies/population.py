@@ -81,7 +81,9 @@ class Entry:
 def _check_policy(entry: Entry, where: str, role: str | None = None) -> None:
     try:
         spec = policy_spec(entry.policy)
-    except ValueError:
+    except ValueError as err:
+        if entry.policy.startswith("learned:"):  # a checkpoint problem: say which
+            raise PopulationError(f"{where}: {err}") from None
         raise PopulationError(
             f"{where}: unknown policy {entry.policy!r}; known policies: {', '.join(available_policies())}"
         ) from None
