@@ -88,7 +88,7 @@ class TrainArgs:
     """held-out episodes per evaluation"""
     eval_first_seed: int = 900_000
     """held-out seeds are eval_first_seed .. + eval_seeds - 1"""
-    promote_at: float = 0.7
+    promote_at: float = 0.6
     """curriculum: training episodes' normalised score (smoothed) that promotes to the next stage"""
     promote_after: int = 5
     """curriculum: at least this many iterations on a stage before promotion"""
