@@ -369,7 +369,7 @@ class ArenaEnv(ParallelEnv):
         if terminated or truncated:
             self.agents = []
         if self.render_mode == "human":
-            print(self.render())
+            self.render()  # prints
         return observations, rewards_out, terminations, truncations, infos
 
     def render(self) -> str | np.ndarray | None:

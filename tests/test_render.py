@@ -112,3 +112,13 @@ def test_every_scenario_renders(scenario):
             _random_step(env)
     frame = env.render()
     assert frame.ndim == 3 and frame.shape[2] == 3
+
+
+def test_human_mode_prints_each_tick_once(capsys):
+    env = commons_arena.parallel_env("standard", render_mode="human")
+    env.reset(seed=0)
+    env.step({})
+    env.step({})
+    out = capsys.readouterr().out
+    assert out.count("played tick") == 2  # one block per step, nothing else
+    assert "None" not in out
