@@ -160,13 +160,12 @@ def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
     }
 
 
-def evaluate_module(
-    module: Any, scale: np.ndarray, codec: str, scenario: str, seeds: list[int]
-) -> list[dict[str, dict[str, float]]]:
+def held_out_return(module: Any, scale: np.ndarray, codec: str, scenario: str, seeds: list[int]) -> float:
+    """Mean return of the module (greedy, as a LearnedPolicy) against the scenario's population."""
     env = commons_arena.parallel_env(scenario=scenario)
     policies = Population.default(env.config).build(env.config, env=env)
     policies[ALLOCATOR] = LearnedPolicy(module, scale, CODECS[codec](env.config) if codec != "none" else None)
-    return [run_episode(env, policies, seed) for seed in seeds]
+    return float(np.mean([run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]))
 
 
 def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[str, float]], stage: int = 0):
@@ -227,10 +226,7 @@ def train(args: TrainArgs) -> Path:
     run = (args.resume or args.out / args.name).resolve()
     state = RunState()
     if args.resume is not None:
-        saved = json.loads((run / "args.json").read_text())
-        keep = {"minutes", "iterations", "quiet", "address", "resume"}
-        args = TrainArgs(**{f.name: _restore(f.name, saved[f.name], getattr(args, f.name)) if f.name not in keep
-                            else getattr(args, f.name) for f in fields(TrainArgs) if f.name in saved or f.name in keep})
+        args = _resumed_args(json.loads((run / "args.json").read_text()), args)
         state = RunState(**json.loads((run / "state.json").read_text()))
     run.mkdir(parents=True, exist_ok=True)
     (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
@@ -292,10 +288,8 @@ def train(args: TrainArgs) -> Path:
         if not (due or out_of_time or last):
             continue
         scenario = args.stages[state.stage]
-        module = algo.get_module(ALLOCATOR)
-        episodes = evaluate_module(module, scale, args.action_codec, scenario, eval_seeds)
         ref = anchors[scenario]
-        mean_return = float(np.mean([e[ALLOCATOR]["return"] for e in episodes]))
+        mean_return = held_out_return(algo.get_module(ALLOCATOR), scale, args.action_codec, scenario, eval_seeds)
         score = normalised_score(mean_return, ref["random"], ref["oracle"])
         state.seconds = time.perf_counter() - start
         row = {"iteration": state.iterations, "env_steps": state.env_steps, "minutes": state.seconds / 60,
@@ -322,8 +316,7 @@ def train(args: TrainArgs) -> Path:
     if len(args.stages) > 1 or args.iterations is None:
         final = {}
         for scenario in args.stages:
-            episodes = evaluate_module(algo.get_module(ALLOCATOR), scale, args.action_codec, scenario, eval_seeds)
-            mean_return = float(np.mean([e[ALLOCATOR]["return"] for e in episodes]))
+            mean_return = held_out_return(algo.get_module(ALLOCATOR), scale, args.action_codec, scenario, eval_seeds)
             ref = anchors[scenario]
             final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
                                "best_baseline": max(BASELINES, key=lambda b: ref[b]),
@@ -338,12 +331,22 @@ def train(args: TrainArgs) -> Path:
     return checkpoint
 
 
-def _restore(name: str, saved: Any, current: Any) -> Any:
-    if name in ("out", "resume") and saved is not None:
-        return Path(saved)
-    if name == "hidden":
-        return tuple(saved)
-    return saved
+# On resume the saved run's arguments win, except these, which belong to this session.
+SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
+
+
+def _resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
+    values: dict[str, Any] = {}
+    for f in fields(TrainArgs):
+        if f.name in SESSION_ARGS or f.name not in saved:
+            values[f.name] = getattr(current, f.name)
+        elif f.name == "out":
+            values[f.name] = Path(saved[f.name])
+        elif f.name == "hidden":
+            values[f.name] = tuple(saved[f.name])
+        else:
+            values[f.name] = saved[f.name]
+    return TrainArgs(**values)
 
 
 def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path) -> None:
