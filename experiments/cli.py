@@ -144,6 +144,8 @@ class Evaluate:
     """also compute each team's misreport gain (greedy_bluffer minus truthful)"""
     out: Path = Path("results/evaluation")
     """output folder"""
+    record: bool = False
+    """also record every episode: <out>/recordings/<scenario>__<allocator>.jsonl"""
 
     def run(self):
         from experiments.evaluate import evaluate, markdown_table, write_tables
@@ -152,7 +154,8 @@ class Evaluate:
         for name in scenarios:
             cfg = commons_arena.load_scenario(name)
             print(f"scenario {cfg.name}: hash {cfg.content_hash}")
-        result = evaluate(scenarios, list(self.allocators), seeds, misreport=self.misreport)
+        result = evaluate(scenarios, list(self.allocators), seeds, misreport=self.misreport,
+                          record_dir=self.out / "recordings" if self.record else None)
         print(markdown_table(result.rows))
         if result.misreport:
             print("\nmisreport gain (team return as greedy_bluffer minus as truthful)")

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.recording import RecordEpisode
 from experiments.plots import mean_ci
 from policies.allocators import BASELINES as ALLOCATOR_BASELINES
 from policies.population import Population, run_episode
@@ -74,15 +75,23 @@ class EvaluationResult:
 
 
 def play_many(
-    scenario: str, allocator: str, seeds: Iterable[int], overrides: dict[str, str] | None = None
+    scenario: str,
+    allocator: str,
+    seeds: Iterable[int],
+    overrides: dict[str, str] | None = None,
+    record: Path | None = None,
 ) -> list[dict[str, dict[str, float]]]:
-    """One episode per seed with ``allocator`` against the scenario's background population."""
-    env = commons_arena.parallel_env(scenario=scenario)
-    population = Population.default(env.config).with_agent(ALLOCATOR, allocator)
+    """One episode per seed with ``allocator`` against the scenario's background population;
+    ``record`` writes them all to one JSONL recording (``commons-arena replay`` shows it)."""
+    base = commons_arena.parallel_env(scenario=scenario)
+    population = Population.default(base.config).with_agent(ALLOCATOR, allocator)
     for agent, policy in (overrides or {}).items():
         population = population.with_agent(agent, policy)
-    policies = population.build(env.config, env=env)  # built once, reset per episode
-    return [run_episode(env, policies, seed) for seed in seeds]
+    policies = population.build(base.config, env=base)  # built once, reset per episode
+    env = base if record is None else RecordEpisode(base, record)
+    episodes = [run_episode(env, policies, seed) for seed in seeds]
+    env.close()
+    return episodes
 
 
 def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
@@ -107,7 +116,10 @@ def evaluate(
     misreport: bool = True,
     progress: bool = True,
     run: Callable[..., list[dict[str, dict[str, float]]]] = play_many,
+    record_dir: Path | None = None,
 ) -> EvaluationResult:
+    """Play every (scenario, allocator) on ``seeds``; ``record_dir`` keeps a JSONL recording
+    of each (scenario, allocator) run, named ``<scenario>__<allocator>.jsonl``."""
     result = EvaluationResult()
     # random and oracle anchor the normalised score, so they always run
     lineup = [RANDOM, ORACLE] + [a for a in allocators if a not in (RANDOM, ORACLE)]
@@ -121,7 +133,11 @@ def evaluate(
         overrides = {job[2]: job[3]} if len(job) == 4 else None
         bar.set_postfix_str(f"{scenario}/{allocator}" + (f"/{job[2]}={job[3]}" if overrides else ""))
         key = (scenario, allocator) if overrides is None else job
-        result.episodes[key] = run(scenario, allocator, seeds, overrides)  # type: ignore[index]
+        if record_dir is not None and overrides is None:
+            name = f"{scenario}__{allocator}".replace("/", "_").replace(":", "_")
+            result.episodes[key] = run(scenario, allocator, seeds, overrides, record=record_dir / f"{name}.jsonl")
+        else:
+            result.episodes[key] = run(scenario, allocator, seeds, overrides)  # type: ignore[index]
         bar.update()
     bar.close()
     for scenario in scenarios:

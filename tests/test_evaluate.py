@@ -1,0 +1,91 @@
+"""Evaluation tables, misreport gains, recordings of evaluation runs, and the tournament."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from commons_arena.recording import read_recording
+from experiments.evaluate import evaluate, mean_ci95, normalised_score, write_tables
+from experiments.tournament import match_ranks, tournament, write_standings
+
+SEEDS = [11, 12, 13]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("evaluation")
+    res = evaluate(["standard"], ["proportional", "edf"], SEEDS, misreport=True, progress=False,
+                   record_dir=out / "recordings")
+    return res, out
+
+
+def test_mean_ci95_matches_student_t():
+    mean, half = mean_ci95([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5
+    assert half == pytest.approx(3.182446 * np.std([1, 2, 3, 4], ddof=1) / 2, rel=1e-5)
+    assert mean_ci95([5.0]) == (5.0, 0.0)
+
+
+def test_normalised_score_anchors():
+    assert normalised_score(-10.0, -10.0, 30.0) == 0.0
+    assert normalised_score(30.0, -10.0, 30.0) == 1.0
+    assert normalised_score(20.0, -10.0, 30.0) == 0.75
+    assert math.isnan(normalised_score(1.0, 2.0, 2.0))
+
+
+def test_table_has_anchors_and_every_allocator(result):
+    res, _ = result
+    by_allocator = {row["allocator"]: row for row in res.rows}
+    assert list(by_allocator) == ["random", "oracle", "proportional", "edf"]
+    assert by_allocator["random"]["score"] == 0.0 and by_allocator["oracle"]["score"] == 1.0
+    for row in res.rows:
+        assert row["episodes"] == len(SEEDS)
+        assert row["reward_ci95"] >= 0 and 0.0 <= row["fairness"] <= 1.0
+    # each allocator's score is its mean reward placed between random's and the oracle's
+    r, o = by_allocator["random"]["reward_mean"], by_allocator["oracle"]["reward_mean"]
+    assert by_allocator["edf"]["score"] == pytest.approx((by_allocator["edf"]["reward_mean"] - r) / (o - r))
+
+
+def test_misreport_gain_is_bluffer_minus_truthful(result):
+    res, _ = result
+    assert {(row["allocator"], row["team"]) for row in res.misreport} == {
+        (a, t) for a in ("proportional", "edf") for t in ("search", "robotics", "safety")
+    }
+    for row in res.misreport:
+        assert row["misreport_gain"] == pytest.approx(row["bluff_return"] - row["truthful_return"])
+
+
+def test_tables_and_plot_are_written(result):
+    res, out = result
+    written = {p.name for p in write_tables(res, out)}
+    assert {"evaluation.csv", "evaluation.md", "misreport.csv", "misreport.md", "scores.png"} <= written
+    with open(out / "evaluation.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == len(res.rows)
+
+
+def test_evaluation_runs_are_recorded(result):
+    res, out = result
+    episodes = read_recording(out / "recordings" / "standard__edf.jsonl")
+    assert [e["header"]["seed"] for e in episodes] == SEEDS
+    recorded = [e["summary"]["episode_info"]["allocator"]["return"] for e in episodes]
+    played = [e["allocator"]["return"] for e in res.episodes[("standard", "edf")]]
+    assert recorded == pytest.approx(played)
+
+
+def test_match_ranks_share_ties():
+    assert match_ranks([3.0, 5.0, 3.0, 1.0]) == [2, 1, 2, 4]
+
+
+def test_tournament_standings(tmp_path):
+    res = tournament(["standard"], ["edf"], SEEDS, progress=False)
+    names = [row["allocator"] for row in res.standings]
+    assert set(names) == {"random", "oracle", "edf"}
+    assert names[0] == "oracle" and names[-1] == "random"  # the oracle wins every match here
+    assert res.standings[0]["wins"] == len(SEEDS)
+    assert [row["rating"] for row in res.standings] == sorted((row["rating"] for row in res.standings), reverse=True)
+    written = {p.name for p in write_standings(res, tmp_path)}
+    assert {"standings.csv", "standings.md", "standings.png", "evaluation.md"} <= written
