@@ -1,0 +1,37 @@
+"""A non-editable install (the wheel) loads every named scenario."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import commons_arena
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("commons_arena-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = sorted(Path(n).stem for n in names if n.startswith("commons_arena/scenarios/") and n.endswith(".toml"))
+    assert shipped == commons_arena.list_scenarios()
+    # unpacked on its own (no checkout beside it), the package finds and validates them all
+    target = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(target)
+    script = "import json, commons_arena as c; print(json.dumps({n: c.load_scenario(n).content_hash for n in c.list_scenarios()}))"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
+    hashes = json.loads(out.stdout)
+    assert hashes == {n: commons_arena.load_scenario(n).content_hash for n in commons_arena.list_scenarios()}
+    assert str(target) in subprocess.run(
+        [sys.executable, "-c", "import commons_arena; print(commons_arena.__file__)"],
+        cwd=tmp_path, env=env, check=True, capture_output=True, text=True,
+    ).stdout
