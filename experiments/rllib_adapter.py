@@ -1,13 +1,18 @@
 """RLlib (new API stack, ray 2.60) adapter for the commons_arena ``ParallelEnv``.
 
-One learned agent (the allocator, a default RLlib module) plays against scripted agents
-that run inside RLlib as untrained RLModules. The pieces:
+One learned agent (the allocator, a default RLlib module) plays against scripted agents,
+which run either inside RLlib as untrained RLModules or inside the env wrapper (the
+scenario's population; faster, and a curriculum switch brings the next population). The
+pieces:
 
-- :class:`ArenaRLlibEnv` wraps the ParallelEnv as a ``MultiAgentEnv``;
+- :class:`ArenaRLlibEnv` wraps the ParallelEnv as a ``MultiAgentEnv`` (observation scaling,
+  action codecs, an optional in-env population, curriculum switches);
 - :class:`ScriptedRLModule` runs a :class:`policies.base.Policy` as an RLModule;
 - :func:`build_ppo_config` wires env, modules, resources and callbacks into a config;
-- :class:`RewardTermsCallback` logs the allocator's per-term episode sums;
-- :func:`load_allocator_module` / :func:`module_action` use a trained module without Ray.
+- :class:`RewardTermsCallback` logs the allocator's per-term episode sums and normalised
+  score; :class:`CurriculumCallback` promotes the curriculum on that score;
+- :func:`load_allocator_module` / :func:`module_action` use a trained module without Ray
+  (``policies.learned.LearnedPolicy`` is the Policy built on them).
 
 Only new-stack APIs are used (RLModule, Learner, EnvRunner, ``build_algo()``).
 """
