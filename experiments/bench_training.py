@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import tyro
 
+import commons_arena
 from experiments.train import TrainArgs, build_algorithm
 
 
@@ -40,9 +41,7 @@ def main(args: Args) -> None:
 
     torch.set_num_threads(args.train.torch_threads)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    scale = np.ones(1, dtype=np.float32)  # replaced below: shape must match the allocator's obs
-    import commons_arena
-
+    # Unit scale: the learning signal does not matter here, only where the time goes.
     shape = commons_arena.parallel_env(args.train.stages[0]).observation_space("allocator").shape
     scale = np.ones(shape, dtype=np.float32)
     algo = build_algorithm(args.train, scale, {})

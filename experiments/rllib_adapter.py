@@ -11,8 +11,8 @@ pieces:
 - :func:`build_ppo_config` wires env, modules, resources and callbacks into a config;
 - :class:`RewardTermsCallback` logs the allocator's per-term episode sums and normalised
   score; :class:`CurriculumCallback` promotes the curriculum on that score;
-- :func:`load_allocator_module` / :func:`module_action` use a trained module without Ray
-  (``policies.learned.LearnedPolicy`` is the Policy built on them).
+- a trained module is used without Ray through ``policies.learned.LearnedPolicy``
+  (``learned:<checkpoint>`` wherever a policy name goes).
 
 Only new-stack APIs are used (RLModule, Learner, EnvRunner, ``build_algo()``).
 """
@@ -26,7 +26,6 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -47,7 +46,6 @@ from ray.tune.registry import register_env
 
 from commons_arena.enums import ALLOCATOR
 from policies.base import Policy
-from policies.learned import module_action  # noqa: F401  (re-exported: one implementation)
 
 logger = logging.getLogger(__name__)
 
@@ -570,38 +568,3 @@ def build_ppo_config(
     if seed is not None:
         config = config.debugging(seed=seed)
     return config
-
-
-# ------------------------------------------------------------ using a trained module
-
-
-def load_allocator_module(
-    checkpoint_dir: str | Path,
-    module_id: str = ALLOCATOR,
-    observation_space: gym.Space | None = None,
-) -> RLModule:
-    """Load one trained RLModule from an ``algo.save_to_path()`` checkpoint, without Ray.
-
-    Pass the env's ``observation_space`` for ``module_id`` to fail early, with both shapes
-    in the message, when the checkpoint was trained on a different observation layout.
-    """
-    path = Path(checkpoint_dir) / "learner_group" / "learner" / "rl_module" / module_id
-    if not path.is_dir():
-        raise FileNotFoundError(f"no RLModule {module_id!r} in checkpoint: {path} does not exist")
-    module = RLModule.from_checkpoint(path)
-    if isinstance(module, torch.nn.Module):
-        module.eval()
-    if observation_space is not None:
-        check_observation_space(module, observation_space)
-    return module
-
-
-def check_observation_space(module: RLModule, observation_space: gym.Space) -> None:
-    """Raise ``ValueError`` if the module was built for a different observation shape."""
-    expected = getattr(module.observation_space, "shape", None)
-    actual = getattr(observation_space, "shape", None)
-    if expected != actual:
-        raise ValueError(
-            f"observation shape mismatch: module expects {expected}, env gives {actual} "
-            "(checkpoint trained on another scenario or env version?)"
-        )

@@ -177,9 +177,10 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
+    population_in_env = args.scripted_in_env or args.experiment == "allocator_curriculum"
     config = build_ppo_config(
         scenario,
-        scripted_factories(scenario),
+        {} if population_in_env else scripted_factories(scenario),
         num_envs_per_env_runner=args.num_envs_per_env_runner,
         num_env_runners=args.num_env_runners,
         train_batch_size=args.train_batch_size,
@@ -198,7 +199,7 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
         algo_config=algo_config,
         seed=args.seed,
         callbacks=CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback,
-        play_population=args.scripted_in_env or args.experiment == "allocator_curriculum",
+        play_population=population_in_env,
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()
