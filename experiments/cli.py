@@ -16,8 +16,8 @@ import numpy as np
 import tyro
 
 import commons_arena
-from experiments.evaluate import BASELINES
-from experiments.train import TrainArgs
+from experiments.evaluation.evaluate import BASELINES
+from experiments.training.train import TrainArgs
 
 
 def _scenarios(names: tuple[str, ...]) -> list[str]:
@@ -148,7 +148,7 @@ class Evaluate:
     """also record every episode: <out>/recordings/<scenario>__<allocator>.jsonl"""
 
     def run(self):
-        from experiments.evaluate import evaluate, markdown_table, write_tables
+        from experiments.evaluation.evaluate import evaluate, markdown_table, write_tables
 
         scenarios, seeds = _scenarios(self.scenarios), _seeds(self.first_seed, self.seeds)
         for name in scenarios:
@@ -181,8 +181,8 @@ class Tournament:
     """output folder"""
 
     def run(self):
-        from experiments.evaluate import markdown_table
-        from experiments.tournament import tournament, write_standings
+        from experiments.evaluation.evaluate import markdown_table
+        from experiments.evaluation.tournament import tournament, write_standings
 
         scenarios, seeds = _scenarios(self.scenarios), _seeds(self.first_seed, self.seeds)
         result = tournament(scenarios, list(self.allocators), seeds)
@@ -196,12 +196,12 @@ class Tournament:
 
 @dataclass
 class Train:
-    """Train the allocator with RLlib against the scripted population (see experiments/train.py)."""
+    """Train the allocator with RLlib against the scripted population (see experiments/training/train.py)."""
 
     args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
 
     def run(self):
-        from experiments.train import train
+        from experiments.training.train import train
 
         return train(self.args)
 
@@ -218,7 +218,7 @@ class Replay:
     """only this episode of the recording (default: all, with a selector)"""
 
     def run(self) -> Path:
-        from experiments.replay import write_replay
+        from experiments.viewing.replay import write_replay
 
         path = write_replay(self.recording, self.output, episode=self.episode)
         print(f"wrote {path}")

@@ -57,7 +57,7 @@ Fairness (Jain, a small term) and escalations after tick t are left out.
 Speed: when every unresolved job is ready now and can finish this tick on its cheapest
 tier within the online GPUs, that placement is optimal and the solver is skipped;
 otherwise HiGHS (``scipy.optimize.milp``, feasibility-jump heuristic off) solves a model
-of a few hundred columns in a few milliseconds. ``experiments/bench_scripted.py`` prints
+of a few hundred columns in a few milliseconds. ``experiments/bench/scripted.py`` prints
 the mean time per tick.
 """
 

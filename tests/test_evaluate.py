@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from commons_arena.recording import read_recording
-from experiments.evaluate import evaluate, mean_ci95, normalised_score, write_tables
-from experiments.tournament import match_ranks, tournament, write_standings
+from experiments.evaluation.evaluate import evaluate, mean_ci95, normalised_score, write_tables
+from experiments.evaluation.tournament import match_ranks, tournament, write_standings
 
 SEEDS = [11, 12, 13]
 

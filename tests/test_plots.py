@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.plots import aggregate, learning_curve, mean_ci, score_bars
+from experiments.viewing.plots import aggregate, learning_curve, mean_ci, score_bars
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,7 +15,7 @@ import pytest
 
 import commons_arena
 from commons_arena.recording import RecordEpisode
-from experiments.replay import main, write_replay
+from experiments.viewing.replay import main, write_replay
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

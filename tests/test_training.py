@@ -15,7 +15,7 @@ import ray
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.train import TrainArgs, train
+from experiments.training.train import TrainArgs, train
 from policies.learned import LearnedPolicy, read_sidecar
 from policies.population import Population, run_episode
 from policies.registry import make_policy

@@ -1,6 +1,6 @@
 """Game validity (issue 3, part 5; SPEC §9–11): the claims the scenario files make, on held-out seeds.
 
-Every number here comes from one evaluation table (:func:`experiments.evaluate.evaluate`,
+Every number here comes from one evaluation table (:func:`experiments.evaluation.evaluate.evaluate`,
 the code behind ``commons-arena evaluate``) over ``SEEDS`` = 2000–2019 (or the 20 seeds
 from ``$VALIDITY_FIRST_SEED``; the claims were also checked on 3000–3019), with each
 scenario's default background population. The table is built once per module: each
@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from experiments.evaluate import EvaluationResult, evaluate, play_many
+from experiments.evaluation.evaluate import EvaluationResult, evaluate, play_many
 from policies import Population, available_policies
 
 # Held out: test_oracle / test_policies use seeds 0–19. Another range of 20, e.g. to check

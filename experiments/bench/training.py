@@ -4,7 +4,7 @@ Builds the same algorithm as ``commons-arena train`` (same arguments), runs a fe
 iterations and prints, per iteration, the wall time, RLlib's sampling time and the time
 spent inside the arena's ``reset``/``step`` (summed over every env of every runner).
 
-    python -m experiments.bench_training --iterations 5 --num-envs-per-env-runner 8
+    python -m experiments.bench.training --iterations 5 --num-envs-per-env-runner 8
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import tyro
 
 import commons_arena
-from experiments.train import TrainArgs, build_algorithm
+from experiments.training.train import TrainArgs, build_algorithm
 
 
 @dataclass

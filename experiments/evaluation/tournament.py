@@ -24,7 +24,7 @@ import numpy as np
 from openskill.models import PlackettLuce
 
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluate import EvaluationResult, evaluate, markdown_table, write_tables
+from experiments.evaluation.evaluate import EvaluationResult, evaluate, markdown_table, write_tables
 
 
 @dataclass

@@ -402,7 +402,7 @@ class RewardTermsCallback(RLlibCallback):
         for key, value in totals.items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
         # Normalised score of this training episode, against the random/oracle means of the
-        # held-out seeds (env_config["score_anchors"][scenario hash], set by experiments.train).
+        # held-out seeds (env_config["score_anchors"][scenario hash], set by experiments.training.train).
         anchors = (env_runner.config.env_config.get("score_anchors", {}) if env_runner is not None else {}).get(
             final.get("scenario_hash")
         )

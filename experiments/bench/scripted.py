@@ -6,7 +6,7 @@ and reset per episode. The wall time is split into the env's ``step``/``reset`` 
 policies' ``act``, so a slow figure says where the time goes. Then the oracle plays
 ``--oracle-episodes`` episodes and its ``act`` time per tick is reported.
 
-    python -m experiments.bench_scripted --scenario standard --episodes 100 --oracle-episodes 20
+    python -m experiments.bench.scripted --scenario standard --episodes 100 --oracle-episodes 20
 """
 
 from __future__ import annotations

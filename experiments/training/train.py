@@ -35,7 +35,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluate import BASELINES, normalised_score, play_many
+from experiments.evaluation.evaluate import BASELINES, normalised_score, play_many
 from policies.learned import CODECS, LearnedPolicy, observation_scale, write_sidecar
 from policies.population import Population, run_episode
 
@@ -128,7 +128,7 @@ class RunState:
 
 def scripted_factories(scenario: str) -> dict[str, Any]:
     """Picklable policy factories for every agent but the allocator (the scenario's population)."""
-    from experiments.rllib_adapter import registered_policy
+    from experiments.training.rllib_adapter import registered_policy
 
     config = commons_arena.load_scenario(scenario)
     entries = Population.default(config).resolve(config)
@@ -173,7 +173,7 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from experiments.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
+    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
@@ -219,8 +219,8 @@ def train(args: TrainArgs) -> Path:
     import torch
     from tensorboardX import SummaryWriter
 
-    from experiments.plots import learning_curve
-    from experiments.rllib_adapter import set_scenario_everywhere
+    from experiments.training.rllib_adapter import set_scenario_everywhere
+    from experiments.viewing.plots import learning_curve
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     # ---- run folder, args, resume

@@ -5,7 +5,7 @@ measures ``step()`` (and ``reset()`` between episodes), not action sampling. The
 take turns in chunks of ``chunk`` steps, so a change in machine load during the run hits
 both about equally and the ratio stays meaningful on a shared machine.
 
-    python -m experiments.bench_env --steps 20000
+    python -m experiments.bench.env --steps 20000
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tqdm import tqdm
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.recording import RecordEpisode
-from experiments.plots import mean_ci
+from experiments.viewing.plots import mean_ci
 from policies.allocators import BASELINES as ALLOCATOR_BASELINES
 from policies.population import Population, run_episode
 
@@ -186,7 +186,7 @@ def write_tables(result: EvaluationResult, out: Path, plot: bool = True) -> list
     out.mkdir(parents=True, exist_ok=True)
     written = []
     if plot and result.episode_scores:
-        from experiments.plots import score_bars
+        from experiments.viewing.plots import score_bars
 
         written.append(score_bars(result.episode_scores, out / "scores.png", title="normalised score (random 0, oracle 1)"))
     for name, rows in (("evaluation", result.rows), ("misreport", result.misreport)):

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print speed figures (run by hand, not in CI)."""

@@ -1,0 +1,1 @@
+"""Evaluation: episode tables, misreport gains, tournaments."""

@@ -1,0 +1,1 @@
+"""Serving: the arena over HTTP/WebSocket (remote seats)."""

@@ -1,0 +1,1 @@
+"""Training: RLlib wiring (adapter, configs) and the experiments that train seats."""

@@ -1,0 +1,1 @@
+"""Viewing: plots and the self-contained replay page."""
