@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, CarbonMode, ShockKind
+from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, DIFFICULTIES, CarbonMode, ShockKind
 
 NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 PosFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -212,7 +212,7 @@ class ScenarioConfig(_Frozen):
 
     name: Name
     description: str = Field(min_length=1)
-    difficulty: Literal["standard", "elevated", "crisis"] | None = None
+    difficulty: Literal[DIFFICULTIES] | None = None  # type: ignore[valid-type]
     max_ticks: Annotated[int, Field(ge=1, le=1000)]
     budget: NonNegFloat
     reveal_after: PosInt = 2

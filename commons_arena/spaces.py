@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium import spaces
 
-from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
+from commons_arena.enums import ALLOCATOR, BROKER, Role, ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
 
 INF = float("inf")
@@ -106,11 +106,13 @@ _OBS_CACHE: dict[tuple[str, str], Layout] = {}
 _ACT_CACHE: dict[tuple[str, str], Layout] = {}
 
 
-def role_of(config: ScenarioConfig, agent: str) -> str:
-    if agent == ALLOCATOR or agent == BROKER:
-        return agent
+def role_of(config: ScenarioConfig, agent: str) -> Role:
+    if agent == ALLOCATOR:
+        return Role.ALLOCATOR
+    if agent == BROKER:
+        return Role.BROKER
     if agent in config.team_names:
-        return "team"
+        return Role.TEAM
     raise ValueError(f"unknown agent {agent!r}; agents of scenario {config.name!r} are {list(config.agents)}")
 
 
@@ -143,12 +145,12 @@ def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
         Field("offer_price", (T,), 0, INF, "unit price of the offer (crises included)"),
     ]
     role = role_of(config, agent)
-    if role == ALLOCATOR:
+    if role is Role.ALLOCATOR:
         fields = [
             tick,
             Field("owned", (T,), 0, cap, "GPUs owned per tier"),
             Field("online", (T,), 0, cap, "owned GPUs not offline from incidents"),
-            Field("budget", (1,), 0, INF, "money left for spot purchases (unbounded: curriculum tiers share spaces)"),
+            Field("budget", (1,), 0, INF, "money left for spot purchases (unbounded: the curriculum's scenarios share spaces)"),
             Field("carbon_used", (1,), 0, INF, "kg CO2 emitted so far"),
             Field("carbon_cap", (1,), 0, INF, "episode cap, kg CO2"),
             Field("intensity_forecast", (config.carbon.forecast_horizon,), 0, INF, "kg/kWh, this tick onward"),
@@ -163,7 +165,7 @@ def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
             Field("shocks_seen", (len(ShockKind),), 0, INF, "shocks fired so far, per kind"),
             Field("shocks_active", (len(ShockKind),), 0, 1, "1 while a shock of that kind has effect"),
         ]
-    elif role == BROKER:
+    elif role is Role.BROKER:
         fields = [
             tick,
             Field("inventory", (T,), 0, inventory, "GPUs it may offer now (crises shrink it)"),
@@ -195,12 +197,12 @@ def _build_action_layout(config: ScenarioConfig, agent: str) -> Layout:
     cap = _capacity(config)
     inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
     role = role_of(config, agent)
-    if role == ALLOCATOR:
+    if role is Role.ALLOCATOR:
         fields = [
             Field("buy", (T,), 0, inventory, "spot GPUs to buy from the visible offer"),
             Field("grant", (N, T), 0, np.broadcast_to(cap, (N, T)), "GPUs per (team, tier) for this tick"),
         ]
-    elif role == BROKER:
+    elif role is Role.BROKER:
         fields = [
             Field("quantity", (T,), 0, inventory, "GPUs offered for next tick"),
             Field("price_level", (T,), 0, config.price_levels - 1, "index into the price grid"),
