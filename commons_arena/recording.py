@@ -60,6 +60,7 @@ from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
 from commons_arena.state import ArenaState
 from commons_arena.tick import TickReport
+from commons_arena.version import ENV_NAME, __version__
 
 FORMAT = "commons_arena.recording"
 FORMAT_VERSION = 1
@@ -90,13 +91,11 @@ def jsonable(value: Any) -> Any:
 
 def header_record(config: ScenarioConfig, seed: int | None, episode: int, state: ArenaState) -> dict[str, Any]:
     """First line of an episode: what was played and the state at reset."""
-    from commons_arena import __version__
-
     return {
         "type": "header",
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "env": "commons_arena_v0",
+        "env": ENV_NAME,
         "package_version": __version__,
         "episode": episode,
         "scenario": config.name,

@@ -35,6 +35,7 @@ import numpy as np
 from gymnasium import spaces
 
 from commons_arena.enums import ALLOCATOR, BROKER, Role, ShockKind, Stance
+from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
 
 INF = float("inf")
@@ -130,15 +131,11 @@ def action_layout(config: ScenarioConfig, agent: str) -> Layout:
     return _ACT_CACHE[key]
 
 
-def _capacity(config: ScenarioConfig) -> np.ndarray:
-    """Most GPUs of each tier that can ever be granted in a tick: owned + spot."""
-    return np.array([t.owned + t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
-
-
 def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
-    T, N = len(config.gpu_tiers), len(config.teams)
-    cap = _capacity(config)
-    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    rules = rules_for(config)
+    T, N = rules.n_tiers, rules.n_teams
+    cap = rules.capacity  # most GPUs of a tier a tick can ever grant: owned + spot
+    inventory = np.array(rules.spot_inventory, dtype=np.float64)
     tick = Field("tick", (1,), 0, config.max_ticks, "current tick")
     offer = [
         Field("offer_qty", (T,), 0, inventory, "spot GPUs offered for this tick"),
@@ -193,9 +190,10 @@ def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
 
 
 def _build_action_layout(config: ScenarioConfig, agent: str) -> Layout:
-    T, N = len(config.gpu_tiers), len(config.teams)
-    cap = _capacity(config)
-    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    rules = rules_for(config)
+    T, N = rules.n_tiers, rules.n_teams
+    cap = rules.capacity  # most GPUs of a tier a tick can ever grant: owned + spot
+    inventory = np.array(rules.spot_inventory, dtype=np.float64)
     role = role_of(config, agent)
     if role is Role.ALLOCATOR:
         fields = [

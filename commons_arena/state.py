@@ -1,7 +1,7 @@
 """The environment's full (hidden) state as one typed, mutable record.
 
 Observations are projections of this record (see observations.py); nothing else leaves
-the environment except through :meth:`commons_arena.env.ArenaEnv.hidden_state`, the
+the environment except through :meth:`commons_arena.arena.ArenaEnv.hidden_state`, the
 documented privileged hook the oracle and tests use.
 """
 

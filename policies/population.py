@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from commons_arena.env import ArenaEnv
+from commons_arena.arena import ArenaEnv
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.base import Policy

@@ -29,8 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from commons_arena.arena import ArenaEnv
 from commons_arena.enums import ALLOCATOR
-from commons_arena.env import ArenaEnv
 from commons_arena.scenario import ScenarioConfig
 from policies.population import Population, policy_seed
 

@@ -123,6 +123,7 @@ from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import check_action, make_action_space, make_observation_space, role_of
 from commons_arena.state import ArenaState, initial_state
 from commons_arena.tick import IntentDecoder, TickReport, play_tick
+from commons_arena.version import ENV_NAME
 
 __all__ = ["EPISODE_STATS", "RENDER_MODES", "ArenaEnv", "EpisodeStateError"]
 
@@ -138,7 +139,7 @@ RENDER_MODES = ("human", "ansi", "rgb_array")
 
 
 class ArenaEnv(ParallelEnv):
-    metadata = {"name": "commons_arena_v0", "render_modes": list(RENDER_MODES), "is_parallelizable": True}
+    metadata = {"name": ENV_NAME, "render_modes": list(RENDER_MODES), "is_parallelizable": True}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in RENDER_MODES:
