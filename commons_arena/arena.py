@@ -202,7 +202,7 @@ class ArenaEnv(ParallelEnv):
         terminated = all(q.pending == 0 for q in queues) and s.t > self.rules.last_job_shock_tick
         truncated = not terminated and s.t >= self.config.max_ticks
         observations = self._observe.all(s, queues)
-        rewards_out = {a: report.rewards[a] for a in self.agents}
+        rewards_out = dict(report.rewards)  # every agent acts until the common end
         infos: dict[str, dict[str, Any]] = {
             a: {"reward_terms": report.terms[a], "scenario_hash": self.config.content_hash} for a in self.agents
         }

@@ -43,14 +43,14 @@ class EpisodeLedger:
         for agent, agent_terms in report.terms.items():
             self.totals[agent] = list(map(operator.add, self.totals[agent], agent_terms.values()))
         o, st = report.outcome, self.stats
-        st["completed"] += sum([len(ids) for ids in report.completed])
-        st["missed"] += sum([len(ids) for ids in report.missed])
+        st["completed"] += sum([len(team.completed) for team in report.teams])
+        st["missed"] += sum([len(team.missed) for team in report.teams])
         st["completed_value"] += o.completed_total
         st["missed_value"] += o.missed_total
         st["spend"] += o.purchase_cost + o.operating_cost
         st["purchased_gpus"] += sum(report.bought.tolist())
-        st["granted_gpu_ticks"] += sum(report.granted.sum(axis=0).tolist())
-        st["used_gpu_ticks"] += sum(report.used.tolist())
+        st["granted_gpu_ticks"] += report.granted_total
+        st["used_gpu_ticks"] += report.used_total
         st["idle_gpu_ticks"] += o.idle_gpus
         st["invalid_units"] += o.allocator_invalid
         st["carbon_kg"] = carbon_kg

@@ -27,8 +27,7 @@ per operation would cost more than the arithmetic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,8 +43,7 @@ Event = dict[str, Any]  # a fired shock as plain data: tick, kind, until, and te
 
 
 # ---------------------------------------------------------------------------- intents
-@dataclass(frozen=True, slots=True)
-class Intents:
+class Intents(NamedTuple):
     """Every agent's action of one tick, by name (``action_layout`` decoded)."""
 
     offer_quantity: list[int]  # broker: per tier, for next tick
@@ -84,8 +82,7 @@ class IntentDecoder:
 
 
 # ---------------------------------------------------------------------------- the report
-@dataclass(frozen=True, slots=True)
-class Repairs:
+class Repairs(NamedTuple):
     """Units cut from infeasible actions, per rule; every allocator unit is charged ``invalid``."""
 
     buy_over_offer: int = 0
@@ -99,19 +96,14 @@ class Repairs:
         return self.buy_over_offer + self.buy_over_budget + self.grant_over_capacity + self.grant_over_carbon_cap
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "buy_over_offer": self.buy_over_offer,
-            "buy_over_budget": self.buy_over_budget,
-            "grant_over_capacity": self.grant_over_capacity,
-            "grant_over_carbon_cap": self.grant_over_carbon_cap,
-            "offer_over_inventory": self.offer_over_inventory,
-        }
+        """Rule name -> units (``infos["allocator"]["repairs"]``)."""
+        return self._asdict()
 
 
-@dataclass(frozen=True, slots=True)
-class TickReport:
+class TickReport(NamedTuple):
     """Everything one played tick did: what the render, the recording and the episode
-    ledger read. Arrays are shared with the env's state; treat them as read-only."""
+    ledger read. Immutable (a NamedTuple: typed fields, cheap to build every tick); its
+    arrays are shared with the env's state, so treat them as read-only."""
 
     tick: int  # the tick played
     # what the allocator acted on
@@ -124,13 +116,13 @@ class TickReport:
     purchase_cost: float
     granted: np.ndarray  # teams x tiers, repaired
     used: np.ndarray  # tiers: granted GPUs that ran a job
+    used_total: int  # Σ used
+    granted_total: int  # Σ granted
     need: np.ndarray  # teams x tiers: true need this tick (hidden)
     intensity: float  # grid kg/kWh this tick
     events: list[Event]  # shocks fired
     repairs: Repairs
-    completed: list[list[str]]  # per team: ids of jobs completed
-    missed: list[list[str]]  # per team: ids of jobs missed
-    starved: list[bool]  # per team
+    teams: list[jobs.TeamTick]  # per team: its jobs' tick (need, used, completed, missed, starved)
     exposed_bluffs: list[bool]  # per team (audits only)
     justified: list[bool]  # per team: justified escalations
     unjustified: list[bool]  # per team
@@ -140,8 +132,7 @@ class TickReport:
 
 
 # ---------------------------------------------------------------------------- phases
-@dataclass(frozen=True, slots=True)
-class Offer:
+class Offer(NamedTuple):
     qty: np.ndarray
     price: np.ndarray
     cut: int  # units above the inventory
@@ -165,8 +156,7 @@ def take_requests(intents: Intents, t: int) -> tuple[list[list[int]], list[bool]
     return intents.requests, escalating
 
 
-@dataclass(frozen=True, slots=True)
-class Purchase:
+class Purchase(NamedTuple):
     bought: np.ndarray
     cost: float
     offer_cut: int
@@ -181,8 +171,7 @@ def buy_spot(s: ArenaState, intents: Intents) -> Purchase:
     return Purchase(bought, cost, offer_cut, budget_cut)
 
 
-@dataclass(frozen=True, slots=True)
-class Shocks:
+class Shocks(NamedTuple):
     fired: list[ShockSpec]
     events: list[Event]
     active: list[shocks.Effect]  # effects active this tick, the new ones included
@@ -225,8 +214,7 @@ def online_gpus(rules: Rules, effects: list[shocks.Effect]) -> np.ndarray:
     return np.maximum(rules.owned - shocks.offline_gpus(effects, rules.n_tiers), 0)
 
 
-@dataclass(frozen=True, slots=True)
-class Grants:
+class Grants(NamedTuple):
     granted: np.ndarray  # teams x tiers
     capacity_cut: int
     carbon_cut: int
@@ -245,11 +233,12 @@ def grant_gpus(rules: Rules, s: ArenaState, intents: Intents, bought: np.ndarray
     return Grants(granted, capacity_cut, carbon_cut, intensity)
 
 
-@dataclass(frozen=True, slots=True)
-class JobsRun:
+class JobsRun(NamedTuple):
     teams: list[jobs.TeamTick]
-    used: list[int]  # per tier
-    granted: list[int]  # per tier
+    used: np.ndarray  # per tier: granted GPUs that ran a job
+    used_total: int
+    granted_total: int  # Σ granted GPUs
+    granted_by_tier: list[int]
     carbon_before: float  # kg, before this tick's emissions
 
 
@@ -257,10 +246,12 @@ def run_jobs(rules: Rules, s: ArenaState, granted: np.ndarray, intensity: float)
     """6–7. Each team runs its ready jobs on its grant; busy GPUs emit; the rest is idle."""
     rows = granted.tolist()
     teams = [jobs.run_team_jobs(s.jobs[i], s.orders[i], rows[i], rules.speed, s.t) for i in range(rules.n_teams)]
-    used = [sum(column) for column in zip(*[r.used_by_tier for r in teams], strict=True)]
+    used_by_tier = [sum(column) for column in zip(*[r.used_by_tier for r in teams], strict=True)]
+    used = np.array(used_by_tier, dtype=np.int64)
+    granted_by_tier = [sum(column) for column in zip(*rows, strict=True)]
     carbon_before = s.carbon_used
-    s.carbon_used += carbon.emissions(np.array(used, dtype=np.int64), rules.power_kw, intensity)
-    return JobsRun(teams, used, [sum(column) for column in zip(*rows, strict=True)], carbon_before)
+    s.carbon_used += carbon.emissions(used, rules.power_kw, intensity)
+    return JobsRun(teams, used, sum(used_by_tier), sum(granted_by_tier), granted_by_tier, carbon_before)
 
 
 def audit(rules: Rules, s: ArenaState, fired: list[ShockSpec], need: np.ndarray) -> list[bool]:
@@ -313,8 +304,8 @@ def score(
         has_need=np.array([r.ready_gpus > 0 for r in results]),
         credibility_lost=lost,
         purchase_cost=purchase.cost,
-        operating_cost=float(np.array(run.granted) @ rules.op_cost),
-        idle_gpus=sum(run.granted) - sum(run.used),
+        operating_cost=float(np.array(run.granted_by_tier) @ rules.op_cost),
+        idle_gpus=run.granted_total - run.used_total,
         carbon_over_kg=(
             0.0 if rules.hard_cap
             else carbon.over_cap_increment(run.carbon_before, s.carbon_used, rules.config.carbon.cap_kg)
@@ -384,14 +375,14 @@ def play_tick(
         bought=purchase.bought,
         purchase_cost=purchase.cost,
         granted=granted.granted,
-        used=np.array(run.used, dtype=np.int64),
+        used=run.used,
+        used_total=run.used_total,
+        granted_total=run.granted_total,
         need=need,
         intensity=granted.intensity,
         events=fired.events,
         repairs=Repairs(purchase.offer_cut, purchase.budget_cut, granted.capacity_cut, granted.carbon_cut, offer.cut),
-        completed=[[job.id for job in r.completed] for r in run.teams],
-        missed=[[job.id for job in r.missed] for r in run.teams],
-        starved=starved,
+        teams=run.teams,
         exposed_bluffs=bluffs,
         justified=justified,
         unjustified=unjustified,
