@@ -16,7 +16,7 @@ import numpy as np
 import tyro
 
 import commons_arena
-from experiments.evaluation.evaluate import BASELINES
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS
 from experiments.training.train import TrainArgs
 
 
@@ -133,7 +133,7 @@ class Evaluate:
 
     scenarios: tuple[str, ...] = ("standard",)
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINES
+    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
     """allocator policies (random and oracle always run: they anchor the score); a learned
     allocator is 'learned:<checkpoint dir>'"""
     seeds: int = 20
@@ -171,7 +171,7 @@ class Tournament:
 
     scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINES
+    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
     """allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained one"""
     seeds: int = 20
     """matches per scenario"""
