@@ -225,6 +225,31 @@ class Replay:
         return path
 
 
+@dataclass
+class Verify:
+    """Re-play a recording from its seeds and recorded actions; exit 1 at the first tick that differs.
+
+    Refuses (exit 2) a recording whose scenario content or env version changed since."""
+
+    recording: tyro.conf.Positional[Path]
+    """the .jsonl recording (e.g. tests/golden/standard.jsonl)"""
+    scenario: str | None = None
+    """scenario name or TOML path to play (default: the recorded scenario, by name)"""
+
+    def run(self) -> None:
+        from commons_arena.verify import RecordingRefused, verify_recording
+
+        try:
+            result = verify_recording(self.recording, self.scenario)
+        except RecordingRefused as err:
+            print(f"refused: {err}")
+            raise SystemExit(2) from None
+        if not result.ok:
+            print(f"DIFFERS: {self.recording}: {result.difference}")
+            raise SystemExit(1)
+        print(f"ok: {self.recording}: {result.episodes} episode(s), {result.ticks} ticks re-played identically")
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -232,6 +257,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Verify, tyro.conf.subcommand("verify")]
 )
 
 
