@@ -196,6 +196,7 @@ def _start_shock(rules: Rules, s: ArenaState, spec: ShockSpec) -> Event:
     s.effects.append(shocks.Effect(spec=spec, tier_index=tier, until=t + spec.duration - 1))
     event: Event = {"tick": t, "kind": kind.label, "until": t + spec.duration - 1}
     if spec.job is not None:
+        assert spec.target_team is not None  # a job shock always has a team (scenario.py fills the default)
         team = rules.team_index[spec.target_team]
         s.injected += 1
         job = jobs.urgent_job(spec.job, f"{kind.label}_{s.injected}", t, rules.config.gpu_tiers)

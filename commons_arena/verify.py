@@ -118,7 +118,7 @@ def _check_header(header: Mapping[str, Any], config: ScenarioConfig, where: str)
         raise RecordingRefused(f"{where}: the episode was recorded without a seed, so it cannot be re-played")
 
 
-def verify_recording(path: str | os.PathLike[str], scenario: str | os.PathLike[str] | None = None) -> Verification:
+def verify_recording(path: str | os.PathLike[str], scenario: str | Path | None = None) -> Verification:
     """Re-play every episode of the recording at ``path``; report the first difference.
 
     ``scenario``: a scenario name or TOML path to play (default: the recorded scenario's
