@@ -89,6 +89,13 @@ class Rules:
             ),
         )
 
+    # Immutable and shared: a copied or unpickled env uses the scenario's one Rules.
+    def __deepcopy__(self, memo: dict) -> Rules:
+        return self
+
+    def __reduce__(self):
+        return rules_for, (self.config,)
+
 
 _CACHE: dict[str, Rules] = {}
 

@@ -22,8 +22,10 @@ import numpy as np
 from commons_arena.enums import JobStatus
 from commons_arena.scenario import GpuTierConfig, JobGenerator, JobSpec, TeamConfig, UrgentJob
 
-# Module names for the hot loops (a global is cheaper to read than a class attribute).
-PENDING, DONE, MISSED = JobStatus.PENDING, JobStatus.DONE, JobStatus.MISSED
+# A job's status is stored as the plain int value of its JobStatus: the job loops compare it
+# many times per tick, and Python compares exact ints faster than IntEnum members.
+# ``JobStatus(job.status)`` names it.
+PENDING, DONE, MISSED = int(JobStatus.PENDING), int(JobStatus.DONE), int(JobStatus.MISSED)
 
 
 @dataclass(slots=True)
@@ -41,7 +43,7 @@ class Job:
     deps: tuple[int, ...] = ()
     fits: tuple[int, ...] = ()  # tier indices with enough memory, smallest memory first
     remaining: float = 0.0
-    status: JobStatus = PENDING
+    status: int = PENDING  # a JobStatus value
     done_tick: int = -1
 
     def ready(self, t: int, jobs: list[Job]) -> bool:
