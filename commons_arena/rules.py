@@ -42,7 +42,7 @@ class Rules:
     tier_index: Mapping[str, int]  # tier name -> index
     team_index: Mapping[str, int]  # team name -> index
     # per tier
-    speed: np.ndarray  # work units per GPU-tick
+    speed: tuple[float, ...]  # work units per GPU-tick (read per job: Python floats keep job.remaining a float)
     memory_gb: np.ndarray  # memory per GPU
     power_kw: np.ndarray  # power of one busy GPU
     op_cost: np.ndarray  # operating cost per granted GPU-tick
@@ -71,7 +71,7 @@ class Rules:
             n_teams=len(teams),
             tier_index=MappingProxyType({name: k for k, name in enumerate(config.tier_names)}),
             team_index=MappingProxyType({name: i for i, name in enumerate(config.team_names)}),
-            speed=_frozen([t.speed for t in tiers], np.float64),
+            speed=tuple(t.speed for t in tiers),
             memory_gb=_frozen([t.memory_gb for t in tiers], np.float64),
             power_kw=_frozen([t.power_kw for t in tiers], np.float64),
             op_cost=_frozen([t.op_cost for t in tiers], np.float64),

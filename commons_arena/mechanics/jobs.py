@@ -14,6 +14,7 @@ that would let every ready job run this tick, each on its smallest fitting tier.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -247,7 +248,7 @@ def true_need(jobs: list[Job], order: list[int], t: int, n_tiers: int) -> np.nda
 
 
 def run_team_jobs(
-    jobs: list[Job], order: list[int], grant: np.ndarray | list[int], speeds: np.ndarray, t: int
+    jobs: list[Job], order: list[int], grant: np.ndarray | list[int], speeds: Sequence[float], t: int
 ) -> TeamTick:
     """Advance one team's jobs by one tick on ``grant`` (GPUs per tier), in place.
 
