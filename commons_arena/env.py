@@ -119,7 +119,7 @@ from commons_arena.mechanics import carbon, grants, jobs, market, shocks, social
 from commons_arena.observations import ObservationBuilder
 from commons_arena.render import render_ansi, render_rgb
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import action_layout, check_action, make_action_space, make_observation_space
+from commons_arena.spaces import action_layout, check_action, check_seed, make_action_space, make_observation_space
 from commons_arena.state import ArenaState, initial_state
 
 EPISODE_STATS = (
@@ -209,7 +209,7 @@ class ArenaEnv(ParallelEnv):
 
     # ------------------------------------------------------------------ api
     def reset(self, seed: int | None = None, options: dict | None = None):
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(check_seed(seed))
         self._state = initial_state(self.config, self._rng, self._job_sources)
         queues = self._refresh_queues(self._state)
         self.agents = list(self.possible_agents)

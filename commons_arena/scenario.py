@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from collections.abc import Callable, Mapping
 from functools import cached_property
@@ -39,6 +40,8 @@ MAX_SHOCKS = 256
 MAX_LIST = 1000  # intensity profile length, choices, dependencies
 MAX_PRIORITY = 1000
 MAX_TEXT = 10_000  # description characters
+MAX_TIERS = 6
+MAX_TEAMS = 8
 MAX_FILE_BYTES = 4 * 2**20
 
 NonNegFloat = Annotated[float, Field(ge=0.0, le=MAX_AMOUNT, allow_inf_nan=False)]
@@ -248,8 +251,8 @@ class ScenarioConfig(_Frozen):
     reveal_after: Ticks = 2
     queue_slots: Annotated[int, Field(ge=1, le=MAX_QUEUE_SLOTS)] = 6  # jobs shown per team observation, most urgent first
     price_levels: Annotated[int, Field(ge=2, le=101)] = 11  # broker's price grid size
-    gpu_tiers: Annotated[tuple[GpuTierConfig, ...], Field(min_length=1, max_length=6)]
-    teams: Annotated[tuple[TeamConfig, ...], Field(min_length=2, max_length=8)]
+    gpu_tiers: Annotated[tuple[GpuTierConfig, ...], Field(min_length=1, max_length=MAX_TIERS)]
+    teams: Annotated[tuple[TeamConfig, ...], Field(min_length=2, max_length=MAX_TEAMS)]
     carbon: CarbonConfig
     credibility: CredibilityConfig = CredibilityConfig()
     shocks: Annotated[tuple[ShockSpec, ...], Field(max_length=MAX_SHOCKS)] = ()
@@ -304,6 +307,13 @@ class ScenarioConfig(_Frozen):
                 problems += _job_fit_problems(where + ".job", shock.job.gpus, shock.job.min_memory_gb, self.gpu_tiers)
             if shock.tick is not None and shock.tick >= self.max_ticks:
                 problems.append(f"{where}.tick {shock.tick} is not before max_ticks {self.max_ticks}")
+        for attr in ("price_multiplier", "intensity_multiplier"):
+            worst = worst_overlap_multiplier(self.shocks, attr, self.max_ticks)
+            if worst > MAX_MULTIPLIER * (1 + 1e-9):
+                problems.append(
+                    f"shocks: overlapping {attr}s can reach x{worst:.4g} (effects multiply; a random shock overlaps "
+                    f"itself up to its duration); keep the worst case at most x{MAX_MULTIPLIER:g}"
+                )
         agents = {ALLOCATOR, BROKER, *teams}
         for agent in self.population:
             if agent not in agents:
@@ -333,6 +343,16 @@ class ScenarioConfig(_Frozen):
         """sha256 (first 12 hex) of the validated content: comments and layout don't count."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def worst_overlap_multiplier(shocks: tuple[ShockSpec, ...], attr: str, max_ticks: int) -> float:
+    """The largest product of ``attr`` over effects that can be active at once: every shock,
+    a random one as many times as its effect lasts (it may fire again each tick)."""
+    log_total = 0.0
+    for spec in shocks:
+        copies = 1 if spec.tick is not None else min(spec.duration, max_ticks)
+        log_total += copies * math.log(getattr(spec, attr))
+    return math.exp(min(log_total, 700.0))
 
 
 def _job_fit_problems(where: str, gpus: int, min_memory_gb: float, tiers: tuple[GpuTierConfig, ...]) -> list[str]:

@@ -18,7 +18,6 @@ Shocks are shaded on the time panels. Hidden truth is marked with a "hidden" bad
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import os
@@ -68,25 +67,12 @@ def render_page(episodes: Sequence[dict[str, Any]], title: str, source: str = ""
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="commons-arena replay",
-        description="Turn an episode recording (JSONL from RecordEpisode) into one self-contained HTML page.",
-    )
-    parser.add_argument("recording", type=Path, help="the .jsonl recording")
-    parser.add_argument("-o", "--output", type=Path, default=None,
-                        help="HTML file to write (default: the recording's name with .html)")
-    parser.add_argument("--episode", type=int, default=None,
-                        help="only this episode (index in the file; default: all, with a selector)")
-    args = parser.parse_args(argv)
-    output = args.output or args.recording.with_suffix(".html")
-    try:
-        path = write_replay(args.recording, output, episode=args.episode)
-    except (OSError, ValueError) as exc:
-        print(f"commons-arena replay: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {path}")
-    return 0
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m experiments.viewing.replay`` is ``commons-arena replay``: same defaults,
+    same refusals, same one-line errors."""
+    from experiments.cli import main as cli_main
+
+    cli_main(["replay", *(sys.argv[1:] if argv is None else argv)])
 
 
 _TEMPLATE = """<!DOCTYPE html>
@@ -511,4 +497,4 @@ init();
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
