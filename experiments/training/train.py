@@ -42,6 +42,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.evaluate import BASELINES, normalised_score, play_many
 from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
+from policies.focal import FocalEnv
 from policies.learned import CODECS, LearnedPolicy, observation_scale, save_policy
 from policies.population import Population, run_episode
 
@@ -223,16 +224,14 @@ def sample_allocator_observations(scenarios: tuple[str, ...], seed: int, episode
     """Allocator observations from random and proportional allocators (for the scale)."""
     rows = []
     for scenario in scenarios:
-        env = commons_arena.parallel_env(scenario=scenario)
+        config = commons_arena.load_scenario(scenario)
         for allocator in ("random", "proportional"):
-            policies = Population.default(env.config).with_agent(ALLOCATOR, allocator).build(env.config, env=env)
+            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
             for k in range(episodes):
-                for agent, policy in policies.items():
-                    policy.reset(seed * 7919 + k * 31 + env.possible_agents.index(agent))
-                obs, _ = env.reset(seed=seed * 7919 + k)
-                while env.agents:
-                    rows.append(obs[ALLOCATOR])
-                    obs, *_ = env.step({a: policies[a].act(obs[a]) for a in env.agents})
+                episode.reset(seed=seed * 7919 + k)
+                while not episode.episode_over:
+                    rows.append(episode.seat_observations[ALLOCATOR])
+                    episode.step({})
     return np.stack(rows)
 
 
