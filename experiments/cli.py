@@ -362,12 +362,25 @@ def _parse(args: list[str], debug: bool) -> Subcommand:
 
 
 def _usage_message(boxed: str) -> str:
-    """The first sentence inside tyro's error box (a heading ending in ':' takes the next line)."""
-    lines = [
-        line.strip().strip("│").strip()
-        for line in boxed.splitlines()
-        if not line.strip().startswith(("╭", "╰")) and line.strip().strip("│─ ")
-    ]
+    """The first sentence of tyro's error report (a heading ending in ':' takes the next line).
+
+    On a terminal tyro draws a box with the title in its top border; elsewhere it prints the
+    title as a first line underlined with dashes. Both lose the frame and the title here."""
+    lines: list[str] = []
+    separators = 0
+    for raw in boxed.splitlines():
+        line = raw.strip()
+        if line.startswith(("╭", "╰")):
+            continue
+        line = line.strip("│").strip()
+        if not line:
+            continue
+        if set(line) <= set("-─ "):
+            separators += 1
+            if separators == 1 and len(lines) == 1 and not boxed.lstrip().startswith("╭"):
+                lines.clear()  # the unboxed title
+            continue
+        lines.append(line)
     if not lines:
         return " ".join(boxed.split())
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]

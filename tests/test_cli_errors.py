@@ -158,3 +158,13 @@ def test_python_m_replay_matches_the_cli(tmp_path, write_scenario, capsys):
         replay.main([str(record), "-o", str(record)])
     assert done.value.code == 2
     assert json.loads(record.read_text().splitlines()[0])  # the recording is untouched
+
+
+def test_tyro_reports_reduce_to_their_first_sentence():
+    from experiments.cli import _usage_message
+
+    boxed = "╭─ Value error ──╮\n│ Error parsing --seeds: bad │\n│ ─────── │\n│ Argument helptext: │\n╰────╯\n"
+    plain = " Value error   \n ------------ \n  Error parsing --seeds: bad  \n  ---------\n  Argument helptext:\n"
+    missing = "╭─ Required options ─╮\n│ Missing from x replay: │\n│     PATH │\n╰──╯\n"
+    assert _usage_message(boxed) == _usage_message(plain) == "Error parsing --seeds: bad"
+    assert _usage_message(missing) == "Missing from x replay: PATH"
