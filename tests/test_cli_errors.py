@@ -54,6 +54,10 @@ def test_bad_input_cases_are_one_line_each(capsys, tmp_path, fitting_checkpoint,
     monkeypatch.chdir(tmp_path)  # defaults such as results/evaluation land here, if anywhere
     recording = tmp_path / "run.jsonl"
     recording.write_text("not json\n")
+    not_objects = tmp_path / "list.jsonl"
+    not_objects.write_text("[1, 2]\n")
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(b'{"type": "header", "x": "caf\xe9"}\n')
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "evaluation.csv").write_text("x")
@@ -86,6 +90,8 @@ def test_bad_input_cases_are_one_line_each(capsys, tmp_path, fitting_checkpoint,
         (["replay", str(recording), "-o", str(recording)], "is also the input"),
         (["replay", str(recording), "-o", str(recording), "--force"], "is also the input"),
         (["replay", str(recording)], str(recording)),  # not a recording: the reader's complaint, one line
+        (["replay", str(not_objects)], "expected a JSON object"),
+        (["replay", str(latin1)], "not UTF-8 text"),
         (["convert-checkpoint", str(fitting_checkpoint)], "--i-trust-this-checkpoint"),
         (["convert-checkpoint", str(fitting_checkpoint), "--i-trust-this-checkpoint"], "already in the data-only format"),
     ]
