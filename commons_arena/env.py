@@ -101,7 +101,9 @@ for the oracle allocator and for tests; policies that use it say so.
 
 ## Version history
 
-* v0: initial release.
+* v0: initial release. Later within v0 (observations unchanged): every observation bound is
+  finite (derived from the scenario limits, identical across the curriculum tiers), and no
+  dimension has zero width; `reset(seed=...)` takes None or a non-negative integer.
 """
 
 from __future__ import annotations
