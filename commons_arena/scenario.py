@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, CarbonMode, ShockKind
+from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, DIFFICULTIES, CarbonMode, ShockKind
 
 # Bounds. Every number is finite, and every size is capped so that a valid file cannot
 # exhaust memory (observation and queue sizes grow with these), overflow an int64 action
@@ -245,7 +245,7 @@ class ScenarioConfig(_Frozen):
 
     name: Name
     description: str = Field(min_length=1, max_length=MAX_TEXT)
-    difficulty: Literal["standard", "elevated", "crisis"] | None = None
+    difficulty: Literal[DIFFICULTIES] | None = None  # type: ignore[valid-type]
     max_ticks: Ticks
     budget: NonNegFloat
     reveal_after: Ticks = 2

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium import spaces
 
-from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
+from commons_arena.enums import ALLOCATOR, BROKER, Role, ShockKind, Stance
+from commons_arena.rules import rules_for
 from commons_arena.scenario import (
     MAX_AMOUNT,
     MAX_GPUS,
@@ -133,11 +134,13 @@ _OBS_CACHE: dict[tuple[str, str], Layout] = {}
 _ACT_CACHE: dict[tuple[str, str], Layout] = {}
 
 
-def role_of(config: ScenarioConfig, agent: str) -> str:
-    if agent == ALLOCATOR or agent == BROKER:
-        return agent
+def role_of(config: ScenarioConfig, agent: str) -> Role:
+    if agent == ALLOCATOR:
+        return Role.ALLOCATOR
+    if agent == BROKER:
+        return Role.BROKER
     if agent in config.team_names:
-        return "team"
+        return Role.TEAM
     raise ValueError(f"unknown agent {agent!r}; agents of scenario {config.name!r} are {list(config.agents)}")
 
 
@@ -155,22 +158,18 @@ def action_layout(config: ScenarioConfig, agent: str) -> Layout:
     return _ACT_CACHE[key]
 
 
-def _capacity(config: ScenarioConfig) -> np.ndarray:
-    """Most GPUs of each tier that can ever be granted in a tick: owned + spot."""
-    return np.array([t.owned + t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
-
-
 def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
-    T, N = len(config.gpu_tiers), len(config.teams)
-    cap = _capacity(config)
-    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    rules = rules_for(config)
+    T, N = rules.n_tiers, rules.n_teams
+    cap = rules.capacity  # most GPUs of a tier a tick can ever grant: owned + spot
+    inventory = np.array(rules.spot_inventory, dtype=np.float64)
     tick = Field("tick", (1,), 0, config.max_ticks, "current tick")
     offer = [
         Field("offer_qty", (T,), 0, inventory, "spot GPUs offered for this tick"),
         Field("offer_price", (T,), 0, PRICE_BOUND, "unit price of the offer (crises included)"),
     ]
     role = role_of(config, agent)
-    if role == ALLOCATOR:
+    if role is Role.ALLOCATOR:
         fields = [
             tick,
             Field("owned", (T,), 0, cap, "GPUs owned per tier"),
@@ -190,7 +189,7 @@ def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
             Field("shocks_seen", (len(ShockKind),), 0, SHOCK_COUNT_BOUND, "shocks fired so far, per kind"),
             Field("shocks_active", (len(ShockKind),), 0, 1, "1 while a shock of that kind has effect"),
         ]
-    elif role == BROKER:
+    elif role is Role.BROKER:
         fields = [
             tick,
             Field("inventory", (T,), 0, inventory, "GPUs it may offer now (crises shrink it)"),
@@ -219,16 +218,17 @@ def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
 
 
 def _build_action_layout(config: ScenarioConfig, agent: str) -> Layout:
-    T, N = len(config.gpu_tiers), len(config.teams)
-    cap = _capacity(config)
-    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    rules = rules_for(config)
+    T, N = rules.n_tiers, rules.n_teams
+    cap = rules.capacity  # most GPUs of a tier a tick can ever grant: owned + spot
+    inventory = np.array(rules.spot_inventory, dtype=np.float64)
     role = role_of(config, agent)
-    if role == ALLOCATOR:
+    if role is Role.ALLOCATOR:
         fields = [
             Field("buy", (T,), 0, inventory, "spot GPUs to buy from the visible offer"),
             Field("grant", (N, T), 0, np.broadcast_to(cap, (N, T)), "GPUs per (team, tier) for this tick"),
         ]
-    elif role == BROKER:
+    elif role is Role.BROKER:
         fields = [
             Field("quantity", (T,), 0, inventory, "GPUs offered for next tick"),
             Field("price_level", (T,), 0, config.price_levels - 1, "index into the price grid"),

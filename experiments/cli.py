@@ -30,7 +30,7 @@ import numpy as np
 import tyro
 
 import commons_arena
-from experiments.evaluation.evaluate import BASELINES, validate_lineup, validate_seeds
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup, validate_seeds
 from experiments.training.train import TrainArgs
 
 PROG = "commons-arena"
@@ -185,7 +185,7 @@ class Evaluate:
 
     scenarios: tuple[str, ...] = ("standard",)
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINES
+    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
     """allocator policies (random and oracle always run: they anchor the score); a learned
     allocator is 'learned:<checkpoint dir>'"""
     seeds: int = 20
@@ -229,7 +229,7 @@ class Tournament:
 
     scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINES
+    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
     """allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained one"""
     seeds: int = 20
     """matches per scenario"""
@@ -329,6 +329,31 @@ class ConvertCheckpoint:
         return path
 
 
+@dataclass
+class Verify:
+    """Re-play a recording from its seeds and recorded actions; exit 1 at the first tick that differs.
+
+    Refuses (exit 2) a recording whose scenario content or env version changed since."""
+
+    recording: tyro.conf.Positional[Path]
+    """the .jsonl recording (e.g. tests/golden/standard.jsonl)"""
+    scenario: str | None = None
+    """scenario name or TOML path to play (default: the recorded scenario, by name)"""
+
+    def run(self) -> None:
+        from commons_arena.verify import RecordingRefused, verify_recording
+
+        try:
+            result = verify_recording(self.recording, self.scenario)
+        except RecordingRefused as err:
+            print(f"refused: {err}")
+            raise SystemExit(2) from None
+        if not result.ok:
+            print(f"DIFFERS: {self.recording}: {result.difference}")
+            raise SystemExit(1)
+        print(f"ok: {self.recording}: {result.episodes} episode(s), {result.ticks} ticks re-played identically")
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -336,6 +361,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Verify, tyro.conf.subcommand("verify")]
     | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
 )
 

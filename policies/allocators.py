@@ -411,7 +411,8 @@ class DrfAllocator(AllocatorBaseline):
         return g
 
 
-BASELINES: dict[str, type[AllocatorBaseline]] = {
+# every scripted allocator by name, random included
+SCRIPTED_ALLOCATORS: dict[str, type[AllocatorBaseline]] = {
     cls.name: cls
     for cls in (
         RandomAllocator,

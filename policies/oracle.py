@@ -79,6 +79,7 @@ from scipy.sparse import csr_array
 from commons_arena.enums import ALLOCATOR, CarbonMode
 from commons_arena.mechanics import carbon, shocks
 from commons_arena.mechanics.jobs import DONE, MISSED, PENDING, edf_key, fitting_tiers
+from commons_arena.rules import rules_for
 from commons_arena.spaces import action_layout
 
 EPS_MONEY = 1e-6
@@ -223,19 +224,20 @@ class OracleAllocator:
         self.cuts = bool(cuts)
         # ticks t .. t+exact_ticks-1 keep binary placements; later ones are LP-relaxed
         self.exact_ticks = 10**6 if exact_ticks is None else max(int(exact_ticks), 1)
-        tiers = config.gpu_tiers
-        self.n_tiers, self.n_teams = len(tiers), len(config.teams)
+        rules = rules_for(config)  # the tables the env plays with
+        self.n_tiers, self.n_teams = rules.n_tiers, rules.n_teams
         self.high = action_layout(config, agent).high.astype(np.int64)
-        self._speed = [t.speed for t in tiers]
-        self._op_cost = [t.op_cost for t in tiers]
-        self._power = np.array([t.power_kw for t in tiers], dtype=np.float64)
-        self._owned = np.array([t.owned for t in tiers], dtype=np.int64)
-        self._inventory = np.array([t.spot_inventory for t in tiers], dtype=np.int64)
-        self._max_gpus = [t.owned + t.spot_inventory for t in tiers]  # most a tier can ever hold
-        self._unit_cost = [t.spot_unit_cost for t in tiers]
-        self._pressure = [t.board_pressure for t in config.teams]
-        self._team_index = {name: i for i, name in enumerate(config.team_names)}
-        self._tier_index = {name: k for k, name in enumerate(config.tier_names)}
+        # lists where the planner reads single entries, arrays where it computes with vectors
+        self._speed = rules.speed.tolist()
+        self._op_cost = rules.op_cost.tolist()
+        self._power = rules.power_kw
+        self._owned = rules.owned
+        self._inventory = np.array(rules.spot_inventory, dtype=np.int64)
+        self._max_gpus = [int(c) for c in rules.capacity]  # most a tier can ever hold
+        self._unit_cost = rules.spot_unit_cost.tolist()
+        self._pressure = list(rules.board_pressure)
+        self._team_index = rules.team_index
+        self._tier_index = rules.tier_index
         self._w = config.rewards.allocator
         self.last_solve: dict[str, Any] = {}
 

@@ -37,11 +37,11 @@ from typing import Any
 from commons_arena import scenario as scenario_module
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
-from policies.allocators import BASELINES
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import Policy
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
 from policies.oracle import OracleAllocator, make_oracle
-from policies.teams import ARCHETYPES, TeamPolicy, make_team_factory
+from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
 
@@ -73,11 +73,11 @@ def register(spec: PolicySpec) -> None:
     _REGISTRY[spec.name] = spec
 
 
-for _archetype in ARCHETYPES:
+for _archetype in ARCHETYPE_PROFILES:
     register(PolicySpec(_archetype, "team", make_team_factory(_archetype), ("bluff", "escalate_after")))
 for _cls in (DemandPricedBroker, FixedPriceBroker):
     register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
-for _name, _cls in BASELINES.items():
+for _name, _cls in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 

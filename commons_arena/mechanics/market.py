@@ -24,7 +24,7 @@ def post_offer(
     quantity: Sequence[int],
     price_level: Sequence[int],
     inventory: Sequence[int],
-    grid: np.ndarray | list[list[float]],
+    grid: np.ndarray | Sequence[Sequence[float]],
     multiplier: float,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The offer for next tick: (quantity, unit price, repaired units)."""

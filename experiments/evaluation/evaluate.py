@@ -29,12 +29,12 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.recording import RecordEpisode
 from experiments.viewing.plots import mean_ci
-from policies.allocators import BASELINES as ALLOCATOR_BASELINES
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population, run_episode
 
 RANDOM, ORACLE = "random", "oracle"
 # the scripted allocator baselines, random aside (it anchors the score like the oracle)
-BASELINES = tuple(name for name in ALLOCATOR_BASELINES if name != RANDOM)
+BASELINE_ALLOCATORS = tuple(name for name in SCRIPTED_ALLOCATORS if name != RANDOM)
 TABLE_COLUMNS = (
     "scenario",
     "allocator",

@@ -40,7 +40,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.evaluate import BASELINES, normalised_score, play_many
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, normalised_score, play_many
 from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
 from policies.focal import FocalEnv
 from policies.learned import CODECS, LearnedPolicy, observation_scale, save_policy
@@ -239,7 +239,7 @@ def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
     """Mean allocator return of random, oracle and each baseline on the held-out seeds."""
     return {
         name: float(np.mean([e[ALLOCATOR]["return"] for e in play_many(scenario, name, seeds)]))
-        for name in ("random", "oracle", *BASELINES)
+        for name in ("random", "oracle", *BASELINE_ALLOCATORS)
     }
 
 
@@ -262,12 +262,12 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
+    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_algorithm_config
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
     population_in_env = args.scripted_in_env or args.experiment == "allocator_curriculum"
-    config = build_ppo_config(
+    config = build_algorithm_config(
         scenario,
         {} if population_in_env else scripted_factories(scenario),
         num_envs_per_env_runner=args.num_envs_per_env_runner,
@@ -399,7 +399,7 @@ def train(args: TrainArgs) -> Path:
         writer.add_scalar("eval/normalised_score", score, state.env_steps)
         writer.add_scalar("eval/return", mean_return, state.env_steps)
         print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, "
-              f"normalised score {score:.3f} (best baseline {max(ref[b] for b in BASELINES):.2f}, oracle {ref['oracle']:.2f})")
+              f"normalised score {score:.3f} (best baseline {max(ref[b] for b in BASELINE_ALLOCATORS):.2f}, oracle {ref['oracle']:.2f})")
         algo.save_to_path(str(checkpoint))  # RLlib's full state (pickles): only --resume reads it
         save_policy(checkpoint, network, commons_arena.load_scenario(scenario), ALLOCATOR, scale,
                     codec=None if args.action_codec == "none" else args.action_codec)
@@ -419,8 +419,8 @@ def train(args: TrainArgs) -> Path:
             mean_return = held_out_return(allocator_network(algo), scale, args.action_codec, scenario, eval_seeds)
             ref = anchors[scenario]
             final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
-                               "best_baseline": max(BASELINES, key=lambda b: ref[b]),
-                               "best_baseline_return": max(ref[b] for b in BASELINES), "oracle_return": ref["oracle"]}
+                               "best_baseline": max(BASELINE_ALLOCATORS, key=lambda b: ref[b]),
+                               "best_baseline_return": max(ref[b] for b in BASELINE_ALLOCATORS), "oracle_return": ref["oracle"]}
             print(f"final on {scenario}: return {mean_return:.2f}, normalised score {final[scenario]['score']:.3f}, "
                   f"best baseline {final[scenario]['best_baseline']} {final[scenario]['best_baseline_return']:.2f}")
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
@@ -452,6 +452,6 @@ def _resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
 def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path) -> None:
     scenario = history[-1]["scenario"]
     ref = anchors[scenario]
-    baselines = {b: normalised_score(ref[b], ref["random"], ref["oracle"]) for b in BASELINES}
+    baselines = {b: normalised_score(ref[b], ref["random"], ref["oracle"]) for b in BASELINE_ALLOCATORS}
     learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
                    baselines, path, title=f"{scenario}: normalised score on held-out seeds (random 0, oracle 1)")
