@@ -107,7 +107,9 @@ for the oracle allocator and for tests; policies that use it say so.
 
 ## Version history
 
-* v0: initial release.
+* v0: initial release. Later within v0 (observations unchanged): every observation bound is
+  finite (derived from the scenario limits, identical across the curriculum tiers), and no
+  dimension has zero width; `reset(seed=...)` takes None or a non-negative integer.
 
 Any change of behaviour bumps the version (`commons_arena/version.py`) and regenerates the
 trajectory digests and golden recordings (`docs/rules.md` §10); `commons-arena verify`
@@ -130,7 +132,7 @@ from commons_arena.observations import ObservationBuilder
 from commons_arena.render import Dashboard, render_ansi
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import check_action, make_action_space, make_observation_space, role_of
+from commons_arena.spaces import check_action, check_seed, make_action_space, make_observation_space, role_of
 from commons_arena.state import ArenaState, initial_state
 from commons_arena.tick import IntentDecoder, TickReport, play_tick
 from commons_arena.version import ENV_NAME
@@ -188,7 +190,7 @@ class ArenaEnv(ParallelEnv):
 
     # ------------------------------------------------------------------ api
     def reset(self, seed: int | None = None, options: dict | None = None):
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(check_seed(seed))
         self._state = initial_state(self.config, self._rng, self.rules.job_sources)
         queues = self._refresh_queues(self._state)
         self.agents = list(self.possible_agents)

@@ -293,11 +293,18 @@ class RecordEpisode(BaseParallelWrapper):
         self._file.flush()
 
 
+def _numbered_lines(f: Any, path: Any) -> Any:
+    try:
+        yield from enumerate(f, 1)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
 def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Parse a recording into episodes: ``[{"header": ..., "ticks": [...], "summary": ... | None}]``."""
     episodes: list[dict[str, Any]] = []
-    with Path(path).open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with Path(path).open(encoding="utf-8", errors="strict") as f:
+        for number, line in _numbered_lines(f, path):
             line = line.strip()
             if not line:
                 continue
@@ -305,6 +312,10 @@ def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{number}: nested too deeply") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             kind = record.get("type")
             if kind == "header":
                 episodes.append({"header": record, "ticks": [], "summary": None})

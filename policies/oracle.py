@@ -63,7 +63,12 @@ the mean time per tick.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +87,40 @@ BUY_TIEBREAK = 1e-6  # a tiny cost per bought GPU so free offers are not bought 
 # The feasibility-jump heuristic costs several ms per solve on these small models and
 # never helps them (measured: about 5x faster without it, same optima).
 HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False, "output_flag": False}
+
+
+@contextlib.contextmanager
+def native_stdout_silenced() -> Iterator[None]:
+    """Discard what native code writes to file descriptor 1 meanwhile.
+
+    HiGHS prints some internal traces (``HighsMipSolverData::...``, seen on hard-cap and
+    8-team scenarios) with C ``printf`` even with ``output_flag`` off; they would corrupt the
+    stdout of a command (tables, JSON). Python's own ``sys.stdout`` is flushed first and
+    C's stdio buffer before the descriptor is restored, so nothing else is lost or reordered.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real descriptor (captured, notebook): nothing to do
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        yield
+    finally:
+        _flush_c_stdio()
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no libc symbols (e.g. Windows): HiGHS output then stays
+        pass
 
 
 @dataclass(slots=True)
@@ -138,7 +177,7 @@ class _Builder:
         if self.rlo:
             matrix = csr_array((self.data, (self.rows, self.cols)), shape=(len(self.rlo), n))
             constraints = LinearConstraint(matrix, np.array(self.rlo), np.array(self.rhi))
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), native_stdout_silenced():
             # HiGHS options scipy does not list are passed through verbatim, with a warning
             warnings.simplefilter("ignore")
             return milp(

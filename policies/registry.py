@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from commons_arena import scenario as scenario_module
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.allocators import SCRIPTED_ALLOCATORS
@@ -136,6 +137,27 @@ def make_policy(
     if spec.needs_env:
         return spec.factory(config, agent, seed=seed, env=env, **params)
     return spec.factory(config, agent, seed=seed, **params)
+
+
+def _population_problems(config: ScenarioConfig) -> list[str]:
+    """A scenario's ``[population]`` table names known policies of each agent's role."""
+    problems = []
+    for agent, name in config.population.items():
+        role = role_of(config, agent)
+        try:
+            spec = policy_spec(name)
+        except ValueError as err:
+            problems.append(f"population.{agent}: {err}")
+            continue
+        if spec.role != role:
+            problems.append(
+                f"population.{agent}: policy {name!r} plays the {spec.role} role but {agent!r} is a {role}; "
+                f"{role} policies: {', '.join(available_policies(role))}"
+            )
+    return problems
+
+
+scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
 __all__ = ["ROLES", "PolicySpec", "TeamPolicy", "available_policies", "make_policy", "policy_spec", "register"]
