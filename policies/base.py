@@ -94,3 +94,20 @@ class ScriptedPolicy:
     def params(self) -> dict[str, Any]:
         """The policy's tunable parameters (for reports and rosters)."""
         return {}
+
+
+class UniformRandomActions:
+    """Uniformly random actions from a ``MultiDiscrete`` space, seeded by ``reset``.
+
+    Not a registered policy: it is the tournament's zero anchor for a team or broker seat
+    (the allocator seat has the registered ``random`` allocator)."""
+
+    def __init__(self, nvec: np.ndarray) -> None:
+        self.nvec = np.asarray(nvec, dtype=np.int64)
+        self.rng = np.random.default_rng()
+
+    def reset(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        return self.rng.integers(0, self.nvec)
