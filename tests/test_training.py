@@ -1,17 +1,15 @@
 """RLlib for real, on a tiny budget: train, checkpoint, reload without Ray, play, resume.
 
-One Ray session for the module (started and shut down by the fixture); heavy training is a
+One Ray session for the test run (``ray_session`` in conftest.py); heavy training is a
 script (``commons-arena train``), not a test.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
-import ray
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
@@ -33,14 +31,6 @@ TINY = dict(
     hidden=(16, 16),
     quiet=True,
 )
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_tests")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

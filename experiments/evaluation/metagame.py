@@ -86,6 +86,13 @@ def zero_sum_nash(payoff: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return row, col, value
 
 
+def nash_win_rates(wins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Nash mixture of the symmetric game ``wins - 1/2`` and each player's win rate against it."""
+    wins = np.asarray(wins, dtype=float)
+    mixture, _, _ = zero_sum_nash(wins - 0.5)
+    return mixture, wins @ mixture
+
+
 @dataclass
 class Aggregates:
     scores: list[dict[str, Any]] = field(default_factory=list)  # player x scenario x background
@@ -167,9 +174,7 @@ def aggregate(roster: Roster, rows: Sequence[Mapping[str, Any]]) -> Aggregates:
         nash_bg = payoff @ q_bg
     else:
         q_bg, nash_bg = np.full(len(backgrounds), np.nan), np.full(len(entrants), np.nan)
-    sub = wins[np.ix_(idx, idx)]
-    p_en, _, _ = zero_sum_nash(sub - 0.5)
-    nash_win = sub @ p_en
+    p_en, nash_win = nash_win_rates(wins[np.ix_(idx, idx)])
     out.metagame = ([{"game": "entrant x background", "side": "background", "name": b, "weight": float(w)}
                      for b, w in zip(backgrounds, q_bg, strict=True)]
                     + [{"game": "entrant x entrant", "side": "entrant", "name": e, "weight": float(w)}
@@ -215,4 +220,4 @@ def _openskill(players: Sequence[str], table: np.ndarray) -> tuple[dict[str, Any
     return ratings, firsts
 
 
-__all__ = ["Aggregates", "aggregate", "match_ranks", "plain_ratio", "zero_sum_nash"]
+__all__ = ["Aggregates", "aggregate", "match_ranks", "nash_win_rates", "plain_ratio", "zero_sum_nash"]

@@ -185,13 +185,6 @@ def play_batch(batch: Sequence[Group]) -> Iterator[EpisodeResult]:
         yield from play_group(group)
 
 
-def _ray_play_batch(batch: Sequence[Group]) -> Iterator[EpisodeResult]:
-    import torch
-
-    torch.set_num_threads(1)  # one small forward pass per tick: extra threads only fight for the cores
-    yield from play_batch(batch)
-
-
 def run_in_process(groups: Sequence[Group]) -> Iterator[EpisodeResult]:
     yield from play_batch(groups)
 
@@ -207,7 +200,7 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     cpus = int(ray.available_resources().get("CPU", 1)) or 1
-    task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(_ray_play_batch)
+    task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_batch)  # learned policies set torch to one thread themselves
     pending: list[Any] = [task.remote(batch) for batch in batches(groups, max(1, min(workers, cpus)))]
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
