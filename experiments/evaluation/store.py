@@ -90,13 +90,17 @@ class ResultStore:
         self.conn.close()
 
     # ------------------------------------------------------------------ writing
-    def append(self, key: EpisodeKey, policy: str, focal_return: float, episode: Mapping[str, Any],
+    def append(self, key: EpisodeKey, policy: str, focal_return: float, episode: Mapping[str, Any] | str,
                wall_seconds: float) -> bool:
-        """Store one finished episode in its own transaction; False if that episode was already stored."""
+        """Store one finished episode in its own transaction; False if that episode was already stored.
+
+        ``episode`` is every agent's ``infos["episode"]``, or that already as JSON."""
+        if not isinstance(episode, str):
+            episode = json.dumps(episode, sort_keys=True)
         cursor = self.conn.execute(
             f"INSERT OR IGNORE INTO episodes ({', '.join(KEY)}, policy, focal_return, episode, wall_seconds) "
             f"VALUES ({', '.join('?' * (len(KEY) + 4))})",
-            (*key.as_tuple(), policy, float(focal_return), json.dumps(episode, sort_keys=True), float(wall_seconds)),
+            (*key.as_tuple(), policy, float(focal_return), episode, float(wall_seconds)),
         )
         return cursor.rowcount == 1
 

@@ -52,6 +52,7 @@ SECONDS_PER_AGENT_TICK = 7e-5
 ORACLE_SECONDS_PER_TICK = 1.2e-2
 LEARNED_SECONDS_PER_AGENT_TICK = 4e-4
 RAY_MIN_SECONDS = 15.0  # below this much estimated work, Ray's start-up (4-15 s here) is not worth it
+FLUSH_SECONDS = 0.1  # a Ray worker hands on its finished episodes this often
 BATCHES_PER_WORKER = 3  # a few batches per worker balance uneven batches without much per-task overhead
 
 
@@ -71,7 +72,7 @@ class EpisodeResult:
     key: EpisodeKey
     policy: str
     focal_return: float
-    episode: dict[str, dict[str, float]]
+    episode: str  # JSON of every agent's infos["episode"], encoded where it was played
     wall_seconds: float
 
 
@@ -176,13 +177,27 @@ def play_group(group: Group) -> Iterator[EpisodeResult]:
         start = time.perf_counter()
         episode = run_episode(env, policies, key.seed)
         focal = sum(episode[a]["return"] for a in agents) / len(agents)
-        yield EpisodeResult(key, policy, float(focal), episode, time.perf_counter() - start)
+        yield EpisodeResult(key, policy, float(focal), json.dumps(episode, sort_keys=True), time.perf_counter() - start)
     env.close()
 
 
 def play_batch(batch: Sequence[Group]) -> Iterator[EpisodeResult]:
     for group in batch:
         yield from play_group(group)
+
+
+def play_batch_streaming(batch: Sequence[Group], flush_seconds: float) -> Iterator[list[EpisodeResult]]:
+    """:func:`play_batch`, handed on in small lists: every ``flush_seconds`` rather than per
+    episode, so that Ray's per-item cost stays small next to a few-millisecond episode."""
+    pending: list[EpisodeResult] = []
+    last = time.perf_counter()
+    for result in play_batch(batch):
+        pending.append(result)
+        if time.perf_counter() - last >= flush_seconds:
+            yield pending
+            pending, last = [], time.perf_counter()
+    if pending:
+        yield pending
 
 
 def run_in_process(groups: Sequence[Group]) -> Iterator[EpisodeResult]:
@@ -200,8 +215,9 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     cpus = int(ray.available_resources().get("CPU", 1)) or 1
-    task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_batch)  # learned policies set torch to one thread themselves
-    pending: list[Any] = [task.remote(batch) for batch in batches(groups, max(1, min(workers, cpus)))]
+    # learned policies set torch to one thread themselves
+    task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_batch_streaming)
+    pending: list[Any] = [task.remote(batch, FLUSH_SECONDS) for batch in batches(groups, max(1, min(workers, cpus)))]
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
         for generator in ready:
@@ -209,7 +225,7 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
                 ref = next(generator)
             except StopIteration:
                 continue
-            yield ray.get(ref)
+            yield from ray.get(ref)
             pending.append(generator)
 
 
