@@ -77,7 +77,7 @@ def allocator_run(tmp_path_factory):
         ('scenarios = ["standard"]\nseeds = [1]\n[entrants]\nx = { policy = "edf", speed = 2 }', "entrants.x: policy 'edf' has no parameter"),
         ('seat = "team:nobody"\nscenarios = ["standard"]\nseeds = [1]\nentrants = ["truthful"]', "seat: scenario 'standard' has no team 'nobody'"),
         ('scenarios = ["standard"]\nseeds = [1, 1]\nentrants = ["edf"]', "seeds: seeds repeat"),
-        ('scenarios = ["standard"]\nseeds = { first = 0, count = 0 }\nentrants = ["edf"]', "seeds.count"),
+        ('scenarios = ["standard"]\nseeds = { first = 0, count = 0 }\nentrants = ["edf"]', "seeds: count must be 1 .. 1000000"),
         ('scenarios = ["no_such"]\nseeds = [1]\nentrants = ["edf"]', "scenarios[0]: no scenario named 'no_such'"),
         ('scenarios = ["standard"]\nseeds = [1]\nentrants = ["edf"]\n[backgrounds.b]\nroles = { team = "edf" }',
          "backgrounds.b: roles.team: policy 'edf' plays the allocator role"),

@@ -71,11 +71,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SeedRange(_Strict):
-    first: int = Field(ge=0)
-    count: int = Field(ge=1, le=1_000_000)
-
-
 class Anchors(_Strict):
     low: str | dict[str, Any] | None = None
     high: str | dict[str, Any] | None = None
@@ -85,22 +80,47 @@ class RosterModel(_Strict):
     name: str = ""
     seat: str = ALLOCATOR
     scenarios: list[str] = Field(min_length=1)
-    seeds: list[int] | SeedRange
-    entrants: dict[str, str | dict[str, Any]] | list[str] = Field(min_length=1)
+    seeds: list[int]
+    entrants: dict[str, Any] = Field(min_length=1)
     backgrounds: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}})
     anchors: Anchors = Anchors()
 
-    @field_validator("seeds")
+    @field_validator("seeds", mode="before")
     @classmethod
-    def _seeds_distinct(cls, seeds: list[int] | SeedRange) -> list[int] | SeedRange:
-        if isinstance(seeds, list):
-            if not seeds:
-                raise ValueError("give at least one seed")
-            if any(s < 0 for s in seeds):
-                raise ValueError("seeds must be >= 0")
-            if len(set(seeds)) != len(seeds):
-                raise ValueError("seeds repeat; each seed is one cell")
-        return seeds
+    def _seeds(cls, value: Any) -> list[int]:
+        """``[1, 2, 3]`` or ``{ first = 1000, count = 20 }``: distinct seeds >= 0."""
+        def is_int(x: Any) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        if isinstance(value, dict):
+            if set(value) != {"first", "count"} or not all(is_int(v) for v in value.values()):
+                raise ValueError(f"a seed range is {{ first = <seed>, count = <how many> }} with integers, got {value!r}")
+            if value["count"] < 1 or value["count"] > 1_000_000:
+                raise ValueError(f"count must be 1 .. 1000000, got {value['count']}")
+            value = list(range(value["first"], value["first"] + value["count"]))
+        if not isinstance(value, list) or not all(is_int(s) for s in value):
+            raise ValueError(f"expected a list of integer seeds, e.g. [1, 2, 3], or {{ first = 1000, count = 20 }}; got {value!r}")
+        if not value:
+            raise ValueError("give at least one seed")
+        if any(s < 0 for s in value):
+            raise ValueError("seeds must be >= 0")
+        if len(set(value)) != len(value):
+            raise ValueError("seeds repeat; each seed is one cell")
+        return value
+
+    @field_validator("entrants", mode="before")
+    @classmethod
+    def _entrants(cls, value: Any) -> dict[str, Any]:
+        """A table ``name = policy`` (or ``name = { policy = ..., <param> = ... }``), or a list of policy names."""
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError("a list of entrants holds policy names; use a table [entrants] for parameters")
+            if len(set(value)) != len(value):
+                raise ValueError("a policy is listed twice")
+            return {v: v for v in value}
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a table name = policy, or a list of policy names; got {value!r}")
+        return value
 
     @field_validator("backgrounds")
     @classmethod
@@ -113,7 +133,7 @@ class RosterModel(_Strict):
 def _format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("list[", "dict[", "str", "SeedRange")))
+        loc = ".".join(str(p) for p in e["loc"])
         lines.append(f"{loc or '(top level)'}: {e['msg'].removeprefix('Value error, ')}")
     return "; ".join(dict.fromkeys(lines))
 
@@ -208,10 +228,7 @@ def _entry(value: Any, where: str, role: str) -> Entry:
 
 
 def _players(model: RosterModel, role: str) -> list[Player]:
-    raw = {name: name for name in model.entrants} if isinstance(model.entrants, list) else dict(model.entrants)
-    if isinstance(model.entrants, list) and len(raw) != len(model.entrants):
-        raise PopulationError("entrants: a policy is listed twice")
-    players = [Player(name, _entry(value, f"entrants.{name}", role)) for name, value in raw.items()]
+    players = [Player(name, _entry(value, f"entrants.{name}", role)) for name, value in model.entrants.items()]
     defaults = {"low": RANDOM_ANCHOR, "high": "oracle" if role == ALLOCATOR else None}
     for which in ("low", "high"):
         value = getattr(model.anchors, which) or defaults[which]
@@ -253,9 +270,7 @@ def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path
             scenarios.append(load_scenario(name))
         except ScenarioError as err:
             raise RosterError(f"roster {source}: scenarios[{i}]: {err}") from None
-    seeds = (list(range(model.seeds.first, model.seeds.first + model.seeds.count))
-             if isinstance(model.seeds, SeedRange) else list(model.seeds))
-    roster = Roster(model.name, seat, tuple(scenarios), tuple(model.scenarios), tuple(seeds), tuple(players),
+    roster = Roster(model.name, seat, tuple(scenarios), tuple(model.scenarios), tuple(model.seeds), tuple(players),
                     backgrounds, source)
     check_roster(roster)
     return roster
