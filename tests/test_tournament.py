@@ -324,3 +324,8 @@ def test_cli_roster_and_flag_forms(tmp_path, capsys):
         main(["tournament", str(roster), "--seeds", "3"])
     with pytest.raises(RosterError, match="--seeds must be at least 1"):
         main(["tournament", "--seeds", "0"])
+
+
+def test_the_documented_example_roster_loads():
+    roster = load_roster(ROOT / "docs" / "roster_example.toml")
+    assert roster.seat == "allocator" and len(roster.backgrounds) == 3 and len(roster.seeds) == 20
