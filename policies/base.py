@@ -96,11 +96,9 @@ class ScriptedPolicy:
         return {}
 
 
-class UniformRandomActions:
-    """Uniformly random actions from a ``MultiDiscrete`` space, seeded by ``reset``.
-
-    Not a registered policy: it is the tournament's zero anchor for a team or broker seat
-    (the allocator seat has the registered ``random`` allocator)."""
+class UniformRandomPolicy:
+    """Uniform random actions over a ``MultiDiscrete`` space, from the generator ``reset``
+    seeds (``commons-arena play`` gives every seat one when no population is named)."""
 
     def __init__(self, nvec: np.ndarray) -> None:
         self.nvec = np.asarray(nvec, dtype=np.int64)

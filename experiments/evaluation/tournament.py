@@ -43,7 +43,7 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.metagame import Aggregates, aggregate
 from experiments.evaluation.roster import Player, Roster, RosterError, focal_agents, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
-from policies.base import Policy, UniformRandomActions
+from policies.base import Policy, UniformRandomPolicy
 from policies.population import Population, run_episode
 
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x
@@ -171,7 +171,7 @@ def play_group(group: Group) -> Iterator[EpisodeResult]:
     policies: dict[str, Policy] = focal_population(group.background, agents, group.player).build(group.config, env=env)
     if group.player.uniform_random:
         for agent in agents:
-            policies[agent] = UniformRandomActions(env.action_space(agent).nvec)
+            policies[agent] = UniformRandomPolicy(env.action_space(agent).nvec)
     policy = json.dumps({"policy": group.player.entry.policy, **dict(group.player.entry.params)}, sort_keys=True)
     for key in group.keys:
         start = time.perf_counter()
