@@ -243,24 +243,36 @@ def test_a_changed_scenario_is_refused_unless_allowed(tmp_path, tiny, write_scen
 
 KILL_ROSTER = """
 scenarios = ["standard", "elevated"]
-seeds = { first = 100, count = 30 }
+seeds = { first = 100, count = 20 }
 entrants = ["edf", "proportional", "fifo"]
 [anchors]
 high = "best_fit"
 """
 
 
-def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(tmp_path):
-    """SIGKILL a real `commons-arena tournament` process midway, rerun it, compare every row."""
-    roster_path = write(tmp_path / "kill.toml", KILL_ROSTER)
-    total = load_roster(roster_path).episodes  # 5 players x 2 scenarios x 30 seeds = 300
-    killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "experiments.cli", "tournament", str(roster_path), "--workers", "1", "--no-progress"]
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The kill test's roster and the rows of its uninterrupted, in-process run."""
+    out = tmp_path_factory.mktemp("whole")
+    roster_path = write(out / "kill.toml", KILL_ROSTER)
+    whole = run_tournament(load_roster(roster_path), out, workers=1, progress=False, log=lambda *_: None)
+    return roster_path, stored(whole.store)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["in-process", "ray"])
+def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, tmp_path, workers):
+    """SIGKILL a real `commons-arena tournament` process midway (in-process, or driving Ray
+    workers), rerun it, and compare every row with an uninterrupted run."""
+    roster_path, expected = uninterrupted
+    total = len(expected)  # 5 players x 2 scenarios x 20 seeds = 200
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "experiments.cli", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     target = random.Random().randint(20, total // 2)  # a random moment: after this many stored episodes
-    proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    db = killed / "results.sqlite"
-    deadline = time.monotonic() + 120
+    proc = subprocess.Popen([*cmd, "--workers", workers, "--ray-min-seconds", "0"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    db = out / "results.sqlite"
+    deadline = time.monotonic() + 240
     count = 0
     while count < target and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -275,11 +287,10 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(tmp_path):
     proc.wait()
     at_kill = len(stored(db))
     assert target <= at_kill < total
-    rerun = subprocess.run([*cmd, "--out", str(killed)], env=env, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run([*cmd, "--workers", "1"], env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"{at_kill} of {total} episodes already in" in rerun.stdout
-    whole = run_tournament(load_roster(roster_path), tmp_path / "whole", workers=1, progress=False, log=lambda *_: None)
-    assert stored(db) == stored(whole.store) and len(stored(db)) == total
+    assert stored(db) == expected
 
 
 # --------------------------------------------------------------------------- meta-game

@@ -208,25 +208,30 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
     """Yield episodes as Ray tasks finish them (streaming generators, several batches per worker)."""
     import ray
 
-    if not ray.is_initialized():
+    started = not ray.is_initialized()  # a Ray we start, we stop; one already running (a notebook, tests) stays
+    if started:
         # A cluster address (or RAY_ADDRESS) joins it; otherwise a local Ray with `workers` CPUs.
         if address or os.environ.get("RAY_ADDRESS"):
             ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    cpus = int(ray.available_resources().get("CPU", 1)) or 1
-    # learned policies set torch to one thread themselves
-    task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_batch_streaming)
-    pending: list[Any] = [task.remote(batch, FLUSH_SECONDS) for batch in batches(groups, max(1, min(workers, cpus)))]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        for generator in ready:
-            try:
-                ref = next(generator)
-            except StopIteration:
-                continue
-            yield from ray.get(ref)
-            pending.append(generator)
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        # learned policies set torch to one thread themselves
+        task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_batch_streaming)
+        pending: list[Any] = [task.remote(batch, FLUSH_SECONDS) for batch in batches(groups, max(1, min(workers, cpus)))]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for generator in ready:
+                try:
+                    ref = next(generator)
+                except StopIteration:
+                    continue
+                yield from ray.get(ref)
+                pending.append(generator)
+    finally:
+        if started:
+            ray.shutdown()
 
 
 @dataclass
