@@ -126,8 +126,10 @@ class ResultStore:
         """Stored episodes as dicts (``episode`` parsed), all or only those of ``keys``, in key order."""
         self.conn.row_factory = sqlite3.Row
         try:
-            cursor = self.conn.execute(f"SELECT * FROM episodes ORDER BY {', '.join(KEY)}")
             wanted = None if keys is None else {k.as_tuple() for k in keys}
+            seats = sorted({k[0] for k in wanted}) if wanted is not None else None
+            where = "" if seats is None else f"WHERE seat IN ({', '.join('?' * len(seats))}) "
+            cursor = self.conn.execute(f"SELECT * FROM episodes {where}ORDER BY {', '.join(KEY)}", seats or ())
             out = []
             for row in cursor:
                 item = dict(row)

@@ -379,7 +379,7 @@ def write_reports(roster: Roster, agg: Aggregates, out: Path) -> list[Path]:
     players = [r["player"] for r in agg.win_matrix]
     written.append(heatmap([[r[p] for p in players] for r in agg.win_matrix], players, players, out / "win_matrix.png",
                            title="how often the row beats the column (same cell)", xlabel="opponent",
-                           ylabel="player", colorbar="win rate", cmap="RdBu"))
+                           ylabel="player", colorbar="win rate", cmap="RdBu", limits=(0.0, 1.0)))
     backgrounds = list(roster.backgrounds)
     entrants = [r["entrant"] for r in agg.crossplay]
     written.append(heatmap([[r[b] for b in backgrounds] for r in agg.crossplay], entrants, backgrounds,

@@ -180,8 +180,9 @@ def _baseline(spec: float | tuple[float, float] | Mapping[str, float]) -> tuple[
 
 def heatmap(matrix: Sequence[Sequence[float]], rows: Sequence[str], columns: Sequence[str],
             path: str | os.PathLike[str], title: str = "", xlabel: str = "", ylabel: str = "",
-            colorbar: str = "", cmap: str = "viridis") -> Path:
-    """A matrix as coloured cells with its values written in (NaN cells left blank)."""
+            colorbar: str = "", cmap: str = "viridis", limits: tuple[float, float] | None = None) -> Path:
+    """A matrix as coloured cells with its values written in (NaN cells left blank); the colour
+    scale spans ``limits`` (default: the finite values' range)."""
     values = np.asarray(matrix, dtype=float)
     if values.shape != (len(rows), len(columns)) or values.size == 0:
         raise ValueError(f"heatmap: a {len(rows)} x {len(columns)} matrix needs as many rows and columns, got {values.shape}")
@@ -189,14 +190,16 @@ def heatmap(matrix: Sequence[Sequence[float]], rows: Sequence[str], columns: Seq
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     finite = values[np.isfinite(values)]
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto",
-                      vmin=finite.min() if finite.size else 0.0, vmax=finite.max() if finite.size else 1.0)
-    mid = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    if limits is None:
+        limits = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=limits[0], vmax=limits[1])
     for i in range(len(rows)):
         for j in range(len(columns)):
             if math.isfinite(values[i, j]):
+                red, green, blue, _ = image.cmap(image.norm(values[i, j]))
+                dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance of the cell
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if values[i, j] < mid else "black")
+                        color="white" if dark else "black")
     ax.set_xticks(range(len(columns)), columns, rotation=30 if len(columns) > 3 else 0,
                   ha="right" if len(columns) > 3 else "center")
     ax.set_yticks(range(len(rows)), rows)
