@@ -239,6 +239,11 @@ def test_a_changed_scenario_is_refused_unless_allowed(tmp_path, tiny, write_scen
     assert result.play.played == 3 * 2
     assert len(stored(result.store)) == 2 * 3 * 2  # the old rows stay; the tables use the new ones
     assert {row["episodes"] for row in result.aggregates.scores} == {2}
+    again = run_tournament(changed, tmp_path / "out", progress=False, log=lambda *_: None)  # accepted once: no flag
+    assert again.play.played == 0
+    tiny["budget"] = 20.0  # back to the first version: its rows are still there
+    write_scenario(tiny, filename="tiny.toml")
+    assert run_tournament(roster_from_dict(data), tmp_path / "out", progress=False, log=lambda *_: None).play.played == 0
 
 
 KILL_ROSTER = """

@@ -14,8 +14,8 @@ a rerun asks :meth:`ResultStore.existing` which keys are done and plays only the
 
 A changed scenario file, checkpoint or background definition has a new hash: its old rows
 stay (results are appended, never rewritten), and :meth:`ResultStore.changed` lists the
-names whose stored hash differs from the roster's, which the tournament refuses to mix
-unless ``--allow-changed``.
+names stored only under other hashes than the roster's, which the tournament refuses to
+mix unless ``--allow-changed``; once the new version has rows, it is accepted.
 """
 
 from __future__ import annotations
@@ -111,16 +111,17 @@ class ResultStore:
         return {tuple(r) for r in rows}
 
     def changed(self, seat: str, column: str, current: Mapping[str, str]) -> dict[str, list[str]]:
-        """Names (scenario / background / player) whose stored hashes differ from ``current``."""
+        """Names (scenario / background / player) stored only under other hashes than ``current``'s:
+        content that changed since its episodes were played (and was not accepted since)."""
         if column not in ("scenario", "background", "player"):
             raise ValueError(f"unknown column {column!r}")
         rows = self.conn.execute(
-            f"SELECT DISTINCT {column}, {column}_hash FROM episodes WHERE seat = ?", (seat,))
-        out: dict[str, list[str]] = {}
-        for name, stored in rows:
-            if name in current and stored != current[name]:
-                out.setdefault(name, []).append(stored)
-        return out
+            f"SELECT DISTINCT {column}, {column}_hash FROM episodes WHERE seat = ? ORDER BY 1, 2", (seat,))
+        stored: dict[str, list[str]] = {}
+        for name, digest in rows:
+            if name in current:
+                stored.setdefault(name, []).append(digest)
+        return {name: hashes for name, hashes in stored.items() if current[name] not in hashes}
 
     def rows(self, keys: Iterable[EpisodeKey] | None = None) -> list[dict[str, Any]]:
         """Stored episodes as dicts (``episode`` parsed), all or only those of ``keys``, in key order."""
