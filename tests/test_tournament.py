@@ -22,8 +22,10 @@ from experiments.evaluation.metagame import match_ranks, nash_win_rates, zero_su
 from experiments.evaluation.roster import RosterError, load_roster, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from experiments.evaluation.tournament import (
+    batches,
     choose_workers,
     flag_roster,
+    group_seconds,
     missing_groups,
     play_roster,
     run_tournament,
@@ -192,6 +194,19 @@ def test_small_tournaments_stay_in_process():
     groups = missing_groups(roster, set())
     assert choose_workers(groups, None, None, 15.0)[0] == 1  # default workers: all CPUs, but not worth Ray
     assert choose_workers(groups, 2, None, 0.0)[0] == 2
+
+
+def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
+    roster, _, _ = allocator_run
+    groups = missing_groups(roster, set())
+    parts = batches(groups, 2)
+    keys = [k for part in parts for g in part for k in g.keys]
+    assert sorted(k.as_tuple() for k in keys) == sorted(k.as_tuple() for g in groups for k in g.keys)
+    assert 5 <= len(parts) <= 7  # about three per worker
+    costs = [sum(group_seconds(g) for g in part) for part in parts]
+    assert max(costs[:-1]) < 2 * min(costs[:-1])  # the oracle's expensive episodes are spread, not lumped
+    assert all(len({(g.keys[0].scenario, g.keys[0].background, g.keys[0].player) for g in part}) == len(part)
+               for part in parts)  # one group per player, scenario and background in a batch
 
 
 def test_ray_batches_store_the_same_rows(ray_session, allocator_run, tmp_path):

@@ -121,20 +121,24 @@ def missing_groups(roster: Roster, done: set[tuple[Any, ...]]) -> list[Group]:
             for (s, b, p), keys in groups.items()]
 
 
-def episode_seconds(config: ScenarioConfig, player: Player, background: Population) -> float:
+def episode_seconds(config: ScenarioConfig, seat: str, player: Player, background: Population) -> float:
     """A rough single-core estimate of one episode's cost, to decide whether Ray pays off."""
-    agent_ticks = config.max_ticks * len(config.agents)
-    seconds = agent_ticks * SECONDS_PER_AGENT_TICK
-    entries = [player.entry, *background.roles.values(), *background.agents.values()]
-    if any(getattr(e, "policy", "") == "oracle" for e in entries):
-        seconds += config.max_ticks * ORACLE_SECONDS_PER_TICK
-    learned = sum(1 for e in entries if getattr(e, "policy", "").startswith("learned:"))
-    return seconds + learned * config.max_ticks * LEARNED_SECONDS_PER_AGENT_TICK
+    agents = focal_agents(seat, config)
+    entries = focal_population(background, agents, player).resolve(config).values()
+    policies = [e.policy for e in entries]
+    learned = sum(1 for p in policies if p.startswith("learned:"))
+    return config.max_ticks * (len(config.agents) * SECONDS_PER_AGENT_TICK
+                               + ORACLE_SECONDS_PER_TICK * policies.count("oracle")
+                               + LEARNED_SECONDS_PER_AGENT_TICK * learned)
+
+
+def group_seconds(group: Group) -> float:
+    return len(group.keys) * episode_seconds(group.config, group.seat, group.player, group.background)
 
 
 def batches(groups: Sequence[Group], workers: int) -> list[list[Group]]:
     """Split the work into about ``BATCHES_PER_WORKER x workers`` batches of similar estimated cost."""
-    costs = [len(g.keys) * episode_seconds(g.config, g.player, g.background) for g in groups]
+    costs = [group_seconds(g) for g in groups]
     target = max(sum(costs) / (workers * BATCHES_PER_WORKER), 1e-9)
     out: list[list[Group]] = [[]]
     load = 0.0
@@ -142,11 +146,11 @@ def batches(groups: Sequence[Group], workers: int) -> list[list[Group]]:
         per_episode = cost / len(group.keys)
         keys = list(group.keys)
         while keys:
-            room = max(1, math.ceil((target - load) / per_episode))
+            room = max(1, round((target - load) / per_episode))
             take, keys = keys[:room], keys[room:]
             out[-1].append(Group(group.config, group.seat, group.background, group.player, tuple(take)))
             load += per_episode * len(take)
-            if load >= target - 1e-12:
+            if load >= target - per_episode / 2:  # closer to the target than one more episode would get
                 out.append([])
                 load = 0.0
     return [b for b in out if b]
@@ -254,7 +258,7 @@ def choose_workers(groups: Sequence[Group], workers: int | None, address: str | 
     requested = workers if workers is not None else (os.cpu_count() or 1)
     if requested <= 1:
         return 1, "one worker: in-process"
-    estimate = sum(len(g.keys) * episode_seconds(g.config, g.player, g.background) for g in groups)
+    estimate = sum(group_seconds(g) for g in groups)
     if estimate < ray_min_seconds:
         return 1, (f"about {estimate:.1f} s of single-core work, below --ray-min-seconds {ray_min_seconds:g}: "
                    "in-process (starting Ray would cost more than it saves)")
