@@ -263,7 +263,7 @@ def test_a_changed_scenario_is_refused_unless_allowed(tmp_path, tiny, write_scen
 
 KILL_ROSTER = """
 scenarios = ["standard", "elevated"]
-seeds = { first = 100, count = 20 }
+seeds = { first = 100, count = 12 }
 entrants = ["edf", "proportional", "fifo"]
 [anchors]
 high = "best_fit"
@@ -284,7 +284,7 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, t
     """SIGKILL a real `commons-arena tournament` process midway (in-process, or driving Ray
     workers), rerun it, and compare every row with an uninterrupted run."""
     roster_path, expected = uninterrupted
-    total = len(expected)  # 5 players x 2 scenarios x 20 seeds = 200
+    total = len(expected)  # 5 players x 2 scenarios x 12 seeds = 120
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "experiments.cli", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
