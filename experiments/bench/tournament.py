@@ -8,6 +8,10 @@ SQLite; the Ray one is given warm (after ``ray.init`` and the workers' imports, 
 timed separately) and cold (everything from ``ray.init``). The two stores are compared
 row by row: parallel play must not change a single result.
 
+On a machine shared with other work the wall-clock figures move with the load (and Ray's
+extra processes win a bigger share of contended cores), so the in-process run is also
+given per CPU-second of its own process, which the load hardly moves.
+
     python -m experiments.bench.tournament --seeds 250 --ray-workers 2
 """
 
@@ -58,16 +62,20 @@ def main(args: Args) -> dict[str, float]:
     quiet = lambda *_: None  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
         one, many = Path(tmp) / "one.sqlite", Path(tmp) / "ray.sqlite"
+        cpu = time.process_time()
         with ResultStore(one) as store:
             single = play_roster(roster, store, workers=1, progress=False, log=quiet)
+        single_cpu = time.process_time() - cpu
         start = time.perf_counter()
         ray.init(num_cpus=args.ray_workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         # warm every worker up (process start, imports) so the timed run measures play, not start-up
         warm = ray.remote(num_cpus=1)(_warm_up)
         ray.get([warm.remote(args.scenario) for _ in range(args.ray_workers)])
         startup = time.perf_counter() - start
+        cpu = time.process_time()
         with ResultStore(many) as store:
             parallel = play_roster(roster, store, workers=args.ray_workers, ray_min_seconds=0.0, progress=False, log=quiet)
+        driver_cpu = time.process_time() - cpu
         ray.shutdown()
         identical = _rows(one) == _rows(many)
     cold = parallel.played / (parallel.seconds + startup)
@@ -77,11 +85,15 @@ def main(args: Args) -> dict[str, float]:
         "ray_cold_eps": cold,
         "speedup": parallel.episodes_per_second / single.episodes_per_second,
         "ray_startup_s": startup,
+        "one_worker_eps_per_cpu_s": single.played / single_cpu,
+        "ray_driver_cpu_s": driver_cpu,
     }
-    print(f"  1 worker (in-process):  {single.episodes_per_second:7.1f} episodes/s  ({single.seconds:.1f} s)")
+    print(f"  1 worker (in-process):  {single.episodes_per_second:7.1f} episodes/s  ({single.seconds:.1f} s; "
+          f"{figures['one_worker_eps_per_cpu_s']:.1f} episodes per CPU-second of the process)")
     print(f"  {args.ray_workers} Ray workers (warm):   {parallel.episodes_per_second:7.1f} episodes/s  "
           f"({parallel.seconds:.1f} s) = {figures['speedup']:.2f}x")
     print(f"  Ray start-up:           {startup:7.1f} s (ray.init + worker imports); cold {cold:.1f} episodes/s")
+    print(f"  Ray driver (store, ray.get): {driver_cpu:.1f} CPU-s for {parallel.played} episodes")
     print(f"  identical rows: {identical}")
     if not identical:
         raise SystemExit("parallel play changed the results")
