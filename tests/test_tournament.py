@@ -30,6 +30,7 @@ from experiments.evaluation.tournament import (
     play_roster,
     run_tournament,
 )
+from tests.test_cli_errors import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [11, 12, 13]
@@ -351,12 +352,22 @@ def test_cli_roster_and_flag_forms(tmp_path, capsys):
     main(["tournament", "--scenarios", "standard", "--allocators", "edf", "--seeds", "2", "--first-seed", "1",
           "--out", str(tmp_path / "b"), "--no-progress"])
     assert stored(tmp_path / "a" / "results.sqlite") == stored(tmp_path / "b" / "results.sqlite")
-    with pytest.raises(RosterError, match="give a roster file or --seeds, not both"):
-        main(["tournament", str(roster), "--seeds", "3"])
-    with pytest.raises(RosterError, match="--seeds must be at least 1"):
-        main(["tournament", "--seeds", "0"])
+    assert run_cli(capsys, "tournament", str(roster), "--out", str(tmp_path / "a"), "--no-progress")[0] == 0  # resumed
 
 
-def test_the_documented_example_roster_loads():
-    roster = load_roster(ROOT / "docs" / "roster_example.toml")
-    assert roster.seat == "allocator" and len(roster.backgrounds) == 3 and len(roster.seeds) == 20
+def test_cli_bad_tournament_input_is_one_line(tmp_path, capsys):
+    roster = write(tmp_path / "r.toml", 'scenarios = ["standard"]\nseeds = [1]\nentrants = ["edf"]\n')
+    bad = write(tmp_path / "bad.toml", 'scenarios = ["standard"]\nseeds = [1]\n[entrants]\nx = "truthful"\n')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for argv, match in [
+        (["tournament", str(roster), "--seeds", "3"], "give a roster file or --seeds, not both"),
+        (["tournament", "--seeds", "0"], "--seeds must be at least 1"),
+        (["tournament", str(roster), "--workers", "0"], "--workers must be at least 1"),
+        (["tournament", str(bad)], f"roster {bad}: entrants.x: policy 'truthful' plays the team role"),
+        (["tournament", str(tmp_path / "missing.toml")], "roster file not found"),
+        (["tournament", str(roster), "--out", str(other)], "already holds files; pass --force"),
+    ]:
+        assert_one_line_error(capsys, *argv, match=match)
+    assert (other / "notes.txt").read_text() == "mine" and not (other / "results.sqlite").exists()
