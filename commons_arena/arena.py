@@ -13,7 +13,7 @@
 
 An allocator hands out a scarce, heterogeneous GPU cluster to product teams that declare
 (and may overstate) what they need, buying spot capacity from a broker, under a carbon
-cap, while shocks hit. Rules: `SPEC.md`; numbers: the scenario file.
+cap, while shocks hit. The rules, in full: `docs/rules.md`; the numbers: the scenario file.
 
 ## Arguments
 
@@ -23,21 +23,25 @@ name (`list_scenarios()`), a path to a TOML file, or a `ScenarioConfig`.
 (`render()` returns a text summary of the last tick) or `"rgb_array"` (a dashboard frame,
 `H x W x 3` uint8; see `commons_arena/render.py`).
 
-## One tick (all agents act at once)
+## One tick (all agents act at once; `commons_arena/tick.py`, one function per step)
 
 1. The broker posts next tick's offer (quantity cut to its inventory).
 2. Teams declare requests for the next tick and a stance on last tick's grant.
 3. The allocator buys from the offer posted last tick (cut to the offer, then to the
-   budget, most expensive tier first) and grants GPUs per (team, tier) for this tick.
-4. Shocks due this tick fire; incident capacity is removed, then grants above
-   `online + bought` are repaired (proportional, largest remainder). A hard carbon cap
-   then cuts grants from the most power-hungry tier. Every repaired unit is an
-   `invalid` unit and is listed in `infos["allocator"]["repairs"]`.
-5. Teams run ready jobs on their grants (EDF, memory fit, dependencies, gang placement
+   budget, most expensive tier first).
+4. Shocks due this tick fire; incident capacity goes offline.
+5. Grants for this tick above `online + bought` are repaired (proportional, largest
+   remainder); a hard carbon cap then cuts grants from the most power-hungry tier. Every
+   repaired unit is an `invalid` unit and is listed in `infos["allocator"]["repairs"]`.
+6. Teams run ready jobs on their grants (EDF, memory fit, dependencies, gang placement
    on one tier); carbon accrues for busy GPUs; unused granted GPUs are idle.
-6. Escalations about last tick's grant are judged (justified if the team was starved);
-   starvation streaks advance and reveal true needs after `reveal_after` ticks; an audit
-   exposes declarations above true need x (1 + tolerance).
+7. An audit exposes declarations above true need x (1 + tolerance).
+8. Starvation streaks advance and reveal true needs after `reveal_after` ticks.
+9. Escalations about last tick's grant are judged (justified if the team was starved).
+10. Rewards; the state moves to the next tick.
+
+`env.last_tick` is the public, typed `TickReport` of the tick the last `step()` played
+(what render and recording read); `env.rules` the scenario's derived tables (`Rules`).
 
 ## Observations (flat float32; `observation_layout(config, agent).view(obs)` names them)
 
@@ -70,7 +74,7 @@ Agents missing from the action dict play a no-op (all zeros).
 At the end, `infos[agent]["episode"]` holds the episode's term totals and statistics.
 `infos[agent]["scenario_hash"]` identifies the scenario content in every info.
 
-## Choices where the SPEC is silent
+## Choices made where a rule needed one (`docs/rules.md` marks each **(choice)**)
 
 * Ticks count from 0; a job's `deadline` is the last tick on which it may complete
   (inclusive) and it is *missed* at the end of that tick. Jobs still pending when the
@@ -89,8 +93,10 @@ At the end, `infos[agent]["episode"]` holds the episode's term totals and statis
   later); a grid spike raises this tick's intensity.
 * A hard carbon cap counts every granted GPU as busy when it cuts, and its cuts are charged
   as `invalid` like every other repair.
-* `pressure` (the allocator's coarse public signal) is 0/1/2 for how many of a team's ready
-  jobs are due within 2 ticks: the one deliberate, coarse leak of hidden state.
+* `pressure` (the allocator's coarse public signal) is 0/1/2 for how many of a team's
+  arrived, unresolved jobs are due this tick or the next (2: two or more): the one
+  deliberate, coarse leak of hidden state.
+* Justified escalations cost the team's `board_pressure` (set per team in the scenario).
 * The episode terminates when every job is resolved and no scheduled shock will inject
   another; otherwise it is truncated at `max_ticks`. All agents end on the same step.
 
@@ -104,6 +110,10 @@ for the oracle allocator and for tests; policies that use it say so.
 * v0: initial release. Later within v0 (observations unchanged): every observation bound is
   finite (derived from the scenario limits, identical across the curriculum tiers), and no
   dimension has zero width; `reset(seed=...)` takes None or a non-negative integer.
+
+Any change of behaviour bumps the version (`commons_arena/version.py`) and regenerates the
+trajectory digests and golden recordings (`docs/rules.md` §10); `commons-arena verify`
+re-plays a recording and refuses one made with another version.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""State → each agent's observation (SPEC §6).
+"""State → each agent's observation (docs/rules.md §7).
 
 What each role may see is decided here and only here; the test suite perturbs hidden
 values and checks that no other agent's observation moves. The one deliberate coarse

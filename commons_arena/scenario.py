@@ -241,7 +241,7 @@ class RewardWeights(_Frozen):
 
 
 class ScenarioConfig(_Frozen):
-    """Everything that makes one scenario: the numbers the SPEC leaves to scenario files."""
+    """Everything that makes one scenario: the numbers the rules (docs/rules.md) leave to scenario files."""
 
     name: Name
     description: str = Field(min_length=1, max_length=MAX_TEXT)

@@ -4,21 +4,21 @@
 tick"), each a small named function that reads the scenario's :class:`Rules`, updates
 the parts of the :class:`ArenaState` it owns and returns what happened:
 
-1. :func:`post_offer`      the broker posts next tick's offer (cut to its inventory)
-2. :func:`take_requests`   teams declare for next tick and answer last tick's grant
-3. :func:`buy_spot`        the allocator buys from the offer posted last tick (repaired)
-5. :func:`fire_shocks`     shocks due now fire; incident capacity goes offline
-4. :func:`grant_gpus`      grants are repaired to what is online + bought, then to a hard cap
-6. :func:`run_jobs`        teams run ready jobs; carbon accrues; unused grants are idle (7)
-   :func:`audit`           a compliance audit exposes declarations above true need
-8. :func:`track_starvation` starvation streaks advance and reveal true needs
+1. :func:`post_offer`        the broker posts next tick's offer (cut to its inventory)
+2. :func:`take_requests`     teams declare for next tick and answer last tick's grant
+3. :func:`buy_spot`          the allocator buys from the offer posted last tick (repaired)
+4. :func:`fire_shocks`       shocks due now fire; incident capacity goes offline
+5. :func:`grant_gpus`        grants are repaired to what is online + bought, then to a hard cap
+6. :func:`run_jobs`          teams run ready jobs; carbon accrues; unused grants are idle
+7. :func:`audit`             a compliance audit exposes declarations above true need
+8. :func:`track_starvation`  starvation streaks advance and reveal true needs
 9. :func:`judge_escalations` escalations about last tick's grant cost board pressure or credibility
-10. :func:`score`          raw measurements → the rubric's weighted terms
-    :func:`advance`        the state moves to the next tick
+10. :func:`score`            raw measurements → the rubric's weighted terms;
+    :func:`advance`          the state moves to the next tick
 
-Numbers are SPEC §5's steps. Step 4 (repair) belongs to each action's own phase; grants
-are applied after shocks because capacity lost to an incident is removed before grants
-apply. The rules themselves (how to repair, how jobs run, ...) are pure functions in
+The numbers are the steps of ``docs/rules.md`` §5, the one numbering. Grants apply after
+shocks because capacity lost to an incident is removed before grants apply. The rules
+themselves (how to repair, how jobs run, ...) are pure functions in
 :mod:`commons_arena.mechanics`; this module decides only what feeds what.
 
 Per-tier and per-team vectors are short lists here (a few entries each): a numpy call
@@ -178,7 +178,7 @@ class Shocks(NamedTuple):
 
 
 def fire_shocks(rules: Rules, s: ArenaState, rng: np.random.Generator, active: list[shocks.Effect]) -> Shocks:
-    """5. Shocks due this tick start their effects and inject their jobs; online capacity follows.
+    """4. Shocks due this tick start their effects and inject their jobs; online capacity follows.
 
     ``active``: the effects active at the start of the tick."""
     fired = shocks.due_shocks(rules.config.shocks, s.t, rng)
@@ -223,7 +223,7 @@ class Grants(NamedTuple):
 
 
 def grant_gpus(rules: Rules, s: ArenaState, intents: Intents, bought: np.ndarray, active: list[shocks.Effect]) -> Grants:
-    """4. Grants cut to online + bought GPUs (largest remainder), then to a hard carbon cap."""
+    """5. Grants cut to online + bought GPUs (largest remainder), then to a hard carbon cap."""
     available = [online + b for online, b in zip(s.online.tolist(), bought.tolist(), strict=True)]
     granted, capacity_cut = grants.repair_grants(intents.grant, available)
     cfg = rules.config.carbon
@@ -244,7 +244,7 @@ class JobsRun(NamedTuple):
 
 
 def run_jobs(rules: Rules, s: ArenaState, granted: np.ndarray, intensity: float) -> JobsRun:
-    """6–7. Each team runs its ready jobs on its grant; busy GPUs emit; the rest is idle."""
+    """6. Each team runs its ready jobs on its grant; busy GPUs emit; the rest is idle."""
     rows = granted.tolist()
     teams = [jobs.run_team_jobs(s.jobs[i], s.orders[i], rows[i], rules.speed, s.t) for i in range(rules.n_teams)]
     used_by_tier = [sum(column) for column in zip(*[r.used_by_tier for r in teams], strict=True)]
@@ -256,7 +256,7 @@ def run_jobs(rules: Rules, s: ArenaState, granted: np.ndarray, intensity: float)
 
 
 def audit(rules: Rules, s: ArenaState, fired: list[ShockSpec], need: np.ndarray) -> list[bool]:
-    """A compliance audit compares this tick's declarations with this tick's true need."""
+    """7. A compliance audit compares this tick's declarations with this tick's true need."""
     if not any(spec.shock_kind is ShockKind.COMPLIANCE_AUDIT for spec in fired):
         return [False] * rules.n_teams
     return social.exposed_bluffs(s.declared, need, rules.config.credibility.audit_tolerance).tolist()

@@ -1,4 +1,4 @@
-"""Scripted allocator baselines (SPEC §9), each working only from its observation.
+"""Scripted allocator baselines (docs/rules.md §9), each working only from its observation.
 
 Every baseline reads the allocator observation through its named fields (never the env's
 hidden state) plus public, static scenario facts (tier memory, horizon); the teams' job

@@ -1,4 +1,4 @@
-"""Scripted brokers (SPEC §9): a demand-priced and a fixed-price seller of spot GPUs.
+"""Scripted brokers (docs/rules.md §9): a demand-priced and a fixed-price seller of spot GPUs.
 
 Both offer their whole current inventory every tick (the ``inventory`` field, already
 shrunk by a market crisis) and choose a *price level* per tier; the env turns level ``L``

@@ -1,4 +1,4 @@
-"""Focal and background seats: one substrate for every place a population plays (SPEC §12).
+"""Focal and background seats: one substrate for every place a population plays (docs/rules.md §9).
 
 Every agent id is a *seat*. :class:`FocalEnv` wraps the arena so that only the *focal*
 seats (the ones being trained, evaluated or played by a person) are visible: it is an

@@ -3,7 +3,7 @@
 **Privileged hook.** ``OracleAllocator(env)`` keeps the environment it was built with and
 calls ``env.hidden_state()`` (the documented privileged accessor of
 :class:`commons_arena.ArenaEnv`) in every ``act``; it ignores its observation. It is the
-score ceiling of SPEC §11 (normalised score: random 0, oracle 1), not a fair player.
+score ceiling of docs/rules.md §9 (normalised score: random 0, oracle 1), not a fair player.
 
 **What it knows.** Every team's jobs — including those that have not arrived yet — with
 remaining work, deadlines, values, memory fit and dependencies; the job runner's order;

@@ -1,4 +1,4 @@
-"""Scripted teams: the five board archetypes of SPEC §9.
+"""Scripted teams: the five board archetypes of docs/rules.md §9.
 
 A team knows its own true need (its observation's ``need`` field: GPUs per tier that
 would run every ready job this tick, each on its smallest fitting tier). Every archetype
@@ -26,7 +26,7 @@ archetype          bluff  escalate_after  character
 =================  =====  ==============  ================================================
 
 ``greedy_bluffer`` and ``truthful`` share the escalation threshold on purpose: the
-misreport gain (bluffer minus truthful, SPEC §11) then measures bluffing alone.
+misreport gain (bluffer minus truthful, docs/rules.md §9) then measures bluffing alone.
 Both numbers can be overridden per policy (``make_policy("growth", ..., bluff=1.3)``).
 Teams are deterministic: they never draw from their generator.
 """

@@ -21,10 +21,10 @@ SCENARIOS = commons_arena.list_scenarios()
 # Warnings PettingZoo's AEC api_test emits about *style*, each a documented consequence of
 # the arena's design, not a defect. Anything else it says fails the test.
 ALLOWED_AEC_WARNINGS = {
-    # roles have different observations (allocator, team, broker): SPEC §6
+    # roles have different observations (allocator, team, broker): docs/rules.md §7
     "Observations are different shapes",
     "Agents have different observation space sizes",
-    # agents are named by role / team (SPEC §2), not "player_0"
+    # agents are named by role / team (docs/rules.md §2), not "player_0"
     'We recommend agents to be named in the format <descriptor>_<number>, like "player_0"',
     # actions are MultiDiscrete (issue 2: a space RLlib's PPO handles out of the box)
     "Action space for each agent probably should be gymnasium.spaces.box or gymnasium.spaces.discrete",

@@ -1,4 +1,4 @@
-"""Jobs: the hidden truth behind every declaration (SPEC §4).
+"""Jobs: the hidden truth behind every declaration (docs/rules.md §4).
 
 Each tick a team runs its ready jobs on the GPUs it was granted, earliest deadline first
 (ties: higher priority, then creation order). A job runs only if it gets all of its

@@ -1,6 +1,6 @@
-"""The spot market: the broker's posted offer and the allocator's purchases (SPEC §3, §5).
+"""The spot market: the broker's posted offer and the allocator's purchases (docs/rules.md §3, §5).
 
-Repair rules (deterministic, SPEC §5.4):
+Repair rules (deterministic, docs/rules.md §5, repairs):
 
 * offer: a quantity above the broker's current inventory is cut to the inventory.
 * purchases: each tier's buy is cut to the offered quantity; then, while the total cost

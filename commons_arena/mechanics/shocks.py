@@ -1,4 +1,4 @@
-"""Shocks (SPEC §7): which fire at a tick, and the timed effects they leave behind.
+"""Shocks (docs/rules.md §6): which fire at a tick, and the timed effects they leave behind.
 
 A shock fires at its scheduled ``tick``, or at every tick with probability ``rate``
 (one draw per random shock per tick, in file order, from the env's generator). Its

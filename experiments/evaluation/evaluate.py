@@ -1,4 +1,4 @@
-"""Evaluation tables (SPEC §11): every allocator against each scenario's background population.
+"""Evaluation tables (docs/rules.md §9): every allocator against each scenario's background population.
 
 For each scenario x allocator, over the same seeds: mean ± 95% CI of the allocator's
 return, the normalised score ``(R - R_random) / (R_oracle - R_random)`` (random and oracle
