@@ -9,7 +9,7 @@ schema.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,11 +21,13 @@ from commons_arena.scenario import RewardWeights
 class TickOutcome:
     """Raw measurements of one tick, the only input of the term functions."""
 
-    completed_value: np.ndarray  # per team: value of jobs completed this tick
-    missed_value: np.ndarray  # per team: value of jobs missed this tick
-    satisfaction: np.ndarray  # per team: share of true need that ran (1 when no need)
-    has_need: np.ndarray  # per team: had any ready job
-    credibility_lost: np.ndarray  # per team
+    # Per team: a few Python floats each (lists or tuples; arrays work too). Read one entry
+    # at a time by the team terms, where indexing numpy would cost more than the arithmetic.
+    completed_value: Sequence[float]  # per team: value of jobs completed this tick
+    missed_value: Sequence[float]  # per team: value of jobs missed this tick
+    satisfaction: Sequence[float]  # per team: share of true need that ran (1 when no need)
+    has_need: Sequence[bool]  # per team: had any ready job
+    credibility_lost: Sequence[float]  # per team
     purchase_cost: float = 0.0  # spot GPUs bought x price paid
     operating_cost: float = 0.0  # granted GPUs x tier op_cost
     idle_gpus: int = 0  # granted GPUs no job used
@@ -40,9 +42,11 @@ class TickOutcome:
     fairness: float = field(init=False)  # Jain index of satisfaction over the teams with a need
 
     def __post_init__(self) -> None:
-        self.completed_total = float(self.completed_value.sum())
-        self.missed_total = float(self.missed_value.sum())
-        self.fairness = jain_index(self.satisfaction[self.has_need])
+        # Python's sum adds left to right from 0, as numpy does for fewer than 8 entries: same bits
+        self.completed_total = float(sum(self.completed_value, 0.0))
+        self.missed_total = float(sum(self.missed_value, 0.0))
+        needy = [x for x, need in zip(self.satisfaction, self.has_need, strict=True) if need]
+        self.fairness = jain_index(np.array(needy, dtype=np.float64))
 
 
 def jain_index(x: np.ndarray) -> float:

@@ -269,7 +269,7 @@ def track_starvation(rules: Rules, s: ArenaState, starved: list[bool]) -> None:
 
 def judge_escalations(
     rules: Rules, s: ArenaState, escalating: list[bool], bluffs: list[bool]
-) -> tuple[list[bool], list[bool], np.ndarray]:
+) -> tuple[list[bool], list[bool], list[float]]:
     """9. Escalations about last tick's grant: justified if the team was starved then.
 
     Returns (justified, unjustified, credibility lost); the loss also counts exposed bluffs."""
@@ -293,15 +293,15 @@ def score(
     offer: Offer,
     granted: Grants,
     justified: list[bool],
-    lost: np.ndarray,
+    lost: list[float],
 ) -> tuple[rewards.TickOutcome, dict[str, dict[str, float]]]:
     """10. The tick's raw measurements and every agent's weighted terms."""
     results = run.teams
     outcome = rewards.TickOutcome(
-        completed_value=np.array([r.completed_value for r in results]),
-        missed_value=np.array([r.missed_value for r in results]),
-        satisfaction=np.array([r.satisfaction for r in results]),
-        has_need=np.array([r.ready_gpus > 0 for r in results]),
+        completed_value=[r.completed_value for r in results],
+        missed_value=[r.missed_value for r in results],
+        satisfaction=[r.satisfaction for r in results],
+        has_need=[r.ready_gpus > 0 for r in results],
         credibility_lost=lost,
         purchase_cost=purchase.cost,
         operating_cost=float(np.array(run.granted_by_tier) @ rules.op_cost),

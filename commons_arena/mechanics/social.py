@@ -37,9 +37,9 @@ def exposed_bluffs(declared: np.ndarray, need: np.ndarray, tolerance: float) -> 
     return declared.sum(axis=1) > need.sum(axis=1) * (1.0 + tolerance) + 1e-9
 
 
-def lose_credibility(credibility: np.ndarray, loss: Sequence[float]) -> np.ndarray:
-    """Apply losses in place (floored at 0); return what was actually lost."""
+def lose_credibility(credibility: np.ndarray, loss: Sequence[float]) -> list[float]:
+    """Apply losses in place (floored at 0); return what was actually lost, per team."""
     before = credibility.tolist()
     after = [max(c - lose, 0.0) for c, lose in zip(before, loss, strict=True)]
     credibility[:] = after
-    return np.array([b - a for b, a in zip(before, after, strict=True)], dtype=np.float64)
+    return [b - a for b, a in zip(before, after, strict=True)]
