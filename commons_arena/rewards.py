@@ -42,17 +42,26 @@ class TickOutcome:
     fairness: float = field(init=False)  # Jain index of satisfaction over the teams with a need
 
     def __post_init__(self) -> None:
-        # Python's sum adds left to right from 0, as numpy does for fewer than 8 entries: same bits
-        self.completed_total = float(sum(self.completed_value, 0.0))
-        self.missed_total = float(sum(self.missed_value, 0.0))
-        needy = [x for x, need in zip(self.satisfaction, self.has_need, strict=True) if need]
-        self.fairness = jain_index(np.array(needy, dtype=np.float64))
+        self.completed_total = numpy_sum(self.completed_value)
+        self.missed_total = numpy_sum(self.missed_value)
+        self.fairness = jain_index([x for x, need in zip(self.satisfaction, self.has_need, strict=True) if need])
 
 
-def jain_index(x: np.ndarray) -> float:
+def numpy_sum(values: Sequence[float]) -> float:
+    """``float(np.sum(values))`` to the bit, without numpy for a few values.
+
+    numpy adds fewer than 8 float64 entries left to right from 0, as Python's ``sum`` does;
+    from 8 on it sums pairwise, so those go through numpy."""
+    return float(sum(values, 0.0)) if len(values) < 8 else float(np.sum(np.asarray(values, dtype=np.float64)))
+
+
+def jain_index(x: Sequence[float]) -> float:
     """Jain's fairness index (Σx)² / (n Σx²); 1 for an empty or all-zero vector."""
-    squares = float(x @ x)
-    return 1.0 if len(x) == 0 or squares == 0.0 else float(x.sum()) ** 2 / (len(x) * squares)
+    if len(x) == 0:
+        return 1.0
+    array = np.asarray(x, dtype=np.float64)
+    squares = float(array @ array)  # numpy's dot (how it rounds is part of the recorded behaviour)
+    return 1.0 if squares == 0.0 else numpy_sum(x) ** 2 / (len(x) * squares)
 
 
 # ---- allocator terms

@@ -165,8 +165,9 @@ class Purchase(NamedTuple):
 
 def buy_spot(s: ArenaState, intents: Intents) -> Purchase:
     """3. Purchases from the offer posted last tick, cut to the offer then the budget; paid now."""
-    bought, offer_cut, budget_cut = market.repair_purchases(intents.buy, s.offer_qty.tolist(), s.offer_price, s.budget)
-    cost = float(bought @ s.offer_price)
+    bought, cost, offer_cut, budget_cut = market.repair_purchases(
+        intents.buy, s.offer_qty.tolist(), s.offer_price, s.budget
+    )
     s.budget = max(0.0, s.budget - cost)
     return Purchase(bought, cost, offer_cut, budget_cut)
 

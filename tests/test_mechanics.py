@@ -176,15 +176,15 @@ def test_offer_cut_to_inventory_and_priced() -> None:
 
 def test_purchase_cut_to_offer_then_budget_most_expensive_first() -> None:
     offer, price = np.array([2, 2, 2]), np.array([1.0, 4.0, 9.0])
-    buys, offer_cut, budget_cut = market.repair_purchases(np.array([3, 2, 1]), offer, price, 10.0)
+    buys, cost, offer_cut, budget_cut = market.repair_purchases(np.array([3, 2, 1]), offer, price, 10.0)
     # offer: [2, 2, 1] (1 cut), cost 2 + 8 + 9 = 19 > 10: drop the 9 → cost 10 fits
-    assert buys.tolist() == [2, 2, 0] and (offer_cut, budget_cut) == (1, 1)
-    buys, offer_cut, budget_cut = market.repair_purchases(np.array([3, 2, 1]), offer, price, 5.0)
+    assert buys.tolist() == [2, 2, 0] and (offer_cut, budget_cut) == (1, 1) and cost == 10.0
+    buys, _, offer_cut, budget_cut = market.repair_purchases(np.array([3, 2, 1]), offer, price, 5.0)
     # 19 → drop 9 (10) → drop a 4 (6) → drop a 4 (2): the cheapest tier is kept
     assert buys.tolist() == [2, 0, 0] and (offer_cut, budget_cut) == (1, 3)
-    buys, _, budget_cut = market.repair_purchases(np.array([1, 1, 0]), offer, np.array([3.0, 3.0, 1.0]), 3.0)
+    buys, _, _, budget_cut = market.repair_purchases(np.array([1, 1, 0]), offer, np.array([3.0, 3.0, 1.0]), 3.0)
     assert buys.tolist() == [1, 0, 0] and budget_cut == 1  # equal prices: the higher tier goes first
-    buys, offer_cut, budget_cut = market.repair_purchases(np.array([1, 1, 1]), offer, price, 14.0)
+    buys, _, offer_cut, budget_cut = market.repair_purchases(np.array([1, 1, 1]), offer, price, 14.0)
     assert buys.tolist() == [1, 1, 1] and offer_cut == budget_cut == 0  # exactly on budget
 
 
@@ -200,7 +200,7 @@ def test_purchase_repair_properties(rows, budget) -> None:
     want = np.array([r[0] for r in rows])
     offer = np.array([r[1] for r in rows])
     price = np.array([r[2] for r in rows])
-    buys, offer_cut, budget_cut = market.repair_purchases(want, offer, price, budget)
+    buys, _, offer_cut, budget_cut = market.repair_purchases(want, offer, price, budget)
     assert (buys >= 0).all() and (buys <= np.minimum(want, offer)).all()
     assert float(buys @ price) <= budget + 1e-6
     assert offer_cut + budget_cut == int((want - buys).sum())

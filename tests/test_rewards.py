@@ -177,3 +177,12 @@ def test_scenario_weights_reach_the_rewards(tiny, make_env) -> None:
     _, rew, _, _, info = env.step(_acts(env))  # tick 3: a misses
     assert info["allocator"]["reward_terms"]["missed"] == pytest.approx(-20.0)
     assert info["search"]["reward_terms"]["missed"] == 0.0 and rew["search"] == 0.0
+
+
+@pytest.mark.parametrize("n", range(0, 10))
+def test_numpy_sum_has_numpy_bits(n) -> None:
+    """The team totals skip numpy for a few values; they must round exactly as numpy's sum."""
+    rng = np.random.default_rng(n)
+    for _ in range(200):
+        values = (rng.random(n) * 10.0 ** rng.integers(-3, 4, n)).tolist()
+        assert rewards.numpy_sum(values) == float(np.sum(np.array(values, dtype=np.float64)))

@@ -36,12 +36,12 @@ def post_offer(
 
 def repair_purchases(
     buys: Sequence[int], offer_qty: Sequence[int], offer_price: np.ndarray, budget: float
-) -> tuple[np.ndarray, int, int]:
-    """Cut buys to the offer, then to the budget. Returns (buys, offer_cut, budget_cut)."""
+) -> tuple[np.ndarray, float, int, int]:
+    """Cut buys to the offer, then to the budget. Returns (buys, cost, offer_cut, budget_cut)."""
     fixed = [min(b, q) for b, q in zip(buys, offer_qty, strict=True)]
     offer_cut = int(sum(buys) - sum(fixed))
     budget_cut = 0
-    # numpy's dot, like the env's purchase cost: the two must round the same way
+    # numpy's dot, for the cost the allocator pays as for the budget test: one rounding
     bought = np.array(fixed, dtype=np.int64)
     cost = float(bought @ offer_price)
     if cost > budget + 1e-9:
@@ -54,7 +54,8 @@ def repair_purchases(
                 cost -= prices[tier]
                 budget_cut += 1
         bought = np.array(fixed, dtype=np.int64)
-    return bought, offer_cut, budget_cut
+        cost = float(bought @ offer_price)  # the price of what is left, not the running difference
+    return bought, cost, offer_cut, budget_cut
 
 
 def broker_profit(sold: np.ndarray, price: np.ndarray, unit_cost: np.ndarray) -> float:
