@@ -16,6 +16,9 @@ proportional,
 fifo, edf,
 best_fit,
 max_min_fair, drf
+planner            allocator  :mod:`policies.planner` (observation + public
+                              scenario parameters; estimates each team's
+                              inflation from its history)
 oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
                               needs ``env=``)
 learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
@@ -40,6 +43,7 @@ from policies.allocators import BASELINES
 from policies.base import Policy
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
 from policies.oracle import OracleAllocator, make_oracle
+from policies.planner import PlannerAllocator
 from policies.teams import ARCHETYPES, TeamPolicy, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
@@ -78,6 +82,7 @@ for _cls in (DemandPricedBroker, FixedPriceBroker):
     register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
 for _name, _cls in BASELINES.items():
     register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
+register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
 
