@@ -1,8 +1,9 @@
 """Learned policies: a trained RLlib module loaded from a checkpoint, as a :class:`Policy`.
 
 No Ray is started: only the module is loaded (``RLModule.from_checkpoint``), with
-the observation scaling it was trained with, from the checkpoint's sidecar file
-``arena_policy.json`` (written by ``commons-arena train``). A checkpoint whose spaces do
+the observation scaling, action codec and stacked history it was trained with, from the
+checkpoint's sidecar file ``arena_policy.json`` (written by ``commons-arena train``), and
+put behind the same :class:`ModuleInterface` as in training. A checkpoint whose spaces do
 not fit the scenario raises ``ValueError`` naming both.
 
 Use it anywhere a scripted policy goes, by the name ``learned:<checkpoint dir>``::
@@ -20,63 +21,76 @@ import numpy as np
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import make_action_space, make_observation_space
+from policies.codecs import CODECS, Codec, make_codec
 
 LEARNED_PREFIX = "learned:"
 SIDECAR = "arena_policy.json"
 
 
-class RelativeAllocatorCodec:
-    """An action parameterisation for learned allocators: grants relative to demand.
+class ModuleInterface:
+    """What sits between an agent's seat and its module, the same in training and play.
 
-    The module chooses one *share level* per team and one *buy level* per tier:
-
-    * a team's grant on each tier is ``round(share x demand)``, where demand is its
-      revealed true need once revealed, else its declaration, and ``share`` is one of
-      ``GRANT_SHARES``; the last level grants the demand plus one GPU on each tier it asks for;
-    * a tier's purchase is none, the shortfall (granted demand above the online GPUs), or
-      everything offered; the env cuts it to the offer and the budget as usual.
-
-    Grants above a tier's online + bought GPUs are scaled down with the env's own repair rule,
-    so the codec never asks for more than exists. Learning one discount per team is far
-    easier for a categorical policy than absolute GPU counts per (team, tier) — bluffs are
-    per team — and the result is an ordinary allocator action: nothing in the game changes.
+    Observation side, once per tick (:meth:`observe`): the raw observation divided by the
+    recorded ``scale``, then the codec's features (``policies.codecs``), then — with
+    ``history`` > 1 — the frames of the last ``history - 1`` ticks after it (zeros before
+    the episode's first tick), newest first. Action side (:meth:`act`): the codec decodes
+    the module's action with the raw observation; without a codec the module's action is
+    the env action. :meth:`reset` starts an episode.
     """
 
-    GRANT_SHARES = (0.0, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 1.0)  # then one more level: demand + 1
-    BUY_LEVELS = 3  # none, shortfall, all offered
-    name = "relative"
-
-    def __init__(self, config: ScenarioConfig) -> None:
-        from commons_arena.spaces import observation_layout
-
-        self.obs = observation_layout(config, "allocator")
-        self.n_teams, self.n_tiers = len(config.teams), len(config.gpu_tiers)
-        self.shares = np.array(self.GRANT_SHARES)
-        self.env_nvec = make_action_space(config, "allocator").nvec
+    def __init__(
+        self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: str | None = None, history: int = 1
+    ) -> None:
+        if history < 1:
+            raise ValueError(f"history must be >= 1 ticks, got {history}")
+        self.config, self.agent, self.history = config, agent, int(history)
+        self.scale = np.asarray(scale, dtype=np.float32)
+        raw = make_observation_space(config, agent)
+        if self.scale.shape != raw.shape:
+            raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
+        self.codec: Codec | None = make_codec(codec, config) if codec else None
+        self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
+        self._raw_space = raw
+        self._frames: list[np.ndarray] = []
 
     @property
-    def nvec(self) -> np.ndarray:
-        return np.array([self.BUY_LEVELS] * self.n_tiers + [len(self.GRANT_SHARES) + 1] * self.n_teams)
+    def codec_name(self) -> str | None:
+        return self.codec.name if self.codec else None
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        from commons_arena.mechanics.grants import repair_grants
+    def observation_space(self) -> Any:
+        import gymnasium as gym
 
-        view = self.obs.view(observation)
-        code = np.asarray(code, dtype=np.int64)
-        buy_level, share_level = code[: self.n_tiers], code[self.n_tiers :]
-        demand = np.where(view["revealed"][:, None] > 0, view["revealed_need"], view["declared"]).astype(np.int64)
-        plus_one = (share_level == len(self.GRANT_SHARES))[:, None]
-        share = self.shares[np.minimum(share_level, len(self.GRANT_SHARES) - 1)][:, None]
-        wanted = np.where(plus_one, demand + (demand > 0), np.rint(share * demand)).astype(np.int64)
-        online = view["online"].astype(np.int64)
-        offered = view["offer_qty"].astype(np.int64)
-        shortfall = np.maximum(wanted.sum(axis=0) - online, 0)
-        buy = np.select([buy_level == 1, buy_level == 2], [np.minimum(shortfall, offered), offered], 0)
-        grants, _ = repair_grants(wanted, online + buy)
-        return np.minimum(np.concatenate([buy, grants.ravel()]), self.env_nvec - 1)
+        low = np.concatenate([self._raw_space.low / self.scale, np.zeros(self.frame_size - self._raw_space.shape[0])])
+        high = np.concatenate([self._raw_space.high / self.scale, np.full(self.frame_size - self._raw_space.shape[0], np.inf)])
+        # zero frames pad the history, so 0 must lie inside the bounds
+        low, high = np.minimum(low, 0), np.maximum(high, 0)
+        return gym.spaces.Box(np.tile(low, self.history).astype(np.float32), np.tile(high, self.history).astype(np.float32),
+                              dtype=np.float32)
+
+    def action_space(self) -> Any:
+        import gymnasium as gym
+
+        return gym.spaces.MultiDiscrete(self.codec.nvec) if self.codec else make_action_space(self.config, self.agent)
+
+    def reset(self) -> None:
+        self._frames = []
+        if self.codec is not None:
+            self.codec.reset()
+
+    def observe(self, observation: np.ndarray) -> np.ndarray:
+        frame = np.asarray(observation, dtype=np.float32) / self.scale
+        if self.codec is not None and self.codec.n_features:
+            frame = np.concatenate([frame, self.codec.features(observation)])
+        if self.history == 1:
+            return frame.astype(np.float32)
+        self._frames = [frame, *self._frames[: self.history - 1]]
+        pad = [np.zeros(self.frame_size, dtype=np.float32)] * (self.history - len(self._frames))
+        return np.concatenate([*self._frames, *pad]).astype(np.float32)
+
+    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
+        return module_action if self.codec is None else self.codec.decode(observation, module_action)
 
 
-CODECS = {RelativeAllocatorCodec.name: RelativeAllocatorCodec}
 
 
 def module_dir(checkpoint: str | Path, module_id: str) -> Path:
@@ -84,9 +98,11 @@ def module_dir(checkpoint: str | Path, module_id: str) -> Path:
 
 
 def write_sidecar(
-    checkpoint: str | Path, config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: str | None = None
+    checkpoint: str | Path, config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: str | None = None,
+    history: int = 1,
 ) -> Path:
-    """Record what the module needs to act: the agent, spaces and observation scale."""
+    """Record what the module needs to act: the agent, spaces, observation scale, action
+    codec and stacked history (everything :class:`ModuleInterface` is built from)."""
     path = Path(checkpoint) / SIDECAR
     path.write_text(
         json.dumps(
@@ -99,6 +115,7 @@ def write_sidecar(
                 "action_nvec": make_action_space(config, agent).nvec.tolist(),
                 "observation_scale": [float(x) for x in observation_scale],
                 "action_codec": codec,
+                "history": history,
             },
             indent=1,
         )
@@ -138,13 +155,12 @@ class LearnedPolicy:
     Build it from a checkpoint with :meth:`load`, or around a live module (training-time
     evaluation) with the constructor."""
 
-    def __init__(self, module: Any, observation_scale: np.ndarray, codec: RelativeAllocatorCodec | None = None) -> None:
+    def __init__(self, module: Any, interface: ModuleInterface) -> None:
         import torch
 
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
         self.module = module
-        self.scale = np.asarray(observation_scale, dtype=np.float32)
-        self.codec = codec
+        self.interface = interface
 
     @classmethod
     def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
@@ -157,18 +173,22 @@ class LearnedPolicy:
         path = module_dir(checkpoint, meta["agent"])
         if not path.is_dir():
             raise ValueError(f"checkpoint {checkpoint} has no module {meta['agent']!r} (looked in {path})")
+        codec = meta.get("action_codec")
+        if codec and codec not in CODECS:
+            raise ValueError(f"checkpoint {checkpoint} uses action codec {codec!r}, unknown here; codecs: {list(CODECS)}")
         module = RLModule.from_checkpoint(path)
         module.eval()
-        codec = CODECS[meta["action_codec"]](config) if meta.get("action_codec") else None
-        return cls(module, np.asarray(meta["observation_scale"], dtype=np.float32), codec)
+        interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32), codec,
+                                    int(meta.get("history", 1)))
+        return cls(module, interface)
 
     def reset(self, seed: int | None = None) -> None:
-        """Greedy and stateless: nothing to reset."""
+        """Greedy: only the interface's per-episode state (history, codec) is reset."""
+        self.interface.reset()
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         observation = np.asarray(observation, dtype=np.float32)
-        action = module_action(self.module, observation / self.scale)
-        return action if self.codec is None else self.codec.decode(observation, action)
+        return self.interface.act(observation, module_action(self.module, self.interface.observe(observation)))
 
 
 def module_action(module: Any, obs: np.ndarray) -> np.ndarray:

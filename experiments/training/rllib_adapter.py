@@ -92,7 +92,12 @@ class ArenaRLlibEnv(MultiAgentEnv):
     ``config`` keys: ``scenario`` (default ``"standard"``), optional ``env_kwargs`` (extra
     keyword arguments for the factory) and optional ``env_factory`` (a callable or
     ``"module:attr"`` string with the signature of ``commons_arena.parallel_env``; used
-    for stand-in envs in tests).
+    for stand-in envs in tests). ``scenarios`` (a list) samples one of them per episode
+    instead (mixed-tier training; their spaces must match). Learned agents named in
+    ``observation_scale`` (agent -> per-dimension scale) see their observation through a
+    :class:`policies.learned.ModuleInterface` (scale, ``action_codec`` agent -> codec name,
+    ``history`` agent -> stacked ticks), built per scenario because codecs read the
+    scenario's public parameters.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -100,32 +105,33 @@ class ArenaRLlibEnv(MultiAgentEnv):
         cfg = dict(config or {})  # RLlib passes an EnvContext (a dict subclass)
         self._make = _resolve(cfg.get("env_factory") or _default_parallel_env)
         self._env_kwargs = dict(cfg.get("env_kwargs", {}))
-        self.par_env = self._make(scenario=cfg.get("scenario", "standard"), **self._env_kwargs)
-        self._next_scenario: str | None = None
-        # Learned agents see observations divided by a fixed per-dimension scale (part of
-        # the trained policy: policies.learned applies the same one at inference).
+        self._mix = list(cfg.get("scenarios") or [])
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
-        # ... and may act through a codec (policies.learned.CODECS) that turns the module's
-        # action into an env action using the agent's raw observation.
-        from policies.learned import CODECS
-
-        self._codecs = {a: CODECS[name](self.par_env.config) for a, name in cfg.get("action_codec", {}).items()}
-        self._raw_obs: MultiAgentDict = {}
-        self.env_seconds = 0.0  # time inside the ParallelEnv's reset/step (for the env-share figure)
+        self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
+        self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
         # Optionally the scenario's own population plays every agent but the learned ones
         # *inside* this env instead of as RLModules: RLlib then sees only the learned agents
         # and skips its per-agent module pipeline for the others (faster), and a curriculum
         # switch brings the next scenario's population along (RLModules keep the first).
         self._learned = list(cfg.get("learned_agents", []))
         self._play_population = bool(cfg.get("play_population", False))
-        self._embedded: dict[str, Policy] = self._population_policies() if self._play_population else {}
         self._policy_rng = np.random.default_rng(cfg.get("seed"))
+        self._envs: dict[str, Any] = {}  # scenario -> (par_env, interfaces, embedded population)
+        self._next_scenario: str | None = None
+        self.env_seconds = 0.0  # time inside the ParallelEnv's reset/step (for the env-share figure)
+        self._raw_obs: MultiAgentDict = {}
+        self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
+        for other in self._mix[1:]:
+            self._check_same_spaces(other)
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
         agents: list[str] = [a for a in self.par_env.possible_agents if a not in self._embedded]
         self.possible_agents, self.agents = list(agents), list(agents)
-        obs_spaces = {a: self._scaled_space(a, self.par_env.observation_space(a)) for a in agents}
+        obs_spaces = {
+            a: self._interfaces[a].observation_space() if a in self._interfaces else self.par_env.observation_space(a)
+            for a in agents
+        }
         act_spaces = {
-            a: gym.spaces.MultiDiscrete(self._codecs[a].nvec) if a in self._codecs else self.par_env.action_space(a)
+            a: self._interfaces[a].action_space() if a in self._interfaces else self.par_env.action_space(a)
             for a in agents
         }
         self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
@@ -133,55 +139,69 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Dict(act_spaces)
 
-    def _scaled_space(self, agent: str, space: gym.spaces.Box) -> gym.spaces.Box:
-        if agent not in self._scale:
-            return space
-        scale = self._scale[agent]
-        return gym.spaces.Box(space.low / scale, space.high / scale, dtype=np.float32)
+    def _use(self, scenario: str) -> None:
+        """Play ``scenario`` from now on (its env, interfaces and population are built once)."""
+        if scenario not in self._envs:
+            par_env = self._make(scenario=scenario, **self._env_kwargs)
+            interfaces = {}
+            learned = set(self._scale) | set(self._codec_names)
+            if learned:
+                from policies.learned import ModuleInterface
 
-    def _scaled(self, obs: MultiAgentDict) -> MultiAgentDict:
-        self._raw_obs = dict(obs)
-        for agent, scale in self._scale.items():
-            if agent in obs:
-                obs[agent] = obs[agent] / scale
-        return obs
+                for agent in learned:
+                    scale = self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32))
+                    interfaces[agent] = ModuleInterface(par_env.config, agent, scale, self._codec_names.get(agent),
+                                                        self._history.get(agent, 1))
+            embedded = self._population_policies(par_env) if self._play_population else {}
+            self._envs[scenario] = (par_env, interfaces, embedded)
+        self.par_env, self._interfaces, self._embedded = self._envs[scenario]
 
-    def set_scenario(self, scenario: str) -> None:
-        """Play ``scenario`` from the next reset on (curriculum); its spaces must have the
-        same shapes as the current one's."""
+    def _check_same_spaces(self, scenario: str) -> None:
         probe = self._make(scenario=scenario, **self._env_kwargs)
-        for agent in self.possible_agents:
+        for agent in self.par_env.possible_agents:
             old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape
             if old != new or not np.array_equal(self.par_env.action_space(agent).nvec, probe.action_space(agent).nvec):
                 raise ValueError(f"scenario {scenario!r} changes the spaces of {agent!r}: {old} -> {new}")
         probe.close()
+
+    def set_scenario(self, scenario: str) -> None:
+        """Play ``scenario`` from the next reset on (curriculum); its spaces must have the
+        same shapes as the current one's."""
+        self._check_same_spaces(scenario)
         self._next_scenario = scenario
 
     def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[MultiAgentDict, MultiAgentDict]:
+        if seed is not None:
+            self._policy_rng = np.random.default_rng(seed)
         if self._next_scenario is not None:
-            self.par_env.close()
-            self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
-            self._codecs = {a: type(codec)(self.par_env.config) for a, codec in self._codecs.items()}
-            if self._play_population:
-                self._embedded = self._population_policies()
+            self._mix = []  # a curriculum stage replaces any mix
+            self._use(self._next_scenario)
             self._next_scenario = None
+        elif self._mix:
+            self._use(self._mix[int(self._policy_rng.integers(len(self._mix)))])
         start = time.perf_counter()
         obs, infos = self.par_env.reset(seed=seed, options=options)
         self.env_seconds += time.perf_counter() - start
-        if seed is not None:
-            self._policy_rng = np.random.default_rng(seed)
         for policy in self._embedded.values():
             policy.reset(int(self._policy_rng.integers(2**31)))
+        for interface in self._interfaces.values():
+            interface.reset()
         self.agents = [a for a in self.par_env.agents if a not in self._embedded]
-        return self._exposed(self._scaled(obs)), self._exposed(infos or {})
+        return self._exposed(self._module_view(obs)), self._exposed(infos or {})
 
-    def _population_policies(self) -> dict[str, Policy]:
+    def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
+        """Keep the raw observations (codecs and embedded policies act on them); learned
+        agents get their module's view."""
+        self._raw_obs = dict(obs)
+        return {a: self._interfaces[a].observe(o) if a in self._interfaces else o for a, o in obs.items()}
+
+    def _population_policies(self, par_env: Any) -> dict[str, Policy]:
         from policies.population import Population
 
-        config = self.par_env.config
-        policies = Population.default(config).build(config, env=self.par_env)
+        config = par_env.config
+        policies = Population.default(config).build(config, env=par_env)
         return {a: p for a, p in policies.items() if a not in self._learned}
 
     def _exposed(self, per_agent: MultiAgentDict) -> MultiAgentDict:
@@ -191,9 +211,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
-        if self._codecs:
+        if self._interfaces:
             action_dict = {
-                a: self._codecs[a].decode(self._raw_obs[a], act) if a in self._codecs else act
+                a: self._interfaces[a].act(self._raw_obs[a], act) if a in self._interfaces else act
                 for a, act in action_dict.items()
             }
         if self._embedded:
@@ -219,13 +239,14 @@ class ArenaRLlibEnv(MultiAgentEnv):
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
         float_rewards: MultiAgentDict = {a: float(r) for a, r in self._exposed(rewards).items()}
-        return self._exposed(self._scaled(obs)), float_rewards, terminateds, truncateds, self._exposed(infos)
+        return self._exposed(self._module_view(obs)), float_rewards, terminateds, truncateds, self._exposed(infos)
 
     def render(self) -> Any:
         return self.par_env.render()
 
     def close(self) -> None:
-        self.par_env.close()
+        for par_env, _, _ in self._envs.values():
+            par_env.close()
 
 
 def register_arena_env(name: str = "commons_arena") -> str:
@@ -568,3 +589,32 @@ def build_ppo_config(
     if seed is not None:
         config = config.debugging(seed=seed)
     return config
+
+
+# ------------------------------------------------------------------ initial policy
+
+
+def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:
+    """Make ``code`` the learned agent's likely action at the start of training.
+
+    The output layer of the module's policy head gets bias ``strength`` on the chosen
+    category of every MultiDiscrete sub-action (0 elsewhere) and its weights are scaled
+    down 10x, so that every observation starts near the same distribution: with 5
+    categories and ``strength=4`` each sub-action picks ``code`` with probability ~0.93,
+    and the greedy action is ``code``. Used to start a residual codec at the zero
+    correction (the base policy). The learner's module is changed and its weights are
+    pushed to every env runner.
+    """
+    bias = np.concatenate([np.where(np.arange(n) == c, strength, 0.0) for n, c in zip(nvec, code, strict=True)])
+
+    def patch(learner: Any) -> None:
+        module = learner.module[agent]
+        last = [layer for layer in module.pi.modules() if isinstance(layer, torch.nn.Linear)][-1]
+        if last.out_features != len(bias):
+            raise ValueError(f"{agent!r} policy head has {last.out_features} outputs, the code space {len(bias)}")
+        with torch.no_grad():
+            last.bias.copy_(torch.as_tensor(bias, dtype=last.bias.dtype))
+            last.weight.mul_(0.1)
+
+    algo.learner_group.foreach_learner(patch)
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
