@@ -112,10 +112,10 @@ class RelativeAllocatorCodec(Codec):
       revealed true need once revealed, else its declaration, and ``share`` is one of
       ``GRANT_SHARES``; the last level grants the demand plus one GPU on each tier it asks for;
     * a tier's purchase is none, the shortfall (granted demand above the online GPUs), or
-      everything offered; the env cuts it to the offer and the budget as usual.
+      everything offered, cut to the budget (most expensive tier first, as the env would).
 
     Grants above a tier's online + bought GPUs are scaled down with the env's own repair rule,
-    so the codec never asks for more than exists. Learning one discount per team is far
+    so the codec never asks for more than exists (nothing is repaired). Learning one discount per team is far
     easier for a categorical policy than absolute GPU counts per (team, tier) — bluffs are
     per team — but it cannot grant without a declaration (tick 0, a job that arrived this
     tick) nor move a need to another tier.
@@ -145,8 +145,7 @@ class RelativeAllocatorCodec(Codec):
         offered = view["offer_qty"].astype(np.int64)
         shortfall = np.maximum(wanted.sum(axis=0) - online, 0)
         buy = np.select([buy_level == 1, buy_level == 2], [np.minimum(shortfall, offered), offered], 0)
-        grants, _ = repair_grants(wanted, online + buy)
-        return np.minimum(np.concatenate([buy, grants.ravel()]), self.env_nvec - 1)
+        return self.feasible(view, wanted, buy)
 
 
 class AbsoluteAllocatorCodec(Codec):

@@ -161,6 +161,7 @@ class LearnedPolicy:
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
         self.module = module
         self.interface = interface
+        self._state: Any = None  # a recurrent module's state (None: the initial one)
 
     @classmethod
     def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
@@ -183,20 +184,29 @@ class LearnedPolicy:
         return cls(module, interface)
 
     def reset(self, seed: int | None = None) -> None:
-        """Greedy: only the interface's per-episode state (history, codec) is reset."""
+        """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
         self.interface.reset()
+        self._state = None
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         observation = np.asarray(observation, dtype=np.float32)
-        return self.interface.act(observation, module_action(self.module, self.interface.observe(observation)))
+        module_input = self.interface.observe(observation)
+        if self.module.is_stateful():
+            action, self._state = module_action(self.module, module_input, self._state)
+        else:
+            action = module_action(self.module, module_input)
+        return self.interface.act(observation, action)
 
 
-def module_action(module: Any, obs: np.ndarray) -> np.ndarray:
+def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
     """Greedy action of an RLModule for one observation, as an int64 array (MultiDiscrete).
 
     Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
     sub-spaces) from ``forward_inference``; the module's own inference distribution turns
     them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
+    A recurrent module (``use_lstm``) takes and returns its ``state`` (``None``: the
+    initial state); it is then called with a batch of one sequence of one step, and the
+    result is ``(action, state)``.
     """
     import torch
     from ray.rllib.core.columns import Columns
@@ -205,15 +215,24 @@ def module_action(module: Any, obs: np.ndarray) -> np.ndarray:
     expected = getattr(module.observation_space, "shape", None)
     if obs.shape != expected:
         raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
+    stateful = module.is_stateful()
     with torch.no_grad():
-        out = module.forward_inference({Columns.OBS: torch.from_numpy(obs[None])})
+        if stateful:
+            if state is None:
+                state = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
+            batch = {Columns.OBS: torch.from_numpy(obs[None, None]), Columns.STATE_IN: state}
+        else:
+            batch = {Columns.OBS: torch.from_numpy(obs[None])}
+        out = module.forward_inference(batch)
         if Columns.ACTIONS in out:
             action = out[Columns.ACTIONS]
         else:
-            dist = module.get_inference_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+            logits = out[Columns.ACTION_DIST_INPUTS]
+            dist = module.get_inference_action_dist_cls().from_logits(logits.reshape(1, -1))
             action = dist.to_deterministic().sample()
     action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
-    return action[0].astype(np.int64)
+    action = action.reshape(1, -1)[0].astype(np.int64)
+    return (action, out[Columns.STATE_OUT]) if stateful else action
 
 
 def observation_scale(samples: np.ndarray) -> np.ndarray:

@@ -134,3 +134,35 @@ def test_curriculum_callback_promotes_through_every_stage(ray_session, tmp_path)
     assert state["history"][-1]["scenario"] == "crisis"
     final = json.loads((tmp_path / "cur" / "final_scores.json").read_text())
     assert set(final) == {"standard", "elevated", "crisis"}
+
+
+def test_mixed_tier_residual_training_starts_as_the_planner(ray_session, tmp_path):
+    """allocator_mixed with the residual codec and two stacked ticks: before any learning
+    (lr 0) the greedy module is the zero correction, so the checkpoint plays exactly the
+    planner on every tier; the sidecar records codec and history."""
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="mixed", experiment="allocator_mixed", history=2, lr=0.0,
+                                 **TINY))
+    meta = read_sidecar(checkpoint)
+    assert meta["action_codec"] == "residual" and meta["history"] == 2
+    final = json.loads((checkpoint.parent / "final_scores.json").read_text())
+    assert set(final) == {"standard", "elevated", "crisis"}
+    for scenario in ("standard", "crisis"):
+        env = commons_arena.parallel_env(scenario)
+
+        def returns(allocator: str, env=env) -> list[float]:
+            population = Population.default(env.config).with_agent(ALLOCATOR, allocator)
+            return [run_episode(env, population, seed)[ALLOCATOR]["return"] for seed in (1, 2)]
+
+        assert returns(f"learned:{checkpoint}") == returns("planner"), scenario
+
+
+def test_recurrent_module_plays_and_resets(ray_session, tmp_path):
+    """use_lstm: the loaded policy carries the LSTM state through an episode and starts
+    every episode from the initial state (same seed, same episode)."""
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="lstm", use_lstm=True, **TINY))
+    env = commons_arena.parallel_env("standard")
+    population = Population.default(env.config).with_agent(ALLOCATOR, f"learned:{checkpoint}")
+    policies = population.build(env.config, env=env)
+    first = run_episode(env, policies, seed=4)
+    assert policies[ALLOCATOR].module.is_stateful()
+    assert run_episode(env, policies, seed=4) == first
