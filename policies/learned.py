@@ -1,10 +1,12 @@
 """Learned policies: a trained RLlib module loaded from a checkpoint, as a :class:`Policy`.
 
-No Ray is started: only the module is loaded (``RLModule.from_checkpoint``), with
-the observation scaling, action codec and stacked history it was trained with, from the
-checkpoint's sidecar file ``arena_policy.json`` (written by ``commons-arena train``), and
-put behind the same :class:`ModuleInterface` as in training. A checkpoint whose spaces do
-not fit the scenario raises ``ValueError`` naming both.
+No Ray is started and nothing is unpickled: the checkpoint's data-only files
+(``arena_policy.json`` + ``arena_policy.safetensors``, see :mod:`policies.checkpoint_format`;
+written by ``commons-arena train``) rebuild the network with plain torch layers, behind
+the same :class:`ModuleInterface` it was trained with (observation scaling, action codec of
+:mod:`policies.codecs`, stacked history). A checkpoint whose spaces do not fit the
+scenario raises ``CheckpointError`` (a ``ValueError``) naming both; an old pickled
+checkpoint is refused with the command that converts a trusted one.
 
 Use it anywhere a scripted policy goes, by the name ``learned:<checkpoint dir>``::
 
@@ -20,11 +22,18 @@ from typing import Any
 import numpy as np
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import make_action_space, make_observation_space
-from policies.codecs import CODECS, Codec, make_codec
+from commons_arena.spaces import make_action_space, make_observation_space, role_of
+from policies.checkpoint_format import (
+    SIDECAR,
+    CheckpointError,
+    PolicyNetwork,
+    load_network,
+    write_checkpoint,
+)
+from policies.checkpoint_format import read_sidecar as read_sidecar_model
+from policies.codecs import CODECS, Codec, RelativeAllocatorCodec
 
 LEARNED_PREFIX = "learned:"
-SIDECAR = "arena_policy.json"
 
 
 class ModuleInterface:
@@ -39,7 +48,8 @@ class ModuleInterface:
     """
 
     def __init__(
-        self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: str | None = None, history: int = 1
+        self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: dict[str, Any] | str | None = None,
+        history: int = 1,
     ) -> None:
         if history < 1:
             raise ValueError(f"history must be >= 1 ticks, got {history}")
@@ -48,14 +58,15 @@ class ModuleInterface:
         raw = make_observation_space(config, agent)
         if self.scale.shape != raw.shape:
             raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
-        self.codec: Codec | None = make_codec(codec, config) if codec else None
+        self.codec: Codec | None = make_codec(codec, config)
         self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
         self._raw_space = raw
         self._frames: list[np.ndarray] = []
 
     @property
-    def codec_name(self) -> str | None:
-        return self.codec.name if self.codec else None
+    def input_size(self) -> int:
+        """The module's input width: ``history`` frames of scaled observation + codec features."""
+        return self.history * self.frame_size
 
     def observation_space(self) -> Any:
         import gymnasium as gym
@@ -94,43 +105,59 @@ class ModuleInterface:
 
 
 def module_dir(checkpoint: str | Path, module_id: str) -> Path:
+    """Where RLlib keeps one module's (pickled) files inside an algorithm checkpoint."""
     return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
 
 
-def write_sidecar(
-    checkpoint: str | Path, config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: str | None = None,
+def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig) -> Codec | None:
+    """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None)."""
+    if spec is None:
+        return None
+    name, params = (spec, {}) if isinstance(spec, str) else (spec["name"], dict(spec.get("params", {})))
+    if name not in CODECS:
+        raise CheckpointError(f"unknown action codec {name!r}; known codecs: {sorted(CODECS)}")
+    return CODECS[name](config, **params)
+
+
+def sidecar_fields(
+    config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: dict[str, Any] | str | None = None,
+    history: int = 1,
+) -> dict[str, Any]:
+    """Everything the sidecar records about a policy but its network (see checkpoint_format)."""
+    scale = np.asarray(observation_scale, dtype=np.float64)
+    if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        raise ValueError("observation_scale must be finite and positive")
+    return {
+        "env": "commons_arena_v0",
+        "agent": agent,
+        "role": role_of(config, agent),
+        "scenario": config.name,
+        "scenario_hash": config.content_hash,
+        "observation_shape": list(make_observation_space(config, agent).shape),
+        "action_nvec": make_action_space(config, agent).nvec.tolist(),
+        "observation_scale": [float(x) for x in scale],
+        "action_codec": {"name": codec, "params": {}} if isinstance(codec, str) else codec,
+        "history": int(history),
+        "input_size": ModuleInterface(config, agent, scale.astype(np.float32), codec, history).input_size,
+    }
+
+
+def save_policy(
+    checkpoint: str | Path,
+    network: PolicyNetwork,
+    config: ScenarioConfig,
+    agent: str,
+    observation_scale: np.ndarray,
+    codec: dict[str, Any] | str | None = None,
     history: int = 1,
 ) -> Path:
-    """Record what the module needs to act: the agent, spaces, observation scale, action
-    codec and stacked history (everything :class:`ModuleInterface` is built from)."""
-    path = Path(checkpoint) / SIDECAR
-    path.write_text(
-        json.dumps(
-            {
-                "env": "commons_arena_v0",
-                "agent": agent,
-                "scenario": config.name,
-                "scenario_hash": config.content_hash,
-                "observation_shape": list(make_observation_space(config, agent).shape),
-                "action_nvec": make_action_space(config, agent).nvec.tolist(),
-                "observation_scale": [float(x) for x in observation_scale],
-                "action_codec": codec,
-                "history": history,
-            },
-            indent=1,
-        )
-    )
-    return path
+    """Write the data-only policy (sidecar + safetensors weights) into ``checkpoint``."""
+    return write_checkpoint(checkpoint, sidecar_fields(config, agent, observation_scale, codec, history), network)
 
 
 def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
-    path = Path(checkpoint) / SIDECAR
-    if not path.is_file():
-        raise ValueError(
-            f"{checkpoint} is not a commons_arena policy checkpoint: {SIDECAR} is missing "
-            "(checkpoints written by `commons-arena train` have it)"
-        )
-    return json.loads(path.read_text())
+    """The validated sidecar as a dict (raises :class:`CheckpointError`, a ValueError)."""
+    return read_sidecar_model(checkpoint).model_dump(by_alias=True)
 
 
 def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpoint: str | Path) -> None:
@@ -143,17 +170,18 @@ def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpo
     if meta["action_nvec"] != nvec:
         problems.append(f"action space MultiDiscrete{meta['action_nvec']} vs MultiDiscrete{nvec}")
     if problems:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {checkpoint} (trained as {meta['agent']!r} on scenario {meta['scenario']!r}) does not fit "
             f"agent {agent!r} of scenario {config.name!r}: " + "; ".join(problems)
         )
 
 
 class LearnedPolicy:
-    """Greedy actions of a trained module: ``argmax`` of each MultiDiscrete sub-space.
+    """Greedy actions of a trained network: ``argmax`` of each MultiDiscrete sub-space.
 
-    Build it from a checkpoint with :meth:`load`, or around a live module (training-time
-    evaluation) with the constructor."""
+    Build it from a data-only checkpoint with :meth:`load`, or around a live network with the
+    constructor: a :class:`PolicyNetwork` or (training-time evaluation) an RLlib module, behind
+    the :class:`ModuleInterface` it was trained with."""
 
     def __init__(self, module: Any, interface: ModuleInterface) -> None:
         import torch
@@ -161,37 +189,41 @@ class LearnedPolicy:
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
         self.module = module
         self.interface = interface
-        self._state: Any = None  # a recurrent module's state (None: the initial one)
+        self._state: Any = None  # a recurrent RLlib module's state (None: the initial one)
+
+    @property
+    def codec(self) -> Codec | None:
+        return self.interface.codec
 
     @classmethod
     def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
-        from ray.rllib.core.rl_module.rl_module import RLModule
-
+        """Load ``arena_policy.json`` + ``arena_policy.safetensors``; nothing is unpickled."""
         config = load_scenario(config)
-        checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
-        meta = read_sidecar(checkpoint)
+        sidecar, network = load_network(checkpoint)
+        meta = sidecar.model_dump(by_alias=True)
         check_fits(meta, config, agent, checkpoint)
-        path = module_dir(checkpoint, meta["agent"])
-        if not path.is_dir():
-            raise ValueError(f"checkpoint {checkpoint} has no module {meta['agent']!r} (looked in {path})")
-        codec = meta.get("action_codec")
-        if codec and codec not in CODECS:
-            raise ValueError(f"checkpoint {checkpoint} uses action codec {codec!r}, unknown here; codecs: {list(CODECS)}")
-        module = RLModule.from_checkpoint(path)
-        module.eval()
-        interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32), codec,
-                                    int(meta.get("history", 1)))
-        return cls(module, interface)
+        interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32),
+                                    meta["action_codec"], meta["history"])
+        if interface.input_size != network.input_size:
+            raise CheckpointError(
+                f"checkpoint {checkpoint}: its network takes {network.input_size} inputs but its codec and history "
+                f"give {interface.input_size}"
+            )
+        return cls(network, interface)
 
     def reset(self, seed: int | None = None) -> None:
         """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
         self.interface.reset()
         self._state = None
+        if isinstance(self.module, PolicyNetwork):
+            self.module.reset()
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         observation = np.asarray(observation, dtype=np.float32)
         module_input = self.interface.observe(observation)
-        if self.module.is_stateful():
+        if isinstance(self.module, PolicyNetwork):
+            action = self.module.greedy(module_input)
+        elif self.module.is_stateful():
             action, self._state = module_action(self.module, module_input, self._state)
         else:
             action = module_action(self.module, module_input)
@@ -242,3 +274,62 @@ def observation_scale(samples: np.ndarray) -> np.ndarray:
     never exceed 1 (flags, one-hots, shares) are left as they are.
     """
     return np.maximum(np.abs(samples).max(axis=0), 1.0).astype(np.float32)
+
+
+def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
+    """Write the data-only files for an old (format 1) checkpoint, from its RLlib pickles.
+
+    This UNPICKLES the checkpoint's module files, which can run any code they contain: call it
+    only on a checkpoint you trust (one you trained). ``commons-arena convert-checkpoint DIR
+    --i-trust-this-checkpoint`` is the command-line form. The old files stay; ``learned:``
+    reads only the new ones from then on.
+    """
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from policies.checkpoint_format import network_from_rl_module
+
+    checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
+    path = checkpoint / SIDECAR
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} has no {SIDECAR}: not a commons_arena checkpoint")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        old_format = isinstance(old, dict) and "format_version" not in old
+        fields = {k: old[k] for k in ("agent", "scenario", "scenario_hash", "observation_shape", "action_nvec",
+                                      "observation_scale")} if old_format else {}
+    except (ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path} is not a format-1 sidecar: {exc}") from None
+    if not old_format:
+        raise CheckpointError(f"{checkpoint} is already in the data-only format (format_version {old.get('format_version')})")
+    source = module_dir(checkpoint, fields["agent"])
+    if not source.is_dir():
+        raise CheckpointError(f"checkpoint {checkpoint} has no module {fields['agent']!r} (looked in {source})")
+    module = RLModule.from_checkpoint(source)
+    module.eval()
+    network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+    codec = old.get("action_codec")
+    fields |= {
+        "env": "commons_arena_v0",
+        "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
+        "action_codec": {"name": codec, "params": {}} if codec else None,
+    }
+    return write_checkpoint(checkpoint, fields, network)
+
+
+__all__ = [
+    "CODECS",
+    "LEARNED_PREFIX",
+    "SIDECAR",
+    "CheckpointError",
+    "LearnedPolicy",
+    "ModuleInterface",
+    "PolicyNetwork",
+    "RelativeAllocatorCodec",
+    "check_fits",
+    "convert_pickled_checkpoint",
+    "make_codec",
+    "module_action",
+    "observation_scale",
+    "read_sidecar",
+    "save_policy",
+]

@@ -23,7 +23,6 @@ import functools
 import importlib
 import logging
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -94,10 +93,14 @@ class ArenaRLlibEnv(MultiAgentEnv):
     ``"module:attr"`` string with the signature of ``commons_arena.parallel_env``; used
     for stand-in envs in tests). ``scenarios`` (a list) samples one of them per episode
     instead (mixed-tier training; their spaces must match). Learned agents named in
-    ``observation_scale`` (agent -> per-dimension scale) see their observation through a
-    :class:`policies.learned.ModuleInterface` (scale, ``action_codec`` agent -> codec name,
-    ``history`` agent -> stacked ticks), built per scenario because codecs read the
+    ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
+    name) see their observation through a :class:`policies.learned.ModuleInterface` (scale,
+    codec, ``history`` agent -> stacked ticks), built per scenario because codecs read the
     scenario's public parameters.
+
+    Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
+    ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
+    seeding rule seeds the background policies from it.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -106,25 +109,30 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._make = _resolve(cfg.get("env_factory") or _default_parallel_env)
         self._env_kwargs = dict(cfg.get("env_kwargs", {}))
         self._mix = list(cfg.get("scenarios") or [])
+        # Learned agents see observations through a ModuleInterface (the trained policy
+        # applies the same one at inference): scale, codec features, stacked history; the
+        # codec turns the module's action into an env action using the raw observation.
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
         self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
         self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
-        # Optionally the scenario's own population plays every agent but the learned ones
-        # *inside* this env instead of as RLModules: RLlib then sees only the learned agents
-        # and skips its per-agent module pipeline for the others (faster), and a curriculum
-        # switch brings the next scenario's population along (RLModules keep the first).
+        self._raw_obs: MultiAgentDict = {}
+        # Optionally a background population plays every agent but the learned ones *inside*
+        # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
+        # RLlib then sees only the learned agents and skips its per-agent module pipeline for
+        # the others (faster), and a curriculum switch or a mix brings each scenario's
+        # population along (RLModules keep the first). ``background`` is a Population as a
+        # dict (``Population.to_dict()``); default: the scenario's own population.
         self._learned = list(cfg.get("learned_agents", []))
         self._play_population = bool(cfg.get("play_population", False))
-        self._policy_rng = np.random.default_rng(cfg.get("seed"))
-        self._envs: dict[str, Any] = {}  # scenario -> (par_env, interfaces, embedded population)
+        self._background = cfg.get("background")
+        self._seeds = np.random.default_rng()
+        self._envs: dict[str, tuple[Any, Any, dict[str, Any]]] = {}  # scenario -> (arena, seats, interfaces)
         self._next_scenario: str | None = None
-        self.env_seconds = 0.0  # time inside the ParallelEnv's reset/step (for the env-share figure)
-        self._raw_obs: MultiAgentDict = {}
         self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
         for other in self._mix[1:]:
             self._check_same_spaces(other)
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
-        agents: list[str] = [a for a in self.par_env.possible_agents if a not in self._embedded]
+        agents: list[str] = list(self.seats.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
         obs_spaces = {
             a: self._interfaces[a].observation_space() if a in self._interfaces else self.par_env.observation_space(a)
@@ -140,21 +148,34 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self.action_space = gym.spaces.Dict(act_spaces)
 
     def _use(self, scenario: str) -> None:
-        """Play ``scenario`` from now on (its env, interfaces and population are built once)."""
+        """Play ``scenario`` from now on (its arena, focal env and interfaces are built once)."""
         if scenario not in self._envs:
-            par_env = self._make(scenario=scenario, **self._env_kwargs)
-            interfaces = {}
-            learned = set(self._scale) | set(self._codec_names)
-            if learned:
-                from policies.learned import ModuleInterface
+            from policies.focal import FocalEnv
+            from policies.learned import ModuleInterface
+            from policies.population import Population
 
-                for agent in learned:
-                    scale = self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32))
-                    interfaces[agent] = ModuleInterface(par_env.config, agent, scale, self._codec_names.get(agent),
-                                                        self._history.get(agent, 1))
-            embedded = self._population_policies(par_env) if self._play_population else {}
-            self._envs[scenario] = (par_env, interfaces, embedded)
-        self.par_env, self._interfaces, self._embedded = self._envs[scenario]
+            par_env = self._make(scenario=scenario, **self._env_kwargs)
+            if self._play_population:
+                config = par_env.config
+                background = Population.from_dict(self._background) if self._background else Population.default(config)
+                seats = FocalEnv(par_env, self._learned, background)
+            else:
+                seats = FocalEnv(par_env, par_env.possible_agents, {})
+            interfaces = {
+                agent: ModuleInterface(
+                    par_env.config, agent,
+                    self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32)),
+                    self._codec_names.get(agent), self._history.get(agent, 1),
+                )
+                for agent in set(self._scale) | set(self._codec_names)
+            }
+            self._envs[scenario] = (par_env, seats, interfaces)
+        self.par_env, self.seats, self._interfaces = self._envs[scenario]
+
+    @property
+    def env_seconds(self) -> float:
+        """Time inside the ParallelEnvs' reset/step (for the env-share figure)."""
+        return sum(seats.env_seconds for _, seats, _ in self._envs.values())
 
     def _check_same_spaces(self, scenario: str) -> None:
         probe = self._make(scenario=scenario, **self._env_kwargs)
@@ -165,8 +186,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         probe.close()
 
     def set_scenario(self, scenario: str) -> None:
-        """Play ``scenario`` from the next reset on (curriculum); its spaces must have the
-        same shapes as the current one's."""
+        """Play ``scenario`` from the next reset on (curriculum; it replaces any mix); its
+        spaces must have the same shapes as the current one's."""
         self._check_same_spaces(scenario)
         self._next_scenario = scenario
 
@@ -174,40 +195,25 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[MultiAgentDict, MultiAgentDict]:
         if seed is not None:
-            self._policy_rng = np.random.default_rng(seed)
+            self._seeds = np.random.default_rng(seed)
         if self._next_scenario is not None:
-            self._mix = []  # a curriculum stage replaces any mix
+            self._mix = []
             self._use(self._next_scenario)
             self._next_scenario = None
         elif self._mix:
-            self._use(self._mix[int(self._policy_rng.integers(len(self._mix)))])
-        start = time.perf_counter()
-        obs, infos = self.par_env.reset(seed=seed, options=options)
-        self.env_seconds += time.perf_counter() - start
-        for policy in self._embedded.values():
-            policy.reset(int(self._policy_rng.integers(2**31)))
+            self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
+        episode_seed = int(seed) if seed is not None else int(self._seeds.integers(2**31 - 1))
+        obs, infos = self.seats.reset(seed=episode_seed, options=options)
         for interface in self._interfaces.values():
             interface.reset()
-        self.agents = [a for a in self.par_env.agents if a not in self._embedded]
-        return self._exposed(self._module_view(obs)), self._exposed(infos or {})
+        self.agents = list(self.seats.agents)
+        return self._module_view(obs), infos
 
     def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
-        """Keep the raw observations (codecs and embedded policies act on them); learned
-        agents get their module's view."""
+        """Keep the raw observations (codecs decode with them); learned agents get their
+        module's view."""
         self._raw_obs = dict(obs)
         return {a: self._interfaces[a].observe(o) if a in self._interfaces else o for a, o in obs.items()}
-
-    def _population_policies(self, par_env: Any) -> dict[str, Policy]:
-        from policies.population import Population
-
-        config = par_env.config
-        policies = Population.default(config).build(config, env=par_env)
-        return {a: p for a, p in policies.items() if a not in self._learned}
-
-    def _exposed(self, per_agent: MultiAgentDict) -> MultiAgentDict:
-        if not self._embedded:
-            return per_agent
-        return {a: v for a, v in per_agent.items() if a not in self._embedded}
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
@@ -216,21 +222,15 @@ class ArenaRLlibEnv(MultiAgentEnv):
                 a: self._interfaces[a].act(self._raw_obs[a], act) if a in self._interfaces else act
                 for a, act in action_dict.items()
             }
-        if self._embedded:
-            action_dict = {**action_dict, **{a: p.act(self._raw_obs[a]) for a, p in self._embedded.items()}}
-        start = time.perf_counter()
-        obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
-        self.env_seconds += time.perf_counter() - start
+        obs, rewards, terms, truncs, infos = self.seats.step(action_dict)
         # The ParallelEnv clears `agents` when the episode is over; that, not the flag
         # dicts, decides the end. `self.agents` then keeps the agents of the last step:
         # RLlib's env checker requires the returned keys to be in `agents`, which a
         # one-tick episode would otherwise fail.
-        done = not self.par_env.agents
-        self.agents = [a for a in self.par_env.agents if a not in self._embedded] or [
-            a for a in self.possible_agents if a in obs or a in rewards
-        ]
-        terminateds: MultiAgentDict = {a: bool(v) for a, v in self._exposed(terms).items()}
-        truncateds: MultiAgentDict = {a: bool(v) for a, v in self._exposed(truncs).items()}
+        done = self.seats.episode_over
+        self.agents = list(self.seats.agents) or [a for a in self.possible_agents if a in obs or a in rewards]
+        terminateds: MultiAgentDict = {a: bool(v) for a, v in terms.items()}
+        truncateds: MultiAgentDict = {a: bool(v) for a, v in truncs.items()}
         # At the end exactly one `__all__` is True: "terminated" only if every agent
         # terminated, otherwise the episode counts as cut (truncated). Per-agent flags are
         # passed on as the env set them.
@@ -238,8 +238,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         terminateds["__all__"] = all_terminated
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
-        float_rewards: MultiAgentDict = {a: float(r) for a, r in self._exposed(rewards).items()}
-        return self._exposed(self._module_view(obs)), float_rewards, terminateds, truncateds, self._exposed(infos)
+        float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
+        return self._module_view(obs), float_rewards, terminateds, truncateds, infos
 
     def render(self) -> Any:
         return self.par_env.render()
@@ -532,7 +532,7 @@ def build_ppo_config(
     env_config = {"scenario": scenario, **(env_config or {})}
     if play_population:
         # the scenario's population plays inside the env; RLlib sees only the learned agent
-        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent], "seed": seed}
+        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent]}
         scripted = {}
     probe = ArenaRLlibEnv(env_config)
     agents: list[str] = [str(a) for a in probe.possible_agents]

@@ -52,7 +52,9 @@ from experiments.evaluation.evaluate import (
     plain_ratio,
     play_many,
 )
-from policies.learned import LearnedPolicy, ModuleInterface, observation_scale, write_sidecar
+from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
+from policies.focal import FocalEnv
+from policies.learned import LearnedPolicy, ModuleInterface, observation_scale, save_policy
 from policies.population import Population, run_episode
 
 CURRICULUM = ("standard", "elevated", "crisis")
@@ -176,16 +178,14 @@ def sample_allocator_observations(scenarios: tuple[str, ...], seed: int, episode
     """Allocator observations from random and proportional allocators (for the scale)."""
     rows = []
     for scenario in scenarios:
-        env = commons_arena.parallel_env(scenario=scenario)
+        config = commons_arena.load_scenario(scenario)
         for allocator in ("random", "proportional"):
-            policies = Population.default(env.config).with_agent(ALLOCATOR, allocator).build(env.config, env=env)
+            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
             for k in range(episodes):
-                for agent, policy in policies.items():
-                    policy.reset(seed * 7919 + k * 31 + env.possible_agents.index(agent))
-                obs, _ = env.reset(seed=seed * 7919 + k)
-                while env.agents:
-                    rows.append(obs[ALLOCATOR])
-                    obs, *_ = env.step({a: policies[a].act(obs[a]) for a in env.agents})
+                episode.reset(seed=seed * 7919 + k)
+                while not episode.episode_over:
+                    rows.append(episode.seat_observations[ALLOCATOR])
+                    episode.step({})
     return np.stack(rows)
 
 
@@ -199,8 +199,17 @@ def anchor_means(references: dict[str, dict[str, Any]]) -> dict[str, dict[str, f
     return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
 
 
+def allocator_network(algo: Any) -> PolicyNetwork | Any:
+    """The allocator module's greedy actor as the data-only network a checkpoint stores (a
+    recurrent module, which that format cannot hold yet, is returned as itself)."""
+    module = algo.get_module(ALLOCATOR)
+    if module.is_stateful():
+        return module
+    return network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+
+
 def held_out_returns(module: Any, args: TrainArgs, scale: np.ndarray, scenario: str, seeds: list[int]) -> list[float]:
-    """Per-seed returns of the module (greedy, as a LearnedPolicy) against the scenario's population."""
+    """Per-seed returns of the network (greedy, as a LearnedPolicy) against the scenario's population."""
     env = commons_arena.parallel_env(scenario=scenario)
     policies = Population.default(env.config).build(env.config, env=env)
     policies[ALLOCATOR] = LearnedPolicy(module, ModuleInterface(env.config, ALLOCATOR, scale, args.codec, args.history))
@@ -366,8 +375,8 @@ def train(args: TrainArgs) -> Path:
             continue
         # a mix is judged on every tier (its score: the mean), a stage on itself
         scenarios = args.stages if args.mixed else (args.stages[state.stage],)
-        module = algo.get_module(ALLOCATOR)
-        reports = {sc: held_out_report(held_out_returns(module, args, scale, sc, eval_seeds), references[sc])
+        network = allocator_network(algo)  # what the checkpoint stores is what is evaluated
+        reports = {sc: held_out_report(held_out_returns(network, args, scale, sc, eval_seeds), references[sc])
                    for sc in scenarios}
         score = float(np.mean([r["score"] for r in reports.values()]))
         scenario = "mixed" if args.mixed else scenarios[0]
@@ -381,10 +390,13 @@ def train(args: TrainArgs) -> Path:
         writer.add_scalar("eval/return", row["eval_return"], state.env_steps)
         for sc, r in reports.items():
             print(f"  eval on {len(eval_seeds)} held-out seeds of {sc}: {_describe(r)}")
-        algo.save_to_path(str(checkpoint))
-        # the sidecar names a scenario whose spaces the module fits (every tier shares them)
-        write_sidecar(checkpoint, commons_arena.load_scenario(scenarios[0]), ALLOCATOR, scale, codec=args.codec,
-                      history=args.history)
+        algo.save_to_path(str(checkpoint))  # RLlib's full state (pickles): only --resume reads it
+        if isinstance(network, PolicyNetwork):
+            # the sidecar names a scenario whose spaces the network fits (every tier shares them)
+            save_policy(checkpoint, network, commons_arena.load_scenario(scenarios[0]), ALLOCATOR, scale,
+                        codec=args.codec, history=args.history)
+        else:
+            print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
         # `checkpoint` is the latest (resume continues from it); `best` the best held-out
         # score on the current stage (a report should then use seeds other than these).
         new_stage = len(state.history) > 1 and state.history[-2]["scenario"] != scenario
@@ -398,7 +410,7 @@ def train(args: TrainArgs) -> Path:
     if len(args.stages) > 1 or args.iterations is None:
         final = {}
         for scenario in args.stages:
-            returns = held_out_returns(algo.get_module(ALLOCATOR), args, scale, scenario, eval_seeds)
+            returns = held_out_returns(allocator_network(algo), args, scale, scenario, eval_seeds)
             final[scenario] = held_out_report(returns, references[scenario])
             print(f"final on {scenario}: {_describe(final[scenario])}")
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
