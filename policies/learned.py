@@ -312,6 +312,8 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
         "env": "commons_arena_v0",
         "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
         "action_codec": {"name": codec, "params": {}} if codec else None,
+        "history": int(old.get("history", 1)),
+        "input_size": network.input_size,  # codec features and history widen it past the observation
     }
     return write_checkpoint(checkpoint, fields, network)
 

@@ -5,8 +5,10 @@ scenario's background population, and are ranked by their return (equal returns 
 rank). Ratings come from openskill's Plackett-Luce model (a maintained TrueSkill-like
 library, chosen over a hand-written Elo because it rates multi-player rankings directly),
 updated in a fixed (scenario, seed) order so the standings are reproducible. The
-standings table also gives each allocator's mean normalised score over the scenarios and
-its number of match wins.
+standings table also gives each allocator's mean normalised score and mean plain ratio
+(``R / R_oracle``) over the scenarios and its number of match wins; the per-scenario
+evaluation table has both metrics and each allocator's paired difference to the best
+scripted allocator (95% CI).
 
     commons-arena tournament --scenarios standard elevated crisis --allocators edf learned:runs/x/checkpoint
 
@@ -63,14 +65,15 @@ def tournament(
     ratings, wins = rate(evaluation, scenarios, lineup, seeds)
     standings = []
     for a in lineup:
-        scores = [row["score"] for row in evaluation.rows if row["allocator"] == a]
+        rows = [row for row in evaluation.rows if row["allocator"] == a]
         standings.append(
             {
                 "allocator": a,
                 "rating": float(ratings[a].ordinal()),  # mu - 3 sigma: a conservative skill estimate
                 "mu": float(ratings[a].mu),
                 "sigma": float(ratings[a].sigma),
-                "mean_score": float(np.nanmean(scores)),
+                "mean_score": float(np.nanmean([row["score"] for row in rows])),
+                "mean_ratio": float(np.nanmean([row["ratio"] for row in rows])),
                 "wins": wins[a],
                 "matches": len(scenarios) * len(seeds),
             }

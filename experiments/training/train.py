@@ -194,6 +194,20 @@ def reference_returns(scenario: str, seeds: list[int]) -> dict[str, list[float]]
     return {name: allocator_returns(play_many(scenario, name, seeds)) for name in ("random", "oracle", *BASELINES)}
 
 
+def cached_reference_returns(out: Path, scenario: str, seeds: list[int]) -> dict[str, list[float]]:
+    """:func:`reference_returns`, kept in ``<out>/.references`` by scenario content and seeds:
+    every run in the same folder that evaluates on those seeds reuses them (they are a pure
+    function of scenario, seeds and the reference allocators)."""
+    key = f"{commons_arena.load_scenario(scenario).content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINES)}"
+    path = out / ".references" / f"{key}.json"
+    if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
+        return json.loads(path.read_text())
+    references = reference_returns(scenario, seeds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(references))
+    return references
+
+
 def anchor_means(references: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Scenario -> allocator -> mean return (older runs stored the means themselves)."""
     return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
@@ -321,7 +335,7 @@ def train(args: TrainArgs) -> Path:
     if references_path.is_file():
         references = json.loads(references_path.read_text())
     else:
-        references = {s: reference_returns(s, eval_seeds) for s in args.stages}
+        references = {s: cached_reference_returns(args.out, s, eval_seeds) for s in args.stages}
         references_path.write_text(json.dumps(references, indent=1))
     anchors = anchor_means(references)
     scale_path = run / "observation_scale.json"
