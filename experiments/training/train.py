@@ -467,4 +467,4 @@ def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str,
     baselines = {b: float(np.mean([normalised_score(anchors[t][b], anchors[t]["random"], anchors[t]["oracle"])
                                    for t in tiers])) for b in BASELINES}
     learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
-                   baselines, path, title=f"{' + '.join(tiers)}: normalised score on held-out seeds (random 0, oracle 1)")
+                   baselines, path, title=f"{scenario if scenario in anchors else 'mean of ' + ', '.join(tiers)}: held-out normalised score")
