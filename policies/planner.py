@@ -12,7 +12,7 @@ given the env.
 
 **What it estimates.** Each team's *inflation* (bluff factor ``b``: a team declares
 ``ceil(need x b)`` per tier) as a posterior over a grid of factors, starting from a prior
-centred on the factor its archetype name stands for (``policies.teams.ARCHETYPES``; an
+centred on the factor its archetype name stands for (``policies.teams.ARCHETYPE_PROFILES``; an
 unknown style starts from a broad prior around 1.25). The team's own history updates it:
 
 * every declared count must be reachable as ``ceil(n x b)`` for some integer ``n``
@@ -58,7 +58,7 @@ from commons_arena.enums import ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
 from policies.base import ScriptedPolicy
-from policies.teams import ARCHETYPES
+from policies.teams import ARCHETYPE_PROFILES
 
 BLUFF_GRID = np.round(np.arange(1.0, 3.0001, 0.05), 2)  # candidate inflation factors
 UNKNOWN_STYLE_BLUFF = 1.25  # prior centre for a team whose archetype name says nothing
@@ -202,7 +202,7 @@ class PlannerAllocator(ScriptedPolicy):
         self.last_estimate: np.ndarray | None = None
 
     def _prior(self, archetype: str) -> InflationBelief:
-        style = ARCHETYPES.get(archetype)
+        style = ARCHETYPE_PROFILES.get(archetype)
         if style is None:
             return InflationBelief(UNKNOWN_STYLE_BLUFF, 3 * self.prior_sigma)
         return InflationBelief(style.bluff, self.prior_sigma)

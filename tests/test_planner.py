@@ -17,7 +17,7 @@ from commons_arena.spaces import observation_layout
 from policies import Population, make_policy, run_episode
 from policies.planner import BLUFF_GRID, InflationBelief, PlannerAllocator, deflate, inflate
 from policies.registry import policy_spec
-from policies.teams import ARCHETYPES
+from policies.teams import ARCHETYPE_PROFILES
 
 
 def observation(config, **fields) -> np.ndarray:
@@ -36,7 +36,7 @@ def split(config, action):
     return action[:T], action[T:].reshape(len(config.teams), T)
 
 
-@pytest.mark.parametrize("bluff", sorted({a.bluff for a in ARCHETYPES.values()}))
+@pytest.mark.parametrize("bluff", sorted({a.bluff for a in ARCHETYPE_PROFILES.values()}))
 def test_deflate_undoes_each_archetypes_rounding(bluff):
     for need in range(0, 8):
         assert deflate(int(inflate(need, bluff)), bluff) == need
@@ -167,4 +167,4 @@ def test_planner_params_are_checked():
     for bad in ({"margin": 1.5}, {"pacing": 0}, {"gpu_tick_value": -1}, {"prior_sigma": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             make_policy("planner", config, ALLOCATOR, **bad)
-    assert set(BLUFF_GRID.tolist()) >= {a.bluff for a in ARCHETYPES.values()}
+    assert set(BLUFF_GRID.tolist()) >= {a.bluff for a in ARCHETYPE_PROFILES.values()}

@@ -24,7 +24,7 @@ import numpy as np
 import tyro
 
 from experiments.evaluation.evaluate import (
-    BASELINES,
+    BASELINE_ALLOCATORS,
     ORACLE,
     RANDOM,
     allocator_returns,
@@ -47,14 +47,14 @@ class Args:
     """seeds per scenario"""
     first_seed: int = 7000
     """seeds are first_seed .. first_seed + seeds - 1 (keep them away from training's 900000..)"""
-    scripted: tuple[str, ...] = BASELINES
+    scripted: tuple[str, ...] = BASELINE_ALLOCATORS
     """scripted allocators to compare with"""
     out: Path = Path("results/checkpoint")
     """output folder"""
 
 
 def compare(checkpoint: str | Path, scenarios: tuple[str, ...], seeds: list[int],
-            scripted: tuple[str, ...] = BASELINES, progress: bool = True) -> list[dict[str, Any]]:
+            scripted: tuple[str, ...] = BASELINE_ALLOCATORS, progress: bool = True) -> list[dict[str, Any]]:
     """One row per (scenario, scripted allocator): the learned one's paired difference to it."""
     learned = f"{LEARNED_PREFIX}{checkpoint}"
     result = evaluate(scenarios, [*scripted, learned], seeds, misreport=False, progress=progress)

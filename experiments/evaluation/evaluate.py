@@ -1,4 +1,4 @@
-"""Evaluation tables (SPEC §11): every allocator against each scenario's background population.
+"""Evaluation tables (docs/rules.md §9): every allocator against each scenario's background population.
 
 For each scenario x allocator, over the same seeds: mean ± 95% CI of the allocator's
 return, the normalised score ``(R - R_random) / (R_oracle - R_random)`` (random and oracle
@@ -32,14 +32,14 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.recording import RecordEpisode
 from experiments.viewing.plots import mean_ci
-from policies.allocators import BASELINES as ALLOCATOR_BASELINES
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population, run_episode
 
 RANDOM, ORACLE, PLANNER = "random", "oracle", "planner"
 # the scripted allocators a learned one is held to, random aside (it anchors the score like
 # the oracle): the heuristics and the observation-only planner
-HEURISTICS = tuple(name for name in ALLOCATOR_BASELINES if name != RANDOM)
-BASELINES = (*HEURISTICS, PLANNER)
+HEURISTICS = tuple(name for name in SCRIPTED_ALLOCATORS if name != RANDOM)
+BASELINE_ALLOCATORS = (*HEURISTICS, PLANNER)
 TABLE_COLUMNS = (
     "scenario",
     "allocator",
@@ -95,7 +95,7 @@ def best_other(returns_by_policy: dict[str, Sequence[float]], candidates: Iterab
 
 
 def versus_best(
-    policy: str, returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str] = BASELINES
+    policy: str, returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str] = BASELINE_ALLOCATORS
 ) -> dict[str, Any]:
     """``vs`` (the best candidate other than ``policy``), ``diff_vs`` and ``diff_ci95``: the
     paired difference of ``policy``'s returns to that candidate's over the same seeds."""
@@ -150,9 +150,41 @@ def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, 
     return row
 
 
+MAX_SEED = 2**63 - 1
+
+
+def validate_seeds(seeds: Sequence[int]) -> None:
+    """At least one seed, each a non-negative int (what ``reset(seed=...)`` accepts)."""
+    if len(seeds) == 0:
+        raise ValueError("no seeds to play: ask for at least one (--seeds 1 or more)")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int | np.integer) or not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ValueError(f"seeds must be integers in [0, 2**63 - 1], got {bad[:3]}")
+
+
+def validate_lineup(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequence[int]) -> None:
+    """Refuse, before anything is played, what would fail (or print NaN) later: no seeds, an
+    unknown scenario, a policy that is not an allocator, a checkpoint that does not fit one
+    of the scenarios."""
+    from policies.registry import available_policies, make_policy, policy_spec
+
+    validate_seeds(seeds)
+    if not scenarios:
+        raise ValueError("no scenarios given")
+    configs = [commons_arena.load_scenario(s) for s in scenarios]
+    for name in allocators:
+        spec = policy_spec(name)
+        if spec.role != ALLOCATOR:
+            raise ValueError(f"{name!r} is a {spec.role} policy, not an allocator; allocators: "
+                             f"{', '.join(available_policies(ALLOCATOR))}, learned:<checkpoint>")
+        if name.startswith("learned:"):
+            for config in configs:  # loads the weights and checks the spaces of every scenario
+                make_policy(name, config, ALLOCATOR)
+
+
 def score_row(
     row: dict[str, Any], anchors: dict[str, float], returns: dict[str, Sequence[float]],
-    candidates: Iterable[str] = BASELINES,
+    candidates: Iterable[str] = BASELINE_ALLOCATORS,
 ) -> dict[str, Any]:
     """``row`` with its normalised score, plain ratio and paired difference to the best
     candidate (``anchors``: mean returns of random and oracle; ``returns``: per-seed
@@ -175,6 +207,7 @@ def evaluate(
 ) -> EvaluationResult:
     """Play every (scenario, allocator) on ``seeds``; ``record_dir`` keeps a JSONL recording
     of each (scenario, allocator) run, named ``<scenario>__<allocator>.jsonl``."""
+    validate_lineup(scenarios, allocators, seeds)
     result = EvaluationResult()
     allocators = list(dict.fromkeys(allocators))  # a name given twice is one allocator
     # random and oracle anchor the normalised score, so they always run; each allocator once

@@ -26,16 +26,21 @@ TensorBoard (tensorboardX) in ``<run>/tb``.
 
     commons-arena train --experiment allocator_ppo --scenario standard --minutes 10
     commons-arena train --resume runs/allocator_ppo-standard-s0     # continue a killed run
+
+Every run gets its own folder: ``<out>/<run name>`` must be new (the default name is numbered
+``-2``, ``-3``, ... when taken; a taken ``--run-name`` is refused) and ``<out>/latest`` points
+at the newest one. Only ``--resume`` writes into an existing run folder.
     RAY_ADDRESS=ray://head:10001 commons-arena train ...            # on an existing cluster
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,7 +49,7 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.evaluate import (
-    BASELINES,
+    BASELINE_ALLOCATORS,
     allocator_returns,
     best_other,
     normalised_score,
@@ -122,15 +127,54 @@ class TrainArgs:
     out: Path = Path("runs")
     """parent folder of the run folder"""
     run_name: str | None = None
-    """run folder name (default: experiment-scenario-s<seed>)"""
+    """run folder name (default: experiment-scenario-s<seed>, numbered -2, -3, ... when taken);
+    a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
-    """continue the run in this folder from its last checkpoint (its args.json wins)"""
+    """continue the run in this folder from its last checkpoint (its args.json wins); the only
+    way to write into an existing run folder"""
     address: str | None = None
     """Ray cluster address (default: $RAY_ADDRESS, else a local Ray)"""
     torch_threads: int = 1
     """torch threads in the driver (1 is fastest on 2 cores for these small networks)"""
     quiet: bool = False
     """no per-iteration lines"""
+
+    def validate(self) -> None:
+        """Refuse arguments that cannot work, before Ray starts or anything is written."""
+        checks = [
+            (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
+            (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
+            (self.seed >= 0, f"--seed must be non-negative, got {self.seed}"),
+            (self.num_env_runners >= 0, f"--num-env-runners must be 0 or more, got {self.num_env_runners}"),
+            (self.num_envs_per_env_runner >= 1, f"--num-envs-per-env-runner must be at least 1, got {self.num_envs_per_env_runner}"),
+            (self.train_batch_size >= 1, f"--train-batch-size must be at least 1, got {self.train_batch_size}"),
+            (1 <= self.minibatch_size <= max(self.train_batch_size, 1),
+             f"--minibatch-size must be between 1 and --train-batch-size ({self.train_batch_size}), got {self.minibatch_size}"),
+            (self.num_epochs >= 1, f"--num-epochs must be at least 1, got {self.num_epochs}"),
+            (math.isfinite(self.lr) and self.lr >= 0, f"--lr must be a number >= 0 (0 freezes the policy), got {self.lr}"),
+            (math.isfinite(self.gamma) and 0 < self.gamma <= 1, f"--gamma must be in (0, 1], got {self.gamma}"),
+            (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
+            (len(self.hidden) >= 1 and all(1 <= h <= 65_536 for h in self.hidden),
+             f"--hidden needs one or more layer sizes in [1, 65536], got {list(self.hidden)}"),
+            (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
+            (self.eval_seeds >= 1, f"--eval-seeds must be at least 1, got {self.eval_seeds}"),
+            (self.eval_first_seed >= 0, f"--eval-first-seed must be non-negative, got {self.eval_first_seed}"),
+            (math.isfinite(self.promote_at), f"--promote-at must be a finite number, got {self.promote_at}"),
+            (self.promote_after >= 0, f"--promote-after must be 0 or more, got {self.promote_after}"),
+            (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
+            (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
+            (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
+                                       and "\\" not in self.run_name),
+             f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.resume is None:
+            for scenario in self.stages:
+                commons_arena.load_scenario(scenario)
+        run_folder(self)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -151,6 +195,47 @@ class TrainArgs:
             return self.run_name
         what = self.stages[0] if len(self.stages) == 1 else "mixed" if self.mixed else "curriculum"
         return f"{self.experiment}-{what}-s{self.seed}"
+
+
+LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
+
+
+def _holds_files(folder: Path) -> bool:
+    return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
+
+
+def run_folder(args: TrainArgs) -> Path:
+    """The folder this run writes to. Never another run's: ``--resume`` names the run to
+    continue; otherwise the folder must be new. Without ``--run-name`` the default name gets
+    a number (``-2``, ``-3``, ...) when taken; an explicit ``--run-name`` that is taken is refused."""
+    if args.resume is not None:
+        run = Path(args.resume)
+        if not (run / "args.json").is_file():
+            raise ValueError(f"nothing to resume in {run}: it has no args.json (not a run folder of `commons-arena train`)")
+        return run.resolve()
+    run = args.out / args.name
+    if not _holds_files(run):
+        return run.resolve()
+    if args.run_name is not None:
+        raise ValueError(
+            f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
+        )
+    number = 2
+    while _holds_files(args.out / f"{args.name}-{number}"):
+        number += 1
+    return (args.out / f"{args.name}-{number}").resolve()
+
+
+def point_latest(run: Path) -> None:
+    """Point ``<run's parent>/latest`` at ``run`` (replaced atomically; a real folder of that
+    name is left alone)."""
+    link = run.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return
+    tmp = run.parent / f".{LATEST}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run.name, tmp)
+    os.replace(tmp, link)
 
 
 @dataclass
@@ -191,14 +276,14 @@ def sample_allocator_observations(scenarios: tuple[str, ...], seed: int, episode
 
 def reference_returns(scenario: str, seeds: list[int]) -> dict[str, list[float]]:
     """Per-seed allocator returns of random, oracle and each baseline on the held-out seeds."""
-    return {name: allocator_returns(play_many(scenario, name, seeds)) for name in ("random", "oracle", *BASELINES)}
+    return {name: allocator_returns(play_many(scenario, name, seeds)) for name in ("random", "oracle", *BASELINE_ALLOCATORS)}
 
 
 def cached_reference_returns(out: Path, scenario: str, seeds: list[int]) -> dict[str, list[float]]:
     """:func:`reference_returns`, kept in ``<out>/.references`` by scenario content and seeds:
     every run in the same folder that evaluates on those seeds reuses them (they are a pure
     function of scenario, seeds and the reference allocators)."""
-    key = f"{commons_arena.load_scenario(scenario).content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINES)}"
+    key = f"{commons_arena.load_scenario(scenario).content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINE_ALLOCATORS)}"
     path = out / ".references" / f"{key}.json"
     if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
         return json.loads(path.read_text())
@@ -239,7 +324,7 @@ def held_out_report(returns: list[float], references: dict[str, Any]) -> dict[st
         "score": normalised_score(mean_return, means["random"], means["oracle"]),
         "ratio": plain_ratio(mean_return, means["oracle"]),
     }
-    best = best_other(references, BASELINES, besides="")
+    best = best_other(references, BASELINE_ALLOCATORS, besides="")
     if best is not None and isinstance(references[best], list):
         diff, ci = paired_difference(returns, references[best])
         report.update({"best_baseline": best, "best_baseline_return": means[best], "diff_vs_best": diff,
@@ -252,13 +337,13 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
+    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_algorithm_config
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
     # a curriculum or a mix switches scenarios, and with them populations: those play in the env
     population_in_env = args.scripted_in_env or args.experiment != "allocator_ppo"
-    config = build_ppo_config(
+    config = build_algorithm_config(
         scenario,
         {} if population_in_env else scripted_factories(scenario),
         num_envs_per_env_runner=args.num_envs_per_env_runner,
@@ -318,14 +403,21 @@ def train(args: TrainArgs) -> Path:
     from experiments.viewing.plots import learning_curve
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
-    # ---- run folder, args, resume
-    run = (args.resume or args.out / args.name).resolve()
+    args.validate()
+    # ---- run folder (never another run's: a new one, or --resume), args, resume
+    run = run_folder(args)
     state = RunState()
     if args.resume is not None:
         args = _resumed_args(json.loads((run / "args.json").read_text()), args)
-        state = RunState(**json.loads((run / "state.json").read_text()))
-    run.mkdir(parents=True, exist_ok=True)
+        if (run / "state.json").is_file():  # absent if killed before the first evaluation
+            state = RunState(**json.loads((run / "state.json").read_text()))
+    else:
+        if run.name != args.name:
+            print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
+        args = replace(args, run_name=run.name)
+        run.mkdir(parents=True, exist_ok=False)
     (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
+    point_latest(run)
 
     # ---- seeding and references (held-out seeds never train)
     torch.manual_seed(args.seed)
@@ -367,7 +459,9 @@ def train(args: TrainArgs) -> Path:
     session_iterations = 0
     while True:
         elapsed = time.perf_counter() - start
-        if elapsed >= args.minutes * 60 or (args.iterations is not None and session_iterations >= args.iterations):
+        # at least one iteration per session, so a checkpoint is always written
+        out_of_budget = elapsed >= args.minutes * 60 and session_iterations > 0
+        if out_of_budget or (args.iterations is not None and session_iterations >= args.iterations):
             break
         result = algo.train()
         state.iterations += 1
@@ -465,6 +559,6 @@ def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str,
     scenario = history[-1]["scenario"]
     tiers = [scenario] if scenario in anchors else list(anchors)  # a mix: baselines' mean score over its tiers
     baselines = {b: float(np.mean([normalised_score(anchors[t][b], anchors[t]["random"], anchors[t]["oracle"])
-                                   for t in tiers])) for b in BASELINES}
+                                   for t in tiers])) for b in BASELINE_ALLOCATORS}
     learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
                    baselines, path, title=f"{scenario if scenario in anchors else 'mean of ' + ', '.join(tiers)}: held-out normalised score")
