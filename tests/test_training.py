@@ -178,7 +178,7 @@ def test_mixed_tier_residual_training_starts_as_the_planner(ray_session, tmp_pat
     checkpoint = train(TrainArgs(out=tmp_path, run_name="mixed", experiment="allocator_mixed", history=2, lr=0.0,
                                  **TINY))
     meta = read_sidecar(checkpoint)
-    assert meta["action_codec"] == "residual" and meta["history"] == 2
+    assert meta["action_codec"]["name"] == "residual" and meta["history"] == 2
     final = json.loads((checkpoint.parent / "final_scores.json").read_text())
     assert set(final) == {"standard", "elevated", "crisis"}
     for scenario in ("standard", "crisis"):
