@@ -20,5 +20,5 @@ RUN=runs/$(readlink runs/latest)  # the folder this training wrote (a stable nam
 .venv/bin/python -m experiments.bench.checkpoint "$RUN/best" --seeds 30 --first-seed 7000 --out "$RUN/vs_scripted"
 echo
 echo "learning curve: $RUN/learning_curve.png"
-echo "tournament:     $RUN/tournament/standings.md, evaluation.md, scores.png, standings.png"
+echo "tournament:     $RUN/tournament/standings.md, scores.md, scores.png, standings.png, win_matrix.png"
 echo "vs scripted:    $RUN/vs_scripted/checkpoint_vs_scripted.md (paired, 30 held-out seeds per tier)"
