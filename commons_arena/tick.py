@@ -184,9 +184,9 @@ def fire_shocks(rules: Rules, s: ArenaState, rng: np.random.Generator, active: l
     ``active``: the effects active at the start of the tick."""
     fired = shocks.due_shocks(rules.config.shocks, s.t, rng)
     events = [_start_shock(rules, s, spec) for spec in fired]
-    if fired:
+    if fired:  # new effects; otherwise ``s.online`` is still the one advance() derived from them
         active = shocks.active(s.effects, s.t)
-    s.online = online_gpus(rules, active)
+        s.online = online_gpus(rules, active)
     return Shocks(fired, events, active)
 
 
@@ -335,7 +335,8 @@ def advance(
     bought: np.ndarray,
     offer: Offer,
 ) -> None:
-    """The state of the next tick: this tick's declarations, grant and sales become 'last'."""
+    """The state of the next tick: this tick's declarations, grant and sales become 'last';
+    ``s.effects`` and ``s.online`` are those of the next tick (until a shock fires then)."""
     s.t += 1
     s.declared = np.array(requests, dtype=np.int64)
     s.stance = np.array(stances, dtype=np.int64)
