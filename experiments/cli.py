@@ -225,6 +225,43 @@ class Replay:
         return path
 
 
+@dataclass
+class Serve:
+    """Serve the arena over HTTP/WebSocket (openenv-style /reset, /step, /state, /ws) and a play page at /play.
+
+    Clients play the chosen seats; every other seat is played by the population. Needs the
+    ``serve`` extra (pip install 'commons-arena[serve]')."""
+
+    scenario: str = "standard"
+    """default scenario (name or TOML path); clients may pick any shipped scenario by name"""
+    seats: tuple[str, ...] = ("allocator",)
+    """seats a client plays unless its reset names others"""
+    population: str | None = None
+    """roster TOML for the other seats (may name learned checkpoints); default: each scenario's own"""
+    host: str = "127.0.0.1"
+    """address to listen on (0.0.0.0 exposes the server to the network)"""
+    port: int = 8000
+    """port (0: any free port, printed at start)"""
+    max_sessions: int = 64
+    """sessions open at once"""
+    idle_seconds: float = 300.0
+    """close a session after this long without a request"""
+    max_body_bytes: int = 65536
+    """largest request body or WebSocket message"""
+
+    def run(self) -> None:
+        from experiments.serving.app import bind, make_server
+        from experiments.serving.session import Limits, ServeSettings
+        from policies.population import Population
+
+        population = Population.from_toml(self.population, self.scenario) if self.population else None
+        settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population,
+                                 limits=Limits(self.max_sessions, self.idle_seconds, self.max_body_bytes))
+        sock = bind(self.host, self.port)
+        print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play)", flush=True)
+        make_server(settings, host=self.host, port=self.port).run(sockets=[sock])
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -232,6 +269,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Serve, tyro.conf.subcommand("serve")]
 )
 
 
