@@ -306,14 +306,19 @@ def _handle_message(raw: str, session: Session, limit: int) -> dict[str, Any] | 
     raise ServeError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; types are reset, step, state, close")
 
 
+def _uvicorn_config(app: Any, settings: ServeSettings, host: str, port: int, log_level: str):
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          # the app answers an oversized message with an error frame; past this, uvicorn closes
+                          ws_max_size=max(1 << 20, 4 * settings.limits.max_body_bytes))
+
+
 def make_server(settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"):
     """A uvicorn server of ``create_app(settings)`` (not started)."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level,
-                            # the app answers an oversized message with an error frame; past this, uvicorn closes
-                            ws_max_size=max(1 << 20, 4 * settings.limits.max_body_bytes))
-    return uvicorn.Server(config)
+    return uvicorn.Server(_uvicorn_config(create_app(settings), settings, host, port, log_level))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -325,11 +330,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 @contextlib.contextmanager
-def running_server(settings: ServeSettings | None = None, host: str = "127.0.0.1",
-                   log_level: str = "warning") -> Iterator[str]:
-    """Run a real uvicorn server on a free port in a thread; yield its base URL (for tests and scripts)."""
+def running_server(settings: ServeSettings | None = None, host: str = "127.0.0.1", log_level: str = "warning",
+                   app: Any = None) -> Iterator[str]:
+    """Run a real uvicorn server on a free port in a thread; yield its base URL (for tests and scripts).
+
+    Serves ``app`` if given (e.g. :func:`experiments.serving.client.agent_app`), else ``create_app(settings)``."""
+    import uvicorn
+
+    settings = settings or ServeSettings()
     sock = bind(host, 0)
-    server = make_server(settings or ServeSettings(), host=host, log_level=log_level)
+    server = uvicorn.Server(_uvicorn_config(app or create_app(settings), settings, host, 0, log_level))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

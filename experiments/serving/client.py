@@ -30,6 +30,7 @@ tournament; an agent that cannot be reached raises.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class ArenaClient:
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
         self.session_id: str | None = None
         self._ws: Any = None
+        self._stack = contextlib.ExitStack()  # holds the WebSocket connection
 
     # ------------------------------------------------------------------ session
     def reset(self, **params: Any) -> StepResult:
@@ -120,12 +122,12 @@ class ArenaClient:
 
     def close(self) -> None:
         if self._ws is not None:
-            with _quietly():
+            with contextlib.suppress(Exception):
                 self._ws.send(json.dumps({"type": "close"}))
-            self._ws.close()
+            self._stack.close()
             self._ws = None
         elif self.session_id is not None:
-            with _quietly():
+            with contextlib.suppress(Exception):
                 self.http.post("/close", json={"session_id": self.session_id})
         self.session_id = None
         self.http.close()
@@ -157,21 +159,14 @@ class ArenaClient:
             from websockets.sync.client import connect
 
             url = "ws" + self.base_url.removeprefix("http") + "/ws"
-            self._ws = connect(url, open_timeout=self.timeout, max_size=None, compression=None)
+            self._ws = self._stack.enter_context(connect(url, open_timeout=self.timeout, max_size=None,
+                                                         compression=None))
         message = {"type": kind} if data is None else {"type": kind, "data": data}
         self._ws.send(json.dumps(message))
         reply = json.loads(self._ws.recv(timeout=self.timeout))
         if reply.get("type") == "error":
             raise ServerError(0, reply["data"])
         return reply["data"]
-
-
-class _quietly:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
 
 
 # --------------------------------------------------------------------------- local policies, remote seats

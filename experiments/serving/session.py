@@ -375,7 +375,7 @@ class Session:
             "seed": self.seed,
             "seats": list(seats),
             "tick": self.steps,
-            "rewards": dict(rewards) if rewards is not None else {},
+            "rewards": {s: rewards[s] for s in seats} if rewards is not None else {},  # own seats only
             "info": jsonable(infos),
             "invalid_actions": dict(self.invalid),
             **(extra or {}),
