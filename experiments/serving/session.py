@@ -14,6 +14,7 @@ everything afresh, and the pool keeps memory flat however many sessions come and
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import time
@@ -81,24 +82,28 @@ class ServeSettings:
     """scenario names a client may choose (empty: every shipped scenario)"""
     limits: Limits = field(default_factory=Limits)
 
+    @functools.cached_property
+    def configs(self) -> dict[str, ScenarioConfig]:
+        """The scenarios this server hosts, by name, the default first; loaded (parsed, validated) once."""
+        default = load_scenario(self.scenario)
+        names = [n for n in (list(self.scenarios) or commons_arena.list_scenarios()) if n != default.name]
+        try:
+            return {default.name: default, **{n: load_scenario(n) for n in names}}
+        except (ScenarioError, OSError) as err:
+            raise ValueError(f"serve: a listed scenario does not load: {err}") from None
+
     def config(self, name: str | None) -> ScenarioConfig:
         """The scenario a client asked for (only the default or a listed one: never a path)."""
-        default = load_scenario(self.scenario)
-        if name is None or name == default.name:
-            return default
-        allowed = self.allowed_scenarios()
-        if name not in allowed:
+        if name is None:
+            return next(iter(self.configs.values()))
+        if name not in self.configs:
+            allowed = list(self.configs)
             raise ServeError(422, "INVALID_REQUEST", f"unknown scenario {name!r}; this server hosts {allowed}",
                              field="scenario", allowed=allowed)
-        try:
-            return load_scenario(name)
-        except (ScenarioError, OSError) as err:  # pragma: no cover - shipped scenarios load
-            raise ServeError(422, "INVALID_REQUEST", str(err), field="scenario") from None
+        return self.configs[name]
 
     def allowed_scenarios(self) -> list[str]:
-        names = list(self.scenarios) or commons_arena.list_scenarios()
-        default = load_scenario(self.scenario).name
-        return names if default in names else [default, *names]
+        return list(self.configs)
 
 
 # --------------------------------------------------------------------------- background
@@ -376,7 +381,7 @@ class Session:
             "seats": list(seats),
             "tick": self.steps,
             "rewards": {s: rewards[s] for s in seats} if rewards is not None else {},  # own seats only
-            "info": jsonable(infos),
+            "info": {seat: _info_json(info) for seat, info in infos.items()},
             "invalid_actions": dict(self.invalid),
             **(extra or {}),
         }
@@ -433,6 +438,21 @@ class SessionStore:
         for session_id in stale:
             self.close(session_id)
         return stale
+
+
+def _info_json(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A seat's ``infos[seat]`` as JSON data; the per-tick parts by hand (this runs every step)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if key == "reward_terms":
+            out[key] = {k: float(v) for k, v in value.items()}
+        elif key == "repairs":
+            out[key] = {k: int(v) for k, v in value.items()}
+        elif key == "events" and not value:
+            out[key] = []
+        else:
+            out[key] = jsonable(value)
+    return out
 
 
 def _short_id(value: Any) -> Any:

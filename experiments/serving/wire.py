@@ -141,7 +141,14 @@ class Part:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return len(self.low)
+
+    def flat_index(self, index: tuple[int, ...]) -> int:
+        """Position of the entry at ``index`` (one per axis) in the part's flat values."""
+        flat = 0
+        for i, n in zip(index, self.shape, strict=False):
+            flat = flat * n + i
+        return flat
 
 
 def _parts(config: ScenarioConfig, seat: str, layout: Layout, table: Mapping[tuple[str, str], tuple[str, ...]]):
@@ -241,9 +248,11 @@ def _entry_name(part: Part, index: tuple[int, ...]) -> str:
 
 
 def _integer(part: Part, index: tuple[int, ...], value: Any) -> int:
-    where = _entry_name(part, index)
-    flat_index = int(np.ravel_multi_index(index, part.shape)) if index else 0
+    flat_index = part.flat_index(index)
     lo, hi = int(part.low[flat_index]), int(part.high[flat_index])
+    if type(value) is int and lo <= value <= hi:  # the common case, first
+        return value
+    where = _entry_name(part, index)
     if part.name == "stance" and isinstance(value, str):
         if value.lower() in STANCES:
             return STANCES.index(value.lower())
@@ -262,8 +271,7 @@ def _integer(part: Part, index: tuple[int, ...], value: Any) -> int:
 def _fill(part: Part, value: Any, axis: int, index: tuple[int, ...], out: list[int]) -> None:
     """Write ``value`` (the sub-array at ``index``) into ``out`` in layout order."""
     if axis == len(part.axes):
-        flat_index = int(np.ravel_multi_index(index, part.shape)) if index else 0
-        out[flat_index] = _integer(part, index, value)
+        out[part.flat_index(index)] = _integer(part, index, value)
         return
     labels = part.labels[axis]
     where = ".".join([part.name, *(part.labels[a][i] for a, i in enumerate(index))])
