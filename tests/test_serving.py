@@ -109,7 +109,7 @@ def test_two_concurrent_sessions_are_independent(url):
     """Interleaved steps of two sessions give what each gives alone."""
     def trajectory(clients_and_seeds):
         results = {i: [c.reset(seed=s).observation] for i, (c, s) in enumerate(clients_and_seeds)}
-        for t in range(5):
+        for _ in range(5):
             for i, (c, _) in enumerate(clients_and_seeds):
                 results[i].append(c.step({"grant": {"search": {"small": 1 + i}}, "buy": [i, 0, 0]}).observation)
         return results

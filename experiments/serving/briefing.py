@@ -107,7 +107,7 @@ _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.S)
 
 def _objects(text: str) -> list[Any]:
     """Every JSON object that starts at some ``{`` of ``text`` and decodes, outermost first."""
-    decoder, found, i = json.JSONDecoder(), [], 0
+    decoder, found, i = json.JSONDecoder(), list[Any](), 0
     while True:
         i = text.find("{", i)
         if i < 0:

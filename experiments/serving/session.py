@@ -35,7 +35,7 @@ from commons_arena.spaces import role_of
 from experiments.serving.briefing import parse_text_action, render_briefing
 from experiments.serving.wire import ActionError, SeatSpec, decode_action, encode_observation, seat_spec
 from policies.base import Policy
-from policies.population import Population, PopulationError, policy_seed
+from policies.population import Entry, Population, PopulationError, policy_seed
 
 ON_INVALID = ("reject", "noop")
 RESET_KEYS = ("seed", "episode_id", "scenario", "seats", "population", "text", "record", "on_invalid")
@@ -215,7 +215,8 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
         except PopulationError as err:
             raise _bad(str(err), "population") from None
         # checkpoints are files on the server: only its operator chooses them
-        if any(e.policy.startswith("learned:") for e in [*extra.agents.values(), *extra.roles.values()]):
+        entries = [Entry.parse(e, "population") for e in [*extra.agents.values(), *extra.roles.values()]]
+        if any(e.policy.startswith("learned:") for e in entries):
             raise _bad("learned policies are chosen by the server's operator (serve --population), "
                        "not in a reset request", "population")
         # the client's roles replace the server's entries for those roles, its agents replace agents
