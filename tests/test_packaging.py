@@ -23,6 +23,8 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(Path(n).stem for n in names if n.startswith("commons_arena/scenarios/") and n.endswith(".toml"))
     assert shipped == commons_arena.list_scenarios()
+    # the play page's files ship beside the server that serves them
+    assert {f"experiments/serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
     # unpacked on its own (no checkout beside it), the package finds and validates them all
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)

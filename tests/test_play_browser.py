@@ -23,7 +23,7 @@ from commons_arena.recording import read_recording
 from experiments.serving.app import running_server
 from experiments.serving.session import ServeSettings
 from experiments.serving.wire import seat_spec
-from tests.test_replay_browser import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS
+from tests.browser import chromium
 
 
 @pytest.fixture(scope="module")
@@ -41,35 +41,8 @@ def downloads():
 
 @pytest.fixture(scope="module")
 def chrome(downloads):
-    missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not found]
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing.append("selenium (pip)")
-    if missing:  # a failure, not a skip: scripts/setup.sh installs all three
-        pytest.fail(f"browser test needs {', '.join(missing)}")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="arena-chromium-")
-    options.add_argument(f"--user-data-dir={profile}")
-    options.add_experimental_option("prefs", {"download.default_directory": downloads,
-                                              "download.prompt_for_download": False})
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": downloads})
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        window.__errors = [];
-        window.addEventListener("error", (e) => window.__errors.push("error: " + e.message));
-        window.addEventListener("unhandledrejection", (e) => window.__errors.push("rejection: " + e.reason));
-        const original = console.error;
-        console.error = (...args) => { window.__errors.push("console: " + args.join(" ")); original(...args); };
-    """})
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    with chromium(downloads) as driver:
+        yield driver
 
 
 def wait(driver, condition, timeout=20.0):

@@ -348,38 +348,35 @@ def _array_schema(part: Part, axis: int, offset: int, integer: bool, keyed: bool
     return {"anyOf": [as_list, as_object]}
 
 
-def action_schema(spec: SeatSpec) -> dict[str, Any]:
-    """JSON Schema of the seat's action: an object of named parts (missing parts are 0)."""
+def _object_schema(spec: SeatSpec, what: str, parts: tuple[Part, ...], action: bool) -> dict[str, Any]:
     props = {}
-    for p in spec.actions:
-        schema = _array_schema(p, 0, 0, integer=True, keyed=True)
-        if not p.axes:
+    for p in parts:
+        schema = _array_schema(p, 0, 0, integer=action, keyed=action)
+        if action and not p.axes:  # a one-entry part may also come as [x]
             schema = {"anyOf": [schema, {"type": "array", "prefixItems": [schema], "minItems": 1, "maxItems": 1}]}
         axes = " x ".join(p.axes) or "one number"
         props[p.name] = {**schema, "description": f"{p.doc} ({axes})", "x-axes": dict(zip(p.axes, p.labels, strict=True))}
-    return {
+    out: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": f"commons_arena_v0 action of seat {spec.seat} ({spec.role})",
+        "title": f"commons_arena_v0 {what} of seat {spec.seat} ({spec.role})",
         "type": "object",
-        "additionalProperties": False,
         "properties": props,
     }
+    if action:
+        out["additionalProperties"] = False  # missing parts are 0; unknown parts are errors
+    else:
+        out["required"] = [p.name for p in parts]
+    return out
+
+
+def action_schema(spec: SeatSpec) -> dict[str, Any]:
+    """JSON Schema of the seat's action: an object of named parts (missing parts are 0)."""
+    return _object_schema(spec, "action", spec.actions, action=True)
 
 
 def observation_schema(spec: SeatSpec) -> dict[str, Any]:
     """JSON Schema of the seat's observation as named fields."""
-    props = {}
-    for p in spec.observations:
-        schema = _array_schema(p, 0, 0, integer=False, keyed=False)
-        axes = " x ".join(p.axes) or "one number"
-        props[p.name] = {**schema, "description": f"{p.doc} ({axes})", "x-axes": dict(zip(p.axes, p.labels, strict=True))}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": f"commons_arena_v0 observation of seat {spec.seat} ({spec.role})",
-        "type": "object",
-        "properties": props,
-        "required": [p.name for p in spec.observations],
-    }
+    return _object_schema(spec, "observation", spec.observations, action=False)
 
 
 def form_spec(spec: SeatSpec) -> dict[str, Any]:
