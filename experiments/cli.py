@@ -65,8 +65,11 @@ class Scenarios:
 class Play:
     """Play one episode and print each tick (ansi) and the final totals.
 
-    Every agent acts uniformly at random unless ``--population`` names scripted policies
-    (a roster TOML file, or ``default`` for the scenario's own background population).
+    Every agent acts uniformly at random unless ``--population`` names policies (a roster
+    TOML file, where any entry may be ``learned:<checkpoint dir>``, or ``default`` for the
+    scenario's own background population). Every seat plays as background of the
+    focal/background substrate (policies.focal), so ``--seed N`` is the same episode as
+    ``run_episode(env, population, seed=N)``.
     """
 
     scenario: str = "standard"
@@ -81,28 +84,27 @@ class Play:
     """write the episode as JSON lines here (view it with `commons-arena replay`)"""
 
     def run(self) -> dict[str, dict[str, float]]:
+        from policies.focal import FocalEnv
+
         base = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "human")
         print(f"scenario {base.config.name} (hash {base.config.content_hash}), seed {self.seed}")
-        actors = self._actors(base)
         env = base
         if self.record is not None:
             from commons_arena.recording import RecordEpisode
 
             env = RecordEpisode(base, self.record)
-        observations, _ = env.reset(seed=self.seed)
-        infos: dict = {}
-        while env.agents:
-            actions = {agent: actors[agent](observations[agent]) for agent in env.agents}
-            observations, _, _, _, infos = env.step(actions)
-        summary = {agent: info["episode"] for agent, info in infos.items()}
+        # every seat is background: the same seed plays the same episode as run_episode
+        episode = FocalEnv(env, (), self._background(base))
+        episode.reset(seed=self.seed)
+        summary = {agent: info["episode"] for agent, info in episode.play_out().items()}
         print("\nfinal totals")
-        for agent, episode in summary.items():
-            terms = ", ".join(f"{k.removeprefix('term/')} {v:+.1f}" for k, v in episode.items() if k.startswith("term/"))
-            print(f"  {agent:<10} return {episode['return']:+8.2f}   ({terms})")
+        for agent, totals in summary.items():
+            terms = ", ".join(f"{k.removeprefix('term/')} {v:+.1f}" for k, v in totals.items() if k.startswith("term/"))
+            print(f"  {agent:<10} return {totals['return']:+8.2f}   ({terms})")
         if self.record is not None:
             env.close()
             print(f"recorded to {self.record}")
-        stats = summary[env.possible_agents[0]]
+        stats = summary[base.possible_agents[0]]
         print(
             f"  jobs completed {stats['completed']:.0f}, missed {stats['missed']:.0f}; spend {stats['spend']:.1f}; "
             f"idle GPU-ticks {stats['idle_gpu_ticks']:.0f}; carbon {stats['carbon_kg']:.1f} kg; "
@@ -110,20 +112,15 @@ class Play:
         )
         return summary
 
-    def _actors(self, env):
-        if self.population is None:
-            for i, agent in enumerate(env.possible_agents):
-                env.action_space(agent).seed(self.seed + i)
-            return {agent: (lambda obs, a=agent: env.action_space(a).sample()) for agent in env.possible_agents}
+    def _background(self, env):
+        from policies.base import UniformRandomPolicy
         from policies.population import Population
 
-        population = (
-            Population.default(env.config) if self.population == "default" else Population.from_toml(self.population, env.config)
-        )
-        policies = population.build(env.config, env=env)
-        for i, agent in enumerate(env.possible_agents):
-            policies[agent].reset(self.seed * 1000 + i)
-        return {agent: policies[agent].act for agent in env.possible_agents}
+        if self.population is None:
+            return {agent: UniformRandomPolicy(env.action_space(agent).nvec) for agent in env.possible_agents}
+        if self.population == "default":
+            return Population.default(env.config)
+        return Population.from_toml(self.population, env.config)
 
 
 @dataclass
@@ -262,6 +259,30 @@ class Serve:
         make_server(settings, host=self.host, port=self.port).run(sockets=[sock])
 
 
+@dataclass
+class ConvertCheckpoint:
+    """Give an old pickled checkpoint the data-only files `learned:` loads (arena_policy.safetensors
+    and a format_version 2 arena_policy.json). This UNPICKLES the checkpoint, which can run any
+    code it holds: convert only checkpoints you trust, e.g. ones you trained yourself."""
+
+    checkpoint: tyro.conf.Positional[Path]
+    """the checkpoint folder (the one holding arena_policy.json)"""
+    i_trust_this_checkpoint: bool = False
+    """required: confirms the checkpoint comes from a source you trust"""
+
+    def run(self) -> Path:
+        if not self.i_trust_this_checkpoint:
+            raise SystemExit(
+                f"convert-checkpoint unpickles {self.checkpoint}, which runs any code it contains; "
+                "add --i-trust-this-checkpoint if you trained it yourself or otherwise trust its source"
+            )
+        from policies.learned import convert_pickled_checkpoint
+
+        path = convert_pickled_checkpoint(self.checkpoint)
+        print(f"wrote {path} and {path.with_suffix('.safetensors')}; use it as learned:{self.checkpoint}")
+        return path
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -270,6 +291,7 @@ Subcommand = (
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
+    | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
 )
 
 

@@ -94,3 +94,18 @@ class ScriptedPolicy:
     def params(self) -> dict[str, Any]:
         """The policy's tunable parameters (for reports and rosters)."""
         return {}
+
+
+class UniformRandomPolicy:
+    """Uniform random actions over a ``MultiDiscrete`` space, from the generator ``reset``
+    seeds (``commons-arena play`` gives every seat one when no population is named)."""
+
+    def __init__(self, nvec: np.ndarray) -> None:
+        self.nvec = np.asarray(nvec, dtype=np.int64)
+        self.rng = np.random.default_rng()
+
+    def reset(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        return self.rng.integers(0, self.nvec)

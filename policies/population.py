@@ -38,12 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from commons_arena.env import ArenaEnv
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.base import Policy
+from policies.focal import FocalEnv, policy_seed
 from policies.registry import ROLES, available_policies, make_policy, policy_spec
 
 FALLBACK = {"allocator": "proportional", "broker": "demand_priced"}  # teams: their archetype
@@ -248,13 +247,6 @@ def _toml(value: Any) -> str:
     raise PopulationError(f"cannot write {value!r} to a roster")
 
 
-def policy_seed(seed: int | None, agent_index: int) -> int | None:
-    """The seed of agent number ``agent_index`` (env order) in the episode of ``seed``."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([int(seed), int(agent_index)]).generate_state(1)[0])
-
-
 def run_episode(
     env: ArenaEnv,
     population: Population | Mapping[str, Policy],
@@ -264,26 +256,17 @@ def run_episode(
     """Play one episode of ``env`` from ``reset(seed=seed)``; return ``infos[agent]["episode"]`` per agent.
 
     ``population`` is a :class:`Population` (its policies are built for ``env``) or
-    already-built policies by agent id (reused: each is ``reset`` here). Every policy is
-    seeded from the episode seed and its agent's position (:func:`policy_seed`), so the
-    episode is a function of ``seed`` alone.
+    already-built policies by agent id (reused: each is ``reset`` here). Every seat is
+    background in a :class:`~policies.focal.FocalEnv`, so every policy is seeded by the one
+    rule (:func:`policy_seed` of the episode seed and its seat) and the episode is a
+    function of ``seed`` alone.
     """
     unwrapped = getattr(env, "unwrapped", env)
     if isinstance(population, Population):
-        policies: Mapping[str, Policy] = population.build(unwrapped.config, env=unwrapped, strict=strict)
-    else:
-        policies = population
-        missing = [a for a in unwrapped.possible_agents if a not in policies]
-        if missing:
-            raise PopulationError(f"no policy for agent(s) {missing}")
-    agents = list(unwrapped.possible_agents)
-    for index, agent in enumerate(agents):
-        policies[agent].reset(policy_seed(seed, index))
-    observations, _ = env.reset(seed=seed)
-    acts = [(agent, policies[agent].act) for agent in agents]
-    infos: dict[str, Any] = {}
-    while env.agents:
-        observations, _, _, _, infos = env.step({agent: act(observations[agent]) for agent, act in acts})
+        population = population.build(unwrapped.config, env=unwrapped, strict=strict)
+    episode = FocalEnv(env, (), population)
+    episode.reset(seed=seed)
+    infos = episode.play_out()
     return {agent: info["episode"] for agent, info in infos.items()}
 
 

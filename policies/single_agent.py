@@ -17,9 +17,11 @@ others            a :class:`~policies.population.Population` (default: the
                   scenario's background); ``oracle`` may play another agent
 ================  ===============================================================
 
-Seeding: ``reset(seed=s)`` seeds the arena with ``s`` and every other agent's policy from
-``s`` and its agent index (as :func:`~policies.population.run_episode` does); a reset
-without a seed draws the next episode seed from the env's ``np_random``.
+It is the one-seat case of :class:`~policies.focal.FocalEnv` (the others are its
+background), so seeding is the substrate's one rule: ``reset(seed=s)`` seeds the arena with
+``s`` and every other agent's policy from ``s`` and its seat (as
+:func:`~policies.population.run_episode` does); a reset without a seed draws the next
+episode seed from the env's ``np_random``.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.env import ArenaEnv
 from commons_arena.scenario import ScenarioConfig
-from policies.population import Population, policy_seed
+from policies.focal import FocalEnv
+from policies.population import Population
 
 ENV_ID = "commons_arena/SingleAgent-v0"
 
@@ -60,33 +62,21 @@ class SingleAgentEnv(gym.Env):
             )
         self.agent = agent
         self.population = population if population is not None else Population.default(self.config)
-        resolved = self.population.resolve(self.config, strict=False)
-        self._others = {
-            a: p for a, p in self.population.build(self.config, env=self.arena, strict=False).items() if a != agent
-        }
-        self.roles = {a: entry.policy for a, entry in resolved.items() if a != agent}
+        self.roles = {a: e.policy for a, e in self.population.resolve(self.config, strict=False).items() if a != agent}
+        self.focal = FocalEnv(self.arena, [agent], self.population)
         self.observation_space = self.arena.observation_space(agent)
         self.action_space = self.arena.action_space(agent)
-        self._index = {a: i for i, a in enumerate(self.arena.possible_agents)}
-        self._observations: dict[str, np.ndarray] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         episode_seed = seed if seed is not None else int(self.np_random.integers(2**31 - 1))
-        for a, policy in self._others.items():
-            policy.reset(policy_seed(episode_seed, self._index[a]))
-        self._observations, infos = self.arena.reset(seed=episode_seed)
-        info = dict(infos[self.agent])
-        info["episode_seed"] = episode_seed
-        return self._observations[self.agent], info
+        observations, infos = self.focal.reset(seed=episode_seed, options=options)
+        return observations[self.agent], infos[self.agent]
 
     def step(self, action):
-        if not self.arena.agents:
+        if self.focal.episode_over:
             raise RuntimeError("step() called after the episode ended; call reset() first")
-        actions = {a: policy.act(self._observations[a]) for a, policy in self._others.items()}
-        actions[self.agent] = action
-        obs, rewards, terminations, truncations, infos = self.arena.step(actions)
-        self._observations = obs
+        obs, rewards, terminations, truncations, infos = self.focal.step({self.agent: action})
         return (
             obs[self.agent],
             rewards[self.agent],

@@ -18,8 +18,9 @@ import numpy as np
 import tyro
 
 import commons_arena
+from commons_arena.enums import ALLOCATOR
 from policies import Population, available_policies
-from policies.population import policy_seed
+from policies.focal import FocalEnv, policy_seed
 
 
 @dataclass
@@ -34,28 +35,27 @@ class Args:
     """first episode seed (episode e uses seed + e)"""
 
 
-def play(env, policies, seed: int, clock: dict[str, float], per_agent: dict[str, list[float]] | None = None) -> int:
-    """One episode like ``run_episode``, timing env and policies separately; returns ticks."""
-    agents = list(env.possible_agents)
-    for index, agent in enumerate(agents):
-        policies[agent].reset(policy_seed(seed, index))
-    t0 = time.perf_counter()
-    observations, _ = env.reset(seed=seed)
-    clock["env"] += time.perf_counter() - t0
+def play(env, policies, seed: int, clock: dict[str, float], per_tick: list[float] | None = None) -> int:
+    """One episode through the substrate, as ``run_episode`` plays it, timing env and policies
+    separately; with ``per_tick``, the allocator is the focal seat and each of its ``act``
+    times is appended. Returns ticks."""
+    focal = [] if per_tick is None else [ALLOCATOR]
+    episode = FocalEnv(env, focal, policies)
+    mine = policies[ALLOCATOR]
+    if per_tick is not None:  # focal: seeded by the same rule the background follows
+        mine.reset(policy_seed(seed, episode.seat_index[ALLOCATOR]))
+    observations, _ = episode.reset(seed=seed)
     ticks = 0
-    while env.agents:
+    while not episode.episode_over:
         actions = {}
-        for agent in agents:
+        if per_tick is not None:
             t1 = time.perf_counter()
-            actions[agent] = policies[agent].act(observations[agent])
-            dt = time.perf_counter() - t1
-            clock["policies"] += dt
-            if per_agent is not None:
-                per_agent[agent].append(dt)
-        t2 = time.perf_counter()
-        observations, _, _, _, _ = env.step(actions)
-        clock["env"] += time.perf_counter() - t2
+            actions[ALLOCATOR] = mine.act(observations[ALLOCATOR])
+            per_tick.append(time.perf_counter() - t1)
+        observations, *_ = episode.step(actions)
         ticks += 1
+    clock["env"] += episode.env_seconds
+    clock["policies"] += sum(episode.act_seconds.values()) + sum(per_tick or ())
     return ticks
 
 
@@ -92,13 +92,13 @@ def main(args: Args) -> dict[str, float]:
     )
 
     oracle_policies = Population(agents={"allocator": "oracle"}).build(config, env=env)
-    per_agent: dict[str, list[float]] = {a: [] for a in env.possible_agents}
+    per_tick: list[float] = []
     o_clock = {"env": 0.0, "policies": 0.0}
     o_start = time.perf_counter()
     for e in range(args.oracle_episodes):
-        play(env, oracle_policies, args.seed + e, o_clock, per_agent)
+        play(env, oracle_policies, args.seed + e, o_clock, per_tick)
     o_wall = time.perf_counter() - o_start
-    ticks = np.array(per_agent["allocator"]) * 1e3
+    ticks = np.array(per_tick) * 1e3
     print(
         f"oracle: {ticks.mean():.2f} ms per tick (median {np.median(ticks):.2f}, p95 {np.percentile(ticks, 95):.2f}, "
         f"max {ticks.max():.2f}); {args.oracle_episodes / o_wall:.1f} episodes/s with the oracle"

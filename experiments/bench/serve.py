@@ -31,9 +31,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-import commons_arena
-from experiments.serving.session import background_actions, reset_background
-from policies.population import Population
+from policies.focal import FocalEnv
 
 
 @dataclass
@@ -152,22 +150,18 @@ def churn(base: str, pid: int, count: int, timeout: float) -> dict[str, float]:
 
 def in_process(args: Args) -> dict[str, float]:
     """Steps/s of what one session does per step, without the wire: the seat's action + the background."""
-    env = commons_arena.parallel_env(args.scenario)
     from experiments.serving.wire import decode_action, seat_spec
 
+    env = FocalEnv.from_scenario(args.scenario, focal=[args.seat])
     action = decode_action(seat_spec(env.config, args.seat), ACTION)
-    policies = Population.default(env.config).build(env.config, env=env)
-    background = {a: p for a, p in policies.items() if a != args.seat}
     steps, episode = 0, 0
-    reset_background(background, env.possible_agents, 0)
-    observations, _ = env.reset(seed=0)
+    env.reset(seed=0)
     start = time.perf_counter()
     while steps < args.in_process_steps:
-        if not env.agents:
+        if env.episode_over:
             episode += 1
-            reset_background(background, env.possible_agents, episode)
-            observations, _ = env.reset(seed=episode)
-        observations, *_ = env.step({args.seat: action, **background_actions(background, observations)})
+            env.reset(seed=episode)
+        env.step({args.seat: action})
         steps += 1
     seconds = time.perf_counter() - start
     return {"steps": steps, "steps_per_s": steps / seconds}

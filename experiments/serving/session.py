@@ -2,7 +2,8 @@
 
 A :class:`Session` holds one environment, the seats its client plays (``seats``) and the
 policies of every other agent (the *background*, from the server's population and the
-client's overrides). ``reset`` / ``step`` / ``state`` return plain JSON data in the shapes
+client's overrides), joined by :class:`~policies.focal.FocalEnv`: the client's seats are
+focal, the background acts inside, seeded by the one rule ``policy_seed(seed, seat)``. ``reset`` / ``step`` / ``state`` return plain JSON data in the shapes
 of openenv-core's ``ResetResponse`` / ``StepResponse`` / ``State``; a bad request raises
 :class:`ServeError` (an HTTP status, a code and a message) before anything changes.
 
@@ -20,7 +21,7 @@ import secrets
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ from commons_arena.spaces import role_of
 from experiments.serving.briefing import parse_text_action, render_briefing
 from experiments.serving.wire import ActionError, SeatSpec, decode_action, encode_observation, seat_spec
 from policies.base import Policy
-from policies.population import Entry, Population, PopulationError, policy_seed
+from policies.focal import FocalEnv
+from policies.population import Entry, Population, PopulationError
 
 ON_INVALID = ("reject", "noop")
 RESET_KEYS = ("seed", "episode_id", "scenario", "seats", "population", "text", "record", "on_invalid")
@@ -104,19 +106,6 @@ class ServeSettings:
 
     def allowed_scenarios(self) -> list[str]:
         return list(self.configs)
-
-
-# --------------------------------------------------------------------------- background
-def reset_background(background: Mapping[str, Policy], agents: Sequence[str], seed: int | None) -> None:
-    """Seed every background policy by its agent's position, as :func:`run_episode` does."""
-    for index, agent in enumerate(agents):
-        if agent in background:
-            background[agent].reset(policy_seed(seed, index))
-
-
-def background_actions(background: Mapping[str, Policy], observations: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The background's actions for this tick (the focal/background substrate will take this over)."""
-    return {agent: policy.act(observations[agent]) for agent, policy in background.items()}
 
 
 # --------------------------------------------------------------------------- tables
@@ -249,10 +238,9 @@ class Session:
         self.id, self.settings, self.pool, self.kind = session_id, settings, pool, kind
         self.created = self.last_active = time.monotonic()
         self.table: Table | None = None
-        self.env: Any = None  # the table's env, or the recording wrapper around it
+        self.env: Any = None  # FocalEnv over the table's env (or the recording wrapper around it)
         self.options: Options | None = None
         self.specs: dict[str, SeatSpec] = {}
-        self.background: dict[str, Policy] = {}
         self.observations: dict[str, np.ndarray] = {}
         self.seed: int | None = None
         self.episode_id = ""
@@ -268,23 +256,21 @@ class Session:
         options = parse_options(data, self.settings)
         self._release()
         table = self.pool.take(options.config, options.population)
-        env: Any = table.env
-        if options.record:
-            env = _MemoryRecording(table.env)
-        self.table, self.env, self.options = table, env, options
+        recorder = _MemoryRecording(table.env) if options.record else None
+        # the focal/background substrate: the client's seats are focal, the table's other policies act inside
+        self.env = FocalEnv(recorder or table.env, options.seats, table.policies)
+        self.table, self.options = table, options
         self.specs = {seat: seat_spec(options.config, seat) for seat in options.seats}
-        self.background = {a: p for a, p in table.policies.items() if a not in options.seats}
         self.seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
         self.episode_id = options.episode_id or uuid.uuid4().hex
-        reset_background(self.background, table.env.possible_agents, self.seed)
-        observations, infos = env.reset(seed=self.seed)
+        observations, infos = self.env.reset(seed=self.seed)
         self.observations = observations
         self.steps, self.done = 0, False
         self.returns = dict.fromkeys(options.seats, 0.0)
         self.invalid.clear()
         self.last_invalid = {}
-        self.recording = env.lines if options.record else None
-        return self._frame(None, {seat: infos[seat] for seat in options.seats})
+        self.recording = recorder.lines if recorder is not None else None
+        return self._frame(None, infos)
 
     def step(self, action: Any) -> dict[str, Any]:
         if self.options is None:
@@ -311,15 +297,14 @@ class Session:
                     raise ServeError.from_action(err, seat) from None
                 self.last_invalid[seat] = err.message
                 actions[seat] = [0] * self.specs[seat].action_size  # counted, then played as the no-op
-        actions.update(background_actions(self.background, self.observations))
         observations, rewards, terminations, truncations, infos = self.env.step(actions)
         self.observations = observations
         self.steps += 1
         for seat in seats:
             self.returns[seat] += rewards[seat]
-        self.done = all(terminations[a] or truncations[a] for a in terminations)
+        self.done = self.env.episode_over
         extra = {"terminated": any(terminations.values()), "truncated": any(truncations.values())}
-        return self._frame(rewards, {seat: infos[seat] for seat in seats}, extra)
+        return self._frame(rewards, infos, extra)
 
     def state(self) -> dict[str, Any]:
         opts = self.options
@@ -468,7 +453,5 @@ __all__ = [
     "Session",
     "SessionStore",
     "TablePool",
-    "background_actions",
     "parse_options",
-    "reset_background",
 ]

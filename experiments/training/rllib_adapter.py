@@ -23,7 +23,6 @@ import functools
 import importlib
 import logging
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -111,17 +110,19 @@ class ArenaRLlibEnv(MultiAgentEnv):
 
         self._codecs = {a: CODECS[name](self.par_env.config) for a, name in cfg.get("action_codec", {}).items()}
         self._raw_obs: MultiAgentDict = {}
-        self.env_seconds = 0.0  # time inside the ParallelEnv's reset/step (for the env-share figure)
-        # Optionally the scenario's own population plays every agent but the learned ones
-        # *inside* this env instead of as RLModules: RLlib then sees only the learned agents
-        # and skips its per-agent module pipeline for the others (faster), and a curriculum
-        # switch brings the next scenario's population along (RLModules keep the first).
+        # Optionally a background population plays every agent but the learned ones *inside*
+        # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
+        # RLlib then sees only the learned agents and skips its per-agent module pipeline for
+        # the others (faster), and a curriculum switch brings the next scenario's population
+        # along (RLModules keep the first). ``background`` is a Population as a dict
+        # (``Population.to_dict()``); default: the scenario's own population.
         self._learned = list(cfg.get("learned_agents", []))
         self._play_population = bool(cfg.get("play_population", False))
-        self._embedded: dict[str, Policy] = self._population_policies() if self._play_population else {}
-        self._policy_rng = np.random.default_rng(cfg.get("seed"))
+        self._background = cfg.get("background")
+        self._seconds_before = 0.0  # env time of focal envs replaced by a curriculum switch
+        self.seats = self._focal_env()
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
-        agents: list[str] = [a for a in self.par_env.possible_agents if a not in self._embedded]
+        agents: list[str] = list(self.seats.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
         obs_spaces = {a: self._scaled_space(a, self.par_env.observation_space(a)) for a in agents}
         act_spaces = {
@@ -132,6 +133,21 @@ class ArenaRLlibEnv(MultiAgentEnv):
         # Old-stack code paths (and the env checker's hasattr test) still read these.
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Dict(act_spaces)
+
+    def _focal_env(self) -> Any:
+        from policies.focal import FocalEnv
+        from policies.population import Population
+
+        if not self._play_population:
+            return FocalEnv(self.par_env, self.par_env.possible_agents, {})
+        config = self.par_env.config
+        background = Population.from_dict(self._background) if self._background else Population.default(config)
+        return FocalEnv(self.par_env, self._learned, background)
+
+    @property
+    def env_seconds(self) -> float:
+        """Time inside the ParallelEnv's reset/step (for the env-share figure)."""
+        return self._seconds_before + self.seats.env_seconds
 
     def _scaled_space(self, agent: str, space: gym.spaces.Box) -> gym.spaces.Box:
         if agent not in self._scale:
@@ -164,30 +180,15 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self.par_env.close()
             self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
             self._codecs = {a: type(codec)(self.par_env.config) for a, codec in self._codecs.items()}
-            if self._play_population:
-                self._embedded = self._population_policies()
+            self._seconds_before = self.env_seconds
+            # the next scenario's population (seeds keep flowing from the last seeded reset)
+            seeds = self.seats._seeds
+            self.seats = self._focal_env()
+            self.seats._seeds = seeds
             self._next_scenario = None
-        start = time.perf_counter()
-        obs, infos = self.par_env.reset(seed=seed, options=options)
-        self.env_seconds += time.perf_counter() - start
-        if seed is not None:
-            self._policy_rng = np.random.default_rng(seed)
-        for policy in self._embedded.values():
-            policy.reset(int(self._policy_rng.integers(2**31)))
-        self.agents = [a for a in self.par_env.agents if a not in self._embedded]
-        return self._exposed(self._scaled(obs)), self._exposed(infos or {})
-
-    def _population_policies(self) -> dict[str, Policy]:
-        from policies.population import Population
-
-        config = self.par_env.config
-        policies = Population.default(config).build(config, env=self.par_env)
-        return {a: p for a, p in policies.items() if a not in self._learned}
-
-    def _exposed(self, per_agent: MultiAgentDict) -> MultiAgentDict:
-        if not self._embedded:
-            return per_agent
-        return {a: v for a, v in per_agent.items() if a not in self._embedded}
+        obs, infos = self.seats.reset(seed=seed, options=options)
+        self.agents = list(self.seats.agents)
+        return self._scaled(obs), infos
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
@@ -196,21 +197,15 @@ class ArenaRLlibEnv(MultiAgentEnv):
                 a: self._codecs[a].decode(self._raw_obs[a], act) if a in self._codecs else act
                 for a, act in action_dict.items()
             }
-        if self._embedded:
-            action_dict = {**action_dict, **{a: p.act(self._raw_obs[a]) for a, p in self._embedded.items()}}
-        start = time.perf_counter()
-        obs, rewards, terms, truncs, infos = self.par_env.step(action_dict)
-        self.env_seconds += time.perf_counter() - start
+        obs, rewards, terms, truncs, infos = self.seats.step(action_dict)
         # The ParallelEnv clears `agents` when the episode is over; that, not the flag
         # dicts, decides the end. `self.agents` then keeps the agents of the last step:
         # RLlib's env checker requires the returned keys to be in `agents`, which a
         # one-tick episode would otherwise fail.
-        done = not self.par_env.agents
-        self.agents = [a for a in self.par_env.agents if a not in self._embedded] or [
-            a for a in self.possible_agents if a in obs or a in rewards
-        ]
-        terminateds: MultiAgentDict = {a: bool(v) for a, v in self._exposed(terms).items()}
-        truncateds: MultiAgentDict = {a: bool(v) for a, v in self._exposed(truncs).items()}
+        done = self.seats.episode_over
+        self.agents = list(self.seats.agents) or [a for a in self.possible_agents if a in obs or a in rewards]
+        terminateds: MultiAgentDict = {a: bool(v) for a, v in terms.items()}
+        truncateds: MultiAgentDict = {a: bool(v) for a, v in truncs.items()}
         # At the end exactly one `__all__` is True: "terminated" only if every agent
         # terminated, otherwise the episode counts as cut (truncated). Per-agent flags are
         # passed on as the env set them.
@@ -218,8 +213,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         terminateds["__all__"] = all_terminated
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
-        float_rewards: MultiAgentDict = {a: float(r) for a, r in self._exposed(rewards).items()}
-        return self._exposed(self._scaled(obs)), float_rewards, terminateds, truncateds, self._exposed(infos)
+        float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
+        return self._scaled(obs), float_rewards, terminateds, truncateds, infos
 
     def render(self) -> Any:
         return self.par_env.render()
@@ -511,7 +506,7 @@ def build_ppo_config(
     env_config = {"scenario": scenario, **(env_config or {})}
     if play_population:
         # the scenario's population plays inside the env; RLlib sees only the learned agent
-        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent], "seed": seed}
+        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent]}
         scripted = {}
     probe = ArenaRLlibEnv(env_config)
     agents: list[str] = [str(a) for a in probe.possible_agents]
