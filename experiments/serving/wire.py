@@ -214,9 +214,14 @@ def encode_observation(spec: SeatSpec, vector: np.ndarray) -> dict[str, Any]:
     for i in np.flatnonzero(values32 != np.round(values32)).tolist():
         flat[i] = float(str(values32[i]))
     out: dict[str, Any] = {}
-    for p in spec.observations:
-        values = flat[p.start:p.start + p.size]
-        out[p.name] = values[0] if not p.axes else _nest(values, p.shape)
+    for p in spec.observations:  # plain list slicing: this runs for every seat on every step
+        if not p.axes:
+            out[p.name] = flat[p.start]
+        elif len(p.shape) == 1:
+            out[p.name] = flat[p.start:p.start + p.size]
+        else:
+            width = p.shape[1]
+            out[p.name] = [flat[a:a + width] for a in range(p.start, p.start + p.size, width)]
     return out
 
 
