@@ -355,3 +355,28 @@ def test_serve_command_starts_a_server(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_sessions_come_and_go_without_growth():
+    """Opening and closing many sessions keeps no session and at most a bounded pool of idle tables."""
+    import tracemalloc
+
+    from experiments.serving.session import SessionStore
+
+    store = SessionStore(ServeSettings())
+
+    def churn(n):
+        for i in range(n):
+            session = store.open("http")
+            session.reset({"seed": i, "record": i % 2 == 0})
+            session.step({})
+            store.close(session.id)
+
+    churn(20)  # warm: tables built, caches filled
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    churn(60)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert store.sessions == {} and len(store.pool) <= store.pool.per_key
+    assert grown < 2_000_000, f"{grown} bytes kept after 60 sessions"

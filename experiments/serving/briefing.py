@@ -53,8 +53,9 @@ def _field_text(part: Part, value: Any) -> str:
     if len(part.axes) == 1:
         return ", ".join(f"{label} {_fmt(float(v))}" for label, v in zip(part.labels[0], value, strict=True))
     rows = [f"{row_label}: " + ", ".join(f"{label} {_fmt(float(v))}" for label, v in zip(part.labels[1], row, strict=True))
-            for row_label, row in zip(part.labels[0], value, strict=True)]
-    return "; ".join(rows)
+            for row_label, row in zip(part.labels[0], value, strict=True)
+            if part.name != "jobs" or row[0]]  # empty job slots say nothing
+    return "; ".join(rows) or "none"
 
 
 def _range_text(part: Part) -> str:
@@ -75,6 +76,8 @@ def public_facts(spec: SeatSpec) -> list[str]:
     cfg = spec.config
     lines = [f"Scenario {cfg.name}: {cfg.max_ticks} ticks; teams {', '.join(cfg.team_names)}; "
              f"allocator budget {_fmt(cfg.budget)}; carbon cap {_fmt(cfg.carbon.cap_kg)} kg ({cfg.carbon.mode})."]
+    if spec.role == "broker":
+        lines.append(f"Price levels 0..{cfg.price_levels - 1}; price = max_price x level / {cfg.price_levels - 1}.")
     for t in cfg.gpu_tiers:
         lines.append(f"  tier {t.name}: {t.owned} owned, {_fmt(t.memory_gb)} GB, speed {_fmt(t.speed)}, "
                      f"spot inventory {t.spot_inventory}, max price {_fmt(t.max_price)}")
