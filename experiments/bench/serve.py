@@ -130,22 +130,30 @@ async def load(base: str, sessions: int, steps: int, timeout: float) -> dict[str
 
 
 def churn(base: str, pid: int, count: int, timeout: float) -> dict[str, float]:
+    """Open (reset) and close ``count`` sessions one after another; the server's RSS along the way."""
     import httpx
 
     marks = {"rss_start_mb": rss_mb(pid)}
+    samples: list[tuple[int, float]] = []
     deadline = time.monotonic() + timeout
-    opened = 0
-    with httpx.Client(base_url=base, timeout=10) as http:
-        for i in range(count):
-            if time.monotonic() > deadline:
-                break
-            sid = http.post("/reset", json={"seed": i}).json()["session_id"]
-            http.post("/close", json={"session_id": sid}).raise_for_status()
-            opened += 1
-            if opened == max(1, count // 10):
-                marks["rss_after_first_tenth_mb"] = rss_mb(pid)
+    opened, stopped = 0, ""
+    start = time.perf_counter()
+    with httpx.Client(base_url=base, timeout=60) as http:
+        try:
+            for i in range(count):
+                if time.monotonic() > deadline:
+                    stopped = f"time limit of {timeout:g} s"
+                    break
+                sid = http.post("/reset", json={"seed": i}).json()["session_id"]
+                http.post("/close", json={"session_id": sid}).raise_for_status()
+                opened += 1
+                if opened % max(1, count // 10) == 0:
+                    samples.append((opened, rss_mb(pid)))
+        except httpx.HTTPError as err:
+            stopped = f"{type(err).__name__} after {opened} sessions"
         sessions_left = http.get("/health").json()["sessions"]
-    return {"sessions_opened_and_closed": opened, **marks, "rss_end_mb": rss_mb(pid), "sessions_left": sessions_left}
+    return {"sessions_opened_and_closed": opened, "seconds": time.perf_counter() - start, **marks,
+            "rss_samples_mb": samples, "rss_end_mb": rss_mb(pid), "sessions_left": sessions_left, "stopped": stopped}
 
 
 def in_process(args: Args) -> dict[str, float]:
@@ -185,12 +193,17 @@ def main(args: Args) -> dict:
         if args.churn:
             results["memory"] = churn(base, process.pid, args.churn, args.timeout)
             m = results["memory"]
-            print(f"memory: {m['sessions_opened_and_closed']:,} sessions opened and closed; server RSS "
-                  f"{m['rss_start_mb']:.1f} MB at start, {m.get('rss_after_first_tenth_mb', float('nan')):.1f} MB "
-                  f"after the first tenth, {m['rss_end_mb']:.1f} MB at the end; {m['sessions_left']} left open")
+            trail = ", ".join(f"{n:,}: {mb:.1f}" for n, mb in m["rss_samples_mb"])
+            print(f"memory: {m['sessions_opened_and_closed']:,} sessions opened and closed in {m['seconds']:.0f} s; "
+                  f"server RSS {m['rss_start_mb']:.1f} MB at start, then (sessions: MB) {trail}; "
+                  f"{m['sessions_left']} left open" + (f"; stopped early: {m['stopped']}" if m["stopped"] else ""))
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))
