@@ -245,6 +245,8 @@ class Serve:
     """close a session after this long without a request"""
     max_body_bytes: int = 65536
     """largest request body or WebSocket message"""
+    log_level: str = "info"
+    """uvicorn's log level ('warning' drops the access log)"""
 
     def run(self) -> None:
         from experiments.serving.app import bind, make_server
@@ -256,7 +258,7 @@ class Serve:
                                  limits=Limits(self.max_sessions, self.idle_seconds, self.max_body_bytes))
         sock = bind(self.host, self.port)
         print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play)", flush=True)
-        make_server(settings, host=self.host, port=self.port).run(sockets=[sock])
+        make_server(settings, host=self.host, port=self.port, log_level=self.log_level).run(sockets=[sock])
 
 
 @dataclass

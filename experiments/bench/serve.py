@@ -24,6 +24,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,7 @@ ACTION = {"grant": {"search": {"small": 1, "medium": 1}, "robotics": {"medium": 
 def start_server(args: Args, max_sessions: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--scenario", args.scenario,
-         "--seats", args.seat, "--max-sessions", str(max_sessions)],
+         "--seats", args.seat, "--max-sessions", str(max_sessions), "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     assert process.stdout is not None
@@ -68,6 +69,8 @@ def start_server(args: Args, max_sessions: int) -> tuple[subprocess.Popen, str]:
     if "http://" not in line:
         process.kill()
         raise RuntimeError(f"the server did not start: {line!r}")
+    # keep reading what it prints: a full pipe would block the server mid-request
+    threading.Thread(target=lambda: process.stdout.read() if process.stdout else None, daemon=True).start()
     return process, line.split()[2]
 
 
