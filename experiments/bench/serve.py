@@ -1,5 +1,9 @@
 """Load test of ``commons-arena serve``: steps/s and latency over WebSocket sessions, memory over many sessions.
 
+Wall-clock figures move with the machine's load; the CPU time per step (server process and
+this client, from /proc and ``process_time``) does much less, and says what one free core
+would sustain (1e6 / µs per step).
+
 Starts a real server (``commons-arena serve --port 0``) in its own process on 127.0.0.1,
 then, from this process:
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -85,6 +90,12 @@ def wait_healthy(base: str, deadline: float) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far: what a step costs whatever the machine's load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:
@@ -167,7 +178,7 @@ def in_process(args: Args) -> dict[str, float]:
     action = decode_action(seat_spec(env.config, args.seat), ACTION)
     steps, episode = 0, 0
     env.reset(seed=0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     while steps < args.in_process_steps:
         if env.episode_over:
             episode += 1
@@ -175,24 +186,28 @@ def in_process(args: Args) -> dict[str, float]:
         env.step({args.seat: action})
         steps += 1
     seconds = time.perf_counter() - start
-    return {"steps": steps, "steps_per_s": steps / seconds}
+    return {"steps": steps, "steps_per_s": steps / seconds, "cpu_us_per_step": (time.process_time() - cpu) / steps * 1e6}
 
 
 def main(args: Args) -> dict:
     results: dict = {"scenario": args.scenario, "seat": args.seat}
     results["in_process"] = in_process(args)
-    print(f"in-process (env.step + background policies): {results['in_process']['steps_per_s']:,.0f} steps/s")
+    print(f"in-process (env.step + background policies): {results['in_process']['steps_per_s']:,.0f} steps/s, "
+          f"{results['in_process']['cpu_us_per_step']:.0f} µs CPU per step")
     process, base = start_server(args, max_sessions=max([*args.sessions, 1]) + 1)
     try:
         wait_healthy(base, time.monotonic() + 60)
         results["websocket"] = []
-        print("| sessions | steps | steps/s | p50 ms | p95 ms | p99 ms |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("| sessions | steps | steps/s | p50 ms | p95 ms | p99 ms | server CPU µs/step | client CPU µs/step |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for n in args.sessions:
+            server_cpu, client_cpu = cpu_seconds(process.pid), time.process_time()
             row = asyncio.run(load(base, n, args.steps, args.timeout))
+            row["server_cpu_us_per_step"] = (cpu_seconds(process.pid) - server_cpu) / row["steps"] * 1e6
+            row["client_cpu_us_per_step"] = (time.process_time() - client_cpu) / row["steps"] * 1e6
             results["websocket"].append(row)
             print(f"| {n} | {row['steps']} | {row['steps_per_s']:,.0f} | {row['p50_ms']:.2f} | {row['p95_ms']:.2f} "
-                  f"| {row['p99_ms']:.2f} |")
+                  f"| {row['p99_ms']:.2f} | {row['server_cpu_us_per_step']:.0f} | {row['client_cpu_us_per_step']:.0f} |")
         if args.churn:
             results["memory"] = churn(base, process.pid, args.churn, args.timeout)
             m = results["memory"]
