@@ -85,6 +85,8 @@ def test_named_objects_equal_lists():
 @pytest.mark.parametrize(("action", "field", "allowed", "words"), [
     ({"grant": {"search": {"small": 7}}}, "grant.search.small", [0, 6], "outside its allowed range [0, 6]"),
     ({"grant": [[0, 0, 0]]}, "grant", ["search", "robotics", "safety"], "must list 3 entries"),
+    ({"grant": [[0, 0], [0, 0, 0, 0], [0, 0, 0]]}, "grant.search", ["small", "medium", "large"], "must list 3"),
+    ({"grant": [[0, 0, 0], [0, 7, 0], [0, 0, 0]]}, "grant.robotics.medium", [0, 5], "outside its allowed range"),
     ({"grant": {"search": "lots"}}, "grant.search", ["small", "medium", "large"], "must be a list of 3"),
     ({"buy": {"small": None}}, "buy.small", [0, 2], "must be an integer"),
     ({"buy": [float("nan"), 0, 0]}, "buy.small", [0, 2], "whole number"),

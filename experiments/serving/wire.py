@@ -20,7 +20,9 @@ for two axes) in layout order otherwise. The labels of each axis are in the sche
 
 from __future__ import annotations
 
+import functools
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +74,7 @@ OBSERVATION_AXES: dict[tuple[str, str], tuple[str, ...]] = {
     ("team", "others_declared"): ("other_team", "tier"),
     ("team", "jobs"): ("slot", "job_field"),
 }
+_F32 = struct.Struct("f")
 STANCES = tuple(s.name.lower() for s in Stance)  # a stance may be sent by name
 
 
@@ -178,6 +181,12 @@ class SeatSpec:
     action_size: int
     observation_size: int
 
+    @functools.cached_property
+    def observation_plan(self) -> tuple[tuple[str, int, int, int], ...]:
+        """(field, start, stop, row width: 0 for one number, -1 for one axis) per observation field."""
+        return tuple((p.name, p.start, p.start + p.size, 0 if not p.axes else -1 if len(p.shape) == 1 else p.shape[1])
+                     for p in self.observations)
+
     @property
     def action_high(self) -> np.ndarray:
         return np.concatenate([np.asarray(p.high, dtype=np.int64) for p in self.actions])
@@ -206,22 +215,29 @@ def _nest(flat: list, shape: tuple[int, ...]) -> Any:
     return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
+def _short32(value: float) -> float:
+    """The shortest decimal that is the same float32 (0.4, not 0.4000000059604645)."""
+    for digits in (6, 7, 8):
+        candidate = float(f"{value:.{digits}g}")
+        if _F32.unpack(_F32.pack(candidate))[0] == value:
+            return candidate
+    return value
+
+
 def encode_observation(spec: SeatSpec, vector: np.ndarray) -> dict[str, Any]:
     """A flat observation as ``{field: number | list}`` (module docstring)."""
     values32 = np.asarray(vector, dtype=np.float32)
     flat = values32.tolist()
-    # float32 fractions as their shortest decimal (0.4, not 0.4000000059604645): the same float32 back
     for i in np.flatnonzero(values32 != np.round(values32)).tolist():
-        flat[i] = float(str(values32[i]))
+        flat[i] = _short32(flat[i])
     out: dict[str, Any] = {}
-    for p in spec.observations:  # plain list slicing: this runs for every seat on every step
-        if not p.axes:
-            out[p.name] = flat[p.start]
-        elif len(p.shape) == 1:
-            out[p.name] = flat[p.start:p.start + p.size]
+    for name, start, stop, width in spec.observation_plan:  # plain list slices: this runs every step
+        if width == 0:
+            out[name] = flat[start]
+        elif width < 0:
+            out[name] = flat[start:stop]
         else:
-            width = p.shape[1]
-            out[p.name] = [flat[a:a + width] for a in range(p.start, p.start + p.size, width)]
+            out[name] = [flat[a:a + width] for a in range(start, stop, width)]
     return out
 
 
@@ -311,12 +327,32 @@ def decode_action(spec: SeatSpec, data: Any) -> list[int]:
     out = [0] * spec.action_size
     for name, value in data.items():
         part = known[name]
-        chunk = [0] * part.size
         if not part.axes and isinstance(value, list) and len(value) == 1:
             value = value[0]  # [x] for a one-entry part, as the flat vector writes it
-        _fill(part, value, 0, (), chunk)
+        chunk = _valid_lists(part, value)
+        if chunk is None:  # anything but in-range integer lists: the checked path, which names the problem
+            chunk = [0] * part.size
+            _fill(part, value, 0, (), chunk)
         out[part.start:part.start + part.size] = chunk
     return out
+
+
+def _valid_lists(part: Part, value: Any) -> list[int] | None:
+    """``value`` flattened if it is the part's nested lists of in-range ints (what clients mostly send), else None."""
+    if not isinstance(value, list):
+        return None
+    if len(part.shape) == 1:
+        flat = value
+    elif len(value) == part.shape[0] and all(isinstance(row, list) and len(row) == part.shape[1] for row in value):
+        flat = [v for row in value for v in row]
+    else:
+        return None
+    if len(flat) != part.size:
+        return None
+    for v, lo, hi in zip(flat, part.low, part.high, strict=True):
+        if type(v) is not int or not lo <= v <= hi:
+            return None
+    return flat
 
 
 # --------------------------------------------------------------------------- schemas
