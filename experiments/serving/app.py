@@ -56,7 +56,15 @@ from experiments.serving.session import ServeError, ServeSettings, Session, Sess
 from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec
 
 ASSETS = Path(__file__).parent / "assets"
-PLAY_ASSETS = {"play.js": "text/javascript", "play.css": "text/css"}
+# the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css)
+PLAY_ASSETS = {
+    "play.js": (ASSETS / "play.js", "text/javascript"),
+    "play.css": (ASSETS / "play.css", "text/css"),
+    "replay.css": (Path(__file__).parent.parent / "viewing" / "assets" / "replay.css", "text/css"),
+}
+# The page may load and call only this server; no inline script, no plugins, no framing.
+PLAY_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 STEP_KEYS = ("session_id", "action", "timeout_s", "request_id")  # the last two: openenv's StepRequest
 STATE_SCHEMA = {
     "type": "object",
@@ -237,13 +245,14 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
 
     @app.get("/play")
     async def play() -> Response:
-        return FileResponse(ASSETS / "play.html", media_type="text/html")
+        return FileResponse(ASSETS / "play.html", media_type="text/html", headers={"Content-Security-Policy": PLAY_CSP})
 
     @app.get("/play/{asset}")
     async def play_asset(asset: str) -> Response:
         if asset not in PLAY_ASSETS:
             raise ServeError(404, "NOT_FOUND", f"no asset {asset!r}")
-        return FileResponse(ASSETS / asset, media_type=PLAY_ASSETS[asset])
+        path, media_type = PLAY_ASSETS[asset]
+        return FileResponse(path, media_type=media_type)
 
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import commons_arena
-from commons_arena.env import ArenaEnv
+from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode, jsonable
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
 from commons_arena.spaces import role_of

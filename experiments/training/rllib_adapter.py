@@ -8,7 +8,7 @@ pieces:
 - :class:`ArenaRLlibEnv` wraps the ParallelEnv as a ``MultiAgentEnv`` (observation scaling,
   action codecs, an optional in-env population, curriculum switches);
 - :class:`ScriptedRLModule` runs a :class:`policies.base.Policy` as an RLModule;
-- :func:`build_ppo_config` wires env, modules, resources and callbacks into a config;
+- :func:`build_algorithm_config` wires env, modules, resources and callbacks into a config;
 - :class:`RewardTermsCallback` logs the allocator's per-term episode sums and normalised
   score; :class:`CurriculumCallback` promotes the curriculum on that score;
 - a trained module is used without Ray through ``policies.learned.LearnedPolicy``
@@ -228,7 +228,7 @@ def register_arena_env(name: str = "commons_arena") -> str:
 
     Needed in every process that restores an Algorithm configured with this name (else
     ``Algorithm.from_checkpoint`` fails with an unrelated-looking ``IndexError``).
-    :func:`build_ppo_config` passes the class itself and does not need it.
+    :func:`build_algorithm_config` passes the class itself and does not need it.
     """
     register_env(name, lambda cfg: ArenaRLlibEnv(cfg))
     return name
@@ -298,7 +298,7 @@ class ScriptedRLModule(RLModule):
     ``model_config``: ``{"policy_factory": PolicyFactory | "module:attr", "agent_id": str,
     "seed": int | None}``. One Policy per sub-env, built on first use and ``reset`` at each
     episode start, using the tags of :class:`TagRowsWithEnvIndex` (installed by
-    :func:`build_ppo_config`). Without tags (e.g. a direct ``forward_inference`` call) row
+    :func:`build_algorithm_config`). Without tags (e.g. a direct ``forward_inference`` call) row
     ``i`` is treated as sub-env ``i`` and policies are reset only when built.
     """
 
@@ -476,7 +476,7 @@ def _module_for_agent(agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
     return str(agent_id)
 
 
-def build_ppo_config(
+def build_algorithm_config(
     scenario: str,
     scripted: Mapping[str, PolicyFactory | str],
     *,
