@@ -275,21 +275,34 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
 
 async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:
     idle = store.limits.idle_seconds
+    watchdog = asyncio.create_task(_close_when_idle(ws, session, idle))  # one timer per connection, not per message
+    try:
+        while True:
+            try:
+                raw = await ws.receive_text()
+            except RuntimeError:  # closed by the watchdog
+                return
+            session.last_active = time.monotonic()
+            try:
+                reply = _handle_message(raw, session, limit)
+            except ServeError as err:
+                reply = {"type": "error", "data": err.to_dict()}
+            if reply is None:  # "close"
+                await ws.close(code=1000)
+                return
+            await ws.send_text(json.dumps(reply, allow_nan=False))
+    finally:
+        watchdog.cancel()
+
+
+async def _close_when_idle(ws: WebSocket, session: Session, idle: float) -> None:
     while True:
-        try:
-            raw = await asyncio.wait_for(ws.receive_text(), timeout=idle)
-        except TimeoutError:
-            await ws.close(code=1000, reason=f"idle for {idle:g} s")
+        left = session.last_active + idle - time.monotonic()
+        if left <= 0:
+            with contextlib.suppress(Exception):
+                await ws.close(code=1000, reason=f"idle for {idle:g} s")
             return
-        session.last_active = time.monotonic()
-        try:
-            reply = _handle_message(raw, session, limit)
-        except ServeError as err:
-            reply = {"type": "error", "data": err.to_dict()}
-        if reply is None:  # "close"
-            await ws.close(code=1000)
-            return
-        await ws.send_text(json.dumps(reply, allow_nan=False))
+        await asyncio.sleep(left)
 
 
 def _handle_message(raw: str, session: Session, limit: int) -> dict[str, Any] | None:
