@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,20 @@ import pytest
 
 import commons_arena
 from commons_arena.scenario import scenario_from_dict
+
+# --------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole test run (2 CPUs, no dashboard), shut down at the end."""
+    import ray
+
+    os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_tests")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
 
 # --------------------------------------------------------------------------- TOML
 
