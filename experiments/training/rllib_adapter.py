@@ -104,6 +104,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
         # Learned agents see observations divided by a fixed per-dimension scale (part of
         # the trained policy: policies.learned applies the same one at inference).
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
+        # ... followed, for seats of a shared module, by their one-hot identity
+        # (experiments.training.seats: {seat: [index, size]}).
+        self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
         # ... and may act through a codec (policies.learned.CODECS) that turns the module's
         # action into an env action using the agent's raw observation.
         from policies.learned import CODECS
@@ -150,16 +153,23 @@ class ArenaRLlibEnv(MultiAgentEnv):
         return self._seconds_before + self.seats.env_seconds
 
     def _scaled_space(self, agent: str, space: gym.spaces.Box) -> gym.spaces.Box:
-        if agent not in self._scale:
-            return space
-        scale = self._scale[agent]
-        return gym.spaces.Box(space.low / scale, space.high / scale, dtype=np.float32)
+        scale = self._scale.get(agent, np.float32(1.0))
+        low, high = space.low / scale, space.high / scale
+        if agent in self._identity:
+            size = self._identity[agent][1]
+            low, high = np.concatenate([low, np.zeros(size)]), np.concatenate([high, np.ones(size)])
+        return gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
 
     def _scaled(self, obs: MultiAgentDict) -> MultiAgentDict:
+        from experiments.training.seats import with_identity
+
         self._raw_obs = dict(obs)
         for agent, scale in self._scale.items():
             if agent in obs:
                 obs[agent] = obs[agent] / scale
+        for agent, identity in self._identity.items():
+            if agent in obs:
+                obs[agent] = with_identity(obs[agent], identity)
         return obs
 
     def set_scenario(self, scenario: str) -> None:
@@ -471,11 +481,6 @@ def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) ->
     return min(requested, fits)
 
 
-def _module_for_agent(agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
-    # One module per agent, named after it: keeps metrics and checkpoints readable.
-    return str(agent_id)
-
-
 def build_ppo_config(
     scenario: str,
     scripted: Mapping[str, PolicyFactory | str],
@@ -492,6 +497,7 @@ def build_ppo_config(
     seed: int | None = None,
     callbacks: type[RLlibCallback] = RewardTermsCallback,
     play_population: bool = False,
+    plan: Any = None,
 ) -> AlgorithmConfig:
     """A config where ``learned_agent`` trains and every other agent runs a scripted Policy.
 
@@ -502,33 +508,44 @@ def build_ppo_config(
     new-stack config (e.g. ``APPOConfig()``) works, as the learned module's spec leaves the
     module class to the algorithm's default. ``train_batch_size`` counts env steps per
     iteration (one local learner, so it is also the per-learner size).
+
+    ``plan`` (an ``experiments.training.seats.SeatPlan``) replaces ``learned_agent`` when
+    several seats learn: one trained module per plan module, mapped to its seats.
     """
-    env_config = {"scenario": scenario, **(env_config or {})}
+    from experiments.training.seats import SeatPlan
+
+    if plan is None:
+        plan = SeatPlan.single(learned_agent)
+    learning = plan.seats
+    env_config = {"scenario": scenario, **(env_config or {}), **plan.to_env_config()}
     if play_population:
-        # the scenario's population plays inside the env; RLlib sees only the learned agent
-        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent]}
+        # the background plays inside the env; RLlib sees only the learning seats
+        env_config = {**env_config, "play_population": True, "learned_agents": learning}
         scripted = {}
     probe = ArenaRLlibEnv(env_config)
     agents: list[str] = [str(a) for a in probe.possible_agents]
     obs_spaces = {a: probe.get_observation_space(a) for a in agents}
     act_spaces = {a: probe.get_action_space(a) for a in agents}
     probe.close()
-    if learned_agent not in agents:
-        raise ValueError(f"learned agent {learned_agent!r} not among the env's agents {agents}")
-    missing = [a for a in agents if a != learned_agent and a not in scripted]
-    unknown = [a for a in scripted if a not in agents or a == learned_agent]
+    outside = [a for a in learning if a not in agents]
+    if outside:
+        raise ValueError(f"learned agent(s) {outside} not among the env's agents {agents}")
+    missing = [a for a in agents if a not in learning and a not in scripted]
+    unknown = [a for a in scripted if a not in agents or a in learning]
     if missing or unknown:
         raise ValueError(f"scripted policies: missing for {missing}, not scriptable {unknown}")
 
-    specs: dict[str, RLModuleSpec] = {
-        learned_agent: RLModuleSpec(
-            observation_space=obs_spaces[learned_agent],
-            action_space=act_spaces[learned_agent],
-            model_config=model_config,
+    specs: dict[str, RLModuleSpec] = {}
+    for module, seats in plan.modules.items():
+        first = seats[0]
+        for seat in seats[1:]:
+            if obs_spaces[seat].shape != obs_spaces[first].shape or act_spaces[seat] != act_spaces[first]:
+                raise ValueError(f"module {module!r} cannot play both {first!r} and {seat!r}: their spaces differ")
+        specs[module] = RLModuleSpec(
+            observation_space=obs_spaces[first], action_space=act_spaces[first], model_config=model_config
         )
-    }
     for aid in agents:
-        if aid != learned_agent:
+        if aid not in learning:
             specs[aid] = RLModuleSpec(
                 module_class=ScriptedRLModule,
                 observation_space=obs_spaces[aid],
@@ -548,9 +565,9 @@ def build_ppo_config(
         # A remote learner would need its own CPU; on 2 cores the driver does the update.
         .learners(num_learners=0)
         .multi_agent(
-            policies=set(agents),
-            policy_mapping_fn=_module_for_agent,
-            policies_to_train=[learned_agent],
+            policies=set(specs),
+            policy_mapping_fn=plan.mapping_fn(),
+            policies_to_train=list(plan.modules),
         )
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(
