@@ -222,6 +222,30 @@ class Replay:
         return path
 
 
+@dataclass
+class ConvertCheckpoint:
+    """Give an old pickled checkpoint the data-only files `learned:` loads (arena_policy.safetensors
+    and a format_version 2 arena_policy.json). This UNPICKLES the checkpoint, which can run any
+    code it holds: convert only checkpoints you trust, e.g. ones you trained yourself."""
+
+    checkpoint: tyro.conf.Positional[Path]
+    """the checkpoint folder (the one holding arena_policy.json)"""
+    i_trust_this_checkpoint: bool = False
+    """required: confirms the checkpoint comes from a source you trust"""
+
+    def run(self) -> Path:
+        if not self.i_trust_this_checkpoint:
+            raise SystemExit(
+                f"convert-checkpoint unpickles {self.checkpoint}, which runs any code it contains; "
+                "add --i-trust-this-checkpoint if you trained it yourself or otherwise trust its source"
+            )
+        from policies.learned import convert_pickled_checkpoint
+
+        path = convert_pickled_checkpoint(self.checkpoint)
+        print(f"wrote {path} and {path.with_suffix('.safetensors')}; use it as learned:{self.checkpoint}")
+        return path
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -229,6 +253,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
 )
 
 

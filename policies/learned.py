@@ -1,9 +1,11 @@
 """Learned policies: a trained RLlib module loaded from a checkpoint, as a :class:`Policy`.
 
-No Ray is started: only the module is loaded (``RLModule.from_checkpoint``), with
-the observation scaling it was trained with, from the checkpoint's sidecar file
-``arena_policy.json`` (written by ``commons-arena train``). A checkpoint whose spaces do
-not fit the scenario raises ``ValueError`` naming both.
+No Ray is started and nothing is unpickled: the checkpoint's data-only files
+(``arena_policy.json`` + ``arena_policy.safetensors``, see :mod:`policies.checkpoint_format`;
+written by ``commons-arena train``) rebuild the network with plain torch layers, with the
+observation scaling and action codec it was trained with. A checkpoint whose spaces do not
+fit the scenario raises ``CheckpointError`` (a ``ValueError``) naming both; an old pickled
+checkpoint is refused with the command that converts a trusted one.
 
 Use it anywhere a scripted policy goes, by the name ``learned:<checkpoint dir>``::
 
@@ -19,10 +21,17 @@ from typing import Any
 import numpy as np
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import make_action_space, make_observation_space
+from commons_arena.spaces import make_action_space, make_observation_space, role_of
+from policies.checkpoint_format import (
+    SIDECAR,
+    CheckpointError,
+    PolicyNetwork,
+    load_network,
+    write_checkpoint,
+)
+from policies.checkpoint_format import read_sidecar as read_sidecar_model
 
 LEARNED_PREFIX = "learned:"
-SIDECAR = "arena_policy.json"
 
 
 class RelativeAllocatorCodec:
@@ -76,44 +85,59 @@ class RelativeAllocatorCodec:
         return np.minimum(np.concatenate([buy, grants.ravel()]), self.env_nvec - 1)
 
 
-CODECS = {RelativeAllocatorCodec.name: RelativeAllocatorCodec}
+CODECS: dict[str, Any] = {RelativeAllocatorCodec.name: RelativeAllocatorCodec}
 
 
 def module_dir(checkpoint: str | Path, module_id: str) -> Path:
+    """Where RLlib keeps one module's (pickled) files inside an algorithm checkpoint."""
     return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
 
 
-def write_sidecar(
-    checkpoint: str | Path, config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: str | None = None
+def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig) -> Any:
+    """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None)."""
+    if spec is None:
+        return None
+    name, params = (spec, {}) if isinstance(spec, str) else (spec["name"], dict(spec.get("params", {})))
+    if name not in CODECS:
+        raise CheckpointError(f"unknown action codec {name!r}; known codecs: {sorted(CODECS)}")
+    return CODECS[name](config, **params)
+
+
+def sidecar_fields(
+    config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: dict[str, Any] | str | None = None
+) -> dict[str, Any]:
+    """Everything the sidecar records about a policy but its network (see checkpoint_format)."""
+    scale = np.asarray(observation_scale, dtype=np.float64)
+    if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        raise ValueError("observation_scale must be finite and positive")
+    return {
+        "env": "commons_arena_v0",
+        "agent": agent,
+        "role": role_of(config, agent),
+        "scenario": config.name,
+        "scenario_hash": config.content_hash,
+        "observation_shape": list(make_observation_space(config, agent).shape),
+        "action_nvec": make_action_space(config, agent).nvec.tolist(),
+        "observation_scale": [float(x) for x in scale],
+        "action_codec": {"name": codec, "params": {}} if isinstance(codec, str) else codec,
+    }
+
+
+def save_policy(
+    checkpoint: str | Path,
+    network: PolicyNetwork,
+    config: ScenarioConfig,
+    agent: str,
+    observation_scale: np.ndarray,
+    codec: dict[str, Any] | str | None = None,
 ) -> Path:
-    """Record what the module needs to act: the agent, spaces and observation scale."""
-    path = Path(checkpoint) / SIDECAR
-    path.write_text(
-        json.dumps(
-            {
-                "env": "commons_arena_v0",
-                "agent": agent,
-                "scenario": config.name,
-                "scenario_hash": config.content_hash,
-                "observation_shape": list(make_observation_space(config, agent).shape),
-                "action_nvec": make_action_space(config, agent).nvec.tolist(),
-                "observation_scale": [float(x) for x in observation_scale],
-                "action_codec": codec,
-            },
-            indent=1,
-        )
-    )
-    return path
+    """Write the data-only policy (sidecar + safetensors weights) into ``checkpoint``."""
+    return write_checkpoint(checkpoint, sidecar_fields(config, agent, observation_scale, codec), network)
 
 
 def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
-    path = Path(checkpoint) / SIDECAR
-    if not path.is_file():
-        raise ValueError(
-            f"{checkpoint} is not a commons_arena policy checkpoint: {SIDECAR} is missing "
-            "(checkpoints written by `commons-arena train` have it)"
-        )
-    return json.loads(path.read_text())
+    """The validated sidecar as a dict (raises :class:`CheckpointError`, a ValueError)."""
+    return read_sidecar_model(checkpoint).model_dump(by_alias=True)
 
 
 def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpoint: str | Path) -> None:
@@ -126,19 +150,19 @@ def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpo
     if meta["action_nvec"] != nvec:
         problems.append(f"action space MultiDiscrete{meta['action_nvec']} vs MultiDiscrete{nvec}")
     if problems:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {checkpoint} (trained as {meta['agent']!r} on scenario {meta['scenario']!r}) does not fit "
             f"agent {agent!r} of scenario {config.name!r}: " + "; ".join(problems)
         )
 
 
 class LearnedPolicy:
-    """Greedy actions of a trained module: ``argmax`` of each MultiDiscrete sub-space.
+    """Greedy actions of a trained network: ``argmax`` of each MultiDiscrete sub-space.
 
-    Build it from a checkpoint with :meth:`load`, or around a live module (training-time
-    evaluation) with the constructor."""
+    Build it from a data-only checkpoint with :meth:`load`, or around a live network with the
+    constructor: a :class:`PolicyNetwork` or (training-time evaluation) an RLlib module."""
 
-    def __init__(self, module: Any, observation_scale: np.ndarray, codec: RelativeAllocatorCodec | None = None) -> None:
+    def __init__(self, module: Any, observation_scale: np.ndarray, codec: Any = None) -> None:
         import torch
 
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
@@ -148,26 +172,25 @@ class LearnedPolicy:
 
     @classmethod
     def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
-        from ray.rllib.core.rl_module.rl_module import RLModule
-
+        """Load ``arena_policy.json`` + ``arena_policy.safetensors``; nothing is unpickled."""
         config = load_scenario(config)
-        checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
-        meta = read_sidecar(checkpoint)
+        sidecar, network = load_network(checkpoint)
+        meta = sidecar.model_dump(by_alias=True)
         check_fits(meta, config, agent, checkpoint)
-        path = module_dir(checkpoint, meta["agent"])
-        if not path.is_dir():
-            raise ValueError(f"checkpoint {checkpoint} has no module {meta['agent']!r} (looked in {path})")
-        module = RLModule.from_checkpoint(path)
-        module.eval()
-        codec = CODECS[meta["action_codec"]](config) if meta.get("action_codec") else None
-        return cls(module, np.asarray(meta["observation_scale"], dtype=np.float32), codec)
+        return cls(network, np.asarray(meta["observation_scale"], dtype=np.float32), make_codec(meta["action_codec"], config))
 
     def reset(self, seed: int | None = None) -> None:
-        """Greedy and stateless: nothing to reset."""
+        """Greedy; a stateful network clears its state."""
+        if isinstance(self.module, PolicyNetwork):
+            self.module.reset()
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         observation = np.asarray(observation, dtype=np.float32)
-        action = module_action(self.module, observation / self.scale)
+        scaled = observation / self.scale
+        if isinstance(self.module, PolicyNetwork):
+            action = self.module.greedy(scaled)
+        else:
+            action = module_action(self.module, scaled)
         return action if self.codec is None else self.codec.decode(observation, action)
 
 
@@ -203,3 +226,61 @@ def observation_scale(samples: np.ndarray) -> np.ndarray:
     never exceed 1 (flags, one-hots, shares) are left as they are.
     """
     return np.maximum(np.abs(samples).max(axis=0), 1.0).astype(np.float32)
+
+
+def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
+    """Write the data-only files for an old (format 1) checkpoint, from its RLlib pickles.
+
+    This UNPICKLES the checkpoint's module files, which can run any code they contain: call it
+    only on a checkpoint you trust (one you trained). ``commons-arena convert-checkpoint DIR
+    --i-trust-this-checkpoint`` is the command-line form. The old files stay; ``learned:``
+    reads only the new ones from then on.
+    """
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from policies.checkpoint_format import network_from_rl_module
+
+    checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
+    path = checkpoint / SIDECAR
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} has no {SIDECAR}: not a commons_arena checkpoint")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        old_format = isinstance(old, dict) and "format_version" not in old
+        fields = {k: old[k] for k in ("agent", "scenario", "scenario_hash", "observation_shape", "action_nvec",
+                                      "observation_scale")} if old_format else {}
+    except (ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path} is not a format-1 sidecar: {exc}") from None
+    if not old_format:
+        raise CheckpointError(f"{checkpoint} is already in the data-only format (format_version {old.get('format_version')})")
+    source = module_dir(checkpoint, fields["agent"])
+    if not source.is_dir():
+        raise CheckpointError(f"checkpoint {checkpoint} has no module {fields['agent']!r} (looked in {source})")
+    module = RLModule.from_checkpoint(source)
+    module.eval()
+    network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+    codec = old.get("action_codec")
+    fields |= {
+        "env": "commons_arena_v0",
+        "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
+        "action_codec": {"name": codec, "params": {}} if codec else None,
+    }
+    return write_checkpoint(checkpoint, fields, network)
+
+
+__all__ = [
+    "CODECS",
+    "LEARNED_PREFIX",
+    "SIDECAR",
+    "CheckpointError",
+    "LearnedPolicy",
+    "PolicyNetwork",
+    "RelativeAllocatorCodec",
+    "check_fits",
+    "convert_pickled_checkpoint",
+    "make_codec",
+    "module_action",
+    "observation_scale",
+    "read_sidecar",
+    "save_policy",
+]

@@ -92,8 +92,7 @@ def _learned_spec(name: str) -> PolicySpec:
     from policies.learned import LEARNED_PREFIX, LearnedPolicy, read_sidecar
 
     checkpoint = name.removeprefix(LEARNED_PREFIX)
-    trained_as = read_sidecar(checkpoint)["agent"]
-    role = trained_as if trained_as in ("allocator", "broker") else "team"
+    role = read_sidecar(checkpoint)["role"]
 
     def factory(config: ScenarioConfig, agent: str, seed: int | None = None) -> Policy:
         return LearnedPolicy.load(checkpoint, config, agent, seed=seed)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import shutil
 
 import numpy as np
 import pytest
@@ -16,7 +18,8 @@ import ray
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.training.train import TrainArgs, train
-from policies.learned import LearnedPolicy, read_sidecar
+from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError
+from policies.learned import LearnedPolicy, convert_pickled_checkpoint, module_dir, read_sidecar
 from policies.population import Population, run_episode
 from policies.registry import make_policy
 
@@ -95,11 +98,43 @@ def test_learned_allocator_loads_from_a_relative_path(trained, monkeypatch):
     assert policy.act(obs[ALLOCATOR]).shape == (12,)
 
 
-def test_checkpoint_that_does_not_fit_names_both(trained):
-    with pytest.raises(ValueError, match=r"trained as 'allocator' on scenario 'standard'.*scenario 'market_baseline'"):
-        LearnedPolicy.load(trained, "market_baseline", ALLOCATOR)
-    with pytest.raises(ValueError, match="not a commons_arena policy checkpoint"):
-        LearnedPolicy.load(trained.parent, "standard", ALLOCATOR)
+def test_real_checkpoint_with_a_trojaned_module_state_plays_without_running_it(trained, tmp_path):
+    from tests.test_checkpoint_format import Trojan
+
+    copy, marker = tmp_path / "checkpoint", tmp_path / "ran"
+    shutil.copytree(trained, copy)
+    state = module_dir(copy, ALLOCATOR) / "module_state.pkl"
+    assert state.is_file(), "RLlib's module state file moved: point the trojan at the new one"
+    state.write_bytes(pickle.dumps(Trojan(marker)))
+    env = commons_arena.parallel_env("standard")
+    trojaned = run_episode(env, Population.default(env.config).with_agent(ALLOCATOR, f"learned:{copy}"), seed=2)
+    clean = run_episode(env, Population.default(env.config).with_agent(ALLOCATOR, f"learned:{trained}"), seed=2)
+    assert not marker.exists()
+    assert trojaned == clean  # the weights come from the safetensors file alone
+
+
+def test_old_pickled_checkpoint_converts_to_the_same_policy(trained, tmp_path):
+    """A format-1 checkpoint (sidecar without a network, weights only in RLlib's pickles) is
+    refused, and the trusted-conversion path rebuilds exactly the same policy."""
+    old = tmp_path / "old"
+    shutil.copytree(trained, old)
+    meta = read_sidecar(trained)
+    (old / WEIGHTS).unlink()
+    (old / SIDECAR).write_text(json.dumps({
+        "env": "commons_arena_v0", "agent": meta["agent"], "scenario": meta["scenario"],
+        "scenario_hash": meta["scenario_hash"], "observation_shape": meta["observation_shape"],
+        "action_nvec": meta["action_nvec"], "observation_scale": meta["observation_scale"],
+        "action_codec": meta["action_codec"]["name"]}))
+    with pytest.raises(CheckpointError, match="old pickled checkpoint"):
+        LearnedPolicy.load(old, "standard", ALLOCATOR)
+    convert_pickled_checkpoint(old)
+    assert read_sidecar(old) == meta
+    before, after = LearnedPolicy.load(trained, "standard", ALLOCATOR), LearnedPolicy.load(old, "standard", ALLOCATOR)
+    env = commons_arena.parallel_env("standard")
+    obs, _ = env.reset(seed=5)
+    assert np.array_equal(before.act(obs[ALLOCATOR]), after.act(obs[ALLOCATOR]))
+    with pytest.raises(CheckpointError, match="already in the data-only format"):
+        convert_pickled_checkpoint(old)
 
 
 def test_resume_continues_from_the_last_checkpoint(trained):

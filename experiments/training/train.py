@@ -36,8 +36,9 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.evaluate import BASELINES, normalised_score, play_many
+from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
 from policies.focal import FocalEnv
-from policies.learned import CODECS, LearnedPolicy, observation_scale, write_sidecar
+from policies.learned import CODECS, LearnedPolicy, observation_scale, save_policy
 from policies.population import Population, run_episode
 
 CURRICULUM = ("standard", "elevated", "crisis")
@@ -159,8 +160,14 @@ def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
     }
 
 
+def allocator_network(algo: Any) -> PolicyNetwork:
+    """The allocator module's greedy actor as the data-only network a checkpoint stores."""
+    module = algo.get_module(ALLOCATOR)
+    return network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+
+
 def held_out_return(module: Any, scale: np.ndarray, codec: str, scenario: str, seeds: list[int]) -> float:
-    """Mean return of the module (greedy, as a LearnedPolicy) against the scenario's population."""
+    """Mean return of the network (greedy, as a LearnedPolicy) against the scenario's population."""
     env = commons_arena.parallel_env(scenario=scenario)
     policies = Population.default(env.config).build(env.config, env=env)
     policies[ALLOCATOR] = LearnedPolicy(module, scale, CODECS[codec](env.config) if codec != "none" else None)
@@ -289,7 +296,8 @@ def train(args: TrainArgs) -> Path:
             continue
         scenario = args.stages[state.stage]
         ref = anchors[scenario]
-        mean_return = held_out_return(algo.get_module(ALLOCATOR), scale, args.action_codec, scenario, eval_seeds)
+        network = allocator_network(algo)  # what the checkpoint stores is what is evaluated
+        mean_return = held_out_return(network, scale, args.action_codec, scenario, eval_seeds)
         score = normalised_score(mean_return, ref["random"], ref["oracle"])
         state.seconds = time.perf_counter() - start
         row = {"iteration": state.iterations, "env_steps": state.env_steps, "minutes": state.seconds / 60,
@@ -300,9 +308,9 @@ def train(args: TrainArgs) -> Path:
         writer.add_scalar("eval/return", mean_return, state.env_steps)
         print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, "
               f"normalised score {score:.3f} (best baseline {max(ref[b] for b in BASELINES):.2f}, oracle {ref['oracle']:.2f})")
-        algo.save_to_path(str(checkpoint))
-        write_sidecar(checkpoint, commons_arena.load_scenario(scenario), ALLOCATOR, scale,
-                      codec=None if args.action_codec == "none" else args.action_codec)
+        algo.save_to_path(str(checkpoint))  # RLlib's full state (pickles): only --resume reads it
+        save_policy(checkpoint, network, commons_arena.load_scenario(scenario), ALLOCATOR, scale,
+                    codec=None if args.action_codec == "none" else args.action_codec)
         # `checkpoint` is the latest (resume continues from it); `best` the best held-out
         # score on the current stage (a report should then use seeds other than these).
         new_stage = len(state.history) > 1 and state.history[-2]["scenario"] != scenario
@@ -316,7 +324,7 @@ def train(args: TrainArgs) -> Path:
     if len(args.stages) > 1 or args.iterations is None:
         final = {}
         for scenario in args.stages:
-            mean_return = held_out_return(algo.get_module(ALLOCATOR), scale, args.action_codec, scenario, eval_seeds)
+            mean_return = held_out_return(allocator_network(algo), scale, args.action_codec, scenario, eval_seeds)
             ref = anchors[scenario]
             final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
                                "best_baseline": max(BASELINES, key=lambda b: ref[b]),

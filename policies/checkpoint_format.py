@@ -1,0 +1,426 @@
+"""The data-only policy checkpoint: a JSON sidecar plus safetensors weights, nothing executable.
+
+A learned policy on disk is two files in its checkpoint folder::
+
+    arena_policy.json          what the policy is (format_version 2, below)
+    arena_policy.safetensors   its weights: named float32 tensors, nothing else
+
+Loading reads only these two. The sidecar is JSON (NaN/Infinity refused, every field typed
+and bounded); the weights are safetensors, a format that holds tensors and a JSON header and
+cannot carry code. The network is rebuilt here from the sidecar's ``network`` spec with plain
+torch layers, so no class named by the file is ever imported or constructed. RLlib's own
+checkpoint files (``*.pkl``, used by ``--resume``) may sit next to them; they are never read.
+
+Sidecar fields (``format_version`` 2)::
+
+    format, format_version       "commons_arena.policy", 2
+    env                          "commons_arena_v0"
+    agent, role                  the agent it was trained as and that agent's role
+                                 (allocator / team / broker)
+    scenario, scenario_hash      where it was trained (informative; fit is checked on spaces)
+    observation_shape            the env observation shape of that agent
+    action_nvec                  the env action space (MultiDiscrete nvec) of that agent
+    observation_scale            the network sees observation / scale (one finite positive
+                                 number per observation dimension)
+    action_codec                 null (the network outputs the env action) or
+                                 {"name": <policies.learned.CODECS key>, "params": {...}}
+    network.layers               the forward pass, in order: {"type": "linear", "in": n,
+                                 "out": m} (tensors ``layers.<i>.weight`` [m, n] and
+                                 ``layers.<i>.bias`` [m]), {"type": "layer_norm", "size": n}
+                                 (``layers.<i>.weight`` / ``.bias`` [n]) or an activation
+                                 {"type": "tanh" | "relu" | "elu" | "silu" | "sigmoid"}
+    network.action_distribution  {"type": "multi_categorical", "nvec": [...]}: the last
+                                 layer's outputs are the concatenated logits of each
+                                 sub-space; the greedy action is the argmax of each
+    network.weights_sha256       sha256 of the safetensors file
+
+Extending it (a new layer type, a recurrent layer, another distribution): add an entry to
+:data:`LAYER_TYPES` or :data:`DISTRIBUTIONS` and to the docs. A reader that does not know a
+type refuses the file with a message naming it, so old readers fail clearly on new files;
+bump ``format_version`` only when a field an old reader *does* know changes meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SIDECAR = "arena_policy.json"
+WEIGHTS = "arena_policy.safetensors"
+FORMAT = "commons_arena.policy"
+FORMAT_VERSION = 2
+CONVERT_COMMAND = "commons-arena convert-checkpoint {dir} --i-trust-this-checkpoint"
+
+# Bounds on what a sidecar may ask for, so a crafted one cannot exhaust memory.
+MAX_SIDECAR_BYTES = 16 * 2**20
+MAX_LAYER_WIDTH = 65_536
+MAX_PARAMETERS = 64 * 2**20  # float32: 256 MiB
+MAX_LAYERS = 64
+
+Width = Annotated[int, Field(ge=1, le=MAX_LAYER_WIDTH)]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be loaded as a data-only policy (message says why)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class Linear(_Strict):
+    type: Literal["linear"]
+    in_: Width = Field(alias="in")
+    out: Width
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
+
+
+class LayerNorm(_Strict):
+    type: Literal["layer_norm"]
+    size: Width
+    eps: float = Field(default=1e-5, gt=0, le=1)
+
+
+class Activation(_Strict):
+    type: Literal["tanh", "relu", "elu", "silu", "sigmoid"]
+
+
+Layer = Annotated[Linear | LayerNorm | Activation, Field(discriminator="type")]
+
+
+class MultiCategorical(_Strict):
+    type: Literal["multi_categorical"]
+    nvec: list[Width] = Field(min_length=1, max_length=MAX_LAYER_WIDTH)
+
+
+class NetworkSpec(_Strict):
+    layers: list[Layer] = Field(min_length=1, max_length=MAX_LAYERS)
+    action_distribution: Annotated[MultiCategorical, Field(discriminator="type")]
+    weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Codec(_Strict):
+    name: str = Field(min_length=1, max_length=100)
+    params: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=32)
+
+
+class Sidecar(_Strict):
+    format: Literal["commons_arena.policy"]
+    format_version: Literal[2]
+    env: Literal["commons_arena_v0"]
+    agent: str = Field(min_length=1, max_length=200)
+    role: Literal["allocator", "team", "broker"]
+    scenario: str = Field(max_length=500)
+    scenario_hash: str = Field(max_length=200)
+    observation_shape: list[Width] = Field(min_length=1, max_length=1)
+    action_nvec: list[Annotated[int, Field(ge=1, le=2**62)]] = Field(min_length=1, max_length=MAX_LAYER_WIDTH)
+    observation_scale: list[Annotated[float, Field(gt=0)]] = Field(max_length=MAX_LAYER_WIDTH)
+    action_codec: Codec | None
+    network: NetworkSpec
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(by_alias=True), indent=1)
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_sidecar(checkpoint: str | Path) -> Sidecar:
+    """The validated sidecar of ``checkpoint``; :class:`CheckpointError` naming the problem otherwise.
+
+    A sidecar of the old format (no ``format_version``: the weights were only in RLlib's
+    pickles) is refused with the command that converts a checkpoint one trusts.
+    """
+    path = Path(checkpoint) / SIDECAR
+    if not path.is_file():
+        raise CheckpointError(
+            f"{checkpoint} is not a commons_arena policy checkpoint: {SIDECAR} is missing "
+            "(checkpoints written by `commons-arena train` have it)"
+        )
+    if path.stat().st_size > MAX_SIDECAR_BYTES:
+        raise CheckpointError(f"{path} is larger than {MAX_SIDECAR_BYTES // 2**20} MiB: not a policy sidecar")
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {_one_line(exc)}") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    version = raw.get("format_version")
+    if version is None:
+        raise CheckpointError(
+            f"{checkpoint} is an old pickled checkpoint (its weights are only in RLlib's pickle files, and loading "
+            "those can run code). If you trust it (you trained it yourself), convert it once with: "
+            + CONVERT_COMMAND.format(dir=checkpoint)
+        )
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format_version {version!r}; this commons_arena reads format_version {FORMAT_VERSION}"
+        )
+    try:
+        sidecar = Sidecar.model_validate(raw)
+    except ValidationError as exc:
+        raise CheckpointError(f"{path} is invalid: {_first_error(exc)}") from None
+    _check_consistent(sidecar, path)
+    return sidecar
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _check_consistent(sidecar: Sidecar, path: Path) -> None:
+    """The layers chain, their sizes match the observation and the distribution, and the
+    parameter count is bounded."""
+    obs_size = sidecar.observation_shape[0]
+    if len(sidecar.observation_scale) != obs_size:
+        raise CheckpointError(
+            f"{path}: observation_scale has {len(sidecar.observation_scale)} entries for observation size {obs_size}"
+        )
+    width, parameters = obs_size, 0
+    for i, layer in enumerate(sidecar.network.layers):
+        if isinstance(layer, Linear):
+            if layer.in_ != width:
+                raise CheckpointError(f"{path}: network layer {i} takes {layer.in_} inputs but receives {width}")
+            parameters += layer.out * (layer.in_ + 1)
+            width = layer.out
+        elif isinstance(layer, LayerNorm):
+            if layer.size != width:
+                raise CheckpointError(f"{path}: network layer {i} normalises {layer.size} values but receives {width}")
+            parameters += 2 * width
+        if parameters > MAX_PARAMETERS:
+            raise CheckpointError(f"{path}: the network has more than {MAX_PARAMETERS} parameters")
+    logits = sum(sidecar.network.action_distribution.nvec)
+    if width != logits:
+        raise CheckpointError(
+            f"{path}: the network outputs {width} values but its action distribution needs {logits} logits"
+        )
+
+
+def expected_tensors(spec: NetworkSpec) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape the weights file must hold, for ``spec``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i, layer in enumerate(spec.layers):
+        if isinstance(layer, Linear):
+            shapes[f"layers.{i}.weight"] = (layer.out, layer.in_)
+            shapes[f"layers.{i}.bias"] = (layer.out,)
+        elif isinstance(layer, LayerNorm):
+            shapes[f"layers.{i}.weight"] = (layer.size,)
+            shapes[f"layers.{i}.bias"] = (layer.size,)
+    return shapes
+
+
+def read_weights(checkpoint: str | Path, sidecar: Sidecar) -> dict[str, Any]:
+    """The weights of ``checkpoint`` as torch tensors, checked against the sidecar's spec."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(checkpoint) / WEIGHTS
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} has no weights file {WEIGHTS}")
+    shapes = expected_tensors(sidecar.network)
+    limit = 4 * sum(math.prod(s) for s in shapes.values()) + 2**20  # tensors + a generous header
+    if path.stat().st_size > limit:
+        raise CheckpointError(f"{path} is larger than its network needs ({path.stat().st_size} > {limit} bytes)")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sidecar.network.weights_sha256:
+        raise CheckpointError(f"{path} does not match the weights_sha256 recorded in {SIDECAR}")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a safetensors file: {_one_line(exc)}") from None
+    import torch
+
+    missing = sorted(set(shapes) - set(tensors))
+    extra = sorted(set(tensors) - set(shapes))
+    if missing or extra:
+        raise CheckpointError(f"{path}: tensors missing {missing}, unexpected {extra}")
+    for name, shape in shapes.items():
+        tensor = tensors[name]
+        if tensor.dtype != torch.float32 or tuple(tensor.shape) != shape:
+            raise CheckpointError(
+                f"{path}: tensor {name} is {tensor.dtype} {tuple(tensor.shape)}, expected float32 {shape}"
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{path}: tensor {name} holds NaN or infinite values")
+    return tensors
+
+
+# --------------------------------------------------------------------- the network
+
+
+def _activation(name: str) -> Callable[[], Any]:
+    import torch.nn as nn
+
+    return {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "sigmoid": nn.Sigmoid}[name]
+
+
+def _build_layer(layer: Linear | LayerNorm | Activation) -> Any:
+    import torch.nn as nn
+
+    if isinstance(layer, Linear):
+        return nn.Linear(layer.in_, layer.out)
+    if isinstance(layer, LayerNorm):
+        return nn.LayerNorm(layer.size, eps=layer.eps)
+    return _activation(layer.type)()
+
+
+# Layer type -> builder of the torch module for it (the spec's ``type`` field).
+LAYER_TYPES: dict[str, Callable[[Any], Any]] = {
+    name: _build_layer for name in ("linear", "layer_norm", "tanh", "relu", "elu", "silu", "sigmoid")
+}
+
+
+def _greedy_multi_categorical(logits: Any, nvec: list[int]) -> Any:
+    import torch
+
+    return torch.stack([part.argmax(dim=-1) for part in torch.split(logits, nvec, dim=-1)], dim=-1)
+
+
+# Distribution type -> greedy action from the network's outputs.
+DISTRIBUTIONS: dict[str, Callable[[Any, list[int]], Any]] = {"multi_categorical": _greedy_multi_categorical}
+
+
+class PolicyNetwork:
+    """The torch network a sidecar describes, with its weights: ``greedy(obs)`` -> action.
+
+    Built only from :class:`NetworkSpec` and named tensors; holds no reference to the class
+    that trained it.
+    """
+
+    def __init__(self, spec: NetworkSpec, tensors: dict[str, Any]) -> None:
+        import torch
+
+        self.spec = spec
+        # tensors are named "layers.<i>.<param>": the sequence sits under the key "layers"
+        self._root = torch.nn.ModuleDict({"layers": torch.nn.Sequential(*(LAYER_TYPES[x.type](x) for x in spec.layers))})
+        self._root.load_state_dict(tensors, strict=True)
+        self._root.eval()
+        self.net = self._root["layers"]
+        self.nvec = list(spec.action_distribution.nvec)
+        self._greedy = DISTRIBUTIONS[spec.action_distribution.type]
+
+    @property
+    def input_size(self) -> int:
+        first = self.spec.layers[0]
+        return first.in_ if isinstance(first, Linear) else first.size if isinstance(first, LayerNorm) else -1
+
+    def logits(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return self.net(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy action for one (scaled) observation, int64."""
+        import torch
+
+        obs = np.asarray(obs, dtype=np.float32)
+        if obs.shape != (self.input_size,):
+            raise ValueError(f"observation shape mismatch: network expects ({self.input_size},), got {obs.shape}")
+        with torch.no_grad():
+            out = self.net(torch.from_numpy(obs[None]))
+            return self._greedy(out, self.nvec)[0].numpy().astype(np.int64)
+
+    def reset(self) -> None:
+        """Stateless layers only so far; a recurrent layer type clears its state here."""
+
+    def tensors(self) -> dict[str, Any]:
+        return {k: v.detach().contiguous() for k, v in self._root.state_dict().items()}
+
+
+def load_network(checkpoint: str | Path) -> tuple[Sidecar, PolicyNetwork]:
+    """Sidecar and network of a data-only checkpoint. Reads two files; never unpickles."""
+    sidecar = read_sidecar(checkpoint)
+    return sidecar, PolicyNetwork(sidecar.network, read_weights(checkpoint, sidecar))
+
+
+def write_checkpoint(checkpoint: str | Path, sidecar_fields: dict[str, Any], network: PolicyNetwork) -> Path:
+    """Write ``arena_policy.safetensors`` and ``arena_policy.json`` into ``checkpoint``.
+
+    ``sidecar_fields``: every sidecar field but ``format``, ``format_version`` and ``network``.
+    The result is read back and checked before this returns.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(checkpoint)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(network.tensors(), str(folder / WEIGHTS))
+    digest = hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest()
+    spec = network.spec.model_copy(update={"weights_sha256": digest})
+    sidecar = Sidecar.model_validate(
+        {"format": FORMAT, "format_version": FORMAT_VERSION, **sidecar_fields,
+         "network": spec.model_dump(by_alias=True)}
+    )
+    (folder / SIDECAR).write_text(sidecar.to_json())
+    read_weights(folder, read_sidecar(folder))
+    return folder / SIDECAR
+
+
+# ------------------------------------------------------------ from an RLlib module
+
+
+def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
+    """The greedy actor of an RLlib default (PPO/APPO) torch module as a :class:`PolicyNetwork`.
+
+    Walks the actor's MLP encoder and the policy head (``torch.nn.Sequential`` of Linear,
+    LayerNorm and activations) and refuses anything else. The copy is checked: its logits
+    must equal the module's own ``forward_inference`` output on random observations.
+    """
+    import torch
+    import torch.nn as nn
+    from ray.rllib.core.columns import Columns
+
+    encoder = getattr(module, "encoder", None)
+    actor = getattr(encoder, "actor_encoder", encoder)
+    pi = getattr(module, "pi", None)
+    parts = [getattr(getattr(part, "net", None), "mlp", None) for part in (actor, pi)]
+    if not all(isinstance(p, nn.Sequential) for p in parts):
+        raise CheckpointError(
+            f"cannot export {type(module).__name__}: only RLlib's default MLP modules (encoder + pi head) are supported"
+        )
+    layers: list[dict[str, Any]] = []
+    tensors: dict[str, Any] = {}
+    activations = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid"}
+    for child in (c for part in parts for c in part):  # type: ignore[union-attr]
+        i = len(layers)
+        if isinstance(child, nn.Linear):
+            layers.append({"type": "linear", "in": child.in_features, "out": child.out_features})
+            tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"] = child.weight, child.bias
+        elif isinstance(child, nn.LayerNorm) and len(child.normalized_shape) == 1:
+            layers.append({"type": "layer_norm", "size": child.normalized_shape[0], "eps": float(child.eps)})
+            tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"] = child.weight, child.bias
+        elif type(child) in activations:
+            layers.append({"type": activations[type(child)]})
+        else:
+            raise CheckpointError(f"cannot export layer {type(child).__name__} of {type(module).__name__}")
+    spec = NetworkSpec.model_validate(
+        {"layers": layers, "action_distribution": {"type": "multi_categorical", "nvec": [int(n) for n in nvec]},
+         "weights_sha256": "0" * 64}
+    )
+    network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
+    probe = np.random.default_rng(0).normal(size=(8, network.input_size)).astype(np.float32)
+    with torch.no_grad():
+        theirs = module.forward_inference({Columns.OBS: torch.from_numpy(probe)})[Columns.ACTION_DIST_INPUTS]
+    if not np.allclose(network.logits(probe), theirs.numpy(), atol=1e-5, rtol=1e-5):
+        raise CheckpointError(f"exporting {type(module).__name__} changed its outputs: unsupported module layout")
+    return network
