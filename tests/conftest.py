@@ -192,3 +192,20 @@ UNUSUAL = {"duo_one_tier_hard": _duo_one_tier_hard, "octet_five_tiers": _octet_f
 def unusual_scenario(request: pytest.FixtureRequest, write_scenario: Callable[..., Path]) -> Path:
     """Path of a scenario file of unusual shape, written to tmp_path (not in the repo)."""
     return write_scenario(UNUSUAL[request.param](), filename=f"{request.param}.toml")
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for every RLlib test of the session (2 CPUs, no dashboard); shut down at the end."""
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_tests")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()

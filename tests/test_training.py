@@ -7,13 +7,11 @@ script (``commons-arena train``), not a test.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
 
 import numpy as np
 import pytest
-import ray
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
@@ -36,14 +34,6 @@ TINY = dict(
     hidden=(16, 16),
     quiet=True,
 )
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_tests")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -122,7 +122,7 @@ def with_identity(observation: np.ndarray, identity: tuple[int, int] | None) -> 
 def module_scales(plan: SeatPlan, samples: Mapping[str, np.ndarray], scale_fn: Any) -> dict[str, np.ndarray]:
     """Seat -> observation scale, fitted per module on the observations of all its seats."""
     out: dict[str, np.ndarray] = {}
-    for module, seats in plan.modules.items():
+    for seats in plan.modules.values():
         scale = scale_fn(np.concatenate([samples[s] for s in seats]))
         out.update(dict.fromkeys(seats, scale))
     return out

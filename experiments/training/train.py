@@ -37,7 +37,6 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.evaluate import BASELINES, normalised_score, play_many
 from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
-from policies.focal import FocalEnv
 from policies.learned import CODECS, LearnedPolicy, observation_scale, save_policy
 from policies.population import Population, run_episode
 
@@ -46,8 +45,18 @@ CURRICULUM = ("standard", "elevated", "crisis")
 
 @dataclass
 class TrainArgs:
-    experiment: Literal["allocator_ppo", "allocator_curriculum"] = "allocator_ppo"
-    """allocator_ppo: one scenario; allocator_curriculum: standard -> elevated -> crisis"""
+    experiment: Literal["allocator_ppo", "allocator_curriculum", "seats_ppo", "selfplay", "league"] = "allocator_ppo"
+    """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
+    elevated -> crisis; seats_ppo: the --learners seats learn; selfplay: allocator, teams and
+    broker all learn (experiments/training/selfplay.py); league: a team learns against a mix of
+    scripted teams and frozen snapshots of itself (experiments/training/league.py)"""
+    learners: tuple[str, ...] = ("allocator",)
+    """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team)"""
+    team_modules: Literal["shared", "per_team"] = "shared"
+    """learning teams share one module (their identity appended to the observation) or get one each"""
+    background: Path | None = None
+    """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
+    default: the scenario's own population"""
     scenario: str = "standard"
     """scenario for allocator_ppo (ignored by the curriculum)"""
     minutes: float = 10.0
@@ -128,28 +137,13 @@ class RunState:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def scripted_factories(scenario: str) -> dict[str, Any]:
-    """Picklable policy factories for every agent but the allocator (the scenario's population)."""
+def scripted_factories(scenario: str, learning: list[str], background: Population | None = None) -> dict[str, Any]:
+    """Picklable policy factories for every seat that does not learn (the background)."""
     from experiments.training.rllib_adapter import registered_policy
 
     config = commons_arena.load_scenario(scenario)
-    entries = Population.default(config).resolve(config)
-    return {agent: registered_policy(e.policy, scenario, **e.params) for agent, e in entries.items() if agent != ALLOCATOR}
-
-
-def sample_allocator_observations(scenarios: tuple[str, ...], seed: int, episodes: int = 8) -> np.ndarray:
-    """Allocator observations from random and proportional allocators (for the scale)."""
-    rows = []
-    for scenario in scenarios:
-        config = commons_arena.load_scenario(scenario)
-        for allocator in ("random", "proportional"):
-            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
-            for k in range(episodes):
-                episode.reset(seed=seed * 7919 + k)
-                while not episode.episode_over:
-                    rows.append(episode.seat_observations[ALLOCATOR])
-                    episode.step({})
-    return np.stack(rows)
+    entries = (background or Population.default(config)).resolve(config, strict=False)
+    return {agent: registered_policy(e.policy, scenario, **e.params) for agent, e in entries.items() if agent not in learning}
 
 
 def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
@@ -174,19 +168,27 @@ def held_out_return(module: Any, scale: np.ndarray, codec: str, scenario: str, s
     return float(np.mean([run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]))
 
 
-def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[str, float]], stage: int = 0):
+def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray, anchors: dict[str, dict[str, float]],
+                    stage: int = 0):
+    """The RLlib algorithm of ``args``; ``scales``: learning seat -> observation scale (an array
+    alone is the allocator's)."""
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
+    from experiments.training.selfplay import background_population, plan_for
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
+    plan = plan_for(args.experiment, commons_arena.load_scenario(scenario), args.learners, args.team_modules)
+    if not isinstance(scales, dict):
+        scales = {ALLOCATOR: scales}
+    background = background_population(args.background, commons_arena.load_scenario(scenario))
     population_in_env = args.scripted_in_env or args.experiment == "allocator_curriculum"
     config = build_ppo_config(
         scenario,
-        {} if population_in_env else scripted_factories(scenario),
+        {} if population_in_env else scripted_factories(scenario, plan.seats, background),
         num_envs_per_env_runner=args.num_envs_per_env_runner,
         num_env_runners=args.num_env_runners,
         train_batch_size=args.train_batch_size,
@@ -194,8 +196,10 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
         num_epochs=args.num_epochs,
         model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False),
         env_config={
-            "observation_scale": {ALLOCATOR: scale.tolist()},
-            **({"action_codec": {ALLOCATOR: args.action_codec}} if args.action_codec != "none" else {}),
+            "observation_scale": {seat: np.asarray(scales[seat]).tolist() for seat in plan.seats},
+            "background": background.to_dict(),
+            **({"action_codec": {ALLOCATOR: args.action_codec}}
+               if args.action_codec != "none" and ALLOCATOR in plan.seats else {}),
             # by scenario hash: lets the metrics callback report a normalised score per episode
             "score_anchors": {commons_arena.load_scenario(s).content_hash: a for s, a in anchors.items()},
             **({"curriculum": {"stages": list(args.stages), "promote_at": args.promote_at,
@@ -206,6 +210,7 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
         seed=args.seed,
         callbacks=CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback,
         play_population=population_in_env,
+        plan=plan,
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()
@@ -213,7 +218,9 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
     runners = result.get("env_runners", {})
-    out = {"return_mean": float(runners.get("agent_episode_returns_mean", {}).get(ALLOCATOR, np.nan))}
+    returns = runners.get("agent_episode_returns_mean", {})
+    out = {"return_mean": float(returns.get(ALLOCATOR, np.mean(list(returns.values())) if returns else np.nan))}
+    out.update({f"return_mean/{seat}": float(value) for seat, value in returns.items()})
     for key in ("allocator_reward_terms", "allocator_episode"):
         for name, value in runners.get(key, {}).items():
             out[f"{key}/{name}"] = float(value)
@@ -225,7 +232,9 @@ def train(args: TrainArgs) -> Path:
     import torch
     from tensorboardX import SummaryWriter
 
+    from experiments.training import selfplay
     from experiments.training.rllib_adapter import set_scenario_everywhere
+    from experiments.training.seats import module_scales
     from experiments.viewing.plots import learning_curve
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
@@ -248,19 +257,26 @@ def train(args: TrainArgs) -> Path:
     else:
         anchors = {s: reference_returns(s, eval_seeds) for s in args.stages}
         anchors_path.write_text(json.dumps(anchors, indent=1))
-    scale_path = run / "observation_scale.json"
+    config = commons_arena.load_scenario(args.stages[0])
+    plan = selfplay.plan_for(args.experiment, config, args.learners, args.team_modules)
+    background = selfplay.background_population(args.background, config)
+    codecs = {ALLOCATOR: args.action_codec} if args.action_codec != "none" and ALLOCATOR in plan.seats else {}
+    scale_path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
     if scale_path.is_file():
-        scale = np.asarray(json.loads(scale_path.read_text()), dtype=np.float32)
+        saved = json.loads(scale_path.read_text())
+        scales = {s: np.asarray(v, dtype=np.float32) for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
-        scale = observation_scale(sample_allocator_observations(args.stages, args.seed))
-        scale_path.write_text(json.dumps(scale.tolist()))
+        samples = selfplay.sample_observations(args.stages, args.seed)
+        scales = module_scales(plan, samples, observation_scale)
+        scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
+    print(f"learning: {plan.describe()}")
 
     # ---- Ray: a cluster if asked for, else local with what this machine has
     address = args.address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  **({} if address else {"num_cpus": os.cpu_count()}))
-    algo = build_algorithm(args, scale, anchors, stage=state.stage)
+    algo = build_algorithm(args, scales, anchors, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
         algo.restore_from_path(str(checkpoint))
@@ -296,21 +312,34 @@ def train(args: TrainArgs) -> Path:
             continue
         scenario = args.stages[state.stage]
         ref = anchors[scenario]
-        network = allocator_network(algo)  # what the checkpoint stores is what is evaluated
-        mean_return = held_out_return(network, scale, args.action_codec, scenario, eval_seeds)
-        score = normalised_score(mean_return, ref["random"], ref["oracle"])
-        state.seconds = time.perf_counter() - start
-        row = {"iteration": state.iterations, "env_steps": state.env_steps, "minutes": state.seconds / 60,
-               "scenario": scenario, "eval_return": mean_return, "score": score,
+        networks = selfplay.seat_networks(algo, plan)  # what the checkpoint stores is what is evaluated
+        row = {"iteration": state.iterations, "env_steps": state.env_steps, "scenario": scenario,
                "train_return": scalars["return_mean"]}
+        if plan.seats != [ALLOCATOR]:  # several learners: they play the held-out seeds together
+            returns = selfplay.held_out_seat_returns(networks, scales, codecs, scenario, eval_seeds, background)
+            row["returns"] = returns
+            for seat, value in returns.items():
+                writer.add_scalar(f"eval/return/{seat}", value, state.env_steps)
+            print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}, learners together: "
+                  + ", ".join(f"{seat} {value:.2f}" for seat, value in returns.items()))
+        if ALLOCATOR in networks:  # the allocator alone against the scenario's own population
+            mean_return = held_out_return(networks[ALLOCATOR], scales[ALLOCATOR], args.action_codec, scenario, eval_seeds)
+            score = normalised_score(mean_return, ref["random"], ref["oracle"])
+            print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, normalised score "
+                  f"{score:.3f} (best baseline {max(ref[b] for b in BASELINES):.2f}, oracle {ref['oracle']:.2f})")
+        else:  # no allocator learns: the learners' mean held-out return ranks checkpoints
+            mean_return = score = float(np.mean(list(row["returns"].values())))
+        state.seconds = time.perf_counter() - start
+        row.update({"minutes": state.seconds / 60, "eval_return": mean_return, "score": score})
         state.history.append(row)
         writer.add_scalar("eval/normalised_score", score, state.env_steps)
         writer.add_scalar("eval/return", mean_return, state.env_steps)
-        print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, "
-              f"normalised score {score:.3f} (best baseline {max(ref[b] for b in BASELINES):.2f}, oracle {ref['oracle']:.2f})")
         algo.save_to_path(str(checkpoint))  # RLlib's full state (pickles): only --resume reads it
-        save_policy(checkpoint, network, commons_arena.load_scenario(scenario), ALLOCATOR, scale,
-                    codec=None if args.action_codec == "none" else args.action_codec)
+        if plan.seats == [ALLOCATOR]:
+            save_policy(checkpoint, networks[ALLOCATOR], commons_arena.load_scenario(scenario), ALLOCATOR,
+                        scales[ALLOCATOR], codec=codecs.get(ALLOCATOR))
+        else:
+            selfplay.save_policy_set(checkpoint, networks, commons_arena.load_scenario(scenario), scales, codecs)
         # `checkpoint` is the latest (resume continues from it); `best` the best held-out
         # score on the current stage (a report should then use seeds other than these).
         new_stage = len(state.history) > 1 and state.history[-2]["scenario"] != scenario
@@ -320,11 +349,12 @@ def train(args: TrainArgs) -> Path:
             shutil.copytree(checkpoint, run / "best")
         (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
         (run / "history.json").write_text(json.dumps(state.history, indent=1))
-        _plot(learning_curve, state.history, anchors, run / "learning_curve.png")
-    if len(args.stages) > 1 or args.iterations is None:
+        _plot(learning_curve, state.history, anchors, run / "learning_curve.png", allocator=ALLOCATOR in plan.seats)
+    if ALLOCATOR in plan.seats and (len(args.stages) > 1 or args.iterations is None):
         final = {}
         for scenario in args.stages:
-            mean_return = held_out_return(allocator_network(algo), scale, args.action_codec, scenario, eval_seeds)
+            mean_return = held_out_return(allocator_network(algo), scales[ALLOCATOR], args.action_codec, scenario,
+                                          eval_seeds)
             ref = anchors[scenario]
             final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
                                "best_baseline": max(BASELINES, key=lambda b: ref[b]),
@@ -357,8 +387,15 @@ def _resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
     return TrainArgs(**values)
 
 
-def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path) -> None:
+def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path,
+          allocator: bool = True) -> None:
     scenario = history[-1]["scenario"]
+    if not allocator:  # each learning seat's held-out return
+        runs = {seat: [{"env_steps": r["env_steps"], "return": r["returns"][seat]} for r in history]
+                for seat in history[-1]["returns"]}
+        learning_curve(runs, None, path, y="return",
+                       title=f"{scenario}: learning seats' mean return on held-out seeds (playing together)")
+        return
     ref = anchors[scenario]
     baselines = {b: normalised_score(ref[b], ref["random"], ref["oracle"]) for b in BASELINES}
     learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},

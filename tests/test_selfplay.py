@@ -1,0 +1,103 @@
+"""Any seat learns: a team as the only learner, every seat learning, checkpoints in every seat.
+
+RLlib runs for real on a tiny budget (seconds per run)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from experiments.training.seats import SeatPlan, fold_identity, with_identity
+from experiments.training.train import TrainArgs, train
+from policies import Population, run_episode
+from policies.learned import LearnedPolicy, read_sidecar
+from policies.policy_set import member_for
+from policies.registry import make_policy
+
+pytestmark = pytest.mark.timeout(300)
+
+TINY = dict(iterations=1, eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50, num_epochs=1,
+            num_envs_per_env_runner=2, hidden=(16, 16), quiet=True)
+TEAMS = ("search", "robotics", "safety")
+
+
+def rllib_modules(checkpoint) -> set[str]:
+    return {p.name for p in (checkpoint / "learner_group" / "learner" / "rl_module").iterdir() if p.is_dir()}
+
+
+def test_seat_plans():
+    config = commons_arena.load_scenario("standard")
+    shared = SeatPlan.build(config, ["team"])
+    assert shared.modules == {"team": list(TEAMS)}
+    assert shared.identity == {"search": (0, 3), "robotics": (1, 3), "safety": (2, 3)}
+    per_team = SeatPlan.build(config, ["broker", "robotics", "allocator"], "per_team")
+    assert per_team.modules == {"allocator": ["allocator"], "robotics": ["robotics"], "broker": ["broker"]}
+    assert per_team.identity == {}
+    assert shared.mapping_fn()("safety") == "team" and shared.mapping_fn()("broker") == "broker"
+    with pytest.raises(ValueError, match=r"unknown learner 'teams'.*'team' means every team"):
+        SeatPlan.build(config, ["teams"])
+
+
+def test_a_team_alone_learns_and_plays_every_team_seat(ray_session, tmp_path):
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="team", experiment="seats_ppo", learners=("team",), **TINY))
+    assert rllib_modules(checkpoint) == {"team"}  # one shared module; the rest played inside the env
+    history = json.loads((checkpoint.parent / "history.json").read_text())
+    assert set(history[0]["returns"]) == set(TEAMS) and np.isfinite(history[0]["score"])
+    assert {read_sidecar(checkpoint / "policies" / t)["role"] for t in TEAMS} == {"team"}
+    env = commons_arena.parallel_env("standard")
+    name = f"learned:{checkpoint}"
+    population = Population(roles={"team": name})
+    first = run_episode(env, population, seed=4)
+    assert first == run_episode(env, population, seed=4)
+    with pytest.raises(ValueError, match="plays the team role, not allocator"):
+        Population(agents={ALLOCATOR: name}).resolve("standard")
+
+
+def test_every_seat_learns_and_the_checkpoint_plays_every_seat(ray_session, tmp_path):
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="all", experiment="selfplay", **TINY))
+    assert rllib_modules(checkpoint) == {"allocator", "team", "broker"}
+    name = f"learned:{checkpoint}"
+    env = commons_arena.parallel_env("standard")
+    everyone = Population(roles={"allocator": name, "team": name, "broker": name})
+    policies = everyone.build(env.config, env=env)
+    assert all(isinstance(p, LearnedPolicy) for p in policies.values())
+    episode = run_episode(env, policies, seed=7)
+    assert set(episode) == set(env.possible_agents) and episode == run_episode(env, everyone, seed=7)
+    # a team seat of another scenario takes the first team policy that fits
+    other = commons_arena.load_scenario("elevated")
+    assert member_for(checkpoint, other, other.team_names[0]).parent.name == "policies"
+    state = json.loads((checkpoint.parent / "state.json").read_text())
+    assert state["iterations"] == 1
+
+
+def test_folding_the_team_identity_is_exact():
+    """A shared module exported per team gives the module's own logits on obs + identity."""
+    import gymnasium as gym
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    from policies.checkpoint_format import network_from_rl_module
+
+    spec = PPOConfig().get_default_rl_module_spec()
+    spec.observation_space = gym.spaces.Box(-10, 10, (72 + 3,), np.float32)
+    spec.action_space = gym.spaces.MultiDiscrete([7, 6, 3, 3])
+    spec.model_config = DefaultModelConfig(fcnet_hiddens=[16, 16], fcnet_activation="tanh", vf_share_layers=False)
+    network = network_from_rl_module(spec.build(), [7, 6, 3, 3])
+    obs = np.random.default_rng(0).normal(size=(5, 72)).astype(np.float32)
+    for index in range(3):
+        folded = fold_identity(network, (index, 3))
+        assert folded.input_size == 72
+        expected = network.logits(np.stack([with_identity(o, (index, 3)) for o in obs]))
+        np.testing.assert_allclose(folded.logits(obs), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_policy_set_names_what_it_holds_when_a_seat_is_missing(ray_session, tmp_path):
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="broker", experiment="seats_ppo", learners=("broker",), **TINY))
+    assert rllib_modules(checkpoint) == {"broker"}
+    make_policy(f"learned:{checkpoint}", "standard", "broker")
+    with pytest.raises(ValueError, match=r"plays the broker role.*search"):
+        make_policy(f"learned:{checkpoint}", "standard", "search")
