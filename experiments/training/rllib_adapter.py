@@ -310,6 +310,11 @@ class ScriptedRLModule(RLModule):
     episode start, using the tags of :class:`TagRowsWithEnvIndex` (installed by
     :func:`build_ppo_config`). Without tags (e.g. a direct ``forward_inference`` call) row
     ``i`` is treated as sub-env ``i`` and policies are reset only when built.
+
+    Optional ``"seats"`` + ``"observation_scale"``: the module plays seats whose observations
+    arrive scaled, with the seat's one-hot identity appended (a league's team seats, shared
+    with learned modules): it recovers the raw observation (an exact power-of-two scale makes
+    this exact) and the seat from the identity, and keeps one policy per (sub-env, seat).
     """
 
     def setup(self) -> None:
@@ -318,13 +323,16 @@ class ScriptedRLModule(RLModule):
         self._factory: PolicyFactory = _resolve(cfg["policy_factory"])
         self._seed: int | None = cfg.get("seed")
         self._episodes_started = 0
-        self.policies: dict[int, Policy] = {}  # sub-env index -> policy; built lazily, so
-        # the learner's copy of this module never builds any
+        self._seats: list[str] = list(cfg.get("seats", []))
+        self._unscale = np.asarray(cfg["observation_scale"], np.float32) if self._seats else None
+        # (sub-env index, seat) -> policy; built lazily, so the learner's copy builds none
+        self.policies: dict[tuple[int, str], Policy] = {}
 
-    def _policy_for(self, env_index: int, episode_start: bool) -> Policy:
-        policy = self.policies.get(env_index)
+    def _policy_for(self, env_index: int, episode_start: bool, seat: str | None = None) -> Policy:
+        seat = seat or self.agent_id
+        policy = self.policies.get((env_index, seat))
         if policy is None:
-            policy = self.policies[env_index] = self._factory(self.agent_id)
+            policy = self.policies[(env_index, seat)] = self._factory(seat)
             if not isinstance(policy, Policy):
                 raise TypeError(f"policy for {self.agent_id!r} does not implement reset()/act()")
             episode_start = True
@@ -346,9 +354,14 @@ class ScriptedRLModule(RLModule):
         env_index = _to_numpy(batch.get(ENV_INDEX, np.arange(len(obs))))
         agent_t = batch.get(AGENT_T)
         starts = _to_numpy(agent_t) == 0 if agent_t is not None else np.zeros(len(obs), bool)
+        seats: list[str | None] = [None] * len(obs)
+        if self._unscale is not None:
+            size = len(self._unscale)
+            seats = [self._seats[int(k)] for k in obs[:, size:].argmax(axis=1)]
+            obs = obs[:, :size] * self._unscale
         actions = [
-            np.asarray(self._policy_for(int(i), bool(start)).act(row), dtype=np.int64)
-            for row, i, start in zip(obs, env_index, starts, strict=True)
+            np.asarray(self._policy_for(int(i), bool(start), seat).act(row), dtype=np.int64)
+            for row, i, start, seat in zip(obs, env_index, starts, seats, strict=True)
         ]
         out = np.stack(actions) if actions else np.zeros((0, *getattr(self.action_space, "shape", ())), np.int64)
         return {Columns.ACTIONS: torch.from_numpy(out)}
@@ -498,6 +511,8 @@ def build_ppo_config(
     callbacks: type[RLlibCallback] = RewardTermsCallback,
     play_population: bool = False,
     plan: Any = None,
+    extra_modules: Mapping[str, RLModuleSpec] | None = None,
+    mapping_fn: Callable[..., str] | None = None,
 ) -> AlgorithmConfig:
     """A config where ``learned_agent`` trains and every other agent runs a scripted Policy.
 
@@ -511,6 +526,8 @@ def build_ppo_config(
 
     ``plan`` (an ``experiments.training.seats.SeatPlan``) replaces ``learned_agent`` when
     several seats learn: one trained module per plan module, mapped to its seats.
+    ``extra_modules`` (never trained) and ``mapping_fn`` (replacing the plan's mapping) let a
+    league map learning seats to opponents per episode (experiments.training.league).
     """
     from experiments.training.seats import SeatPlan
 
@@ -544,6 +561,11 @@ def build_ppo_config(
         specs[module] = RLModuleSpec(
             observation_space=obs_spaces[first], action_space=act_spaces[first], model_config=model_config
         )
+    for module_id, spec in (extra_modules or {}).items():
+        seat = (spec.model_config or {}).get("agent_id")  # spaces left open: that seat's
+        if spec.observation_space is None and seat in obs_spaces:
+            spec.observation_space, spec.action_space = obs_spaces[seat], act_spaces[seat]
+        specs[module_id] = spec
     for aid in agents:
         if aid not in learning:
             specs[aid] = RLModuleSpec(
@@ -566,7 +588,7 @@ def build_ppo_config(
         .learners(num_learners=0)
         .multi_agent(
             policies=set(specs),
-            policy_mapping_fn=plan.mapping_fn(),
+            policy_mapping_fn=mapping_fn or plan.mapping_fn(),
             policies_to_train=list(plan.modules),
         )
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))

@@ -46,6 +46,8 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
         return SeatPlan.single(ALLOCATOR)
     if experiment == "selfplay":
         return SeatPlan.build(config, ALL_ROLES, team_modules)
+    if experiment == "league":  # the shared team module learns (experiments/training/league.py)
+        return SeatPlan.build(config, ["team"], "shared")
     return SeatPlan.build(config, learners, team_modules)
 
 

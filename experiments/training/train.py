@@ -57,6 +57,12 @@ class TrainArgs:
     background: Path | None = None
     """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
     default: the scenario's own population"""
+    league_scripted: tuple[str, ...] = ("truthful", "greedy_bluffer")
+    """league: the scripted team policies in the mix (beside the learner and its snapshots)"""
+    snapshot_margin: float = 0.1
+    """league: snapshot the learner when its mean return beats the mix's by this share of |mix|"""
+    snapshot_gap: int = 3
+    """league: at least this many iterations between snapshots"""
     scenario: str = "standard"
     """scenario for allocator_ppo (ignored by the curriculum)"""
     minutes: float = 10.0
@@ -176,6 +182,7 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
+    from experiments.training import league
     from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
     from experiments.training.selfplay import background_population, plan_for
 
@@ -185,7 +192,17 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
     if not isinstance(scales, dict):
         scales = {ALLOCATOR: scales}
     background = background_population(args.background, commons_arena.load_scenario(scenario))
-    population_in_env = args.scripted_in_env or args.experiment == "allocator_curriculum"
+    population_in_env = args.scripted_in_env or args.experiment in ("allocator_curriculum", "league")
+    callbacks: Any = CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback
+    league_options: dict[str, Any] = {}
+    pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
+    if args.experiment == "league":
+        teams = plan.seats
+        league_options = {
+            "extra_modules": league.scripted_member_specs(args.league_scripted, scenario, teams, scales[teams[0]]),
+            "mapping_fn": league.mapping_for(pool, teams),
+        }
+        callbacks = league.LeagueCallback
     config = build_ppo_config(
         scenario,
         {} if population_in_env else scripted_factories(scenario, plan.seats, background),
@@ -205,12 +222,15 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
             **({"curriculum": {"stages": list(args.stages), "promote_at": args.promote_at,
                                "min_iterations": args.promote_after, "stage": stage}}
                if args.experiment == "allocator_curriculum" else {}),
+            **({"league": {"pool": pool, "team_seats": plan.seats,
+                           "margin": args.snapshot_margin, "gap": args.snapshot_gap}} if league_options else {}),
         },
         algo_config=algo_config,
         seed=args.seed,
-        callbacks=CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback,
+        callbacks=callbacks,
         play_population=population_in_env,
         plan=plan,
+        **league_options,
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()
@@ -233,11 +253,14 @@ def train(args: TrainArgs) -> Path:
     from tensorboardX import SummaryWriter
 
     from experiments.training import selfplay
+    from experiments.training.league import exact_scale
     from experiments.training.rllib_adapter import set_scenario_everywhere
     from experiments.training.seats import module_scales
     from experiments.viewing.plots import learning_curve
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
+    if args.resume is not None and json.loads((args.resume / "args.json").read_text()).get("experiment") == "league":
+        raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
     # ---- run folder, args, resume
     run = (args.resume or args.out / args.name).resolve()
     state = RunState()
@@ -267,7 +290,9 @@ def train(args: TrainArgs) -> Path:
         scales = {s: np.asarray(v, dtype=np.float32) for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
         samples = selfplay.sample_observations(args.stages, args.seed)
-        scales = module_scales(plan, samples, observation_scale)
+        # a league shares team seats between learned and scripted members: exact (power-of-two) scales
+        fit = (lambda x: exact_scale(observation_scale(x))) if args.experiment == "league" else observation_scale
+        scales = module_scales(plan, samples, fit)
         scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
     print(f"learning: {plan.describe()}")
 
@@ -297,6 +322,12 @@ def train(args: TrainArgs) -> Path:
         session_iterations += 1
         state.env_steps = int(result.get("num_env_steps_sampled_lifetime", state.env_steps))
         scalars = _scalars(result)
+        if "league" in result:
+            with (run / "league.json").open("a", encoding="utf-8") as log:  # one line per iteration
+                log.write(json.dumps({"iteration": state.iterations, **result["league"]}) + "\n")
+        if result.get("league", {}).get("snapshot"):
+            print(f"  snapshot {result['league']['snapshot']} joins the mix: learner {result['league']['learner_return']:.2f}"
+                  f" vs mix {result['league']['mix_return']:.2f}")
         if result.get("curriculum_stage", state.stage) != state.stage:
             state.stage = result["curriculum_stage"]
             print(f"  promoted to {args.stages[state.stage]}")
@@ -315,6 +346,8 @@ def train(args: TrainArgs) -> Path:
         networks = selfplay.seat_networks(algo, plan)  # what the checkpoint stores is what is evaluated
         row = {"iteration": state.iterations, "env_steps": state.env_steps, "scenario": scenario,
                "train_return": scalars["return_mean"]}
+        if "league" in result:
+            row["league"] = result["league"]  # the mix after this iteration; league.json has every one
         if plan.seats != [ALLOCATOR]:  # several learners: they play the held-out seeds together
             returns = selfplay.held_out_seat_returns(networks, scales, codecs, scenario, eval_seeds, background)
             row["returns"] = returns
