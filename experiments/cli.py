@@ -246,6 +246,33 @@ class ConvertCheckpoint:
         return path
 
 
+@dataclass
+class Analyze:
+    """Bluffing and pricing analysis of a training run: a PNG figure and a markdown summary
+    (experiments/evaluation/analysis.py)."""
+
+    run_folder: tyro.conf.Positional[Path]
+    """the run folder `commons-arena train` wrote"""
+    checkpoint: str = "checkpoint"
+    """which of the run's checkpoints: 'checkpoint' (latest) or 'best'"""
+    seeds: int = 10
+    """held-out episodes per comparison"""
+    first_seed: int = 700_000
+    """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
+    out: Path | None = None
+    """output folder (default: <run>/analysis)"""
+
+    def run(self) -> list[Path]:
+        from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
+
+        report = analyze(self.run_folder, _seeds(self.first_seed, self.seeds), checkpoint=self.checkpoint)
+        print(summary_markdown(report))
+        paths = write_analysis(report, self.out or self.run_folder / "analysis")
+        for path in paths:
+            print(f"wrote {path}")
+        return paths
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -253,6 +280,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Analyze, tyro.conf.subcommand("analyze")]
     | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
 )
 

@@ -57,8 +57,13 @@ def test_a_team_alone_learns_and_plays_every_team_seat(ray_session, tmp_path):
         Population(agents={ALLOCATOR: name}).resolve("standard")
 
 
-def test_every_seat_learns_and_the_checkpoint_plays_every_seat(ray_session, tmp_path):
-    checkpoint = train(TrainArgs(out=tmp_path, run_name="all", experiment="selfplay", **TINY))
+@pytest.fixture(scope="module")
+def selfplay_checkpoint(ray_session, tmp_path_factory):
+    return train(TrainArgs(out=tmp_path_factory.mktemp("runs"), run_name="all", experiment="selfplay", **TINY))
+
+
+def test_every_seat_learns_and_the_checkpoint_plays_every_seat(selfplay_checkpoint):
+    checkpoint = selfplay_checkpoint
     assert rllib_modules(checkpoint) == {"allocator", "team", "broker"}
     name = f"learned:{checkpoint}"
     env = commons_arena.parallel_env("standard")
@@ -101,3 +106,33 @@ def test_policy_set_names_what_it_holds_when_a_seat_is_missing(ray_session, tmp_
     make_policy(f"learned:{checkpoint}", "standard", "broker")
     with pytest.raises(ValueError, match=r"plays the broker role.*search"):
         make_policy(f"learned:{checkpoint}", "standard", "search")
+
+
+def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint, capsys):
+    from experiments.cli import Analyze
+
+    run = selfplay_checkpoint.parent
+    history = json.loads((run / "history.json").read_text())
+    assert set(history[-1]["declared_to_need"]) == set(TEAMS)  # bluffing recorded over training
+    png, md, data = Analyze(run_folder=run, seeds=2).run()
+    assert png.stat().st_size > 10_000
+    text = md.read_text()
+    for heading in ("Do learned teams over-declare?", "The learned allocator's grants", "The learned broker's prices"):
+        assert heading in text
+    report = json.loads(data.read_text())
+    assert {r["allocator"] for r in report["teams_vs_allocators"]} >= {"proportional", "learned"}
+    assert {g["allocator"] for g in report["misreport_gain"]} == {"learned", "proportional"}
+    assert all(np.isfinite(g["slope_on_declared"]) for g in report["allocator_grants"])
+
+
+def test_bluffers_declare_more_than_truthful_teams():
+    """The analysis measures what it claims: greedy bluffers' declared/need ratio exceeds truthful teams'."""
+    from experiments.evaluation.analysis import declared_to_need, play_many_traced, slope
+
+    config = commons_arena.load_scenario("standard")
+    seeds = range(3)
+    bluffers = play_many_traced(config, Population(roles={"team": "greedy_bluffer"}), seeds)
+    truthful = play_many_traced(config, Population(roles={"team": "truthful"}), seeds)
+    for team in TEAMS:
+        assert declared_to_need(bluffers, team) > declared_to_need(truthful, team) > 0
+    assert slope([(1.0, 2.0), (2.0, 4.0)]) == 2.0 and np.isnan(slope([]))

@@ -35,7 +35,7 @@ from experiments.training.seats import SeatPlan, TeamModules, fold_identity
 from policies.focal import FocalEnv
 from policies.learned import LearnedPolicy, make_codec, save_policy
 from policies.policy_set import SET_DIR
-from policies.population import Population, run_episode
+from policies.population import Population
 
 ALL_ROLES = ("allocator", "team", "broker")
 
@@ -102,13 +102,18 @@ def held_out_seat_returns(
     scenario: str,
     seeds: Sequence[int],
     background: Population,
-) -> dict[str, float]:
-    """Mean return per learning seat, the learned seats playing together, greedy."""
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean return per learning seat, the learned seats playing together, greedy; and each
+    learning team's declared / true need ratio in those episodes (its bluffing)."""
+    from experiments.evaluation.analysis import declared_to_need, play_traced
+
     env = commons_arena.parallel_env(scenario=scenario)
     policies = background.build(env.config, env=env, strict=False)
     policies.update(learned_policies(networks, scales, codecs, env.config))
-    episodes = [run_episode(env, policies, seed) for seed in seeds]
-    return {seat: float(np.mean([e[seat]["return"] for e in episodes])) for seat in networks}
+    traces = [play_traced(env, policies, seed) for seed in seeds]
+    returns = {seat: float(np.mean([t.returns[seat] for t in traces])) for seat in networks}
+    ratios = {team: declared_to_need(traces, team) for team in env.config.team_names if team in networks}
+    return returns, ratios
 
 
 def save_policy_set(

@@ -349,8 +349,10 @@ def train(args: TrainArgs) -> Path:
         if "league" in result:
             row["league"] = result["league"]  # the mix after this iteration; league.json has every one
         if plan.seats != [ALLOCATOR]:  # several learners: they play the held-out seeds together
-            returns = selfplay.held_out_seat_returns(networks, scales, codecs, scenario, eval_seeds, background)
+            returns, ratios = selfplay.held_out_seat_returns(networks, scales, codecs, scenario, eval_seeds, background)
             row["returns"] = returns
+            if ratios:
+                row["declared_to_need"] = ratios  # learned teams' bluffing (commons-arena analyze plots it)
             for seat, value in returns.items():
                 writer.add_scalar(f"eval/return/{seat}", value, state.env_steps)
             print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}, learners together: "
