@@ -193,7 +193,7 @@ class Tournament:
 
 @dataclass
 class Train:
-    """Train the allocator with RLlib against the scripted population (see experiments/training/train.py)."""
+    """Train seats with RLlib (allocator, any --learners, selfplay, league; see experiments/training/train.py)."""
 
     args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
 

@@ -1,12 +1,13 @@
 """RLlib (new API stack, ray 2.60) adapter for the commons_arena ``ParallelEnv``.
 
-One learned agent (the allocator, a default RLlib module) plays against scripted agents,
-which run either inside RLlib as untrained RLModules or inside the env wrapper (the
-scenario's population; faster, and a curriculum switch brings the next population). The
-pieces:
+Learning seats (the allocator by default; any seats with a ``SeatPlan`` from
+``experiments.training.seats``, each learning module a default RLlib module) play against
+the others, which run either inside RLlib as untrained RLModules or inside the env wrapper
+as the background of a :class:`policies.focal.FocalEnv` (faster, and a curriculum switch
+brings the next population). The pieces:
 
-- :class:`ArenaRLlibEnv` wraps the ParallelEnv as a ``MultiAgentEnv`` (observation scaling,
-  action codecs, an optional in-env population, curriculum switches);
+- :class:`ArenaRLlibEnv` wraps the focal env as a ``MultiAgentEnv`` (observation scaling,
+  team identity for shared modules, action codecs, the in-env background, curriculum switches);
 - :class:`ScriptedRLModule` runs a :class:`policies.base.Policy` as an RLModule;
 - :func:`build_ppo_config` wires env, modules, resources and callbacks into a config;
 - :class:`RewardTermsCallback` logs the allocator's per-term episode sums and normalised

@@ -1,11 +1,15 @@
-"""Train the allocator with RLlib (new API stack) against the scenario's scripted population.
+"""Train seats of the arena with RLlib (new API stack) against a background population.
 
-Two experiments, both read top to bottom:
+The experiments, read top to bottom:
 
-* ``allocator_ppo``: one scenario, fixed background population.
+* ``allocator_ppo``: the allocator learns on one scenario, fixed background population.
 * ``allocator_curriculum``: ``standard → elevated → crisis``; an RLlib callback
   (``CurriculumCallback``) promotes every env to the next stage when the training
   episodes' normalised score reaches ``promote_at``.
+* ``seats_ppo`` / ``selfplay``: the ``--learners`` seats, or every seat, learn at once
+  (``experiments/training/selfplay.py``; module sharing in ``seats.py``).
+* ``league``: the shared team module learns against scripted teams and frozen snapshots of
+  itself (``experiments/training/league.py``).
 
 Every ``eval_every`` iterations the current allocator module plays ``eval_seeds``
 held-out seeds (never used for training) outside RLlib; its normalised score
