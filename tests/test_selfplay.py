@@ -40,6 +40,12 @@ def test_seat_plans():
     assert shared.mapping_fn()("safety") == "team" and shared.mapping_fn()("broker") == "broker"
     with pytest.raises(ValueError, match=r"unknown learner 'teams'.*'team' means every team"):
         SeatPlan.build(config, ["teams"])
+    from experiments.training.selfplay import plan_for
+
+    assert plan_for("selfplay", config, ("allocator",), "per_team").modules == {
+        seat: [seat] for seat in config.agents}
+    with pytest.raises(ValueError, match="--learners is for --experiment seats_ppo"):
+        plan_for("allocator_ppo", config, ("team",), "shared")
 
 
 def test_a_team_alone_learns_and_plays_every_team_seat(ray_session, tmp_path):

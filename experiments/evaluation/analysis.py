@@ -36,7 +36,7 @@ from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
 from experiments.evaluation.evaluate import BASELINES, markdown_table, mean_ci95, play_many
-from policies.base import Policy
+from policies.base import Policy, UniformRandomPolicy
 from policies.focal import FocalEnv
 from policies.population import Population
 
@@ -111,6 +111,23 @@ def price_response(traces: Sequence[Trace], bins: int = 4) -> dict[str, Any]:
     return {"correlation": corr, "by_demand": by_bin, "demand": demand.tolist(), "level": level.tolist()}
 
 
+def reference_ratios(config: ScenarioConfig, background: Population, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Declared / true need of scripted teams and of uniformly random team actions (every
+    team so played, the rest the background, a proportional allocator): the scale on which a
+    learned team's ratio reads as truthful, bluffing, or still random."""
+    env = commons_arena.parallel_env(config)
+    rows = []
+    for name in ("truthful", "greedy_bluffer", "uniform random"):
+        population = background.with_agent(ALLOCATOR, "proportional")
+        policies = population.build(config, env=env, strict=False)
+        for team in config.team_names:
+            policies[team] = (UniformRandomPolicy(env.action_space(team).nvec) if name == "uniform random"
+                              else population.with_agent(team, name).build(config, env=env)[team])
+        traces = [play_traced(env, policies, seed) for seed in seeds]
+        rows.append({"teams": name, **{team: declared_to_need(traces, team) for team in config.team_names}})
+    return rows
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -177,6 +194,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
                 rows.append({"allocator": allocator, "team": team, "declared_to_need": declared_to_need(traces, team),
                              "team_return": float(np.mean([t.returns[team] for t in traces]))})
         report["teams_vs_allocators"] = rows
+        report["teams_reference"] = reference_ratios(config, info.background, seeds)
     if ALLOCATOR in info.learned:
         grants = []
         for name, policy in (("learned", info.policy), ("proportional", "proportional")):
@@ -227,7 +245,9 @@ def summary_markdown(report: dict[str, Any]) -> str:
         else:
             lines += ["Over training: not recorded by this run (its history has no `declared_to_need`).", ""]
         lines += ["Against each allocator (the other seats as in training):", "",
-                  markdown_table(report["teams_vs_allocators"]), ""]
+                  markdown_table(report["teams_vs_allocators"]), "",
+                  "For scale, the same ratio when every team is scripted or acts uniformly at random "
+                  "(proportional allocator):", "", markdown_table(report["teams_reference"]), ""]
         ratios = [r["declared_to_need"] for r in report["teams_vs_allocators"] if np.isfinite(r["declared_to_need"])]
         if ratios:
             lines += [f"Mean ratio over all rows: **{np.mean(ratios):.2f}** "
@@ -260,10 +280,12 @@ def figure(report: dict[str, Any], path: Path) -> Path:
 
     panels = [k for k in ("teams_vs_allocators", "teams_over_training", "allocator_grants", "broker_pricing")
               if report.get(k)]
-    fig = Figure(figsize=(6 * max(1, len(panels)), 4.5), dpi=100)
+    columns = min(2, max(1, len(panels)))
+    rows_of_panels = max(1, -(-len(panels) // columns))
+    fig = Figure(figsize=(7 * columns, 4.8 * rows_of_panels), dpi=100)
     FigureCanvasAgg(fig)
     for i, key in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), i + 1)
+        ax = fig.add_subplot(rows_of_panels, columns, i + 1)
         if key == "teams_vs_allocators":
             rows = report[key]
             allocators = list(dict.fromkeys(r["allocator"] for r in rows))
@@ -274,6 +296,9 @@ def figure(report: dict[str, Any], path: Path) -> Path:
                           for a in allocators]
                 ax.bar(np.arange(len(allocators)) + k * width, values, width, label=team)
             ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+            for ref, style in zip(report.get("teams_reference", []), (":", "-.", "--"), strict=False):
+                mean = float(np.nanmean([v for k, v in ref.items() if k != "teams"]))
+                ax.axhline(mean, color="grey", linewidth=1.0, linestyle=style, label=f"{ref['teams']} teams ({mean:.2f})")
             ax.set_xticks(np.arange(len(allocators)) + 0.4 - width / 2, allocators, rotation=30, ha="right")
             ax.set_title("learned teams: declared / true need, per allocator")
             ax.legend(fontsize=8)

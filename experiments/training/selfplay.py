@@ -42,6 +42,8 @@ ALL_ROLES = ("allocator", "team", "broker")
 
 def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
     """The learning seats an experiment trains: the allocator alone, the named ones, or all."""
+    if experiment != "seats_ppo" and tuple(learners) != ("allocator",):
+        raise ValueError(f"--learners is for --experiment seats_ppo; {experiment} decides its learners itself")
     if experiment in ("allocator_ppo", "allocator_curriculum"):
         return SeatPlan.single(ALLOCATOR)
     if experiment == "selfplay":
