@@ -1,15 +1,18 @@
-"""commons_arena: a PettingZoo arena for strategic GPU allocation under bluffing, shocks and a carbon cap."""
+"""commons_arena: a PettingZoo arena for strategic GPU allocation under bluffing, shocks and a carbon cap.
+
+The environment class lives in :mod:`commons_arena.arena`; ``commons_arena.env`` is the
+AEC factory function (PettingZoo's convention), not a module.
+"""
 
 from __future__ import annotations
 
 from pettingzoo.utils import parallel_to_aec
 from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 
-from commons_arena.env import ArenaEnv, EpisodeStateError
+from commons_arena.arena import ArenaEnv, EpisodeStateError
 from commons_arena.scenario import ScenarioConfig, ScenarioError, list_scenarios, load_scenario
 from commons_arena.spaces import action_layout, observation_layout
-
-__version__ = "0.1.0"
+from commons_arena.version import ENV_NAME, __version__
 
 
 def parallel_env(scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> ArenaEnv:
@@ -31,6 +34,7 @@ make = parallel_env
 
 __all__ = [
     "ArenaEnv",
+    "ENV_NAME",
     "EpisodeStateError",
     "ScenarioConfig",
     "ScenarioError",

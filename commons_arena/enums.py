@@ -1,4 +1,5 @@
-"""Named constants of the game: roles, stances, shock kinds, carbon modes.
+"""Named constants of the game: roles, stances, job statuses, shock kinds, carbon modes,
+difficulty levels.
 
 Enums, not bare ints, so that a reader of an action or an event never has to remember
 what ``2`` meant.
@@ -8,14 +9,16 @@ from __future__ import annotations
 
 import enum
 
-ALLOCATOR = "allocator"
-BROKER = "broker"
+ALLOCATOR = "allocator"  # agent id of the allocator (its role's name too)
+BROKER = "broker"  # agent id of the broker
 DEFAULT_TEAMS = ("search", "robotics", "safety")
 
 
-class Role(enum.Enum):
+class Role(enum.StrEnum):
+    """What an agent plays. A str, so ``Role.TEAM == "team"`` and rosters keep plain names."""
+
     ALLOCATOR = "allocator"
-    TEAM = "team"
+    TEAM = "team"  # every team agent (ids are the team names)
     BROKER = "broker"
 
 
@@ -25,6 +28,16 @@ class Stance(enum.IntEnum):
     ACCEPT = 0
     COUNTER = 1  # non-binding signal, visible to the allocator
     ESCALATE = 2  # justified if the team was truly starved last tick
+
+
+class JobStatus(enum.IntEnum):
+    PENDING = 0  # not resolved yet (arrived or not)
+    DONE = 1  # completed: its value was paid
+    MISSED = 2  # its deadline passed unfinished
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
 
 
 class ShockKind(enum.IntEnum):
@@ -56,9 +69,12 @@ class CarbonMode(enum.StrEnum):
     SOFT = "soft"  # emissions over the cap are penalised per kg
 
 
-class Tier(enum.StrEnum):
-    """Curriculum difficulty tiers (SPEC §10)."""
+class Difficulty(enum.StrEnum):
+    """A scenario's difficulty level on the curriculum (``difficulty`` in the scenario file)."""
 
     STANDARD = "standard"
     ELEVATED = "elevated"
     CRISIS = "crisis"
+
+
+DIFFICULTIES = tuple(d.value for d in Difficulty)

@@ -1,13 +1,13 @@
-"""State → each agent's observation (SPEC §6).
+"""State → each agent's observation (docs/rules.md §7).
 
 What each role may see is decided here and only here; the test suite perturbs hidden
 values and checks that no other agent's observation moves. The one deliberate coarse
 leak is the allocator's ``pressure`` signal: per team, how many of its ready jobs are due
 within ``PRESSURE_WINDOW`` ticks (0, 1, 2+), like a board's low/medium/high mood.
 
-Each observation is one flat list of Python numbers, written field by field in the
-layout's order (``*_FIELDS`` below, checked against ``spaces.py`` at construction) and
-converted to float32 in one call (one numpy call per agent instead of one per field): a
+Each observation is one flat list of Python numbers, written field by field in the order
+the layout declares them (``spaces.py``, the one declaration; ``tests/test_env_api.py``
+checks that each field lands where the layout says) and converted to float32 in one call (one numpy call per agent instead of one per field): a
 new array per agent and step, which the env never touches again. Numbers that never
 change (owned GPUs, unit costs, the carbon cap, the published forecast of each tick) are
 prepared once.
@@ -20,25 +20,12 @@ import numpy as np
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
 from commons_arena.mechanics import carbon, shocks
 from commons_arena.mechanics.jobs import Queue, queue_at
+from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import JOB_SLOT_FIELDS, observation_layout
 from commons_arena.state import ArenaState
 
 PRESSURE_WINDOW = 2  # ticks
-
-ALLOCATOR_FIELDS = (
-    "tick", "owned", "online", "budget", "carbon_used", "carbon_cap", "intensity_forecast", "offer_qty",
-    "offer_price", "declared", "stance", "escalations", "credibility", "pressure", "revealed", "revealed_need",
-    "shocks_seen", "shocks_active",
-)
-TEAM_FIELDS = (
-    "tick", "need", "last_grant", "declared", "credibility", "starved_streak", "offer_qty", "offer_price",
-    "others_declared", "jobs",
-)
-BROKER_FIELDS = (
-    "tick", "inventory", "unit_cost", "last_sold", "last_price", "offer_qty", "offer_price", "demand", "crisis",
-)
-
 
 class ObservationBuilder:
     """Builds every agent's flat observation from the state; static parts are computed once."""
@@ -47,16 +34,12 @@ class ObservationBuilder:
         self.config = config
         self.teams = config.team_names
         self.layouts = {agent: observation_layout(config, agent) for agent in config.agents}
-        for agent, layout in self.layouts.items():
-            order = ALLOCATOR_FIELDS if agent == ALLOCATOR else BROKER_FIELDS if agent == BROKER else TEAM_FIELDS
-            if tuple(f.name for f in layout.fields) != order:
-                raise RuntimeError(f"observations.py writes {agent}'s fields in an order spaces.py does not declare")
-        tiers = config.gpu_tiers
-        self.n_tiers = len(tiers)
+        rules = rules_for(config)
+        self.n_tiers = rules.n_tiers
         # static fields, once
-        self.owned = [t.owned for t in tiers]
-        self.inventory = [t.spot_inventory for t in tiers]
-        self.unit_cost = [t.spot_unit_cost for t in tiers]
+        self.owned = rules.owned.tolist()
+        self.inventory = list(rules.spot_inventory)
+        self.unit_cost = rules.spot_unit_cost.tolist()
         # the published profile does not depend on the seed: one forecast per tick, as float32 values
         self.forecasts = [self._forecast(t) for t in range(config.max_ticks + 1)]
         self.queue_slots = config.queue_slots

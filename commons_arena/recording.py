@@ -55,14 +55,15 @@ import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from commons_arena.enums import Stance
-from commons_arena.mechanics.jobs import DONE, MISSED
+from commons_arena.mechanics.jobs import JobStatus
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
 from commons_arena.state import ArenaState
+from commons_arena.tick import TickReport
+from commons_arena.version import ENV_NAME, __version__
 
 FORMAT = "commons_arena.recording"
 FORMAT_VERSION = 1
-JOB_STATUS = {DONE: "done", MISSED: "missed"}  # anything else is "pending"
 
 
 def jsonable(value: Any) -> Any:
@@ -90,13 +91,11 @@ def jsonable(value: Any) -> Any:
 
 def header_record(config: ScenarioConfig, seed: int | None, episode: int, state: ArenaState) -> dict[str, Any]:
     """First line of an episode: what was played and the state at reset."""
-    from commons_arena import __version__
-
     return {
         "type": "header",
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "env": "commons_arena_v0",
+        "env": ENV_NAME,
         "package_version": __version__,
         "episode": episode,
         "scenario": config.name,
@@ -113,13 +112,13 @@ def header_record(config: ScenarioConfig, seed: int | None, episode: int, state:
     }
 
 
-def pre_step_record(state: ArenaState) -> dict[str, Any]:
-    """What the allocator sees when it acts at tick ``state.t`` (copied before the step)."""
+def seen_record(report: TickReport) -> dict[str, Any]:
+    """What the allocator saw when it acted in the tick of ``report``."""
     return {
-        "declared": state.declared.copy(),
-        "offer_qty": state.offer_qty.copy(),
-        "offer_price": state.offer_price.copy(),
-        "budget": float(state.budget),
+        "declared": report.declared.copy(),
+        "offer_qty": report.offer_qty.copy(),
+        "offer_price": report.offer_price.copy(),
+        "budget": float(report.budget_before),
     }
 
 
@@ -128,7 +127,7 @@ def jobs_record(config: ScenarioConfig, state: ArenaState) -> dict[str, list[dic
         team: [
             {
                 "id": j.id,
-                "status": JOB_STATUS.get(j.status, "pending"),
+                "status": JobStatus(j.status).label,
                 "gpus": j.gpus,
                 "min_memory_gb": j.min_memory_gb,
                 "work": j.work,
@@ -145,32 +144,23 @@ def jobs_record(config: ScenarioConfig, state: ArenaState) -> dict[str, list[dic
     }
 
 
-def tick_record(
-    config: ScenarioConfig,
-    seen: Mapping[str, Any] | None,
-    state: ArenaState,
-    last: Mapping[str, Any],
-    episode: int = 0,
-) -> dict[str, Any]:
-    """One tick line (without actions/rewards) from the env's ``_last_tick`` and state.
-
-    ``seen`` is :func:`pre_step_record` taken before the step (``None`` if unknown)."""
-    terms = last["terms"]
+def tick_record(config: ScenarioConfig, state: ArenaState, report: TickReport, episode: int = 0) -> dict[str, Any]:
+    """One tick line (without actions) from the env's :class:`TickReport` and the state it left."""
     return {
         "type": "tick",
         "episode": episode,
-        "tick": last["tick"],
-        "seen": seen,
+        "tick": report.tick,
+        "seen": seen_record(report),
         "outcome": {
-            "bought": np.array(last["bought"]),
-            "granted": np.array(last["granted"]),
-            "used": np.array(last["used"]),
-            "intensity": last["intensity"],
-            "events": [dict(e) for e in last["events"]],
-            "repairs": dict(last["repairs"]),
+            "bought": report.bought.copy(),
+            "granted": report.granted.copy(),
+            "used": report.used.copy(),
+            "intensity": report.intensity,
+            "events": [dict(e) for e in report.events],
+            "repairs": report.repairs.as_dict(),
         },
-        "rewards": {agent: float(sum(t.values())) for agent, t in terms.items()},
-        "reward_terms": {agent: dict(t) for agent, t in terms.items()},
+        "rewards": dict(report.rewards),
+        "reward_terms": {agent: dict(t) for agent, t in report.terms.items()},
         "after": {
             "budget": state.budget,
             "carbon_used": state.carbon_used,
@@ -187,7 +177,7 @@ def tick_record(
             "active_shocks": sorted({e.spec.shock_kind.label for e in state.effects if e.until >= state.t}),
         },
         "hidden": {
-            "true_need": np.array(last["need"]),
+            "true_need": report.need.copy(),
             "starved": state.starved_last.copy(),
             "streak": state.streak.copy(),
             "true_need_next": state.need.copy(),
@@ -250,18 +240,18 @@ class RecordEpisode(BaseParallelWrapper):
         return observations, infos
 
     def step(self, actions: dict[str, Any]):
-        base = self.env.unwrapped
-        seen = pre_step_record(base.hidden_state()) if base._state is not None else None
         observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        base = self.env.unwrapped
         config: ScenarioConfig = base.config
         episode = self._episode or _Episode(index=self._episodes)
-        record = tick_record(config, seen, base.hidden_state(), base._last_tick, episode.index)
+        report = base.last_tick
         played = {
             agent: named(action_layout(config, agent), np.asarray(action).astype(np.int64))
             for agent, action in actions.items()
         }
-        record = {"type": "tick", "episode": episode.index, "tick": record["tick"], "seen": seen, "actions": played,
-                  **record}
+        record = tick_record(config, base.hidden_state(), report, episode.index)
+        record = {"type": "tick", "episode": episode.index, "tick": report.tick, "seen": record["seen"],
+                  "actions": played, **record}
         record["rewards"] = dict(rewards)
         if self.include_observations:
             record["observations"] = self._named_observations(config, observations)
@@ -303,11 +293,18 @@ class RecordEpisode(BaseParallelWrapper):
         self._file.flush()
 
 
+def _numbered_lines(f: Any, path: Any) -> Any:
+    try:
+        yield from enumerate(f, 1)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
 def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Parse a recording into episodes: ``[{"header": ..., "ticks": [...], "summary": ... | None}]``."""
     episodes: list[dict[str, Any]] = []
-    with Path(path).open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with Path(path).open(encoding="utf-8", errors="strict") as f:
+        for number, line in _numbered_lines(f, path):
             line = line.strip()
             if not line:
                 continue
@@ -315,6 +312,10 @@ def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{number}: nested too deeply") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             kind = record.get("type")
             if kind == "header":
                 episodes.append({"header": record, "ticks": [], "summary": None})

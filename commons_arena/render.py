@@ -14,28 +14,26 @@ The dashboard (one frame per call, ``H x W x 3`` uint8) shows, for the last play
 Frames are drawn from the same tick records as a recording (see ``recording.py``), so a
 recorded episode can be turned back into frames with :func:`frames_from_recording`.
 The figure is built once per environment (matplotlib's Agg canvas, no display) and
-redrawn per frame. Time series need one ``render()`` per tick; a skipped tick leaves a
-gap, and its declared requests are unknown (not drawn).
+redrawn per frame. A live env's frames come from its public :class:`TickReport`
+(``env.last_tick``) and state; time series need one ``render()`` per tick, and a skipped
+tick leaves a gap.
 """
 
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from commons_arena.recording import header_record, pre_step_record, read_recording, tick_record
+from commons_arena.recording import header_record, read_recording, tick_record
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.state import ArenaState
-
-if TYPE_CHECKING:
-    from commons_arena.env import ArenaEnv
+from commons_arena.tick import TickReport
 
 FRAME_SIZE = (12.8, 7.2)  # inches
 FRAME_DPI = 75  # -> 960 x 540 pixels
@@ -51,42 +49,32 @@ SHOCK_COLORS = {
 TIER_COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1")
 
 
-def render_ansi(config: ScenarioConfig, s: ArenaState, last: dict[str, Any]) -> str:
+def render_ansi(config: ScenarioConfig, s: ArenaState, last: TickReport | None) -> str:
+    """A text summary of ``last`` (the tick just played, if any) and the state it left."""
     tiers = config.tier_names
     lines = [f"== {config.name} tick {s.t}/{config.max_ticks} | budget {s.budget:.1f} | "
              f"carbon {s.carbon_used:.1f}/{config.carbon.cap_kg:.1f} kg =="]
-    if last:
-        lines.append(f"played tick {last['tick']}: bought {dict(zip(tiers, last['bought'].tolist(), strict=True))}")
+    if last is not None:
+        lines.append(f"played tick {last.tick}: bought {dict(zip(tiers, last.bought.tolist(), strict=True))}")
         width = max(len(t) for t in config.team_names)
         for i, team in enumerate(config.team_names):
             declared = s.declared[i].tolist()
             lines.append(
-                f"  {team:<{width}} granted {last['granted'][i].tolist()} need {last['need'][i].tolist()} "
+                f"  {team:<{width}} granted {last.granted[i].tolist()} need {last.need[i].tolist()} "
                 f"-> declares {declared} cred {s.credibility[i]:.2f}"
                 + (" REVEALED" if s.revealed[i] else "")
             )
-        for event in last["events"]:
+        for event in last.events:
             lines.append(f"  shock: {event}")
-        cut = {k: v for k, v in last["repairs"].items() if v}
+        cut = {k: v for k, v in last.repairs.as_dict().items() if v}
         if cut:
             lines.append(f"  repaired: {cut}")
-        lines.append("  reward: " + ", ".join(f"{a} {sum(v.values()):+.2f}" for a, v in last["terms"].items()))
+        lines.append("  reward: " + ", ".join(f"{a} {r:+.2f}" for a, r in last.rewards.items()))
     lines.append(f"  offer for tick {s.t}: qty {s.offer_qty.tolist()} price {[round(p, 2) for p in s.offer_price.tolist()]}")
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------- rgb_array
-_DASHBOARDS: weakref.WeakKeyDictionary[Any, Dashboard] = weakref.WeakKeyDictionary()
-
-
-def render_rgb(env: ArenaEnv) -> np.ndarray:
-    """The dashboard frame for ``env`` (its figure is created at the first call)."""
-    dashboard = _DASHBOARDS.get(env)
-    if dashboard is None:
-        dashboard = _DASHBOARDS[env] = Dashboard()
-    return dashboard.frame_from_env(env.config, env._state, env._last_tick)
-
-
 class Dashboard:
     """One reusable figure; draws a frame from a header and the tick records so far.
 
@@ -108,26 +96,24 @@ class Dashboard:
         self._shocks: list[Any] = []
         self._dynamic: list[Any] = []  # artists redrawn every frame over a cached background
         self._background: Any = None
-        # live-env bookkeeping
-        self._state_id: int | None = None
+        # live play: the episode's state object, its header and tick records so far
+        self._state: ArenaState | None = None
         self._header: dict[str, Any] | None = None
         self._ticks: list[dict[str, Any]] = []
-        self._seen: tuple[int, dict[str, Any]] | None = None
 
     # ------------------------------------------------------------- sources
-    def frame_from_env(self, config: ScenarioConfig, state: ArenaState | None, last: Mapping[str, Any]) -> np.ndarray:
+    def frame_from_play(self, config: ScenarioConfig, state: ArenaState | None, last: TickReport | None) -> np.ndarray:
+        """The frame of a live env: ``state`` now, ``last`` the tick just played (``None`` after a reset).
+
+        Ticks played without a frame are not in the time series (a gap)."""
         if state is None:
             return self.blank(f"{config.name}: call reset() before render()")
-        if id(state) != self._state_id:  # a reset made a new state: new episode
-            self._state_id = id(state)
+        if state is not self._state:  # a reset made a new state: new episode
+            self._state = state
             self._header = header_record(config, None, 0, state)
             self._ticks = []
-            self._seen = None
-        if last and (not self._ticks or self._ticks[-1]["tick"] < last["tick"]):
-            seen = self._seen[1] if self._seen is not None and self._seen[0] == last["tick"] else None
-            self._ticks.append(tick_record(config, seen, state, last))
-        if self._seen is None or self._seen[0] != state.t:
-            self._seen = (state.t, pre_step_record(state))
+        if last is not None and (not self._ticks or self._ticks[-1]["tick"] < last.tick):
+            self._ticks.append(tick_record(config, state, last))
         assert self._header is not None
         return self.draw(self._header, self._ticks)
 

@@ -1,4 +1,4 @@
-"""The reward rubric (SPEC §8): named pure term functions, weighted by the scenario.
+"""The reward rubric (docs/rules.md §8): named pure term functions, weighted by the scenario.
 
 Every term returns a *raw* value oriented so that higher is better (costs are negative);
 the reward of a role is ``Σ weight[term] x raw(term)``. ``infos[agent]["reward_terms"]``

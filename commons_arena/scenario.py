@@ -14,20 +14,47 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, CarbonMode, ShockKind
+from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, DIFFICULTIES, CarbonMode, ShockKind
 
-NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-PosFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
+# Bounds. Every number is finite, and every size is capped so that a valid file cannot
+# exhaust memory (observation and queue sizes grow with these), overflow an int64 action
+# space or turn a reward into inf. They are far above any shipped scenario; README lists them.
+MAX_TICKS = 1000  # episode length; also bounds every tick-valued field
+MAX_GPUS = 100_000  # per tier: owned, spot inventory; a job's GPUs; GPUs knocked offline
+MAX_AMOUNT = 1e9  # money (budget, values, costs, prices), work units, memory, speed, power, carbon
+MAX_MULTIPLIER = 1000.0  # shock multipliers, board pressure, credibility tolerances
+MAX_WEIGHT = 1e4  # |reward weight|
+MAX_QUEUE_SLOTS = 64  # jobs shown per team observation
+MAX_FORECAST = 64  # carbon-intensity ticks the allocator sees ahead
+MAX_JOBS = 1000  # listed jobs per team
+MAX_SHOCKS = 256
+MAX_LIST = 1000  # intensity profile length, choices, dependencies
+MAX_PRIORITY = 1000
+MAX_TEXT = 10_000  # description characters
+MAX_TIERS = 6
+MAX_TEAMS = 8
+MAX_FILE_BYTES = 4 * 2**20
+
+NonNegFloat = Annotated[float, Field(ge=0.0, le=MAX_AMOUNT, allow_inf_nan=False)]
+PosFloat = Annotated[float, Field(gt=0.0, le=MAX_AMOUNT, allow_inf_nan=False)]
+Multiplier = Annotated[float, Field(ge=1.0, le=MAX_MULTIPLIER, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0.0, le=MAX_MULTIPLIER, allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=-MAX_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)]
+Tick = Annotated[int, Field(ge=0, le=MAX_TICKS)]
+Ticks = Annotated[int, Field(ge=1, le=MAX_TICKS)]
+Gpus = Annotated[int, Field(ge=0, le=MAX_GPUS)]
+PosGpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY)]
 Name = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_]*$")]
 
 ARCHETYPES = ("safety_first", "growth", "reliability", "truthful", "greedy_bluffer")
@@ -37,20 +64,26 @@ class ScenarioError(ValueError):
     """A scenario file or dict is malformed; the message says where and what to fix."""
 
 
+# Checks of the ``[population]`` table that need the policy registry, which lives above this
+# package (``policies`` imports ``commons_arena``, never the reverse): ``policies.registry``
+# appends one on import. Each returns a list of problems ("population.<agent>: ...").
+POPULATION_CHECKS: list[Callable[[ScenarioConfig], list[str]]] = []
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class GpuTierConfig(_Frozen):
     """One GPU tier: owned capacity, hardware, and the broker's spot inventory of it."""
 
     name: Name
-    owned: NonNegInt  # GPUs the organisation owns
+    owned: Gpus  # GPUs the organisation owns
     memory_gb: PosFloat  # memory per GPU
     speed: PosFloat  # work units per GPU-tick
     op_cost: NonNegFloat  # operating cost per granted GPU-tick
     power_kw: NonNegFloat  # power draw of one busy GPU
-    spot_inventory: NonNegInt = 0  # GPUs the broker can sell per tick
+    spot_inventory: Gpus = 0  # GPUs the broker can sell per tick
     spot_unit_cost: NonNegFloat = 0.0  # broker's cost per GPU-tick sold
     max_price: PosFloat = 10.0  # top of the broker's price grid
 
@@ -59,15 +92,15 @@ class JobSpec(_Frozen):
     """A job known before the episode starts (part of a team's hidden truth)."""
 
     id: Name
-    gpus: PosInt  # GPUs it needs at once, all on one tier
+    gpus: PosGpus  # GPUs it needs at once, all on one tier
     min_memory_gb: NonNegFloat = 0.0
     work: PosFloat  # work units; progress per tick = gpus x tier speed
-    arrival: NonNegInt  # first tick it may run
-    deadline: NonNegInt  # last tick on which it may complete
+    arrival: Tick  # first tick it may run
+    deadline: Tick  # last tick on which it may complete
     value: NonNegFloat  # paid on completion
     value_noise: NonNegFloat = 0.0  # value is drawn uniformly from value ± noise at reset
-    priority: NonNegInt = 1
-    depends_on: tuple[Name, ...] = ()
+    priority: Priority = 1
+    depends_on: Annotated[tuple[Name, ...], Field(max_length=MAX_LIST)] = ()
 
     @model_validator(mode="after")
     def _deadline_after_arrival(self) -> JobSpec:
@@ -82,15 +115,15 @@ class JobGenerator(_Frozen):
     """A seeded stream of jobs: each tick in [first_tick, last_tick] a job arrives with
     probability ``rate``; its fields are drawn uniformly from the given [lo, hi] ranges."""
 
-    rate: Annotated[float, Field(ge=0.0, le=1.0)]
-    first_tick: NonNegInt = 0
-    last_tick: NonNegInt
-    gpus: tuple[PosInt, PosInt]
-    min_memory_gb: tuple[NonNegFloat, ...] = (0.0,)  # choices
+    rate: Fraction
+    first_tick: Tick = 0
+    last_tick: Tick
+    gpus: tuple[PosGpus, PosGpus]
+    min_memory_gb: Annotated[tuple[NonNegFloat, ...], Field(max_length=MAX_LIST)] = (0.0,)  # choices
     work: tuple[PosFloat, PosFloat]
-    slack: tuple[NonNegInt, NonNegInt]  # deadline = arrival + slack
+    slack: tuple[Tick, Tick]  # deadline = arrival + slack
     value: tuple[NonNegFloat, NonNegFloat]
-    priority: tuple[NonNegInt, NonNegInt] = (1, 1)
+    priority: tuple[Priority, Priority] = (1, 1)
 
     @model_validator(mode="after")
     def _ranges_ordered(self) -> JobGenerator:
@@ -108,35 +141,35 @@ class JobGenerator(_Frozen):
 class TeamConfig(_Frozen):
     name: Name
     archetype: Literal[ARCHETYPES] = "truthful"  # type: ignore[valid-type]
-    board_pressure: NonNegFloat = 1.0  # scales the cost of this team's justified escalations
-    jobs: tuple[JobSpec, ...] = ()
+    board_pressure: Share = 1.0  # scales the cost of this team's justified escalations
+    jobs: Annotated[tuple[JobSpec, ...], Field(max_length=MAX_JOBS)] = ()
     generator: JobGenerator | None = None
 
 
 class UrgentJob(_Frozen):
     """The job a shock injects: arrives at the shock tick, deadline = tick + slack."""
 
-    gpus: PosInt
+    gpus: PosGpus
     min_memory_gb: NonNegFloat = 0.0
     work: PosFloat
-    slack: NonNegInt
+    slack: Tick
     value: NonNegFloat
-    priority: NonNegInt = 3
+    priority: Priority = 3
 
 
 class ShockSpec(_Frozen):
     """A shock fired at a fixed ``tick`` or, each tick, with probability ``rate``."""
 
     kind: Literal[tuple(k.label for k in ShockKind)]  # type: ignore[valid-type]
-    tick: NonNegInt | None = None
-    rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    duration: PosInt = 1  # ticks the effect lasts (incident, crisis, spike)
+    tick: Tick | None = None
+    rate: Fraction | None = None
+    duration: Ticks = 1  # ticks the effect lasts (incident, crisis, spike)
     team: Name | None = None  # target of injected jobs; default by kind
     tier: Name | None = None  # production_incident: the tier that loses GPUs
-    gpus_offline: NonNegInt = 0  # production_incident
-    price_multiplier: Annotated[float, Field(ge=1.0)] = 1.0  # market_crisis
-    inventory_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0  # market_crisis
-    intensity_multiplier: Annotated[float, Field(ge=1.0)] = 1.0  # grid_spike
+    gpus_offline: Gpus = 0  # production_incident
+    price_multiplier: Multiplier = 1.0  # market_crisis
+    inventory_factor: Fraction = 1.0  # market_crisis
+    intensity_multiplier: Multiplier = 1.0  # grid_spike
     job: UrgentJob | None = None  # audit, customer_escalation, incident
 
     @model_validator(mode="after")
@@ -159,8 +192,8 @@ class ShockSpec(_Frozen):
 class CarbonConfig(_Frozen):
     cap_kg: PosFloat  # episode emission cap
     mode: Literal["hard", "soft"] = "soft"
-    intensity: tuple[NonNegFloat, ...]  # kg CO2 per kWh per tick; the last value repeats
-    forecast_horizon: PosInt = 3  # ticks of intensity the allocator sees ahead
+    intensity: Annotated[tuple[NonNegFloat, ...], Field(max_length=MAX_LIST)]  # kg CO2/kWh per tick; last repeats
+    forecast_horizon: Annotated[int, Field(ge=1, le=MAX_FORECAST)] = 3  # ticks of intensity the allocator sees ahead
 
     @property
     def carbon_mode(self) -> CarbonMode:
@@ -174,31 +207,31 @@ class CarbonConfig(_Frozen):
 
 
 class CredibilityConfig(_Frozen):
-    audit_tolerance: NonNegFloat = 0.25  # declared total may exceed true need by this share
-    bluff_loss: NonNegFloat = 0.2  # credibility lost per exposed bluff
-    unjustified_escalation_loss: NonNegFloat = 0.1
+    audit_tolerance: Share = 0.25  # declared total may exceed true need by this share
+    bluff_loss: Share = 0.2  # credibility lost per exposed bluff
+    unjustified_escalation_loss: Share = 0.1
 
 
 class AllocatorWeights(_Frozen):
-    job_value: float = 1.0
-    spend: float = 1.0
-    missed: float = 0.6
-    idle: float = 0.5
-    carbon: float = 1.0
-    escalation: float = 2.0
-    fairness: float = 1.0
-    invalid: float = 1.0
+    job_value: Weight = 1.0
+    spend: Weight = 1.0
+    missed: Weight = 0.6
+    idle: Weight = 0.5
+    carbon: Weight = 1.0
+    escalation: Weight = 2.0
+    fairness: Weight = 1.0
+    invalid: Weight = 1.0
 
 
 class TeamWeights(_Frozen):
-    job_value: float = 1.0
-    missed: float = 0.6
-    credibility: float = 10.0
+    job_value: Weight = 1.0
+    missed: Weight = 0.6
+    credibility: Weight = 10.0
 
 
 class BrokerWeights(_Frozen):
-    profit: float = 1.0
-    invalid: float = 0.1
+    profit: Weight = 1.0
+    invalid: Weight = 0.1
 
 
 class RewardWeights(_Frozen):
@@ -208,23 +241,25 @@ class RewardWeights(_Frozen):
 
 
 class ScenarioConfig(_Frozen):
-    """Everything that makes one scenario: the numbers the SPEC leaves to scenario files."""
+    """Everything that makes one scenario: the numbers the rules (docs/rules.md) leave to scenario files."""
 
     name: Name
-    description: str = Field(min_length=1)
-    difficulty: Literal["standard", "elevated", "crisis"] | None = None
-    max_ticks: Annotated[int, Field(ge=1, le=1000)]
+    description: str = Field(min_length=1, max_length=MAX_TEXT)
+    difficulty: Literal[DIFFICULTIES] | None = None  # type: ignore[valid-type]
+    max_ticks: Ticks
     budget: NonNegFloat
-    reveal_after: PosInt = 2
-    queue_slots: PosInt = 6  # jobs shown in a team's observation (most urgent first)
+    reveal_after: Ticks = 2
+    queue_slots: Annotated[int, Field(ge=1, le=MAX_QUEUE_SLOTS)] = 6  # jobs shown per team observation, most urgent first
     price_levels: Annotated[int, Field(ge=2, le=101)] = 11  # broker's price grid size
-    gpu_tiers: Annotated[tuple[GpuTierConfig, ...], Field(min_length=1, max_length=6)]
-    teams: Annotated[tuple[TeamConfig, ...], Field(min_length=2, max_length=8)]
+    gpu_tiers: Annotated[tuple[GpuTierConfig, ...], Field(min_length=1, max_length=MAX_TIERS)]
+    teams: Annotated[tuple[TeamConfig, ...], Field(min_length=2, max_length=MAX_TEAMS)]
     carbon: CarbonConfig
     credibility: CredibilityConfig = CredibilityConfig()
-    shocks: tuple[ShockSpec, ...] = ()
+    shocks: Annotated[tuple[ShockSpec, ...], Field(max_length=MAX_SHOCKS)] = ()
     rewards: RewardWeights = RewardWeights()
-    population: dict[str, str] = Field(default_factory=dict)  # agent -> default policy name
+    population: dict[str, Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=dict
+    )  # agent -> default policy name (checked by the hooks in POPULATION_CHECKS)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ScenarioConfig:
@@ -272,10 +307,20 @@ class ScenarioConfig(_Frozen):
                 problems += _job_fit_problems(where + ".job", shock.job.gpus, shock.job.min_memory_gb, self.gpu_tiers)
             if shock.tick is not None and shock.tick >= self.max_ticks:
                 problems.append(f"{where}.tick {shock.tick} is not before max_ticks {self.max_ticks}")
+        for attr in ("price_multiplier", "intensity_multiplier"):
+            worst = worst_overlap_multiplier(self.shocks, attr, self.max_ticks)
+            if worst > MAX_MULTIPLIER * (1 + 1e-9):
+                problems.append(
+                    f"shocks: overlapping {attr}s can reach x{worst:.4g} (effects multiply; a random shock overlaps "
+                    f"itself up to its duration); keep the worst case at most x{MAX_MULTIPLIER:g}"
+                )
         agents = {ALLOCATOR, BROKER, *teams}
         for agent in self.population:
             if agent not in agents:
                 problems.append(f"population: unknown agent {agent!r}; agents are {sorted(agents)}")
+        if not problems:
+            for check in POPULATION_CHECKS:
+                problems += check(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -298,6 +343,16 @@ class ScenarioConfig(_Frozen):
         """sha256 (first 12 hex) of the validated content: comments and layout don't count."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def worst_overlap_multiplier(shocks: tuple[ShockSpec, ...], attr: str, max_ticks: int) -> float:
+    """The largest product of ``attr`` over effects that can be active at once: every shock,
+    a random one as many times as its effect lasts (it may fire again each tick)."""
+    log_total = 0.0
+    for spec in shocks:
+        copies = 1 if spec.tick is not None else min(spec.duration, max_ticks)
+        log_total += copies * math.log(getattr(spec, attr))
+    return math.exp(min(log_total, 700.0))
 
 
 def _job_fit_problems(where: str, gpus: int, min_memory_gb: float, tiers: tuple[GpuTierConfig, ...]) -> list[str]:
@@ -376,6 +431,8 @@ def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Scena
         payload = json.dumps(dict(data))
     except (TypeError, ValueError) as err:
         raise ScenarioError(f"invalid scenario {source}: unsupported value ({err})") from None
+    except RecursionError:
+        raise ScenarioError(f"invalid scenario {source}: nested too deeply") from None
     try:
         return ScenarioConfig.model_validate_json(payload)
     except ValidationError as err:
@@ -394,7 +451,15 @@ def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
     else:
         path = scenario_path(text)
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ScenarioError(f"invalid scenario {path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ScenarioError(f"invalid scenario {path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(f"invalid scenario {path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ScenarioError(f"invalid scenario {path}: nested too deeply") from None
+    except OSError as err:
+        raise ScenarioError(f"cannot read scenario {path}: {err.strerror or err}") from None
     return scenario_from_dict(data, source=str(path))

@@ -34,10 +34,35 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium import spaces
 
-from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
-from commons_arena.scenario import ScenarioConfig
+from commons_arena.enums import ALLOCATOR, BROKER, Role, ShockKind, Stance
+from commons_arena.rules import rules_for
+from commons_arena.scenario import (
+    MAX_AMOUNT,
+    MAX_GPUS,
+    MAX_JOBS,
+    MAX_MULTIPLIER,
+    MAX_PRIORITY,
+    MAX_SHOCKS,
+    MAX_TICKS,
+    MAX_TIERS,
+    ScenarioConfig,
+)
 
-INF = float("inf")
+# Finite upper bounds for the quantities no scenario number caps directly. They follow from
+# the scenario limits (commons_arena.scenario MAX_*), so they hold for every valid file, and
+# they depend on nothing but the scenario's shape (tiers, teams, ticks, capacity): the
+# curriculum tiers keep identical spaces, and wrappers that need finite bounds (SuperSuit's
+# normalize_obs) work. They are worst cases, not scales: learned policies scale by the
+# observations they saw (policies.learned.observation_scale).
+AMOUNT_BOUND = MAX_AMOUNT  # budget, carbon cap, unit cost, intensity, memory, remaining work
+PRICE_BOUND = MAX_AMOUNT * MAX_MULTIPLIER  # top of a price grid x the worst overlapping crises
+VALUE_BOUND = 2 * MAX_AMOUNT  # a job's value plus its noise
+DEADLINE_BOUND = 2 * MAX_TICKS  # arrival + slack, counted from tick 0
+JOB_BOUND = MAX_JOBS + MAX_TICKS + MAX_SHOCKS * MAX_TICKS  # listed + generated + shock-injected jobs per team
+NEED_BOUND = JOB_BOUND * MAX_GPUS  # GPUs a team's unresolved jobs can need at once
+SHOCK_COUNT_BOUND = MAX_SHOCKS * MAX_TICKS  # shocks of one kind fired in an episode
+INTENSITY_BOUND = MAX_AMOUNT * MAX_MULTIPLIER  # kg/kWh under the worst overlapping grid spikes
+CARBON_BOUND = MAX_TIERS * 2 * MAX_GPUS * MAX_AMOUNT * INTENSITY_BOUND * MAX_TICKS  # busy GPUs x kW x kg/kWh x h
 JOB_SLOT_FIELDS = (
     "present",  # 1 if the slot holds a job
     "gpus",
@@ -47,6 +72,9 @@ JOB_SLOT_FIELDS = (
     "value",
     "priority",
     "ready",  # arrived and dependencies done
+)
+JOB_SLOT_BOUNDS = np.array(  # upper bound of each JOB_SLOT_FIELDS entry, in that order
+    [1, MAX_GPUS, AMOUNT_BOUND, AMOUNT_BOUND, DEADLINE_BOUND, VALUE_BOUND, MAX_PRIORITY, 1], dtype=np.float64
 )
 
 
@@ -106,11 +134,13 @@ _OBS_CACHE: dict[tuple[str, str], Layout] = {}
 _ACT_CACHE: dict[tuple[str, str], Layout] = {}
 
 
-def role_of(config: ScenarioConfig, agent: str) -> str:
-    if agent == ALLOCATOR or agent == BROKER:
-        return agent
+def role_of(config: ScenarioConfig, agent: str) -> Role:
+    if agent == ALLOCATOR:
+        return Role.ALLOCATOR
+    if agent == BROKER:
+        return Role.BROKER
     if agent in config.team_names:
-        return "team"
+        return Role.TEAM
     raise ValueError(f"unknown agent {agent!r}; agents of scenario {config.name!r} are {list(config.agents)}")
 
 
@@ -128,79 +158,77 @@ def action_layout(config: ScenarioConfig, agent: str) -> Layout:
     return _ACT_CACHE[key]
 
 
-def _capacity(config: ScenarioConfig) -> np.ndarray:
-    """Most GPUs of each tier that can ever be granted in a tick: owned + spot."""
-    return np.array([t.owned + t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
-
-
 def _build_observation_layout(config: ScenarioConfig, agent: str) -> Layout:
-    T, N = len(config.gpu_tiers), len(config.teams)
-    cap = _capacity(config)
-    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    rules = rules_for(config)
+    T, N = rules.n_tiers, rules.n_teams
+    cap = rules.capacity  # most GPUs of a tier a tick can ever grant: owned + spot
+    inventory = np.array(rules.spot_inventory, dtype=np.float64)
     tick = Field("tick", (1,), 0, config.max_ticks, "current tick")
     offer = [
         Field("offer_qty", (T,), 0, inventory, "spot GPUs offered for this tick"),
-        Field("offer_price", (T,), 0, INF, "unit price of the offer (crises included)"),
+        Field("offer_price", (T,), 0, PRICE_BOUND, "unit price of the offer (crises included)"),
     ]
     role = role_of(config, agent)
-    if role == ALLOCATOR:
+    if role is Role.ALLOCATOR:
         fields = [
             tick,
             Field("owned", (T,), 0, cap, "GPUs owned per tier"),
             Field("online", (T,), 0, cap, "owned GPUs not offline from incidents"),
-            Field("budget", (1,), 0, INF, "money left for spot purchases (unbounded: curriculum tiers share spaces)"),
-            Field("carbon_used", (1,), 0, INF, "kg CO2 emitted so far"),
-            Field("carbon_cap", (1,), 0, INF, "episode cap, kg CO2"),
-            Field("intensity_forecast", (config.carbon.forecast_horizon,), 0, INF, "kg/kWh, this tick onward"),
+            Field("budget", (1,), 0, AMOUNT_BOUND, "money left for spot purchases (bound shared by every scenario)"),
+            Field("carbon_used", (1,), 0, CARBON_BOUND, "kg CO2 emitted so far"),
+            Field("carbon_cap", (1,), 0, AMOUNT_BOUND, "episode cap, kg CO2"),
+            Field("intensity_forecast", (config.carbon.forecast_horizon,), 0, AMOUNT_BOUND, "kg/kWh, this tick onward"),
             *offer,
             Field("declared", (N, T), 0, cap, "each team's declared request for this tick"),
             Field("stance", (N, len(Stance)), 0, 1, "one-hot stance on last tick's grant"),
-            Field("escalations", (N,), 0, INF, "escalations so far"),
+            Field("escalations", (N,), 0, config.max_ticks, "escalations so far"),
             Field("credibility", (N,), 0, 1, "credibility in [0, 1]"),
             Field("pressure", (N,), 0, 2, "coarse public pressure: 0 low, 1 medium, 2 high"),
             Field("revealed", (N,), 0, 1, "1 once a team's true need is revealed"),
-            Field("revealed_need", (N, T), 0, INF, "true need of revealed teams (0 otherwise)"),
-            Field("shocks_seen", (len(ShockKind),), 0, INF, "shocks fired so far, per kind"),
+            Field("revealed_need", (N, T), 0, NEED_BOUND, "true need of revealed teams (0 otherwise)"),
+            Field("shocks_seen", (len(ShockKind),), 0, SHOCK_COUNT_BOUND, "shocks fired so far, per kind"),
             Field("shocks_active", (len(ShockKind),), 0, 1, "1 while a shock of that kind has effect"),
         ]
-    elif role == BROKER:
+    elif role is Role.BROKER:
         fields = [
             tick,
             Field("inventory", (T,), 0, inventory, "GPUs it may offer now (crises shrink it)"),
-            Field("unit_cost", (T,), 0, INF, "its cost per GPU-tick sold"),
+            Field("unit_cost", (T,), 0, AMOUNT_BOUND, "its cost per GPU-tick sold"),
             Field("last_sold", (T,), 0, inventory, "GPUs sold last tick"),
-            Field("last_price", (T,), 0, INF, "unit price of last tick's offer"),
+            Field("last_price", (T,), 0, PRICE_BOUND, "unit price of last tick's offer"),
             *offer,
-            Field("demand", (T,), 0, INF, "total declared requests for this tick"),
+            Field("demand", (T,), 0, N * cap, "total declared requests for this tick"),
             Field("crisis", (1,), 0, 1, "1 while a market crisis lasts"),
         ]
     else:
         K = config.queue_slots
         fields = [
             tick,
-            Field("need", (T,), 0, INF, "own true need this tick"),
+            Field("need", (T,), 0, NEED_BOUND, "own true need this tick"),
             Field("last_grant", (T,), 0, cap, "GPUs granted to it last tick"),
             Field("declared", (T,), 0, cap, "its own declared request for this tick"),
             Field("credibility", (1,), 0, 1, "own credibility"),
-            Field("starved_streak", (1,), 0, INF, "consecutive ticks its grant fell short of need"),
+            Field("starved_streak", (1,), 0, config.max_ticks, "consecutive ticks its grant fell short of need"),
             *offer,
             Field("others_declared", (N - 1, T), 0, cap, "other teams' declared requests, in team order"),
-            Field("jobs", (K, len(JOB_SLOT_FIELDS)), 0, INF, "most urgent unresolved jobs: " + ", ".join(JOB_SLOT_FIELDS)),
+            Field("jobs", (K, len(JOB_SLOT_FIELDS)), 0, np.broadcast_to(JOB_SLOT_BOUNDS, (K, len(JOB_SLOT_FIELDS))),
+                  "most urgent unresolved jobs: " + ", ".join(JOB_SLOT_FIELDS)),
         ]
     return Layout(tuple(fields))
 
 
 def _build_action_layout(config: ScenarioConfig, agent: str) -> Layout:
-    T, N = len(config.gpu_tiers), len(config.teams)
-    cap = _capacity(config)
-    inventory = np.array([t.spot_inventory for t in config.gpu_tiers], dtype=np.float64)
+    rules = rules_for(config)
+    T, N = rules.n_tiers, rules.n_teams
+    cap = rules.capacity  # most GPUs of a tier a tick can ever grant: owned + spot
+    inventory = np.array(rules.spot_inventory, dtype=np.float64)
     role = role_of(config, agent)
-    if role == ALLOCATOR:
+    if role is Role.ALLOCATOR:
         fields = [
             Field("buy", (T,), 0, inventory, "spot GPUs to buy from the visible offer"),
             Field("grant", (N, T), 0, np.broadcast_to(cap, (N, T)), "GPUs per (team, tier) for this tick"),
         ]
-    elif role == BROKER:
+    elif role is Role.BROKER:
         fields = [
             Field("quantity", (T,), 0, inventory, "GPUs offered for next tick"),
             Field("price_level", (T,), 0, config.price_levels - 1, "index into the price grid"),
@@ -215,7 +243,10 @@ def _build_action_layout(config: ScenarioConfig, agent: str) -> Layout:
 
 def make_observation_space(config: ScenarioConfig, agent: str) -> spaces.Box:
     layout = observation_layout(config, agent)
-    return spaces.Box(layout.low.astype(np.float32), layout.high.astype(np.float32), dtype=np.float32)
+    # No zero-width dimension (a tier without a spot market): normalising wrappers divide by
+    # high - low. The observation itself is unchanged.
+    high = np.maximum(layout.high, layout.low + 1)
+    return spaces.Box(layout.low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
 
 
 def make_action_space(config: ScenarioConfig, agent: str) -> spaces.MultiDiscrete:
@@ -237,7 +268,14 @@ def check_action(agent: str, action: object, nvec: np.ndarray) -> list[int]:
         if min(values) >= 0 and all(map(operator.lt, values, nvec.tolist())):
             return values
     try:
-        arr = np.asarray(action)
+        # Python ints stay exact (numpy would turn [0, 2**64 - 1] into floats and round them)
+        items = list(action) if isinstance(action, list | tuple) else None
+        exact = items is not None and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in items)
+        if exact and items is not None:
+            arr = np.empty(len(items), dtype=object)
+            arr[:] = [int(v) for v in items]
+        else:
+            arr = np.asarray(action)
     except Exception as err:  # pragma: no cover - exotic objects
         raise ValueError(f"action for {agent!r} is not array-like: {err}") from None
     if arr.shape != nvec.shape:
@@ -249,13 +287,26 @@ def check_action(agent: str, action: object, nvec: np.ndarray) -> list[int]:
             raise ValueError(f"action for {agent!r} contains NaN or infinity: {arr.tolist()}")
         if not np.all(arr == np.round(arr)):
             raise ValueError(f"action for {agent!r} must hold integers, got {arr.tolist()}")
+    elif exact:
+        pass  # Python ints, kept exact: too large ones are reported as out of range below
     elif arr.dtype.kind not in "iub":
         raise ValueError(f"action for {agent!r} must be integers, got dtype {arr.dtype}")
-    ints = arr.astype(np.int64)
-    bad = (ints < 0) | (ints >= nvec)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"action for {agent!r} is outside its space at index {i}: {int(ints[i])} not in [0, {int(nvec[i]) - 1}]"
-        )
-    return ints.tolist()
+    # Compared as Python ints: casting first would wrap 2**64 - 1 to -1 and misreport it.
+    values = [int(v) for v in arr.tolist()]
+    for i, (value, n) in enumerate(zip(values, nvec.tolist(), strict=True)):
+        if not 0 <= value < n:
+            raise ValueError(f"action for {agent!r} is outside its space at index {i}: {value} not in [0, {n - 1}]")
+    return values
+
+
+def check_seed(seed: object) -> int | None:
+    """``reset()``'s seed as an int (or None), or ValueError saying what a seed must be.
+
+    numpy's own errors for ``-1`` or ``1.5`` do not mention the seed at all."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r} ({type(seed).__name__})")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
+    return int(seed)

@@ -1,12 +1,13 @@
 """The environment's full (hidden) state as one typed, mutable record.
 
 Observations are projections of this record (see observations.py); nothing else leaves
-the environment except through :meth:`commons_arena.env.ArenaEnv.hidden_state`, the
+the environment except through :meth:`commons_arena.arena.ArenaEnv.hidden_state`, the
 documented privileged hook the oracle and tests use.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,7 +45,7 @@ class ArenaState:
 
 
 def initial_state(
-    config: ScenarioConfig, rng: np.random.Generator, job_sources: list[TeamJobSource] | None = None
+    config: ScenarioConfig, rng: np.random.Generator, job_sources: Sequence[TeamJobSource] | None = None
 ) -> ArenaState:
     """Tick 0 of an episode; ``job_sources`` (one per team, seed-independent) saves
     preparing them again at every reset."""

@@ -3,21 +3,57 @@
 Each subcommand is a dataclass of arguments (one docstring per field, shown by ``--help``)
 parsed by tyro; heavy imports (Ray, torch, matplotlib) happen inside the subcommand that
 needs them, so ``commons-arena scenarios`` stays instant.
+
+One error path for every subcommand (:func:`main`): a subcommand may define ``validate()``,
+run before ``run()`` so bad input is refused before any work starts; any domain error
+either raises (``ValueError`` and its subclasses: ``ScenarioError``, ``CheckpointError``,
+``PopulationError``, :class:`UsageError`; ``OSError``) becomes one line on stderr and exit
+code 2, no traceback. ``--debug`` (anywhere on the line) shows the traceback instead. A new
+subcommand gets all of this by being added to :data:`Subcommand`; files it writes go through
+:func:`refuse_overwrite` so an existing file is only replaced with ``--force``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import sys
+import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import tyro
 
 import commons_arena
-from experiments.evaluation.evaluate import BASELINES
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup, validate_seeds
 from experiments.training.train import TrainArgs
+
+PROG = "commons-arena"
+DEBUG_FLAG = "--debug"
+EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors
+
+
+class UsageError(ValueError):
+    """A command-line input that cannot work; the message names what to fix."""
+
+
+def refuse_overwrite(path: Path, force: bool, inputs: Iterable[Path] = (), what: str = "file") -> None:
+    """Refuse to write ``path`` over an existing file (or a non-empty folder) unless ``force``,
+    and always refuse to write over one of the command's ``inputs``."""
+    for source in inputs:
+        if path.resolve() == Path(source).resolve():
+            raise UsageError(f"{path} is also the input: writing there would destroy it; choose another output")
+    if path.is_dir() and what == "file":
+        raise UsageError(f"{path} is a folder; give a file name")
+    exists = path.is_file() or (path.is_dir() and any(path.iterdir()))
+    if exists and not force:
+        kind = "holds files" if path.is_dir() else "exists"
+        raise UsageError(f"{path} already {kind}; pass --force to overwrite, or choose another output")
 
 
 def _scenarios(names: tuple[str, ...]) -> list[str]:
@@ -25,7 +61,13 @@ def _scenarios(names: tuple[str, ...]) -> list[str]:
 
 
 def _seeds(first: int, count: int) -> list[int]:
-    return list(range(first, first + count))
+    if count < 1:
+        raise UsageError(f"--seeds must be at least 1, got {count}")
+    if first < 0:
+        raise UsageError(f"--first-seed must be non-negative, got {first}")
+    seeds = list(range(first, first + count))
+    validate_seeds(seeds)
+    return seeds
 
 
 def _train_args() -> TrainArgs:
@@ -82,6 +124,19 @@ class Play:
     """print only the final totals"""
     record: Path | None = None
     """write the episode as JSON lines here (view it with `commons-arena replay`)"""
+    force: bool = False
+    """overwrite an existing --record file"""
+
+    def validate(self) -> None:
+        if self.seed < 0:
+            raise UsageError(f"--seed must be non-negative, got {self.seed}")
+        config = commons_arena.load_scenario(self.scenario)
+        if self.population not in (None, "default"):
+            from policies.population import Population
+
+            Population.from_toml(self.population, config).build(config, env=commons_arena.parallel_env(config))
+        if self.record is not None:
+            refuse_overwrite(self.record, self.force)
 
     def run(self) -> dict[str, dict[str, float]]:
         from policies.focal import FocalEnv
@@ -130,7 +185,7 @@ class Evaluate:
 
     scenarios: tuple[str, ...] = ("standard",)
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINES
+    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
     """allocator policies (random and oracle always run: they anchor the score); a learned
     allocator is 'learned:<checkpoint dir>'"""
     seeds: int = 20
@@ -143,6 +198,12 @@ class Evaluate:
     """output folder"""
     record: bool = False
     """also record every episode: <out>/recordings/<scenario>__<allocator>.jsonl"""
+    force: bool = False
+    """write into --out even if it already holds results (they are overwritten)"""
+
+    def validate(self) -> None:
+        validate_lineup(_scenarios(self.scenarios), list(self.allocators), _seeds(self.first_seed, self.seeds))
+        refuse_overwrite(self.out, self.force, what="folder")
 
     def run(self):
         from experiments.evaluation.evaluate import evaluate, markdown_table, write_tables
@@ -168,7 +229,7 @@ class Tournament:
 
     scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
     """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINES
+    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
     """allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained one"""
     seeds: int = 20
     """matches per scenario"""
@@ -176,6 +237,12 @@ class Tournament:
     """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
     out: Path = Path("results/tournament")
     """output folder"""
+    force: bool = False
+    """write into --out even if it already holds results (they are overwritten)"""
+
+    def validate(self) -> None:
+        validate_lineup(_scenarios(self.scenarios), list(self.allocators), _seeds(self.first_seed, self.seeds))
+        refuse_overwrite(self.out, self.force, what="folder")
 
     def run(self):
         from experiments.evaluation.evaluate import markdown_table
@@ -197,6 +264,9 @@ class Train:
 
     args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
 
+    def validate(self) -> None:
+        self.args.validate()
+
     def run(self):
         from experiments.training.train import train
 
@@ -209,15 +279,26 @@ class Replay:
 
     recording: tyro.conf.Positional[Path]
     """the .jsonl recording"""
-    output: Annotated[Path, tyro.conf.arg(aliases=("-o",))] = Path("replay.html")
-    """HTML file to write"""
+    output: Annotated[Path | None, tyro.conf.arg(aliases=("-o",))] = None
+    """HTML file to write (default: the recording's name with .html)"""
     episode: int | None = None
-    """only this episode of the recording (default: all, with a selector)"""
+    """only this episode of the recording (index in the file; default: all, with a selector)"""
+    force: bool = False
+    """overwrite an existing output file"""
+
+    @property
+    def target(self) -> Path:
+        return self.output if self.output is not None else self.recording.with_suffix(".html")
+
+    def validate(self) -> None:
+        if not self.recording.is_file():
+            raise UsageError(f"recording not found: {self.recording}")
+        refuse_overwrite(self.target, self.force, inputs=[self.recording])
 
     def run(self) -> Path:
         from experiments.viewing.replay import write_replay
 
-        path = write_replay(self.recording, self.output, episode=self.episode)
+        path = write_replay(self.recording, self.target, episode=self.episode)
         print(f"wrote {path}")
         return path
 
@@ -233,12 +314,14 @@ class ConvertCheckpoint:
     i_trust_this_checkpoint: bool = False
     """required: confirms the checkpoint comes from a source you trust"""
 
-    def run(self) -> Path:
+    def validate(self) -> None:
         if not self.i_trust_this_checkpoint:
-            raise SystemExit(
+            raise UsageError(
                 f"convert-checkpoint unpickles {self.checkpoint}, which runs any code it contains; "
                 "add --i-trust-this-checkpoint if you trained it yourself or otherwise trust its source"
             )
+
+    def run(self) -> Path:
         from policies.learned import convert_pickled_checkpoint
 
         path = convert_pickled_checkpoint(self.checkpoint)
@@ -253,7 +336,7 @@ class Analyze:
 
     run_folder: tyro.conf.Positional[Path]
     """the run folder `commons-arena train` wrote"""
-    checkpoint: str = "checkpoint"
+    checkpoint: Literal["checkpoint", "best"] = "checkpoint"
     """which of the run's checkpoints: 'checkpoint' (latest) or 'best'"""
     seeds: int = 10
     """held-out episodes per comparison"""
@@ -261,6 +344,16 @@ class Analyze:
     """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
     out: Path | None = None
     """output folder (default: <run>/analysis)"""
+    force: bool = False
+    """overwrite an earlier analysis in the output folder"""
+
+    def validate(self) -> None:
+        from experiments.evaluation.analysis import read_run
+
+        if self.seeds < 1 or self.first_seed < 0:
+            raise UsageError(f"--seeds must be at least 1 and --first-seed non-negative, got {self.seeds}, {self.first_seed}")
+        read_run(self.run_folder, self.checkpoint)  # a run folder with that checkpoint, or says what is missing
+        refuse_overwrite((self.out or self.run_folder / "analysis") / "analysis.md", self.force)
 
     def run(self) -> list[Path]:
         from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
@@ -273,6 +366,31 @@ class Analyze:
         return paths
 
 
+@dataclass
+class Verify:
+    """Re-play a recording from its seeds and recorded actions; exit 1 at the first tick that differs.
+
+    Refuses (exit 2) a recording whose scenario content or env version changed since."""
+
+    recording: tyro.conf.Positional[Path]
+    """the .jsonl recording (e.g. tests/golden/standard.jsonl)"""
+    scenario: str | None = None
+    """scenario name or TOML path to play (default: the recorded scenario, by name)"""
+
+    def run(self) -> None:
+        from commons_arena.verify import RecordingRefused, verify_recording
+
+        try:
+            result = verify_recording(self.recording, self.scenario)
+        except RecordingRefused as err:
+            print(f"refused: {err}")
+            raise SystemExit(2) from None
+        if not result.ok:
+            print(f"DIFFERS: {self.recording}: {result.difference}")
+            raise SystemExit(1)
+        print(f"ok: {self.recording}: {result.episodes} episode(s), {result.ticks} ticks re-played identically")
+
+
 Subcommand = (
     Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
     | Annotated[Play, tyro.conf.subcommand("play")]
@@ -281,18 +399,94 @@ Subcommand = (
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
     | Annotated[Analyze, tyro.conf.subcommand("analyze")]
+    | Annotated[Verify, tyro.conf.subcommand("verify")]
     | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
 )
 
 
+def _parse(args: list[str], debug: bool) -> Subcommand:
+    """tyro's parse, with its boxed usage errors cut to their first line (the full box with --debug)."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(
+                Subcommand,  # type: ignore[arg-type]
+                args=args,
+                prog=PROG,
+                description="Play, evaluate, train and view the commons_arena game. Errors are one line; "
+                f"add {DEBUG_FLAG} anywhere for the details.",
+            )
+    except SystemExit as exc:
+        text = captured.getvalue()
+        if exc.code in (0, None) or debug or not text.strip():
+            sys.stderr.write(text)
+            raise
+        print(f"{PROG}: error: {_usage_message(text)} (see {PROG} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_DOMAIN_ERROR) from None
+
+
+def _usage_message(boxed: str) -> str:
+    """The first sentence of tyro's error report (a heading ending in ':' takes the next line).
+
+    On a terminal tyro draws a box with the title in its top border; elsewhere it prints the
+    title as a first line underlined with dashes. Both lose the frame and the title here."""
+    lines: list[str] = []
+    separators = 0
+    for raw in boxed.splitlines():
+        line = raw.strip()
+        if line.startswith(("╭", "╰")):
+            continue
+        line = line.strip("│").strip()
+        if not line:
+            continue
+        if set(line) <= set("-─ "):
+            separators += 1
+            if separators == 1 and len(lines) == 1 and not boxed.lstrip().startswith("╭"):
+                lines.clear()  # the unboxed title
+            continue
+        lines.append(line)
+    if not lines:
+        return " ".join(boxed.split())
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
+# What a user can cause and fix: reported as one line. Anything else is a bug: traceback.
+DOMAIN_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (multi-line reports joined with "; ")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    head, rest = lines[0], lines[1:]
+    return head + (" " if head.endswith(":") else "; ") + "; ".join(rest) if rest else head
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Parse, validate, run; domain errors exit 2 with one line on stderr (see the module docstring)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in args or os.environ.get("COMMONS_ARENA_DEBUG") == "1"
+    args = [a for a in args if a != DEBUG_FLAG]
     np.set_printoptions(precision=3, suppress=True)
-    command = tyro.cli(Subcommand, args=argv, prog="commons-arena")  # type: ignore[arg-type]
-    command.run()
+    command = _parse(args, debug)
+    try:
+        validate = getattr(command, "validate", None)
+        if validate is not None:
+            validate()
+        command.run()
+    except DOMAIN_ERRORS as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(EXIT_DOMAIN_ERROR) from None
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
     main()
 
 
-__all__ = ["Path", "main"]
+__all__ = ["DOMAIN_ERRORS", "Path", "UsageError", "main", "one_line", "refuse_overwrite"]

@@ -1,4 +1,4 @@
-"""Scripted allocator baselines (SPEC §9), each working only from its observation.
+"""Scripted allocator baselines (docs/rules.md §9), each working only from its observation.
 
 Every baseline reads the allocator observation through its named fields (never the env's
 hidden state) plus public, static scenario facts (tier memory, horizon); the teams' job
@@ -411,7 +411,8 @@ class DrfAllocator(AllocatorBaseline):
         return g
 
 
-BASELINES: dict[str, type[AllocatorBaseline]] = {
+# every scripted allocator by name, random included
+SCRIPTED_ALLOCATORS: dict[str, type[AllocatorBaseline]] = {
     cls.name: cls
     for cls in (
         RandomAllocator,

@@ -1,4 +1,4 @@
-"""Scripted brokers (SPEC §9): a demand-priced and a fixed-price seller of spot GPUs.
+"""Scripted brokers (docs/rules.md §9): a demand-priced and a fixed-price seller of spot GPUs.
 
 Both offer their whole current inventory every tick (the ``inventory`` field, already
 shrunk by a market crisis) and choose a *price level* per tier; the env turns level ``L``
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
 from policies.base import ScriptedPolicy
 
@@ -38,10 +39,10 @@ from policies.base import ScriptedPolicy
 def cost_covering_levels(config: ScenarioConfig, margin: float) -> np.ndarray:
     """Per tier: the lowest price level whose price covers ``unit_cost x margin`` (>= 1)."""
     top = config.price_levels - 1
+    rules = rules_for(config)
     levels = []
-    for tier in config.gpu_tiers:
-        target = tier.spot_unit_cost * margin
-        level = int(np.ceil(target / tier.max_price * top - 1e-9))
+    for unit_cost, max_price in zip(rules.spot_unit_cost.tolist(), rules.max_price.tolist(), strict=True):
+        level = int(np.ceil(unit_cost * margin / max_price * top - 1e-9))
         levels.append(min(max(level, 1), top))
     return np.array(levels, dtype=np.int64)
 
@@ -75,7 +76,7 @@ class DemandPricedBroker(_Broker):
         super().__init__(config, agent, seed)
         self.margin, self.demand_gain, self.crisis_levels = float(margin), float(demand_gain), int(crisis_levels)
         self._base = cost_covering_levels(config, self.margin)
-        self._capacity = np.array([max(t.owned + t.spot_inventory, 1) for t in config.gpu_tiers], dtype=np.float64)
+        self._capacity = np.maximum(rules_for(config).capacity, 1.0)  # owned + inventory per tier
 
     @property
     def params(self) -> dict[str, Any]:

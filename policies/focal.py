@@ -1,4 +1,4 @@
-"""Focal and background seats: one substrate for every place a population plays (SPEC §12).
+"""Focal and background seats: one substrate for every place a population plays (docs/rules.md §9).
 
 Every agent id is a *seat*. :class:`FocalEnv` wraps the arena so that only the *focal*
 seats (the ones being trained, evaluated or played by a person) are visible: it is an
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from commons_arena.env import ArenaEnv
+from commons_arena.arena import ArenaEnv
 from commons_arena.scenario import ScenarioConfig
 from policies.base import Policy
 
@@ -55,7 +55,7 @@ def policy_seed(seed: int | None, seat_index: int) -> int | None:
 class FocalEnv(ParallelEnv):
     """The focal seats of an arena as a ``ParallelEnv``; background policies act inside.
 
-    ``env`` is an :class:`~commons_arena.env.ArenaEnv` or a wrapper of one (e.g.
+    ``env`` is an :class:`~commons_arena.arena.ArenaEnv` or a wrapper of one (e.g.
     ``RecordEpisode``: it then records every seat). ``focal`` names the exposed seats (any
     order; exposed in env order). ``background`` is a
     :class:`~policies.population.Population` (built here for ``env``; its entries for focal

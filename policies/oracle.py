@@ -3,7 +3,7 @@
 **Privileged hook.** ``OracleAllocator(env)`` keeps the environment it was built with and
 calls ``env.hidden_state()`` (the documented privileged accessor of
 :class:`commons_arena.ArenaEnv`) in every ``act``; it ignores its observation. It is the
-score ceiling of SPEC §11 (normalised score: random 0, oracle 1), not a fair player.
+score ceiling of docs/rules.md §9 (normalised score: random 0, oracle 1), not a fair player.
 
 **What it knows.** Every team's jobs — including those that have not arrived yet — with
 remaining work, deadlines, values, memory fit and dependencies; the job runner's order;
@@ -63,7 +63,12 @@ the mean time per tick.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +79,7 @@ from scipy.sparse import csr_array
 from commons_arena.enums import ALLOCATOR, CarbonMode
 from commons_arena.mechanics import carbon, shocks
 from commons_arena.mechanics.jobs import DONE, MISSED, PENDING, edf_key, fitting_tiers
+from commons_arena.rules import rules_for
 from commons_arena.spaces import action_layout
 
 EPS_MONEY = 1e-6
@@ -81,6 +87,40 @@ BUY_TIEBREAK = 1e-6  # a tiny cost per bought GPU so free offers are not bought 
 # The feasibility-jump heuristic costs several ms per solve on these small models and
 # never helps them (measured: about 5x faster without it, same optima).
 HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False, "output_flag": False}
+
+
+@contextlib.contextmanager
+def native_stdout_silenced() -> Iterator[None]:
+    """Discard what native code writes to file descriptor 1 meanwhile.
+
+    HiGHS prints some internal traces (``HighsMipSolverData::...``, seen on hard-cap and
+    8-team scenarios) with C ``printf`` even with ``output_flag`` off; they would corrupt the
+    stdout of a command (tables, JSON). Python's own ``sys.stdout`` is flushed first and
+    C's stdio buffer before the descriptor is restored, so nothing else is lost or reordered.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real descriptor (captured, notebook): nothing to do
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        yield
+    finally:
+        _flush_c_stdio()
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no libc symbols (e.g. Windows): HiGHS output then stays
+        pass
 
 
 @dataclass(slots=True)
@@ -137,7 +177,7 @@ class _Builder:
         if self.rlo:
             matrix = csr_array((self.data, (self.rows, self.cols)), shape=(len(self.rlo), n))
             constraints = LinearConstraint(matrix, np.array(self.rlo), np.array(self.rhi))
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), native_stdout_silenced():
             # HiGHS options scipy does not list are passed through verbatim, with a warning
             warnings.simplefilter("ignore")
             return milp(
@@ -184,19 +224,20 @@ class OracleAllocator:
         self.cuts = bool(cuts)
         # ticks t .. t+exact_ticks-1 keep binary placements; later ones are LP-relaxed
         self.exact_ticks = 10**6 if exact_ticks is None else max(int(exact_ticks), 1)
-        tiers = config.gpu_tiers
-        self.n_tiers, self.n_teams = len(tiers), len(config.teams)
+        rules = rules_for(config)  # the tables the env plays with
+        self.n_tiers, self.n_teams = rules.n_tiers, rules.n_teams
         self.high = action_layout(config, agent).high.astype(np.int64)
-        self._speed = [t.speed for t in tiers]
-        self._op_cost = [t.op_cost for t in tiers]
-        self._power = np.array([t.power_kw for t in tiers], dtype=np.float64)
-        self._owned = np.array([t.owned for t in tiers], dtype=np.int64)
-        self._inventory = np.array([t.spot_inventory for t in tiers], dtype=np.int64)
-        self._max_gpus = [t.owned + t.spot_inventory for t in tiers]  # most a tier can ever hold
-        self._unit_cost = [t.spot_unit_cost for t in tiers]
-        self._pressure = [t.board_pressure for t in config.teams]
-        self._team_index = {name: i for i, name in enumerate(config.team_names)}
-        self._tier_index = {name: k for k, name in enumerate(config.tier_names)}
+        # lists where the planner reads single entries, arrays where it computes with vectors
+        self._speed = rules.speed.tolist()
+        self._op_cost = rules.op_cost.tolist()
+        self._power = rules.power_kw
+        self._owned = rules.owned
+        self._inventory = np.array(rules.spot_inventory, dtype=np.int64)
+        self._max_gpus = [int(c) for c in rules.capacity]  # most a tier can ever hold
+        self._unit_cost = rules.spot_unit_cost.tolist()
+        self._pressure = list(rules.board_pressure)
+        self._team_index = rules.team_index
+        self._tier_index = rules.tier_index
         self._w = config.rewards.allocator
         self.last_solve: dict[str, Any] = {}
 

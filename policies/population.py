@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commons_arena.env import ArenaEnv
+from commons_arena.arena import ArenaEnv
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.base import Policy

@@ -36,13 +36,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from commons_arena import scenario as scenario_module
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
-from policies.allocators import BASELINES
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import Policy
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
 from policies.oracle import OracleAllocator, make_oracle
-from policies.teams import ARCHETYPES, TeamPolicy, make_team_factory
+from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
 
@@ -82,11 +83,11 @@ def register(spec: PolicySpec) -> None:
     _REGISTRY[spec.name] = spec
 
 
-for _archetype in ARCHETYPES:
+for _archetype in ARCHETYPE_PROFILES:
     register(PolicySpec(_archetype, "team", make_team_factory(_archetype), ("bluff", "escalate_after")))
 for _cls in (DemandPricedBroker, FixedPriceBroker):
     register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
-for _name, _cls in BASELINES.items():
+for _name, _cls in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
@@ -154,6 +155,27 @@ def make_policy(
     if spec.needs_env:
         return spec.factory(config, agent, seed=seed, env=env, **params)
     return spec.factory(config, agent, seed=seed, **params)
+
+
+def _population_problems(config: ScenarioConfig) -> list[str]:
+    """A scenario's ``[population]`` table names known policies of each agent's role."""
+    problems = []
+    for agent, name in config.population.items():
+        role = role_of(config, agent)
+        try:
+            spec = policy_spec(name)
+        except ValueError as err:
+            problems.append(f"population.{agent}: {err}")
+            continue
+        if spec.role != role:
+            problems.append(
+                f"population.{agent}: policy {name!r} plays the {spec.role} role but {agent!r} is a {role}; "
+                f"{role} policies: {', '.join(available_policies(role))}"
+            )
+    return problems
+
+
+scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
 __all__ = ["ROLES", "PolicySpec", "TeamPolicy", "available_policies", "make_policy", "policy_spec", "register"]

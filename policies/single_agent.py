@@ -30,8 +30,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from commons_arena.arena import ArenaEnv
 from commons_arena.enums import ALLOCATOR
-from commons_arena.env import ArenaEnv
 from commons_arena.scenario import ScenarioConfig
 from policies.focal import FocalEnv
 from policies.population import Population

@@ -1,4 +1,4 @@
-"""Scripted teams: the five board archetypes of SPEC §9.
+"""Scripted teams: the five board archetypes of docs/rules.md §9.
 
 A team knows its own true need (its observation's ``need`` field: GPUs per tier that
 would run every ready job this tick, each on its smallest fitting tier). Every archetype
@@ -26,7 +26,7 @@ archetype          bluff  escalate_after  character
 =================  =====  ==============  ================================================
 
 ``greedy_bluffer`` and ``truthful`` share the escalation threshold on purpose: the
-misreport gain (bluffer minus truthful, SPEC §11) then measures bluffing alone.
+misreport gain (bluffer minus truthful, docs/rules.md §9) then measures bluffing alone.
 Both numbers can be overridden per policy (``make_policy("growth", ..., bluff=1.3)``).
 Teams are deterministic: they never draw from their generator.
 """
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import Stance
-from commons_arena.scenario import ScenarioConfig
+from commons_arena.scenario import ARCHETYPES, ScenarioConfig
 from policies.base import ScriptedPolicy
 
 
@@ -51,13 +51,16 @@ class Archetype:
     doc: str
 
 
-ARCHETYPES: dict[str, Archetype] = {
+# How each archetype a scenario may name (``commons_arena.scenario.ARCHETYPES``) plays.
+ARCHETYPE_PROFILES: dict[str, Archetype] = {
     "truthful": Archetype(1.0, 2, "declares its true need"),
     "safety_first": Archetype(1.10, 1, "near-truthful, escalates as soon as it is starved"),
     "reliability": Archetype(1.25, 3, "asks for headroom, patient: counters before escalating"),
     "growth": Archetype(1.50, 2, "overstates its need to grow its share"),
     "greedy_bluffer": Archetype(2.0, 2, "doubles its need"),
 }
+if set(ARCHETYPE_PROFILES) != set(ARCHETYPES):  # a scenario could name an archetype no policy plays
+    raise RuntimeError(f"team profiles {sorted(ARCHETYPE_PROFILES)} differ from the archetypes {sorted(ARCHETYPES)}")
 
 
 class TeamPolicy(ScriptedPolicy):
@@ -74,9 +77,9 @@ class TeamPolicy(ScriptedPolicy):
         bluff: float | None = None,
         escalate_after: int | None = None,
     ) -> None:
-        if archetype not in ARCHETYPES:
-            raise ValueError(f"unknown archetype {archetype!r}; known: {sorted(ARCHETYPES)}")
-        base = ARCHETYPES[archetype]
+        if archetype not in ARCHETYPE_PROFILES:
+            raise ValueError(f"unknown archetype {archetype!r}; known: {sorted(ARCHETYPE_PROFILES)}")
+        base = ARCHETYPE_PROFILES[archetype]
         self.name = archetype  # type: ignore[misc]
         self.bluff = float(base.bluff if bluff is None else bluff)
         self.escalate_after = int(base.escalate_after if escalate_after is None else escalate_after)
@@ -125,5 +128,5 @@ def make_team_factory(archetype: str):
         return TeamPolicy(config, agent, seed, archetype=archetype, **params)
 
     factory.__name__ = f"team_{archetype}"
-    factory.__doc__ = f"Team archetype {archetype!r}: {ARCHETYPES[archetype].doc}."
+    factory.__doc__ = f"Team archetype {archetype!r}: {ARCHETYPE_PROFILES[archetype].doc}."
     return factory

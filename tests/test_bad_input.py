@@ -1,4 +1,4 @@
-"""Bad input: a clear error, and the state is exactly as before (issue 2, SPEC §5.4).
+"""Bad input: a clear error, and the state is exactly as before (issue 2, docs/rules.md §5, repairs).
 
 Actions outside an agent's space, unknown or finished agents, ``step()`` out of order,
 and malformed scenario files. Infeasible actions *inside* the space are not errors.

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import commons_arena
+from tests import trajectory_digests
 
 SCENARIOS = commons_arena.list_scenarios()
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,3 +132,22 @@ def test_reset_seed_alone_fixes_the_episode() -> None:
         for agent in a:
             assert (a[agent] == b[agent]).all()
     assert used.hidden_state().carbon_used == fresh.hidden_state().carbon_used
+
+
+# ---------------------------------------------------------------- recorded digests
+# Recorded before the issue-11 refactor (tests/trajectory_digests.py says how they are made
+# and regenerated): any change of observations, rewards, terms, ends or infos, in any
+# shipped scenario, with random, scripted or oracle players, fails here.
+RECORDED = trajectory_digests.load()
+
+
+def test_every_shipped_scenario_has_recorded_digests() -> None:
+    assert sorted(RECORDED) == sorted(trajectory_digests.key(*case) for case in trajectory_digests.cases())
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_trajectories_match_recorded_digests(name: str) -> None:
+    cases = [case for case in trajectory_digests.cases() if case[0] == name]
+    changed = [trajectory_digests.key(*case) for case in cases
+               if trajectory_digests.digest(*case) != RECORDED[trajectory_digests.key(*case)]]
+    assert not changed, f"behaviour changed for {changed}; if deliberate, bump the env version and regenerate"

@@ -21,10 +21,10 @@ SCENARIOS = commons_arena.list_scenarios()
 # Warnings PettingZoo's AEC api_test emits about *style*, each a documented consequence of
 # the arena's design, not a defect. Anything else it says fails the test.
 ALLOWED_AEC_WARNINGS = {
-    # roles have different observations (allocator, team, broker): SPEC §6
+    # roles have different observations (allocator, team, broker): docs/rules.md §7
     "Observations are different shapes",
     "Agents have different observation space sizes",
-    # agents are named by role / team (SPEC §2), not "player_0"
+    # agents are named by role / team (docs/rules.md §2), not "player_0"
     'We recommend agents to be named in the format <descriptor>_<number>, like "player_0"',
     # actions are MultiDiscrete (issue 2: a space RLlib's PPO handles out of the box)
     "Action space for each agent probably should be gymnasium.spaces.box or gymnasium.spaces.discrete",
@@ -313,6 +313,119 @@ def test_env_keeps_no_reference_to_action_buffers() -> None:
         state, twin_state = env.hidden_state(), twin.hidden_state()
         for field in ("declared", "last_grant", "last_sold", "stance", "offer_qty"):
             np.testing.assert_array_equal(getattr(state, field), getattr(twin_state, field), err_msg=field)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_observation_fields_land_where_the_layout_says(name: str) -> None:
+    """The builder writes positionally; the layout (spaces.py) is the one declaration of the order."""
+    env = commons_arena.parallel_env(name)
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        if not env.agents:
+            break
+        obs, *_ = env.step({a: rng.integers(0, env.action_space(a).nvec) for a in env.agents})
+    s, rules = env.hidden_state(), env.rules
+    f32 = np.float32
+    view = observation_layout(env.config, "allocator").view(obs["allocator"])
+    np.testing.assert_array_equal(view["tick"], [s.t])
+    np.testing.assert_array_equal(view["owned"], rules.owned.astype(f32))
+    np.testing.assert_array_equal(view["online"], s.online.astype(f32))
+    np.testing.assert_array_equal(view["budget"], [f32(s.budget)])
+    np.testing.assert_array_equal(view["offer_price"], s.offer_price.astype(f32))
+    np.testing.assert_array_equal(view["declared"], s.declared.astype(f32))
+    np.testing.assert_array_equal(view["credibility"], s.credibility.astype(f32))
+    np.testing.assert_array_equal(view["shocks_seen"], s.shocks_seen.astype(f32))
+    for i, team in enumerate(env.teams):
+        view = observation_layout(env.config, team).view(obs[team])
+        np.testing.assert_array_equal(view["need"], s.need[i].astype(f32))
+        np.testing.assert_array_equal(view["last_grant"], s.last_grant[i].astype(f32))
+        np.testing.assert_array_equal(view["starved_streak"], [s.streak[i]])
+        np.testing.assert_array_equal(view["offer_qty"], s.offer_qty.astype(f32))
+        others = np.delete(s.declared, i, axis=0).astype(f32)
+        np.testing.assert_array_equal(view["others_declared"], others)
+    view = observation_layout(env.config, "broker").view(obs["broker"])
+    np.testing.assert_array_equal(view["unit_cost"], rules.spot_unit_cost.astype(f32))
+    np.testing.assert_array_equal(view["last_sold"], s.last_sold.astype(f32))
+    np.testing.assert_array_equal(view["last_price"], s.last_price.astype(f32))
+    np.testing.assert_array_equal(view["demand"], s.declared.sum(axis=0).astype(f32))
+
+
+def test_tick_report_is_public_and_typed() -> None:
+    from commons_arena.tick import TickReport
+
+    env = commons_arena.parallel_env("standard")
+    env.reset(seed=0)
+    assert env.last_tick is None
+    rng = np.random.default_rng(0)
+    _, rewards, _, _, infos = env.step({a: rng.integers(0, env.action_space(a).nvec) for a in env.agents})
+    report = env.last_tick
+    assert isinstance(report, TickReport) and report.tick == 0
+    assert report.rewards == rewards
+    assert report.terms["allocator"] == infos["allocator"]["reward_terms"]
+    assert report.repairs.as_dict() == infos["allocator"]["repairs"]
+    assert report.granted.shape == (len(env.teams), env.rules.n_tiers)
+    with pytest.raises(AttributeError):
+        report.tick = 5  # type: ignore[misc]
+    env.reset(seed=0)
+    assert env.last_tick is None
+
+
+def test_rules_tables_are_shared_and_read_only() -> None:
+    from commons_arena.rules import rules_for
+
+    a, b = commons_arena.parallel_env("standard"), commons_arena.parallel_env("standard")
+    assert a.rules is b.rules is rules_for(a.config)
+    with pytest.raises(ValueError):
+        a.rules.owned[0] = 99
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """No commons_arena module imports, even lazily or for types only, one that imports it back."""
+    import ast
+    import pkgutil
+
+    root = Path(commons_arena.__file__).parent
+    files = {"commons_arena": root / "__init__.py"}
+    for info in pkgutil.walk_packages([str(root)], "commons_arena."):
+        path = root.joinpath(*info.name.split(".")[1:])
+        files[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        imports = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "commons_arena":
+                for alias in node.names:  # `from commons_arena import rewards` imports a module
+                    sub = f"{node.module}.{alias.name}"
+                    imports.add(sub if sub in files else node.module)
+            elif isinstance(node, ast.Import):
+                imports |= {a.name for a in node.names if a.name.split(".")[0] == "commons_arena"}
+        graph[module] = imports - {module}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                if reaches(nxt, goal, seen):
+                    return True
+        return False
+
+    # the package's own __init__ imports its public modules; every other module is a leaf of it
+    cycles = [m for m in graph if m != "commons_arena" and reaches(m, m, set())]
+    assert not cycles, f"import cycles through {cycles}"
+
+
+def test_import_commons_arena_env_is_not_the_function() -> None:
+    """``commons_arena.env`` is the AEC factory; the env class's module is ``commons_arena.arena``."""
+    import importlib
+    import types
+
+    assert isinstance(importlib.import_module("commons_arena.arena"), types.ModuleType)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("commons_arena.env")
+    assert callable(commons_arena.env)
 
 
 # --------------------------------------------------------------------------- entry points, render

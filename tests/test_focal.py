@@ -1,4 +1,4 @@
-"""The focal/background substrate: one seeding rule wherever a population plays (SPEC §12)."""
+"""The focal/background substrate: one seeding rule wherever a population plays (docs/rules.md §9)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""No observation contains another agent's hidden state (SPEC §6).
+"""No observation contains another agent's hidden state (docs/rules.md §7).
 
 Method: two copies of an env, reset with the same seed; change a hidden value of one team
 in the second copy through ``hidden_state()``; play both with the same actions and check
 that only that team's own observation moves. The allocator may see a team's true need
-only once it is revealed (starvation, SPEC §5.8).
+only once it is revealed (starvation, docs/rules.md §5, rule 8).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from policies import Population, available_policies, make_policy, run_episode
 from policies.oracle import OracleAllocator
 
 SEEDS = range(10)
-VALIDITY_SEEDS = tuple(range(20))  # SPEC §11 / issue 3: claims hold over >= 20 seeds
+VALIDITY_SEEDS = tuple(range(20))  # docs/rules.md §9 / issue 3: claims hold over >= 20 seeds
 BASELINES = [p for p in available_policies("allocator") if p != "oracle"]
 
 

@@ -23,6 +23,8 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(Path(n).stem for n in names if n.startswith("commons_arena/scenarios/") and n.endswith(".toml"))
     assert shipped == commons_arena.list_scenarios()
+    assets = {f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "css", "js")}
+    assert assets <= set(names), "the replay page's asset files are package data"
     # unpacked on its own (no checkout beside it), the package finds and validates them all
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
@@ -30,6 +32,9 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
     hashes = json.loads(out.stdout)
+    page = "from experiments.viewing.replay import render_page; print(len(render_page([], 'x')))"
+    assert int(subprocess.run([sys.executable, "-c", page], cwd=tmp_path, env=env, check=True, capture_output=True,
+                              text=True).stdout) > 5000
     assert hashes == {n: commons_arena.load_scenario(n).content_hash for n in commons_arena.list_scenarios()}
     assert str(target) in subprocess.run(
         [sys.executable, "-c", "import commons_arena; print(commons_arena.__file__)"],

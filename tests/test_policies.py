@@ -21,7 +21,7 @@ from policies.allocators import water_fill
 from policies.base import Policy, ScriptedPolicy
 from policies.population import policy_seed
 from policies.registry import policy_spec
-from policies.teams import ARCHETYPES
+from policies.teams import ARCHETYPE_PROFILES
 
 SCENARIOS = commons_arena.list_scenarios()
 ALL_POLICIES = available_policies()
@@ -172,7 +172,7 @@ def test_team_declares_ceil_of_need_times_bluff(archetype):
     policy = make_policy(archetype, config, "search")
     need = np.array([3.0, 1.0, 0.0])
     action = policy.act(team_obs(config, "search", need=need))
-    factor = ARCHETYPES[archetype].bluff
+    factor = ARCHETYPE_PROFILES[archetype].bluff
     assert action[:3].tolist() == [math.ceil(n * factor - 1e-6) for n in need]
     assert action[3] == Stance.ACCEPT
 

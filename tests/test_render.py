@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from pettingzoo.test import render_test
@@ -53,32 +51,17 @@ def test_rgb_array_survives_skipped_ticks_and_reuses_one_figure():
     env = commons_arena.parallel_env("standard", render_mode="rgb_array")
     env.reset(seed=2)
     first = env.render()
-    from commons_arena.render import _DASHBOARDS
-
-    figure = _DASHBOARDS[env].fig
+    figure = env._dashboard.fig
     _random_step(env)
-    _random_step(env)  # tick 0 never rendered, so the declarations for tick 1 were not seen
+    _random_step(env)  # tick 0 never rendered: a gap in the time series
     assert env.render().shape == first.shape
     _random_step(env)
     assert env.render().shape == first.shape
-    assert _DASHBOARDS[env].fig is figure
-    ticks = _DASHBOARDS[env]._ticks
+    assert env._dashboard.fig is figure
+    ticks = env._dashboard._ticks
     assert [t["tick"] for t in ticks] == [1, 2]
-    assert ticks[0]["seen"] is None and ticks[1]["seen"] is not None
-
-
-def test_rgb_array_frame_time():
-    """Blitting keeps frames cheap; the bound is loose because CI machines are shared."""
-    env = commons_arena.parallel_env("standard", render_mode="rgb_array")
-    env.reset(seed=0)
-    env.render()
-    times = []
-    while env.agents:
-        _random_step(env)
-        start = time.perf_counter()
-        env.render()
-        times.append(time.perf_counter() - start)
-    assert float(np.median(times)) < 0.5
+    # what the allocator saw comes with the tick report, rendered or not
+    assert all(t["seen"] is not None for t in ticks)
 
 
 def test_ansi_is_text():

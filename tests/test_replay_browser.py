@@ -68,10 +68,12 @@ def test_script_like_text_in_the_data_is_escaped(recording, tmp_path):
 
 def test_main_writes_the_page(recording, tmp_path, capsys):
     out = tmp_path / "one.html"
-    assert main([str(recording), "-o", str(out), "--episode", "1"]) == 0
+    main([str(recording), "-o", str(out), "--episode", "1"])
     data = re.search(r'id="replay-data">(.*?)</script>', out.read_text(), re.S).group(1)
     assert [e["header"]["seed"] for e in json.loads(data)["episodes"]] == [1]
-    assert main([str(recording), "-o", str(out), "--episode", "9"]) == 2
+    with pytest.raises(SystemExit) as done:
+        main([str(recording), "-o", str(tmp_path / "two.html"), "--episode", "9"])
+    assert done.value.code == 2
     assert "out of range" in capsys.readouterr().err
 
 
@@ -178,3 +180,78 @@ def test_moving_the_slider_changes_the_tick(browser, page):
     assert _label(browser).get_attribute("data-tick") == "0"
     assert "seed 1" in browser.find_element(By.ID, "meta").text
     assert browser.execute_script("return window.__errors") == []
+
+
+# ------------------------------------------------------------------ hostile recordings
+PAYLOAD = ('</script><script>window.__pwned.push("script")</script><img src=x onerror="window.__pwned.push(\'img\')">'
+           '<svg onload="window.__pwned.push(\'svg\')"></svg><iframe srcdoc="<script>parent.__pwned.push(1)</script>">')
+
+
+def _strings(value) -> set[str]:
+    if isinstance(value, dict):
+        return set().union(*(_strings(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_strings(v) for v in value))
+    return {value} if isinstance(value, str) else set()
+
+
+def _poisoned(value, strings: bool, numbers: bool, names: frozenset[str], key: str = ""):
+    """The recording with a payload in every string value and/or in place of every number.
+    Keys that are names (teams, agents, reward terms: they also occur as values) change the
+    same way, so lookups by name still work; the line ``type`` stays so the file still parses."""
+    if isinstance(value, dict):
+        return {(PAYLOAD + k if strings and k in names else k): _poisoned(v, strings, numbers, names, k)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_poisoned(v, strings, numbers, names, key) for v in value]
+    if isinstance(value, str) and key != "type":
+        return PAYLOAD + value if strings else value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{PAYLOAD}{value}" if numbers else value
+    return value
+
+
+def _hostile_page(recording, tmp_path, strings: bool, numbers: bool, csp: bool):
+    lines = [json.loads(line) for line in recording.read_text().splitlines() if line.strip()]
+    hostile = tmp_path / f"hostile-{strings}-{numbers}.jsonl"
+    names = frozenset(set().union(*(_strings(line) for line in lines)) - {"header", "tick", "summary"})
+    hostile.write_text("\n".join(json.dumps(_poisoned(line, strings, numbers, names)) for line in lines) + "\n")
+    page = write_replay(hostile, tmp_path / f"hostile-{strings}-{numbers}-{csp}.html")
+    if not csp:  # escaping alone must hold: drop the page's Content-Security-Policy
+        text = page.read_text()
+        stripped = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text)
+        assert stripped != text
+        page.write_text(stripped)
+    return page
+
+
+@pytest.mark.parametrize("csp", [True, False], ids=["with-csp", "escaping-only"])
+@pytest.mark.parametrize(("strings", "numbers"), [(True, False), (False, True)], ids=["strings", "numbers"])
+def test_no_value_of_a_recording_runs_as_script(browser, recording, tmp_path, strings, numbers, csp):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "window.__pwned = [];"})
+    browser.get(_hostile_page(recording, tmp_path, strings, numbers, csp).as_uri())
+    slider = browser.find_element(By.ID, "tick-slider")
+    texts = []
+    for _ in range(int(slider.get_attribute("max") or 0) + 1):  # every tick's log, jobs and tables
+        texts.append(browser.find_element(By.TAG_NAME, "main").text)
+        assert browser.execute_script("return window.__pwned") == []
+        slider.send_keys(Keys.ARROW_RIGHT)
+    browser.execute_script("""const s = document.getElementById('episode-select');
+                              s.value = '1'; s.dispatchEvent(new Event('change'));""")
+    texts.append(browser.find_element(By.TAG_NAME, "main").text)
+    assert browser.execute_script("return window.__pwned") == []
+    injected = browser.execute_script(
+        "return document.querySelectorAll('img, svg, iframe, object, embed, script:not(#replay-data)').length")
+    assert injected == 1  # the page's own script, nothing from the recording
+    # the values were shown, as text: the escaping was exercised, not bypassed by a crash
+    shown = "\n".join(texts)
+    assert shown.count("<img src=x onerror=") > 20, shown[:2000]
+    assert "<img src=x onerror=" in browser.find_element(By.ID, "summary").text
+    assert "<img src=x onerror=" in browser.find_element(By.ID, "meta").text
+    if strings:  # the data is still understood: the page drew its panels from it
+        assert browser.execute_script("return window.__errors") == []
+        assert "<img src=x onerror=" in browser.find_element(By.ID, "jobs").text or \
+            browser.find_element(By.CSS_SELECTOR, "#jobs .chip").get_attribute("title").startswith(PAYLOAD[:20])

@@ -1,4 +1,4 @@
-"""The reward rubric (SPEC §8): each term, its weight, and that the terms sum to the reward."""
+"""The reward rubric (docs/rules.md §8): each term, its weight, and that the terms sum to the reward."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Game validity (issue 3, part 5; SPEC §9–11): the claims the scenario files make, on held-out seeds.
+"""Game validity (issue 3, part 5; docs/rules.md §9): the claims the scenario files make, on held-out seeds.
 
 Every number here comes from one evaluation table (:func:`experiments.evaluation.evaluate.evaluate`,
 the code behind ``commons-arena evaluate``) over ``SEEDS`` = 2000–2019 (or the 20 seeds
@@ -55,12 +55,12 @@ TIERS = ("standard", "elevated", "crisis")
 # The winner among the baselines each scenario's description names ("Expected winner: ...").
 # The curriculum tiers name none.
 EXPECTED_WINNER = {
-    # scheduler ports (SPEC Appendix, "GPU scheduler")
+    # ports of the GPU-scheduler source system's cases
     "deadline_crunch": "edf",
     "cost_pressure": "best_fit",
     "reserve_large_gpu": "best_fit",
     "wait_for_capacity": "best_fit",
-    # compute-market ports (SPEC Appendix, "Compute market")
+    # ports of the compute-market source system's cases
     "market_baseline": "edf",
     "tight_capacity": "edf",
     "price_shock": "edf",

@@ -1,4 +1,4 @@
-"""Carbon accounting (SPEC §3).
+"""Carbon accounting (docs/rules.md §3).
 
 Emissions of a tick = Σ busy GPUs x tier power (kW) x grid intensity (kg/kWh) x 1 h tick.
 ``hard`` caps cut grants before jobs run so that the tick's emissions, counting every

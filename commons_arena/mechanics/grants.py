@@ -1,4 +1,4 @@
-"""Grants: the allocator's per-(team, tier) GPUs for this tick (SPEC §5.3–5.4).
+"""Grants: the allocator's per-(team, tier) GPUs for this tick (docs/rules.md §5, rule 5).
 
 Repair rule (deterministic): when a tier's grants exceed what is available, each team
 keeps ``floor(request * available / total_requested)``; the GPUs left over go one each to

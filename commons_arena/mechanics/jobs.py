@@ -1,4 +1,4 @@
-"""Jobs: the hidden truth behind every declaration (SPEC §4).
+"""Jobs: the hidden truth behind every declaration (docs/rules.md §4).
 
 Each tick a team runs its ready jobs on the GPUs it was granted, earliest deadline first
 (ties: higher priority, then creation order). A job runs only if it gets all of its
@@ -19,9 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from commons_arena.enums import JobStatus
 from commons_arena.scenario import GpuTierConfig, JobGenerator, JobSpec, TeamConfig, UrgentJob
 
-PENDING, DONE, MISSED = 0, 1, 2
+# Module names for the hot loops (a global is cheaper to read than a class attribute).
+PENDING, DONE, MISSED = JobStatus.PENDING, JobStatus.DONE, JobStatus.MISSED
 
 
 @dataclass(slots=True)
@@ -39,7 +41,7 @@ class Job:
     deps: tuple[int, ...] = ()
     fits: tuple[int, ...] = ()  # tier indices with enough memory, smallest memory first
     remaining: float = 0.0
-    status: int = PENDING
+    status: JobStatus = PENDING
     done_tick: int = -1
 
     def ready(self, t: int, jobs: list[Job]) -> bool:

@@ -1,6 +1,6 @@
-"""The spot market: the broker's posted offer and the allocator's purchases (SPEC §3, §5).
+"""The spot market: the broker's posted offer and the allocator's purchases (docs/rules.md §3, §5).
 
-Repair rules (deterministic, SPEC §5.4):
+Repair rules (deterministic, docs/rules.md §5, repairs):
 
 * offer: a quantity above the broker's current inventory is cut to the inventory.
 * purchases: each tier's buy is cut to the offered quantity; then, while the total cost
@@ -24,7 +24,7 @@ def post_offer(
     quantity: Sequence[int],
     price_level: Sequence[int],
     inventory: Sequence[int],
-    grid: np.ndarray | list[list[float]],
+    grid: np.ndarray | Sequence[Sequence[float]],
     multiplier: float,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The offer for next tick: (quantity, unit price, repaired units)."""

@@ -1,4 +1,4 @@
-"""Shocks (SPEC §7): which fire at a tick, and the timed effects they leave behind.
+"""Shocks (docs/rules.md §6): which fire at a tick, and the timed effects they leave behind.
 
 A shock fires at its scheduled ``tick``, or at every tick with probability ``rate``
 (one draw per random shock per tick, in file order, from the env's generator). Its
@@ -19,6 +19,7 @@ Overlapping effects multiply (prices, intensity) or add (offline GPUs).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +74,7 @@ def intensity_multiplier(effects: list[Effect]) -> float:
     return float(math.prod(e.spec.intensity_multiplier for e in effects)) if effects else 1.0
 
 
-def spot_inventory(inventory: list[int], effects: list[Effect]) -> list[int]:
+def spot_inventory(inventory: Sequence[int], effects: list[Effect]) -> list[int]:
     """GPUs the broker may offer now: ``floor(inventory x factor)`` while a crisis lasts."""
     factor = inventory_factor(effects)
     return [math.floor(q * factor) for q in inventory]

@@ -1,4 +1,4 @@
-"""Starvation reveal, escalation and credibility (SPEC §5.8–5.9, §7 audits).
+"""Starvation reveal, escalation and credibility (docs/rules.md §5, rules 7–9).
 
 * A team is **starved** in a tick when some ready job could not run on its grant.
 * After ``reveal_after`` consecutive starved ticks its true need is shown to the

@@ -6,6 +6,7 @@ take turns in chunks of ``chunk`` steps, so a change in machine load during the 
 both about equally and the ratio stays meaningful on a shared machine.
 
     python -m experiments.bench.env --steps 20000
+    python -m experiments.bench.env --steps 2000 --frames 50   # ... and rgb_array frame times
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class Args:
     """seed of the action draws and of the first reset"""
     chunk: int = 1_000
     """steps per turn before switching to the other env"""
+    frames: int = 0
+    """if > 0, also time this many ``render_mode="rgb_array"`` dashboard frames (median, p95)"""
 
 
 def stepper(env, seed: int) -> Callable[[int], float]:
@@ -71,7 +74,27 @@ def main(args: Args) -> dict[str, float]:
     print(f"commons_arena[{args.scenario}]: {arena:,.0f} steps/s")
     print(f"rps_v2 (parallel):        {rps:,.0f} steps/s")
     print(f"ratio arena / rps_v2:     {arena / rps:.2f}x")
-    return {"arena": arena, "rps_v2": rps, "ratio": arena / rps}
+    figures = {"arena": arena, "rps_v2": rps, "ratio": arena / rps}
+    if args.frames > 0:
+        figures.update(frame_times(args.scenario, args.frames, args.seed))
+    return figures
+
+
+def frame_times(scenario: str, frames: int, seed: int) -> dict[str, float]:
+    """Median and p95 seconds of one ``rgb_array`` dashboard frame (the first, which builds
+    the figure, is not counted)."""
+    env = commons_arena.parallel_env(scenario=scenario, render_mode="rgb_array")
+    step = stepper(env, seed)
+    env.render()
+    times = []
+    for _ in range(frames):
+        step(1)
+        start = time.perf_counter()
+        env.render()
+        times.append(time.perf_counter() - start)
+    median, p95 = float(np.median(times)), float(np.percentile(times, 95))
+    print(f"rgb_array frame:          median {median * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms ({frames} frames)")
+    return {"frame_median_s": median, "frame_p95_s": p95}
 
 
 if __name__ == "__main__":

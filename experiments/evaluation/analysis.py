@@ -35,7 +35,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
-from experiments.evaluation.evaluate import BASELINES, markdown_table, mean_ci95, play_many
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, markdown_table, mean_ci95, play_many
 from policies.base import Policy, UniformRandomPolicy
 from policies.focal import FocalEnv
 from policies.population import Population
@@ -185,7 +185,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
             {"env_steps": row["env_steps"], **{t: row["declared_to_need"].get(t, float("nan")) for t in teams}}
             for row in info.history if "declared_to_need" in row
         ]
-        allocators = [*BASELINES, *(["learned"] if ALLOCATOR in info.learned else [])]
+        allocators = [*BASELINE_ALLOCATORS, *(["learned"] if ALLOCATOR in info.learned else [])]
         rows = []
         for allocator in allocators:
             policy = info.policy if allocator == "learned" else allocator

@@ -1,4 +1,4 @@
-"""Evaluation tables (SPEC §11): every allocator against each scenario's background population.
+"""Evaluation tables (docs/rules.md §9): every allocator against each scenario's background population.
 
 For each scenario x allocator, over the same seeds: mean ± 95% CI of the allocator's
 return, the normalised score ``(R - R_random) / (R_oracle - R_random)`` (random and oracle
@@ -29,12 +29,12 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.recording import RecordEpisode
 from experiments.viewing.plots import mean_ci
-from policies.allocators import BASELINES as ALLOCATOR_BASELINES
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population, run_episode
 
 RANDOM, ORACLE = "random", "oracle"
 # the scripted allocator baselines, random aside (it anchors the score like the oracle)
-BASELINES = tuple(name for name in ALLOCATOR_BASELINES if name != RANDOM)
+BASELINE_ALLOCATORS = tuple(name for name in SCRIPTED_ALLOCATORS if name != RANDOM)
 TABLE_COLUMNS = (
     "scenario",
     "allocator",
@@ -109,6 +109,38 @@ def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, 
     return row
 
 
+MAX_SEED = 2**63 - 1
+
+
+def validate_seeds(seeds: Sequence[int]) -> None:
+    """At least one seed, each a non-negative int (what ``reset(seed=...)`` accepts)."""
+    if len(seeds) == 0:
+        raise ValueError("no seeds to play: ask for at least one (--seeds 1 or more)")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int | np.integer) or not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ValueError(f"seeds must be integers in [0, 2**63 - 1], got {bad[:3]}")
+
+
+def validate_lineup(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequence[int]) -> None:
+    """Refuse, before anything is played, what would fail (or print NaN) later: no seeds, an
+    unknown scenario, a policy that is not an allocator, a checkpoint that does not fit one
+    of the scenarios."""
+    from policies.registry import available_policies, make_policy, policy_spec
+
+    validate_seeds(seeds)
+    if not scenarios:
+        raise ValueError("no scenarios given")
+    configs = [commons_arena.load_scenario(s) for s in scenarios]
+    for name in allocators:
+        spec = policy_spec(name)
+        if spec.role != ALLOCATOR:
+            raise ValueError(f"{name!r} is a {spec.role} policy, not an allocator; allocators: "
+                             f"{', '.join(available_policies(ALLOCATOR))}, learned:<checkpoint>")
+        if name.startswith("learned:"):
+            for config in configs:  # loads the weights and checks the spaces of every scenario
+                make_policy(name, config, ALLOCATOR)
+
+
 def evaluate(
     scenarios: Sequence[str],
     allocators: Sequence[str],
@@ -120,6 +152,7 @@ def evaluate(
 ) -> EvaluationResult:
     """Play every (scenario, allocator) on ``seeds``; ``record_dir`` keeps a JSONL recording
     of each (scenario, allocator) run, named ``<scenario>__<allocator>.jsonl``."""
+    validate_lineup(scenarios, allocators, seeds)
     result = EvaluationResult()
     # random and oracle anchor the normalised score, so they always run
     lineup = [RANDOM, ORACLE] + [a for a in allocators if a not in (RANDOM, ORACLE)]

@@ -81,7 +81,7 @@ def scripted_member_specs(
     return {
         f"{SCRIPTED_PREFIX}{name}": RLModuleSpec(
             module_class=ScriptedRLModule,
-            observation_space=None,  # filled in by build_ppo_config: the team seats' spaces
+            observation_space=None,  # filled in by build_algorithm_config: the team seats' spaces
             action_space=None,
             model_config={"policy_factory": registered_policy(name, scenario), "agent_id": first,
                           "seats": list(team_seats), "observation_scale": [float(x) for x in scale], "seed": None},

@@ -9,7 +9,7 @@ brings the next population). The pieces:
 - :class:`ArenaRLlibEnv` wraps the focal env as a ``MultiAgentEnv`` (observation scaling,
   team identity for shared modules, action codecs, the in-env background, curriculum switches);
 - :class:`ScriptedRLModule` runs a :class:`policies.base.Policy` as an RLModule;
-- :func:`build_ppo_config` wires env, modules, resources and callbacks into a config;
+- :func:`build_algorithm_config` wires env, modules, resources and callbacks into a config;
 - :class:`RewardTermsCallback` logs the allocator's per-term episode sums and normalised
   score; :class:`CurriculumCallback` promotes the curriculum on that score;
 - a trained module is used without Ray through ``policies.learned.LearnedPolicy``
@@ -239,7 +239,7 @@ def register_arena_env(name: str = "commons_arena") -> str:
 
     Needed in every process that restores an Algorithm configured with this name (else
     ``Algorithm.from_checkpoint`` fails with an unrelated-looking ``IndexError``).
-    :func:`build_ppo_config` passes the class itself and does not need it.
+    :func:`build_algorithm_config` passes the class itself and does not need it.
     """
     register_env(name, lambda cfg: ArenaRLlibEnv(cfg))
     return name
@@ -309,7 +309,7 @@ class ScriptedRLModule(RLModule):
     ``model_config``: ``{"policy_factory": PolicyFactory | "module:attr", "agent_id": str,
     "seed": int | None}``. One Policy per sub-env, built on first use and ``reset`` at each
     episode start, using the tags of :class:`TagRowsWithEnvIndex` (installed by
-    :func:`build_ppo_config`). Without tags (e.g. a direct ``forward_inference`` call) row
+    :func:`build_algorithm_config`). Without tags (e.g. a direct ``forward_inference`` call) row
     ``i`` is treated as sub-env ``i`` and policies are reset only when built.
 
     Optional ``"seats"`` + ``"observation_scale"``: the module plays seats whose observations
@@ -495,7 +495,7 @@ def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) ->
     return min(requested, fits)
 
 
-def build_ppo_config(
+def build_algorithm_config(
     scenario: str,
     scripted: Mapping[str, PolicyFactory | str],
     *,

@@ -22,16 +22,21 @@ TensorBoard (tensorboardX) in ``<run>/tb``.
 
     commons-arena train --experiment allocator_ppo --scenario standard --minutes 10
     commons-arena train --resume runs/allocator_ppo-standard-s0     # continue a killed run
+
+Every run gets its own folder: ``<out>/<run name>`` must be new (the default name is numbered
+``-2``, ``-3``, ... when taken; a taken ``--run-name`` is refused) and ``<out>/latest`` points
+at the newest one. Only ``--resume`` writes into an existing run folder.
     RAY_ADDRESS=ray://head:10001 commons-arena train ...            # on an existing cluster
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,7 +44,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.evaluate import BASELINES, normalised_score, play_many
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, normalised_score, play_many
 from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
 from policies.learned import CODECS, LearnedPolicy, observation_scale, save_policy
 from policies.population import Population, run_episode
@@ -116,15 +121,59 @@ class TrainArgs:
     out: Path = Path("runs")
     """parent folder of the run folder"""
     run_name: str | None = None
-    """run folder name (default: experiment-scenario-s<seed>)"""
+    """run folder name (default: experiment-scenario-s<seed>, numbered -2, -3, ... when taken);
+    a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
-    """continue the run in this folder from its last checkpoint (its args.json wins)"""
+    """continue the run in this folder from its last checkpoint (its args.json wins); the only
+    way to write into an existing run folder"""
     address: str | None = None
     """Ray cluster address (default: $RAY_ADDRESS, else a local Ray)"""
     torch_threads: int = 1
     """torch threads in the driver (1 is fastest on 2 cores for these small networks)"""
     quiet: bool = False
     """no per-iteration lines"""
+
+    def validate(self) -> None:
+        """Refuse arguments that cannot work, before Ray starts or anything is written."""
+        checks = [
+            (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
+            (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
+            (self.seed >= 0, f"--seed must be non-negative, got {self.seed}"),
+            (self.num_env_runners >= 0, f"--num-env-runners must be 0 or more, got {self.num_env_runners}"),
+            (self.num_envs_per_env_runner >= 1, f"--num-envs-per-env-runner must be at least 1, got {self.num_envs_per_env_runner}"),
+            (self.train_batch_size >= 1, f"--train-batch-size must be at least 1, got {self.train_batch_size}"),
+            (1 <= self.minibatch_size <= max(self.train_batch_size, 1),
+             f"--minibatch-size must be between 1 and --train-batch-size ({self.train_batch_size}), got {self.minibatch_size}"),
+            (self.num_epochs >= 1, f"--num-epochs must be at least 1, got {self.num_epochs}"),
+            (math.isfinite(self.lr) and self.lr > 0, f"--lr must be a positive number, got {self.lr}"),
+            (math.isfinite(self.gamma) and 0 < self.gamma <= 1, f"--gamma must be in (0, 1], got {self.gamma}"),
+            (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
+            (len(self.hidden) >= 1 and all(1 <= h <= 65_536 for h in self.hidden),
+             f"--hidden needs one or more layer sizes in [1, 65536], got {list(self.hidden)}"),
+            (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
+            (self.eval_seeds >= 1, f"--eval-seeds must be at least 1, got {self.eval_seeds}"),
+            (self.eval_first_seed >= 0, f"--eval-first-seed must be non-negative, got {self.eval_first_seed}"),
+            (math.isfinite(self.promote_at), f"--promote-at must be a finite number, got {self.promote_at}"),
+            (self.promote_after >= 0, f"--promote-after must be 0 or more, got {self.promote_after}"),
+            (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
+            (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
+            (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
+            (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
+                                       and "\\" not in self.run_name),
+             f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.resume is None:
+            for scenario in self.stages:
+                commons_arena.load_scenario(scenario)
+            from experiments.training.selfplay import background_population, plan_for
+
+            config = commons_arena.load_scenario(self.stages[0])
+            plan_for(self.experiment, config, self.learners, self.team_modules)  # names the bad learner
+            background_population(self.background, config)  # a bad roster says what is wrong
+        run_folder(self)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -133,6 +182,47 @@ class TrainArgs:
     @property
     def name(self) -> str:
         return self.run_name or f"{self.experiment}-{self.stages[0] if len(self.stages) == 1 else 'curriculum'}-s{self.seed}"
+
+
+LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
+
+
+def _holds_files(folder: Path) -> bool:
+    return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
+
+
+def run_folder(args: TrainArgs) -> Path:
+    """The folder this run writes to. Never another run's: ``--resume`` names the run to
+    continue; otherwise the folder must be new. Without ``--run-name`` the default name gets
+    a number (``-2``, ``-3``, ...) when taken; an explicit ``--run-name`` that is taken is refused."""
+    if args.resume is not None:
+        run = Path(args.resume)
+        if not (run / "args.json").is_file():
+            raise ValueError(f"nothing to resume in {run}: it has no args.json (not a run folder of `commons-arena train`)")
+        return run.resolve()
+    run = args.out / args.name
+    if not _holds_files(run):
+        return run.resolve()
+    if args.run_name is not None:
+        raise ValueError(
+            f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
+        )
+    number = 2
+    while _holds_files(args.out / f"{args.name}-{number}"):
+        number += 1
+    return (args.out / f"{args.name}-{number}").resolve()
+
+
+def point_latest(run: Path) -> None:
+    """Point ``<run's parent>/latest`` at ``run`` (replaced atomically; a real folder of that
+    name is left alone)."""
+    link = run.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return
+    tmp = run.parent / f".{LATEST}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run.name, tmp)
+    os.replace(tmp, link)
 
 
 @dataclass
@@ -160,7 +250,7 @@ def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
     """Mean allocator return of random, oracle and each baseline on the held-out seeds."""
     return {
         name: float(np.mean([e[ALLOCATOR]["return"] for e in play_many(scenario, name, seeds)]))
-        for name in ("random", "oracle", *BASELINES)
+        for name in ("random", "oracle", *BASELINE_ALLOCATORS)
     }
 
 
@@ -187,7 +277,7 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     from experiments.training import league
-    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_ppo_config
+    from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_algorithm_config
     from experiments.training.selfplay import background_population, plan_for
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
@@ -207,7 +297,7 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
             "mapping_fn": league.mapping_for(pool, teams),
         }
         callbacks = league.LeagueCallback
-    config = build_ppo_config(
+    config = build_algorithm_config(
         scenario,
         {} if population_in_env else scripted_factories(scenario, plan.seats, background),
         num_envs_per_env_runner=args.num_envs_per_env_runner,
@@ -263,16 +353,23 @@ def train(args: TrainArgs) -> Path:
     from experiments.viewing.plots import learning_curve
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
+    args.validate()
     if args.resume is not None and json.loads((args.resume / "args.json").read_text()).get("experiment") == "league":
         raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
-    # ---- run folder, args, resume
-    run = (args.resume or args.out / args.name).resolve()
+    # ---- run folder (never another run's: a new one, or --resume), args, resume
+    run = run_folder(args)
     state = RunState()
     if args.resume is not None:
         args = _resumed_args(json.loads((run / "args.json").read_text()), args)
-        state = RunState(**json.loads((run / "state.json").read_text()))
-    run.mkdir(parents=True, exist_ok=True)
+        if (run / "state.json").is_file():  # absent if killed before the first evaluation
+            state = RunState(**json.loads((run / "state.json").read_text()))
+    else:
+        if run.name != args.name:
+            print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
+        args = replace(args, run_name=run.name)
+        run.mkdir(parents=True, exist_ok=False)
     (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
+    point_latest(run)
 
     # ---- seeding and references (held-out seeds never train)
     torch.manual_seed(args.seed)
@@ -319,7 +416,9 @@ def train(args: TrainArgs) -> Path:
     session_iterations = 0
     while True:
         elapsed = time.perf_counter() - start
-        if elapsed >= args.minutes * 60 or (args.iterations is not None and session_iterations >= args.iterations):
+        # at least one iteration per session, so a checkpoint is always written
+        out_of_budget = elapsed >= args.minutes * 60 and session_iterations > 0
+        if out_of_budget or (args.iterations is not None and session_iterations >= args.iterations):
             break
         result = algo.train()
         state.iterations += 1
@@ -365,7 +464,7 @@ def train(args: TrainArgs) -> Path:
             mean_return = held_out_return(networks[ALLOCATOR], scales[ALLOCATOR], args.action_codec, scenario, eval_seeds)
             score = normalised_score(mean_return, ref["random"], ref["oracle"])
             print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, normalised score "
-                  f"{score:.3f} (best baseline {max(ref[b] for b in BASELINES):.2f}, oracle {ref['oracle']:.2f})")
+                  f"{score:.3f} (best baseline {max(ref[b] for b in BASELINE_ALLOCATORS):.2f}, oracle {ref['oracle']:.2f})")
         else:  # no allocator learns: the learners' mean held-out return ranks checkpoints
             mean_return = score = float(np.mean(list(row["returns"].values())))
         state.seconds = time.perf_counter() - start
@@ -396,8 +495,8 @@ def train(args: TrainArgs) -> Path:
                                           eval_seeds)
             ref = anchors[scenario]
             final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
-                               "best_baseline": max(BASELINES, key=lambda b: ref[b]),
-                               "best_baseline_return": max(ref[b] for b in BASELINES), "oracle_return": ref["oracle"]}
+                               "best_baseline": max(BASELINE_ALLOCATORS, key=lambda b: ref[b]),
+                               "best_baseline_return": max(ref[b] for b in BASELINE_ALLOCATORS), "oracle_return": ref["oracle"]}
             print(f"final on {scenario}: return {mean_return:.2f}, normalised score {final[scenario]['score']:.3f}, "
                   f"best baseline {final[scenario]['best_baseline']} {final[scenario]['best_baseline_return']:.2f}")
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
@@ -436,6 +535,6 @@ def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str,
                        title=f"{scenario}: learning seats' mean return on held-out seeds (playing together)")
         return
     ref = anchors[scenario]
-    baselines = {b: normalised_score(ref[b], ref["random"], ref["oracle"]) for b in BASELINES}
+    baselines = {b: normalised_score(ref[b], ref["random"], ref["oracle"]) for b in BASELINE_ALLOCATORS}
     learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
                    baselines, path, title=f"{scenario}: normalised score on held-out seeds (random 0, oracle 1)")

@@ -1,0 +1,1 @@
+"""Golden playthroughs: one recorded episode per shipped scenario (see ``make.py`` here)."""

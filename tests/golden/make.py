@@ -1,0 +1,41 @@
+"""Write the golden recording of every shipped scenario: ``tests/golden/<scenario>.jsonl``.
+
+One whole episode per scenario from ``reset(seed=0)``, every agent acting uniformly at
+random from a generator seeded apart from the env (random play reaches every repair rule,
+escalations and audits). ``commons-arena verify`` re-plays them; ``tests/test_golden.py``
+runs it on each. Regenerate only with a deliberate change of the rules, and bump the env
+version with it (docs/rules.md, "Golden playthroughs")::
+
+    python -m tests.golden.make
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import commons_arena
+from commons_arena.recording import RecordEpisode
+
+HERE = Path(__file__).resolve().parent
+SEED = 0
+
+
+def golden_path(scenario: str) -> Path:
+    return HERE / f"{scenario}.jsonl"
+
+
+def record(scenario: str, path: Path, seed: int = SEED) -> Path:
+    env = RecordEpisode(commons_arena.parallel_env(scenario), path)
+    rng = np.random.default_rng(seed + 10_000)
+    env.reset(seed=seed)
+    while env.agents:
+        env.step({agent: rng.integers(0, env.action_space(agent).nvec) for agent in env.agents})
+    env.close()
+    return path
+
+
+if __name__ == "__main__":
+    for name in commons_arena.list_scenarios():
+        print(f"wrote {record(name, golden_path(name))}")
