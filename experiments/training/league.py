@@ -14,7 +14,7 @@ mean over the mix's other members by the **margin** ``snapshot_margin`` (relativ
 ``snapshot_gap`` iterations after the last snapshot (the smoothing window still holds older
 episodes). The mix then grows by one frozen copy of the learner.
 
-The snapshot trap (``shared/RLLIB_NOTES.md``): ``Algorithm.add_module`` syncs the new
+The snapshot trap (RLlib 2.60): ``Algorithm.add_module`` syncs the new
 module's *random* initial weights to the env runners before ``set_state`` copies the
 learner's weights into it, so the runners would play the snapshot with random weights for
 one more iteration. :func:`add_snapshot` pushes the source weights to every env runner
