@@ -225,35 +225,93 @@ class Evaluate:
 
 @dataclass
 class Tournament:
-    """Every allocator on every scenario and seed, ranked per match and rated (openskill)."""
+    """Every entrant in the focal seat on every (scenario, background, seed) cell: scores with 95% CIs,
+    win matrix, openskill ratings, meta-game (Nash) rankings and the cross-play heatmap.
 
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
-    """scenario names or TOML paths; 'all' for every shipped scenario"""
-    allocators: tuple[str, ...] = BASELINE_ALLOCATORS
-    """allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained one"""
-    seeds: int = 20
-    """matches per scenario"""
-    first_seed: int = 5000
-    """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
-    out: Path = Path("results/tournament")
-    """output folder"""
+    Give a roster file (``commons-arena tournament ROSTER.toml``, format in
+    experiments/evaluation/roster.py) or the flags (allocator seat, each scenario's own
+    background). Episodes are stored in a SQLite file as they finish; rerunning the same
+    command plays only the missing ones.
+    """
+
+    roster: tyro.conf.Positional[Path | None] = None
+    """roster TOML (seat, entrants, backgrounds, scenarios, seeds); omit to use the flags below"""
+    scenarios: tuple[str, ...] | None = None
+    """without a roster: scenario names or TOML paths, 'all' for every shipped one (default standard elevated crisis)"""
+    allocators: tuple[str, ...] | None = None
+    """without a roster: allocators besides random and oracle (always in); 'learned:<checkpoint dir>' for a trained
+    one (default: the scripted baselines)"""
+    seeds: int | None = None
+    """without a roster: matches per scenario (default 20)"""
+    first_seed: int | None = None
+    """without a roster: held-out seeds first_seed .. first_seed + seeds - 1 (default 5000; training never uses them)"""
+    out: Path | None = None
+    """output folder (default results/tournament, or results/tournament/<roster name> with a roster)"""
+    db: Path | None = None
+    """results database (default <out>/results.sqlite)"""
+    workers: int | None = None
+    """parallel workers (default: every CPU); 1 runs in-process without Ray"""
+    address: str | None = None
+    """join this Ray cluster (RAY_ADDRESS does the same); default: start Ray locally"""
+    allow_changed: bool = False
+    """play a changed scenario / checkpoint / background beside its old stored rows instead of refusing"""
+    ray_min_seconds: float = 15.0
+    """below this much estimated single-core work, play in-process: Ray's start-up would cost more"""
+    progress: bool = True
+    """show the progress bar"""
     force: bool = False
-    """write into --out even if it already holds results (they are overwritten)"""
+    """write into an --out folder that holds other files but no tournament results (they may be overwritten)"""
+
+    def build_roster(self):
+        from experiments.evaluation.roster import load_roster
+        from experiments.evaluation.tournament import flag_roster
+
+        flags = {"--scenarios": self.scenarios, "--allocators": self.allocators, "--seeds": self.seeds,
+                 "--first-seed": self.first_seed}
+        if self.roster is not None:
+            given = [name for name, value in flags.items() if value is not None]
+            if given:
+                raise UsageError(f"give a roster file or {', '.join(given)}, not both (the roster names its own)")
+            return load_roster(self.roster)
+        seeds = _seeds(5000 if self.first_seed is None else self.first_seed, 20 if self.seeds is None else self.seeds)
+        return flag_roster(_scenarios(self.scenarios or ("standard", "elevated", "crisis")),
+                           list(self.allocators if self.allocators is not None else BASELINE_ALLOCATORS), seeds)
+
+    def output(self) -> Path:
+        if self.out is not None:
+            return self.out
+        return Path("results/tournament") / self.roster.stem if self.roster else Path("results/tournament")
 
     def validate(self) -> None:
-        validate_lineup(_scenarios(self.scenarios), list(self.allocators), _seeds(self.first_seed, self.seeds))
-        refuse_overwrite(self.out, self.force, what="folder")
+        """The roster (every policy, background, scenario and checkpoint against every scenario), the
+        workers, and the output: a folder of earlier tournament results is resumed, any other is refused."""
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        self._roster = self.build_roster()
+        db = self.db if self.db is not None else self.output() / "results.sqlite"
+        if not db.is_file():
+            refuse_overwrite(self.output(), self.force, what="folder")
 
     def run(self):
         from experiments.evaluation.evaluate import markdown_table
-        from experiments.evaluation.tournament import tournament, write_standings
+        from experiments.evaluation.tournament import run_tournament
 
-        scenarios, seeds = _scenarios(self.scenarios), _seeds(self.first_seed, self.seeds)
-        result = tournament(scenarios, list(self.allocators), seeds)
-        print(markdown_table(result.evaluation.rows))
+        roster = getattr(self, "_roster", None) or self.build_roster()  # main() validated it already
+        out = self.output()
+        for cfg in roster.scenarios:
+            print(f"scenario {cfg.name}: hash {cfg.content_hash}")
+        print(f"{roster.seat} seat: {len(roster.players)} players x {len(roster.scenarios)} scenarios x "
+              f"{len(roster.backgrounds)} backgrounds x {len(roster.seeds)} seeds = {roster.episodes} episodes")
+        result = run_tournament(roster, out, db=self.db, workers=self.workers, address=self.address,
+                                allow_changed=self.allow_changed, progress=self.progress,
+                                ray_min_seconds=self.ray_min_seconds)
+        if result.play.played:
+            print(f"played {result.play.played} episodes in {result.play.seconds:.1f} s "
+                  f"({result.play.episodes_per_second:.0f} episodes/s, {result.play.mode}) into {result.store}")
+        print(markdown_table(result.aggregates.scores))
         print("\nstandings")
-        print(markdown_table(result.standings))
-        for path in write_standings(result, self.out):
+        print(markdown_table(result.aggregates.standings))
+        for path in result.written:
             print(f"wrote {path}")
         return result
 

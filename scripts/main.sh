@@ -17,4 +17,4 @@ RUN=runs/$(readlink runs/latest)  # the folder this training wrote (a stable nam
   --seeds 20 --out "$RUN/tournament"
 echo
 echo "learning curve: $RUN/learning_curve.png"
-echo "tournament:     $RUN/tournament/standings.md, evaluation.md, scores.png, standings.png"
+echo "tournament:     $RUN/tournament/standings.md, scores.md, scores.png, standings.png, win_matrix.png"

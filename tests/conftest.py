@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,20 @@ import pytest
 
 import commons_arena
 from commons_arena.scenario import scenario_from_dict
+
+# --------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole test run (2 CPUs, no dashboard), shut down at the end."""
+    import ray
+
+    os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_tests")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
 
 # --------------------------------------------------------------------------- TOML
 
@@ -192,20 +207,3 @@ UNUSUAL = {"duo_one_tier_hard": _duo_one_tier_hard, "octet_five_tiers": _octet_f
 def unusual_scenario(request: pytest.FixtureRequest, write_scenario: Callable[..., Path]) -> Path:
     """Path of a scenario file of unusual shape, written to tmp_path (not in the repo)."""
     return write_scenario(UNUSUAL[request.param](), filename=f"{request.param}.toml")
-
-
-# --------------------------------------------------------------------------- Ray
-
-
-@pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for every RLlib test of the session (2 CPUs, no dashboard); shut down at the end."""
-    import os
-
-    import ray
-
-    os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_tests")
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()

@@ -1,4 +1,4 @@
-"""Evaluation tables, misreport gains, recordings of evaluation runs, and the tournament."""
+"""Evaluation tables, misreport gains and recordings of evaluation runs (tournaments: test_tournament.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from commons_arena.recording import read_recording
 from experiments.evaluation.evaluate import evaluate, mean_ci95, normalised_score, write_tables
-from experiments.evaluation.tournament import match_ranks, tournament, write_standings
 
 SEEDS = [11, 12, 13]
 
@@ -74,18 +73,3 @@ def test_evaluation_runs_are_recorded(result):
     recorded = [e["summary"]["episode_info"]["allocator"]["return"] for e in episodes]
     played = [e["allocator"]["return"] for e in res.episodes[("standard", "edf")]]
     assert recorded == pytest.approx(played)
-
-
-def test_match_ranks_share_ties():
-    assert match_ranks([3.0, 5.0, 3.0, 1.0]) == [2, 1, 2, 4]
-
-
-def test_tournament_standings(tmp_path):
-    res = tournament(["standard"], ["edf"], SEEDS, progress=False)
-    names = [row["allocator"] for row in res.standings]
-    assert set(names) == {"random", "oracle", "edf"}
-    assert names[0] == "oracle" and names[-1] == "random"  # the oracle wins every match here
-    assert res.standings[0]["wins"] == len(SEEDS)
-    assert [row["rating"] for row in res.standings] == sorted((row["rating"] for row in res.standings), reverse=True)
-    written = {p.name for p in write_standings(res, tmp_path)}
-    assert {"standings.csv", "standings.md", "standings.png", "evaluation.md"} <= written

@@ -54,3 +54,12 @@ def test_empty_inputs_are_errors(tmp_path):
         score_bars([], tmp_path / "x.png")
     with pytest.raises(ValueError):
         learning_curve([], {}, tmp_path / "y.png")
+
+
+def test_heatmap_writes_a_png_and_checks_its_shape(tmp_path):
+    from experiments.viewing.plots import heatmap
+
+    path = heatmap([[0.5, 1.0], [0.0, float("nan")]], ["a", "b"], ["x", "y"], tmp_path / "h.png", limits=(0.0, 1.0))
+    assert path.stat().st_size > 1000
+    with pytest.raises(ValueError, match="2 x 3 matrix"):
+        heatmap([[1.0, 2.0], [3.0, 4.0]], ["a", "b"], ["x", "y", "z"], tmp_path / "bad.png")

@@ -1,6 +1,6 @@
 """RLlib for real, on a tiny budget: train, checkpoint, reload without Ray, play, resume.
 
-One Ray session for the module (started and shut down by the fixture); heavy training is a
+One Ray session for the test run (``ray_session`` in conftest.py); heavy training is a
 script (``commons-arena train``), not a test.
 """
 
@@ -15,6 +15,9 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from experiments.evaluation.roster import RosterError, roster_from_dict
+from experiments.evaluation.store import ChangedError, ResultStore
+from experiments.evaluation.tournament import run_tournament
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError
 from policies.learned import LearnedPolicy, convert_pickled_checkpoint, module_dir, read_sidecar
@@ -125,6 +128,33 @@ def test_old_pickled_checkpoint_converts_to_the_same_policy(trained, tmp_path):
     assert np.array_equal(before.act(obs[ALLOCATOR]), after.act(obs[ALLOCATOR]))
     with pytest.raises(CheckpointError, match="already in the data-only format"):
         convert_pickled_checkpoint(old)
+
+
+def test_learned_checkpoints_in_a_tournament(trained, tmp_path):
+    """A checkpoint as an entrant and inside a background; one that does not fit, or that changed, is refused."""
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(trained, checkpoint)
+    quiet = {"progress": False, "log": lambda *_: None}
+    roster = {"scenarios": ["standard"], "seeds": [1, 2], "entrants": {"ppo": f"learned:{checkpoint}", "edf": "edf"},
+              "backgrounds": {"default": {}, "bluffers": {"roles": {"team": "greedy_bluffer"}}}}
+    result = run_tournament(roster_from_dict(roster), tmp_path / "a", **quiet)
+    with ResultStore(result.store) as store:
+        rows = {(r["player"], r["background"], r["seed"]): r for r in store.rows()}
+    direct = run_episode(commons_arena.parallel_env("standard"),
+                         Population.default("standard").with_agent(ALLOCATOR, f"learned:{trained}"), 2)
+    assert rows[("ppo", "default", 2)]["episode"] == direct
+    assert [r["entrant"] for r in result.aggregates.crossplay] == ["ppo", "edf"]
+
+    teams = {"seat": "search", "scenarios": ["standard"], "seeds": [1], "entrants": ["truthful", "greedy_bluffer"],
+             "backgrounds": {"ppo": {"agents": {"allocator": f"learned:{checkpoint}"}}}}
+    assert run_tournament(roster_from_dict(teams), tmp_path / "b", **quiet).play.played == 3
+
+    with pytest.raises(RosterError, match=r"entrants.ppo: checkpoint .* does not fit agent 'allocator' of scenario 'market_baseline'"):
+        roster_from_dict({**roster, "scenarios": ["standard", "market_baseline"]})
+    with open(checkpoint / SIDECAR, "a") as fh:
+        fh.write("\n")  # same policy, different bytes: a different checkpoint as far as results go
+    with pytest.raises(ChangedError, match="player 'ppo' is now"):
+        run_tournament(roster_from_dict(roster), tmp_path / "a", **quiet)
 
 
 def test_resume_continues_from_the_last_checkpoint(trained):

@@ -125,7 +125,8 @@ class TrainArgs:
     a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
     """continue the run in this folder from its last checkpoint (its args.json wins); the only
-    way to write into an existing run folder"""
+    way to write into an existing run folder. It restores RLlib's full state, which is pickled:
+    resume only runs you made (`learned:` never reads those files)"""
     address: str | None = None
     """Ray cluster address (default: $RAY_ADDRESS, else a local Ray)"""
     torch_threads: int = 1

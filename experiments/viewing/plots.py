@@ -4,6 +4,7 @@
   grouped by scenario; from a plain table (a list of dicts, no pandas).
 * :func:`learning_curve` — a training metric against iterations or timesteps, with the
   baselines (random, heuristics, oracle) as labelled horizontal lines.
+* :func:`heatmap` — a labelled matrix (the tournament's cross-play and win matrices).
 * :func:`mean_ci` — the mean and confidence interval used by both (Student's t).
 
 Each function writes one PNG and returns its path; the figure is closed afterwards.
@@ -175,6 +176,39 @@ def _baseline(spec: float | tuple[float, float] | Mapping[str, float]) -> tuple[
         mean, half = float(spec[0]), float(spec[1])
         return mean, mean - half, mean + half
     return float(spec), None, None
+
+
+def heatmap(matrix: Sequence[Sequence[float]], rows: Sequence[str], columns: Sequence[str],
+            path: str | os.PathLike[str], title: str = "", xlabel: str = "", ylabel: str = "",
+            colorbar: str = "", cmap: str = "viridis", limits: tuple[float, float] | None = None) -> Path:
+    """A matrix as coloured cells with its values written in (NaN cells left blank); the colour
+    scale spans ``limits`` (default: the finite values' range)."""
+    values = np.asarray(matrix, dtype=float)
+    if values.shape != (len(rows), len(columns)) or values.size == 0:
+        raise ValueError(f"heatmap: a {len(rows)} x {len(columns)} matrix needs as many rows and columns, got {values.shape}")
+    fig = Figure(figsize=(min(2.5 + 0.9 * len(columns), 24.0), min(1.6 + 0.45 * len(rows), 24.0)), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    finite = values[np.isfinite(values)]
+    if limits is None:
+        limits = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=limits[0], vmax=limits[1])
+    for i in range(len(rows)):
+        for j in range(len(columns)):
+            if math.isfinite(values[i, j]):
+                red, green, blue, _ = image.cmap(image.norm(values[i, j]))
+                dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance of the cell
+                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if dark else "black")
+    ax.set_xticks(range(len(columns)), columns, rotation=30 if len(columns) > 3 else 0,
+                  ha="right" if len(columns) > 3 else "center")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label=colorbar)
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:

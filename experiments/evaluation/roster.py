@@ -1,0 +1,365 @@
+"""Tournament rosters: who plays which seat, against whom, where, on which seeds.
+
+A roster is a TOML file (or the same data as a dict)::
+
+    name = "allocators vs team styles"
+    seat = "allocator"            # allocator | broker | teams (every team) | team:<name> (or just <name>)
+    scenarios = ["standard", "elevated", "my_scenarios/odd.toml"]
+    seeds = { first = 5000, count = 20 }          # or a list: seeds = [1, 2, 3]
+
+    [entrants]                    # display name = policy, or a table with policy + parameters
+    edf = "edf"
+    patient = { policy = "best_fit", pacing = 0.5 }
+    ppo = "learned:runs/allocator_ppo-standard-s0/best"
+
+    [backgrounds.default]         # empty: each scenario's own [population]
+    [backgrounds.bluffers]        # a Population table (policies/population.py): roles / agents
+    roles = { team = "greedy_bluffer" }
+    [backgrounds.learned_teams]
+    roles = { team = "learned:runs/teams/best" }
+    agents = { broker = "fixed_price" }
+
+    [anchors]                     # optional: the focal-seat policies that score 0 and 1
+    low = "random"
+    high = "oracle"
+
+Every entrant plays the focal seat in every (scenario, background, seed) cell; the
+background fills the other seats (and the focal seat's own defaults never leak in). The
+normalised score puts each focal return between the ``low`` and ``high`` anchors, played
+on the same cells. Defaults: the allocator seat is anchored by the ``random`` allocator
+and the ``oracle`` (as in ``commons-arena evaluate``); other seats by uniformly random
+actions in the focal seat (``random``) and, with no ``high`` anchor, by the best
+entrant's mean return on that scenario x background.
+
+Structure errors (unknown keys, wrong types) come from pydantic; meaning errors (unknown
+policy, a policy of the wrong role, a team a scenario lacks, a checkpoint that does not
+fit) are checked against every scenario before anything is played. Both say the file
+and the key: ``roster r.toml: entrants.ppo: ...``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
+from policies.population import Entry, Population, PopulationError
+from policies.registry import policy_spec
+
+RANDOM_ANCHOR = "random"  # in a team or broker seat: uniformly random actions (no registered policy)
+UNIFORM_RANDOM = "<uniform random actions>"
+SEAT_TEAMS = "teams"
+
+
+class RosterError(ValueError):
+    """A roster file is malformed or names something that cannot play; the message names file and key."""
+
+
+# --------------------------------------------------------------------------- structure (pydantic)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Anchors(_Strict):
+    low: str | dict[str, Any] | None = None
+    high: str | dict[str, Any] | None = None
+
+
+class RosterModel(_Strict):
+    name: str = ""
+    seat: str = ALLOCATOR
+    scenarios: list[str] = Field(min_length=1)
+    seeds: list[int]
+    entrants: dict[str, Any] = Field(min_length=1)
+    backgrounds: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}})
+    anchors: Anchors = Anchors()
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, value: Any) -> list[int]:
+        """``[1, 2, 3]`` or ``{ first = 1000, count = 20 }``: distinct seeds >= 0."""
+        def is_int(x: Any) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        if isinstance(value, dict):
+            if set(value) != {"first", "count"} or not all(is_int(v) for v in value.values()):
+                raise ValueError(f"a seed range is {{ first = <seed>, count = <how many> }} with integers, got {value!r}")
+            if value["count"] < 1 or value["count"] > 1_000_000:
+                raise ValueError(f"count must be 1 .. 1000000, got {value['count']}")
+            value = list(range(value["first"], value["first"] + value["count"]))
+        if not isinstance(value, list) or not all(is_int(s) for s in value):
+            raise ValueError(f"expected a list of integer seeds, e.g. [1, 2, 3], or {{ first = 1000, count = 20 }}; got {value!r}")
+        if not value:
+            raise ValueError("give at least one seed")
+        if any(s < 0 for s in value):
+            raise ValueError("seeds must be >= 0")
+        if len(set(value)) != len(value):
+            raise ValueError("seeds repeat; each seed is one cell")
+        return value
+
+    @field_validator("entrants", mode="before")
+    @classmethod
+    def _entrants(cls, value: Any) -> dict[str, Any]:
+        """A table ``name = policy`` (or ``name = { policy = ..., <param> = ... }``), or a list of policy names."""
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError("a list of entrants holds policy names; use a table [entrants] for parameters")
+            if len(set(value)) != len(value):
+                raise ValueError("a policy is listed twice")
+            return {v: v for v in value}
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a table name = policy, or a list of policy names; got {value!r}")
+        return value
+
+    @field_validator("backgrounds")
+    @classmethod
+    def _some_background(cls, backgrounds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        if not backgrounds:
+            raise ValueError("give at least one background (an empty [backgrounds.default] is the scenario's own)")
+        return backgrounds
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        lines.append(f"{loc or '(top level)'}: {e['msg'].removeprefix('Value error, ')}")
+    return "; ".join(dict.fromkeys(lines))
+
+
+# --------------------------------------------------------------------------- meaning
+
+
+@dataclass(frozen=True)
+class Player:
+    """One policy for the focal seat: an entrant or an anchor."""
+
+    name: str
+    entry: Entry
+    anchor: str = ""  # "low" / "high" for the anchors, "" otherwise
+    entrant: bool = True  # False for an anchor that is not also an entrant
+
+    @property
+    def uniform_random(self) -> bool:
+        return self.entry.policy == UNIFORM_RANDOM
+
+
+@dataclass(frozen=True)
+class Roster:
+    """A validated roster: every name resolved, every scenario loaded, every checkpoint hashed."""
+
+    name: str
+    seat: str
+    scenarios: tuple[ScenarioConfig, ...]
+    scenario_names: tuple[str, ...]  # as written in the roster (a name or a path)
+    seeds: tuple[int, ...]
+    players: tuple[Player, ...]  # entrants then anchors
+    backgrounds: Mapping[str, Population]
+    source: str = "<dict>"
+
+    @property
+    def entrants(self) -> tuple[Player, ...]:
+        return tuple(p for p in self.players if p.entrant)
+
+    def anchor(self, which: str) -> Player | None:
+        return next((p for p in self.players if p.anchor == which), None)
+
+    def focal_agents(self, config: ScenarioConfig) -> tuple[str, ...]:
+        return focal_agents(self.seat, config)
+
+    @cached_property
+    def player_hashes(self) -> dict[str, str]:
+        return {p.name: entry_hash(p.entry) for p in self.players}
+
+    @cached_property
+    def background_hashes(self) -> dict[str, str]:
+        return {name: population_hash(pop) for name, pop in self.backgrounds.items()}
+
+    @property
+    def episodes(self) -> int:
+        return len(self.players) * len(self.scenarios) * len(self.backgrounds) * len(self.seeds)
+
+
+def seat_role(seat: str) -> str:
+    return seat if seat in (ALLOCATOR, BROKER) else "team"
+
+
+def focal_agents(seat: str, config: ScenarioConfig) -> tuple[str, ...]:
+    """The agent ids of ``config`` that the focal seat covers."""
+    if seat in (ALLOCATOR, BROKER):
+        return (seat,)
+    if seat == SEAT_TEAMS:
+        return config.team_names
+    team = seat.removeprefix("team:")
+    if team not in config.team_names:
+        raise RosterError(f"seat: scenario {config.name!r} has no team {team!r}; its teams are {list(config.team_names)}")
+    return (team,)
+
+
+def _parse_seat(seat: str) -> str:
+    return seat if seat in (ALLOCATOR, BROKER, SEAT_TEAMS) or seat.startswith("team:") else f"team:{seat}"
+
+
+def _entry(value: Any, where: str, role: str) -> Entry:
+    if value == RANDOM_ANCHOR and role != ALLOCATOR:
+        return Entry(UNIFORM_RANDOM)
+    entry = Entry.parse(value, where)
+    try:
+        spec = policy_spec(entry.policy)
+    except ValueError as err:
+        raise PopulationError(f"{where}: {err}") from None
+    if spec.role != role:
+        raise PopulationError(f"{where}: policy {entry.policy!r} plays the {spec.role} role, not {role} (the focal seat)")
+    unknown = set(entry.params) - set(spec.params)
+    if unknown:
+        raise PopulationError(f"{where}: policy {entry.policy!r} has no parameter(s) {sorted(unknown)}; it accepts {list(spec.params)}")
+    return entry
+
+
+def _players(model: RosterModel, role: str) -> list[Player]:
+    players = [Player(name, _entry(value, f"entrants.{name}", role)) for name, value in model.entrants.items()]
+    defaults = {"low": RANDOM_ANCHOR, "high": "oracle" if role == ALLOCATOR else None}
+    for which in ("low", "high"):
+        value = getattr(model.anchors, which) or defaults[which]
+        if value is None:
+            continue
+        entry = _entry(value, f"anchors.{which}", role)
+        name = value if isinstance(value, str) else f"{which}_anchor"
+        same = next((p for p in players if p.entry == entry), None)
+        if same is not None:  # an entrant doubles as the anchor: played once
+            players[players.index(same)] = Player(same.name, same.entry, which)
+        elif any(p.name == name for p in players):
+            raise PopulationError(f"anchors.{which}: name {name!r} is taken by an entrant with another policy")
+        else:
+            players.append(Player(name, entry, which, entrant=False))
+    return players
+
+
+def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path | None = None) -> Roster:
+    """Validate ``data`` (the parsed TOML); relative scenario paths resolve against ``base``."""
+    try:
+        model = RosterModel.model_validate(dict(data))
+    except ValidationError as err:
+        raise RosterError(f"roster {source}: {_format_validation_error(err)}") from None
+    seat = _parse_seat(model.seat)
+    role = seat_role(seat)
+    try:
+        players = _players(model, role)
+        backgrounds = {name: Population.from_dict({**table, "name": name}, source=f"backgrounds.{name}")
+                       for name, table in model.backgrounds.items()}
+    except PopulationError as err:
+        raise RosterError(f"roster {source}: {str(err).removeprefix('population ')}") from None
+    scenarios = []
+    for i, name in enumerate(model.scenarios):
+        path = Path(name)
+        if base is not None and (name.endswith(".toml") or "/" in name) and not path.is_absolute():
+            path = base / path
+            name = str(path)
+        try:
+            scenarios.append(load_scenario(name))
+        except ScenarioError as err:
+            raise RosterError(f"roster {source}: scenarios[{i}]: {err}") from None
+    roster = Roster(model.name, seat, tuple(scenarios), tuple(model.scenarios), tuple(model.seeds), tuple(players),
+                    backgrounds, source)
+    check_roster(roster)
+    return roster
+
+
+def load_roster(path: str | Path) -> Roster:
+    path = Path(path)
+    if not path.is_file():
+        raise RosterError(f"roster file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise RosterError(f"roster {path}: not valid TOML: {err}") from None
+    return roster_from_dict(data, source=str(path), base=path.parent)
+
+
+def check_roster(roster: Roster) -> None:
+    """Every player and background must be able to play every scenario: checked before any episode."""
+    names = [c.name for c in roster.scenarios]
+    if len(set(names)) != len(names):
+        raise RosterError(f"roster {roster.source}: scenarios: two entries load scenario(s) with the same name {names}")
+    for config in roster.scenarios:
+        try:
+            agents = focal_agents(roster.seat, config)
+        except RosterError as err:
+            raise RosterError(f"roster {roster.source}: {err}") from None
+        for name, background in roster.backgrounds.items():
+            where = f"backgrounds.{name}"
+            try:
+                resolved = background.resolve(config)
+            except PopulationError as err:
+                raise RosterError(f"roster {roster.source}: {where}: {err}") from None
+            for agent, entry in resolved.items():
+                if agent not in agents:  # the focal seat is the players'
+                    _check_checkpoint(roster, entry, config, agent, where)
+        for player in roster.players:
+            where = f"entrants.{player.name}" if player.entrant else f"anchors.{player.anchor}"
+            for agent in agents:
+                _check_checkpoint(roster, player.entry, config, agent, where)
+
+
+def _check_checkpoint(roster: Roster, entry: Entry, config: ScenarioConfig, agent: str, where: str) -> None:
+    """A learned checkpoint must fit the spaces of ``agent`` of ``config``, the seat it will play."""
+    if not entry.policy.startswith("learned:"):
+        return
+    from policies.learned import check_fits, read_sidecar
+
+    checkpoint = entry.policy.removeprefix("learned:")
+    try:
+        check_fits(read_sidecar(checkpoint), config, agent, checkpoint)
+    except ValueError as err:
+        raise RosterError(f"roster {roster.source}: {where}: {err}") from None
+
+
+# --------------------------------------------------------------------------- identities
+
+
+def checkpoint_hash(checkpoint: str | Path) -> str:
+    """sha256 (first 16 hex) over every file of a checkpoint folder (relative path + bytes)."""
+    root = Path(checkpoint)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _entries_hash(entries: Sequence[tuple[str, Entry]]) -> str:
+    parts = []
+    for key, entry in entries:
+        item: dict[str, Any] = {"key": key, "policy": entry.policy, "params": dict(entry.params)}
+        if entry.policy.startswith("learned:"):
+            item["checkpoint"] = checkpoint_hash(entry.policy.removeprefix("learned:"))
+            item["policy"] = "learned"  # the path may move; the content is what counts
+        parts.append(item)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def entry_hash(entry: Entry) -> str:
+    """What a player *is*: its policy, parameters and (for a checkpoint) the checkpoint's content."""
+    return _entries_hash([("", entry)])
+
+
+def population_hash(population: Population) -> str:
+    entries = [(f"roles.{k}", v) for k, v in population.roles.items()] + [
+        (f"agents.{k}", v) for k, v in population.agents.items()]
+    return _entries_hash(entries)  # type: ignore[arg-type]
+
+
+__all__ = ["Player", "Roster", "RosterError", "focal_agents", "load_roster", "roster_from_dict"]

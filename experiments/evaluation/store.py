@@ -1,0 +1,149 @@
+"""The tournament's results store: one SQLite row per finished episode, never lost, never doubled.
+
+SQLite from the standard library: one file, no server, safe against a killed writer. The
+database runs in WAL mode and every episode is its own committed transaction, written
+the moment the episode's result reaches the driver, so a kill loses at most the episodes
+still being played. ``synchronous=NORMAL`` is durable against a killed process (what the
+rerun has to survive); only a power cut could drop the last commits, which a rerun plays
+again.
+
+The unique key is the episode's identity: ``(seat, scenario, scenario_hash, background,
+background_hash, player, player_hash, seed)``. Inserting a row that is already there is
+ignored (``INSERT OR IGNORE``), so a rerun or a duplicate delivery can never double it, and
+a rerun asks :meth:`ResultStore.existing` which keys are done and plays only the rest.
+
+A changed scenario file, checkpoint or background definition has a new hash: its old rows
+stay (results are appended, never rewritten), and :meth:`ResultStore.changed` lists the
+names stored only under other hashes than the roster's, which the tournament refuses to
+mix unless ``--allow-changed``; once the new version has rows, it is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KEY = ("seat", "scenario", "scenario_hash", "background", "background_hash", "player", "player_hash", "seed")
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS episodes (
+    id              INTEGER PRIMARY KEY,
+    seat            TEXT    NOT NULL,
+    scenario        TEXT    NOT NULL,
+    scenario_hash   TEXT    NOT NULL,
+    background      TEXT    NOT NULL,
+    background_hash TEXT    NOT NULL,
+    player          TEXT    NOT NULL,   -- an entrant or an anchor
+    player_hash     TEXT    NOT NULL,
+    policy          TEXT    NOT NULL,   -- the player's policy name (and parameters) as JSON
+    seed            INTEGER NOT NULL,
+    focal_return    REAL    NOT NULL,   -- mean return over the focal seat's agents
+    episode         TEXT    NOT NULL,   -- JSON: every agent's infos["episode"] (reward terms, statistics)
+    wall_seconds    REAL    NOT NULL,
+    finished_at     TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE ({", ".join(KEY)})
+);
+"""
+
+
+@dataclass(frozen=True)
+class EpisodeKey:
+    seat: str
+    scenario: str
+    scenario_hash: str
+    background: str
+    background_hash: str
+    player: str
+    player_hash: str
+    seed: int
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in KEY)
+
+
+class ChangedError(ValueError):
+    """The store holds results for a name whose content (hash) has changed since."""
+
+
+class ResultStore:
+    """An open results database (``with ResultStore(path) as store: ...``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)  # explicit transactions
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(SCHEMA)
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------ writing
+    def append(self, key: EpisodeKey, policy: str, focal_return: float, episode: Mapping[str, Any] | str,
+               wall_seconds: float) -> bool:
+        """Store one finished episode in its own transaction; False if that episode was already stored.
+
+        ``episode`` is every agent's ``infos["episode"]``, or that already as JSON."""
+        if not isinstance(episode, str):
+            episode = json.dumps(episode, sort_keys=True)
+        cursor = self.conn.execute(
+            f"INSERT OR IGNORE INTO episodes ({', '.join(KEY)}, policy, focal_return, episode, wall_seconds) "
+            f"VALUES ({', '.join('?' * (len(KEY) + 4))})",
+            (*key.as_tuple(), policy, float(focal_return), episode, float(wall_seconds)),
+        )
+        return cursor.rowcount == 1
+
+    # ------------------------------------------------------------------ reading
+    def existing(self, seat: str) -> set[tuple[Any, ...]]:
+        """Keys (as tuples in ``KEY`` order) already stored for ``seat``."""
+        rows = self.conn.execute(f"SELECT {', '.join(KEY)} FROM episodes WHERE seat = ?", (seat,))
+        return {tuple(r) for r in rows}
+
+    def changed(self, seat: str, column: str, current: Mapping[str, str]) -> dict[str, list[str]]:
+        """Names (scenario / background / player) stored only under other hashes than ``current``'s:
+        content that changed since its episodes were played (and was not accepted since)."""
+        if column not in ("scenario", "background", "player"):
+            raise ValueError(f"unknown column {column!r}")
+        rows = self.conn.execute(
+            f"SELECT DISTINCT {column}, {column}_hash FROM episodes WHERE seat = ? ORDER BY 1, 2", (seat,))
+        stored: dict[str, list[str]] = {}
+        for name, digest in rows:
+            if name in current:
+                stored.setdefault(name, []).append(digest)
+        return {name: hashes for name, hashes in stored.items() if current[name] not in hashes}
+
+    def rows(self, keys: Iterable[EpisodeKey] | None = None) -> list[dict[str, Any]]:
+        """Stored episodes as dicts (``episode`` parsed), all or only those of ``keys``, in key order."""
+        self.conn.row_factory = sqlite3.Row
+        try:
+            wanted = None if keys is None else {k.as_tuple() for k in keys}
+            seats = sorted({k[0] for k in wanted}) if wanted is not None else None
+            where = "" if seats is None else f"WHERE seat IN ({', '.join('?' * len(seats))}) "
+            cursor = self.conn.execute(f"SELECT * FROM episodes {where}ORDER BY {', '.join(KEY)}", seats or ())
+            out = []
+            for row in cursor:
+                item = dict(row)
+                if wanted is not None and tuple(item[k] for k in KEY) not in wanted:
+                    continue
+                item["episode"] = json.loads(item["episode"])
+                out.append(item)
+            return out
+        finally:
+            self.conn.row_factory = None
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0])
+
+
+__all__ = ["KEY", "ChangedError", "EpisodeKey", "ResultStore"]

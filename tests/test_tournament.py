@@ -1,0 +1,373 @@
+"""Tournaments: rosters, every cell played by every player, the results store (rerun, kill,
+changed content), Ray batches, aggregates and the meta-game, the command line."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import commons_arena
+from experiments.cli import main
+from experiments.evaluation.evaluate import evaluate
+from experiments.evaluation.metagame import match_ranks, nash_win_rates, zero_sum_nash
+from experiments.evaluation.roster import RosterError, load_roster, roster_from_dict
+from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
+from experiments.evaluation.tournament import (
+    batches,
+    choose_workers,
+    flag_roster,
+    group_seconds,
+    missing_groups,
+    play_roster,
+    run_tournament,
+)
+from tests.test_cli_errors import assert_one_line_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = [11, 12, 13]
+COMPARED = "seat, scenario, scenario_hash, background, background_hash, player, player_hash, seed, policy, focal_return, episode"
+
+
+def stored(path: Path) -> list[tuple]:
+    """Every row's identity and outcome (not its wall time), in key order."""
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT {COMPARED} FROM episodes ORDER BY seat, scenario, background, player, seed").fetchall()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+ALLOCATOR_ROSTER = """
+name = "two allocators, two backgrounds"
+scenarios = ["standard"]
+seeds = [11, 12, 13]
+[entrants]
+edf = "edf"
+patient = { policy = "best_fit", pacing = 0.5 }
+[backgrounds.default]
+[backgrounds.bluffers]
+roles = { team = "greedy_bluffer" }
+"""
+
+
+@pytest.fixture(scope="module")
+def allocator_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("allocator")
+    roster = load_roster(write(out / "roster.toml", ALLOCATOR_ROSTER))
+    return roster, run_tournament(roster, out, progress=False, log=lambda *_: None), out
+
+
+# --------------------------------------------------------------------------- rosters
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('scenarios = ["standard"]\nseeds = [1]\nentrants = ["edf"]\ncolour = "red"', "colour: Extra inputs"),
+        ('scenarios = ["standard"]\nseeds = [1]\n[entrants]\nx = "nope"', "entrants.x: unknown policy 'nope'"),
+        ('scenarios = ["standard"]\nseeds = [1]\n[entrants]\nx = "truthful"', "entrants.x: policy 'truthful' plays the team role"),
+        ('scenarios = ["standard"]\nseeds = [1]\n[entrants]\nx = { policy = "edf", speed = 2 }', "entrants.x: policy 'edf' has no parameter"),
+        ('seat = "team:nobody"\nscenarios = ["standard"]\nseeds = [1]\nentrants = ["truthful"]', "seat: scenario 'standard' has no team 'nobody'"),
+        ('scenarios = ["standard"]\nseeds = [1, 1]\nentrants = ["edf"]', "seeds: seeds repeat"),
+        ('scenarios = ["standard"]\nseeds = { first = 0, count = 0 }\nentrants = ["edf"]', "seeds: count must be 1 .. 1000000"),
+        ('scenarios = ["no_such"]\nseeds = [1]\nentrants = ["edf"]', "scenarios[0]: no scenario named 'no_such'"),
+        ('scenarios = ["standard"]\nseeds = [1]\nentrants = ["edf"]\n[backgrounds.b]\nroles = { team = "edf" }',
+         "backgrounds.b: roles.team: policy 'edf' plays the allocator role"),
+        ('scenarios = ["standard"]\nseeds = [1]\nentrants = ["edf"]\n[backgrounds.b]\nroles = { team = "learned:/no/ckpt" }',
+         "backgrounds.b: roles.team: /no/ckpt is not a commons_arena policy checkpoint"),
+        ('scenarios = ["standard"]\nseeds = [1]\n[entrants]\nrandom = "edf"', "anchors.low: name 'random' is taken"),
+        ('scenarios = ["standard"]\nseeds = [1]', "entrants: Field required"),
+        ('scenarios = [\n', "not valid TOML"),
+    ],
+)
+def test_roster_errors_name_file_and_key(tmp_path, text, expected):
+    path = write(tmp_path / "bad.toml", text)
+    with pytest.raises(RosterError) as err:
+        load_roster(path)
+    assert str(path) in str(err.value) and expected in str(err.value)
+
+
+def test_roster_reads_every_part(tmp_path, tiny, write_scenario):
+    write_scenario(tiny, filename="tiny.toml")
+    roster = load_roster(write(tmp_path / "r.toml", """
+        seat = "search"
+        scenarios = ["tiny.toml"]
+        seeds = { first = 7, count = 2 }
+        [entrants]
+        honest = "truthful"
+        liar = { policy = "greedy_bluffer", bluff = 2.0 }
+        [backgrounds.harsh]
+        agents = { allocator = "edf", broker = "fixed_price" }
+        [anchors]
+        high = "truthful"
+    """))
+    assert roster.seat == "team:search" and roster.seeds == (7, 8)
+    assert roster.scenarios[0].name == "tiny"  # a relative path resolves against the roster's folder
+    assert [(p.name, p.anchor, p.entrant) for p in roster.players] == [
+        ("honest", "high", True), ("liar", "", True), ("random", "low", False)]
+    assert roster.players[1].entry.params == {"bluff": 2.0}
+    assert roster.episodes == 3 * 1 * 1 * 2
+
+
+# --------------------------------------------------------------------------- playing
+
+
+def test_every_player_plays_every_cell_on_the_same_seeds(allocator_run):
+    roster, result, _ = allocator_run
+    rows = stored(result.store)
+    assert len(rows) == roster.episodes == 4 * 1 * 2 * 3
+    cells = {}
+    for row in rows:
+        cells.setdefault(row[5], set()).add((row[1], row[3], row[7]))
+    assert set(cells) == {"edf", "patient", "random", "oracle"}
+    assert all(c == {("standard", b, s) for b in ("default", "bluffers") for s in SEEDS} for c in cells.values())
+
+
+def test_scores_match_the_evaluate_table_on_the_same_seeds(allocator_run):
+    _, result, _ = allocator_run
+    table = evaluate(["standard"], ["edf"], SEEDS, misreport=False, progress=False)
+    expected = {row["allocator"]: row for row in table.rows}
+    got = {row["player"]: row for row in result.aggregates.scores if row["background"] == "default"}
+    for name in ("random", "oracle", "edf"):
+        assert got[name]["return_mean"] == pytest.approx(expected[name]["reward_mean"])
+        assert got[name]["score"] == pytest.approx(expected[name]["score"])
+    assert got["oracle"]["ratio"] == pytest.approx(1.0) and got["random"]["score"] == pytest.approx(0.0)
+    assert got["edf"]["ratio"] == pytest.approx(expected["edf"]["reward_mean"] / expected["oracle"]["reward_mean"])
+
+
+def test_aggregates_and_figures(allocator_run):
+    roster, result, out = allocator_run
+    agg = result.aggregates
+    names = {p.name for p in result.written}
+    assert {"scores.csv", "scores.md", "scores.png", "standings.md", "standings.png", "win_matrix.png",
+            "crossplay.csv", "crossplay.png", "metagame.md"} <= names
+    standings = {row["player"]: row for row in agg.standings}
+    assert agg.standings[0]["player"] == "oracle" and standings["oracle"]["wins"] == 2 * len(SEEDS)
+    assert np.isnan(standings["oracle"]["nash_win_rate"])  # anchors are not in the entrants' meta-game
+    wins = {row["player"]: row for row in agg.win_matrix}
+    assert wins["edf"]["patient"] + wins["patient"]["edf"] == pytest.approx(1.0)
+    assert wins["oracle"]["random"] == 1.0
+    assert [row["entrant"] for row in agg.crossplay] == ["edf", "patient"]
+    weights = [row["weight"] for row in agg.metagame if row["side"] == "background"]
+    assert len(weights) == 2 and sum(weights) == pytest.approx(1.0)
+    assert len(agg.scores) == roster.episodes // len(SEEDS)
+
+
+def test_other_seats(tmp_path):
+    """A team seat (uniform-random anchor, best entrant = 1), all teams, and the broker."""
+    for seat, entrants in (("search", ["truthful", "greedy_bluffer"]), ("teams", ["truthful", "safety_first"]),
+                           ("broker", ["demand_priced", "fixed_price"])):
+        roster = roster_from_dict({"seat": seat, "scenarios": ["standard"], "seeds": [3, 4], "entrants": entrants})
+        result = run_tournament(roster, tmp_path / seat, progress=False, log=lambda *_: None)
+        scores = {row["player"]: row for row in result.aggregates.scores}
+        assert set(scores) == {*entrants, "random"}
+        assert scores["random"]["score"] == pytest.approx(0.0)
+        assert max(scores[e]["score"] for e in entrants) == pytest.approx(1.0)  # the best entrant anchors 1
+
+
+def test_the_focal_seat_is_the_players(tmp_path):
+    """A background's entry for the focal seat never plays: the focal agents are the player's."""
+    roster = roster_from_dict({"seat": "search", "scenarios": ["standard"], "seeds": [5], "entrants": ["truthful"],
+                               "backgrounds": {"b": {"agents": {"search": "greedy_bluffer"}}}})
+    result = run_tournament(roster, tmp_path, progress=False, log=lambda *_: None)
+    with ResultStore(result.store) as store:
+        row = next(r for r in store.rows() if r["player"] == "truthful")
+    env = commons_arena.parallel_env(scenario="standard")
+    from policies.population import Population, run_episode
+
+    direct = run_episode(env, Population(agents={"search": "truthful"}), 5)
+    assert row["episode"]["search"]["return"] == pytest.approx(direct["search"]["return"])
+
+
+def test_small_tournaments_stay_in_process():
+    roster = flag_roster(["standard"], ["edf"], list(range(5)))  # 3 players x 5 seeds = 15 episodes
+    groups = missing_groups(roster, set())
+    assert choose_workers(groups, None, None, 15.0)[0] == 1  # default workers: all CPUs, but not worth Ray
+    assert choose_workers(groups, 2, None, 0.0)[0] == 2
+
+
+def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
+    roster, _, _ = allocator_run
+    groups = missing_groups(roster, set())
+    parts = batches(groups, 2)
+    keys = [k for part in parts for g in part for k in g.keys]
+    assert sorted(k.as_tuple() for k in keys) == sorted(k.as_tuple() for g in groups for k in g.keys)
+    assert 5 <= len(parts) <= 7  # about three per worker
+    costs = [sum(group_seconds(g) for g in part) for part in parts]
+    assert max(costs[:-1]) < 2 * min(costs[:-1])  # the oracle's expensive episodes are spread, not lumped
+    assert all(len({(g.keys[0].scenario, g.keys[0].background, g.keys[0].player) for g in part}) == len(part)
+               for part in parts)  # one group per player, scenario and background in a batch
+
+
+def test_ray_batches_store_the_same_rows(ray_session, allocator_run, tmp_path):
+    roster, result, _ = allocator_run
+    with ResultStore(tmp_path / "ray.sqlite") as store:
+        report = play_roster(roster, store, workers=2, ray_min_seconds=0.0, progress=False, log=lambda *_: None)
+    assert report.mode == "ray x2" and report.played == roster.episodes
+    assert stored(tmp_path / "ray.sqlite") == stored(result.store)
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def test_store_never_doubles_an_episode(tmp_path):
+    key = EpisodeKey("allocator", "standard", "h", "default", "b", "edf", "p", 1)
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        assert store.append(key, "edf", 1.0, {"allocator": {"return": 1.0}}, 0.1)
+        assert not store.append(key, "edf", 2.0, {"allocator": {"return": 2.0}}, 0.1)
+        assert store.count() == 1 and store.rows()[0]["focal_return"] == 1.0
+        assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_rerun_plays_only_missing_rows(allocator_run, tmp_path):
+    roster, result, _ = allocator_run
+    db = tmp_path / "copy.sqlite"
+    with sqlite3.connect(result.store) as src, sqlite3.connect(db) as dst:
+        src.backup(dst)
+        dst.execute("DELETE FROM episodes WHERE player = 'edf' AND seed = 12")
+    again = run_tournament(roster, tmp_path, db=db, progress=False, log=lambda *_: None)
+    assert again.play.played == 2 and again.play.already_stored == roster.episodes - 2
+    assert stored(db) == stored(result.store)
+    assert run_tournament(roster, tmp_path, db=db, progress=False, log=lambda *_: None).play.played == 0
+
+
+def test_a_changed_scenario_is_refused_unless_allowed(tmp_path, tiny, write_scenario):
+    path = write_scenario(tiny, filename="tiny.toml")
+    data = {"scenarios": [str(path)], "seeds": [1, 2], "entrants": ["edf"], "anchors": {"high": "best_fit"}}
+    run_tournament(roster_from_dict(data), tmp_path / "out", progress=False, log=lambda *_: None)
+    tiny["budget"] = 25.0
+    write_scenario(tiny, filename="tiny.toml")
+    changed = roster_from_dict(data)
+    with pytest.raises(ChangedError, match="scenario 'tiny' is now .*--allow-changed"):
+        run_tournament(changed, tmp_path / "out", progress=False, log=lambda *_: None)
+    result = run_tournament(changed, tmp_path / "out", allow_changed=True, progress=False, log=lambda *_: None)
+    assert result.play.played == 3 * 2
+    assert len(stored(result.store)) == 2 * 3 * 2  # the old rows stay; the tables use the new ones
+    assert {row["episodes"] for row in result.aggregates.scores} == {2}
+    again = run_tournament(changed, tmp_path / "out", progress=False, log=lambda *_: None)  # accepted once: no flag
+    assert again.play.played == 0
+    tiny["budget"] = 20.0  # back to the first version: its rows are still there
+    write_scenario(tiny, filename="tiny.toml")
+    assert run_tournament(roster_from_dict(data), tmp_path / "out", progress=False, log=lambda *_: None).play.played == 0
+
+
+KILL_ROSTER = """
+scenarios = ["standard", "elevated"]
+seeds = { first = 100, count = 12 }
+entrants = ["edf", "proportional", "fifo"]
+[anchors]
+high = "best_fit"
+"""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The kill test's roster and the rows of its uninterrupted, in-process run."""
+    out = tmp_path_factory.mktemp("whole")
+    roster_path = write(out / "kill.toml", KILL_ROSTER)
+    whole = run_tournament(load_roster(roster_path), out, workers=1, progress=False, log=lambda *_: None)
+    return roster_path, stored(whole.store)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["in-process", "ray"])
+def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, tmp_path, workers):
+    """SIGKILL a real `commons-arena tournament` process midway (in-process, or driving Ray
+    workers), rerun it, and compare every row with an uninterrupted run."""
+    roster_path, expected = uninterrupted
+    total = len(expected)  # 5 players x 2 scenarios x 12 seeds = 120
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "experiments.cli", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    target = random.Random().randint(20, total // 2)  # a random moment: after this many stored episodes
+    proc = subprocess.Popen([*cmd, "--workers", workers, "--ray-min-seconds", "0"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    db = out / "results.sqlite"
+    deadline = time.monotonic() + 240
+    count = 0
+    while count < target and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    count = conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+            except sqlite3.OperationalError:  # the table is being created
+                continue
+    assert proc.poll() is None, f"the run ended before the kill: {proc.stderr.read().decode()[-2000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    at_kill = len(stored(db))
+    assert target <= at_kill < total
+    rerun = subprocess.run([*cmd, "--workers", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"{at_kill} of {total} episodes already in" in rerun.stdout
+    assert stored(db) == expected
+
+
+# --------------------------------------------------------------------------- meta-game
+
+
+def test_zero_sum_nash():
+    rps = np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]])
+    row, col, value = zero_sum_nash(rps)
+    assert row == pytest.approx([1 / 3] * 3, abs=1e-6) and col == pytest.approx([1 / 3] * 3, abs=1e-6)
+    assert value == pytest.approx(0.0, abs=1e-9)
+    row, col, value = zero_sum_nash(np.array([[3.0, 1.0], [2.0, 0.0]]))  # row 0 dominates, column 1 dominates
+    assert row == pytest.approx([1, 0]) and col == pytest.approx([0, 1]) and value == pytest.approx(1.0)
+
+
+def test_beating_only_weak_entrants_is_not_ranked_first():
+    # A crushes the two weak entrants but loses to B; B beats everyone narrowly.
+    wins = np.array([[0.5, 0.3, 1.0, 1.0],
+                     [0.7, 0.5, 0.6, 0.6],
+                     [0.0, 0.4, 0.5, 0.5],
+                     [0.0, 0.4, 0.5, 0.5]])
+    mean_rate = (wins.sum(axis=1) - 0.5) / 3
+    assert mean_rate.argmax() == 0  # by average win rate A looks best
+    mixture, rates = nash_win_rates(wins)
+    assert mixture == pytest.approx([0, 1, 0, 0]) and rates.argmax() == 1
+
+
+def test_match_ranks_share_ties():
+    assert match_ranks([3.0, 5.0, 3.0, 1.0]) == [2, 1, 2, 4]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_roster_and_flag_forms(tmp_path, capsys):
+    roster = write(tmp_path / "r.toml", 'scenarios = ["standard"]\nseeds = [1, 2]\nentrants = ["edf"]\n')
+    main(["tournament", str(roster), "--out", str(tmp_path / "a"), "--no-progress"])
+    assert (tmp_path / "a" / "standings.md").is_file() and len(stored(tmp_path / "a" / "results.sqlite")) == 6
+    main(["tournament", "--scenarios", "standard", "--allocators", "edf", "--seeds", "2", "--first-seed", "1",
+          "--out", str(tmp_path / "b"), "--no-progress"])
+    assert stored(tmp_path / "a" / "results.sqlite") == stored(tmp_path / "b" / "results.sqlite")
+    assert run_cli(capsys, "tournament", str(roster), "--out", str(tmp_path / "a"), "--no-progress")[0] == 0  # resumed
+
+
+def test_cli_bad_tournament_input_is_one_line(tmp_path, capsys):
+    roster = write(tmp_path / "r.toml", 'scenarios = ["standard"]\nseeds = [1]\nentrants = ["edf"]\n')
+    bad = write(tmp_path / "bad.toml", 'scenarios = ["standard"]\nseeds = [1]\n[entrants]\nx = "truthful"\n')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for argv, match in [
+        (["tournament", str(roster), "--seeds", "3"], "give a roster file or --seeds, not both"),
+        (["tournament", "--seeds", "0"], "--seeds must be at least 1"),
+        (["tournament", str(roster), "--workers", "0"], "--workers must be at least 1"),
+        (["tournament", str(bad)], f"roster {bad}: entrants.x: policy 'truthful' plays the team role"),
+        (["tournament", str(tmp_path / "missing.toml")], "roster file not found"),
+        (["tournament", str(roster), "--out", str(other)], "already holds files; pass --force"),
+    ]:
+        assert_one_line_error(capsys, *argv, match=match)
+    assert (other / "notes.txt").read_text() == "mine" and not (other / "results.sqlite").exists()
