@@ -42,7 +42,7 @@ class Rules:
     tier_index: Mapping[str, int]  # tier name -> index
     team_index: Mapping[str, int]  # team name -> index
     # per tier
-    speed: np.ndarray  # work units per GPU-tick
+    speed: tuple[float, ...]  # work units per GPU-tick (read per job: Python floats keep job.remaining a float)
     memory_gb: np.ndarray  # memory per GPU
     power_kw: np.ndarray  # power of one busy GPU
     op_cost: np.ndarray  # operating cost per granted GPU-tick
@@ -71,7 +71,7 @@ class Rules:
             n_teams=len(teams),
             tier_index=MappingProxyType({name: k for k, name in enumerate(config.tier_names)}),
             team_index=MappingProxyType({name: i for i, name in enumerate(config.team_names)}),
-            speed=_frozen([t.speed for t in tiers], np.float64),
+            speed=tuple(t.speed for t in tiers),
             memory_gb=_frozen([t.memory_gb for t in tiers], np.float64),
             power_kw=_frozen([t.power_kw for t in tiers], np.float64),
             op_cost=_frozen([t.op_cost for t in tiers], np.float64),
@@ -88,6 +88,13 @@ class Rules:
                 (spec.tick for spec in config.shocks if spec.tick is not None and spec.job is not None), default=-1
             ),
         )
+
+    # Immutable and shared: a copied or unpickled env uses the scenario's one Rules.
+    def __deepcopy__(self, memo: dict) -> Rules:
+        return self
+
+    def __reduce__(self):
+        return rules_for, (self.config,)
 
 
 _CACHE: dict[str, Rules] = {}

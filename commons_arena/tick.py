@@ -273,8 +273,7 @@ def judge_escalations(
     """9. Escalations about last tick's grant: justified if the team was starved then.
 
     Returns (justified, unjustified, credibility lost); the loss also counts exposed bluffs."""
-    justified_mask, unjustified_mask = social.judge_escalations(escalating, s.starved_last.tolist())
-    justified, unjustified = justified_mask.tolist(), unjustified_mask.tolist()
+    justified, unjustified = social.judge_escalations(escalating, s.starved_last.tolist())
     cred = rules.config.credibility
     lost = social.lose_credibility(
         s.credibility,

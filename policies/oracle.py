@@ -228,7 +228,7 @@ class OracleAllocator:
         self.n_tiers, self.n_teams = rules.n_tiers, rules.n_teams
         self.high = action_layout(config, agent).high.astype(np.int64)
         # lists where the planner reads single entries, arrays where it computes with vectors
-        self._speed = rules.speed.tolist()
+        self._speed = list(rules.speed)
         self._op_cost = rules.op_cost.tolist()
         self._power = rules.power_kw
         self._owned = rules.owned

@@ -380,6 +380,23 @@ def test_rules_tables_are_shared_and_read_only() -> None:
         a.rules.owned[0] = 99
 
 
+def test_a_copied_or_pickled_env_plays_on_identically() -> None:
+    import copy
+    import pickle
+
+    env = commons_arena.parallel_env("standard")
+    env.reset(seed=3)
+    rng = np.random.default_rng(3)
+    actions = [{a: rng.integers(0, env.action_space(a).nvec) for a in env.possible_agents} for _ in range(4)]
+    env.step(actions[0])
+    twins = [copy.deepcopy(env), pickle.loads(pickle.dumps(env))]
+    for action in actions[1:]:
+        expected = env.step(action)[1]
+        for twin in twins:
+            assert twin.rules is env.rules
+            assert twin.step(action)[1] == expected
+
+
 def test_the_package_has_no_import_cycle() -> None:
     """No commons_arena module imports, even lazily or for types only, one that imports it back."""
     import ast

@@ -76,7 +76,7 @@ def test_a_changed_scenario_or_env_version_is_refused(tmp_path: Path, capsys) ->
         with pytest.raises(SystemExit) as exit_:
             main(["verify", str(path)])
         assert exit_.value.code == 2
-        assert "refused" in capsys.readouterr().out
+        assert words in capsys.readouterr().err
 
 
 def test_verify_ok_on_the_command_line(capsys) -> None:
@@ -103,3 +103,10 @@ def test_a_recording_with_observations_is_compared_on_them_too(tmp_path: Path) -
 
     result = verify_recording(_edit(path, tmp_path / "obs2.jsonl", edit))
     assert result.difference is not None and result.difference.where == "observations.search.credibility[0]"
+
+
+def test_a_missing_recording_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", str(tmp_path / "nope.jsonl")])
+    assert exit_.value.code == 2
+    assert "nope.jsonl" in capsys.readouterr().err

@@ -347,7 +347,7 @@ def test_starvation_streak_and_reveal() -> None:
 
 def test_escalations_judged_on_last_tick() -> None:
     justified, unjustified = social.judge_escalations(np.array([True, True, False]), np.array([True, False, True]))
-    assert justified.tolist() == [True, False, False] and unjustified.tolist() == [False, True, False]
+    assert justified == [True, False, False] and unjustified == [False, True, False]
 
 
 def test_exposed_bluffs_with_tolerance() -> None:

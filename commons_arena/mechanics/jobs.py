@@ -14,6 +14,7 @@ that would let every ready job run this tick, each on its smallest fitting tier.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -22,8 +23,10 @@ import numpy as np
 from commons_arena.enums import JobStatus
 from commons_arena.scenario import GpuTierConfig, JobGenerator, JobSpec, TeamConfig, UrgentJob
 
-# Module names for the hot loops (a global is cheaper to read than a class attribute).
-PENDING, DONE, MISSED = JobStatus.PENDING, JobStatus.DONE, JobStatus.MISSED
+# A job's status is stored as the plain int value of its JobStatus: the job loops compare it
+# many times per tick, and Python compares exact ints faster than IntEnum members.
+# ``JobStatus(job.status)`` names it.
+PENDING, DONE, MISSED = int(JobStatus.PENDING), int(JobStatus.DONE), int(JobStatus.MISSED)
 
 
 @dataclass(slots=True)
@@ -41,7 +44,7 @@ class Job:
     deps: tuple[int, ...] = ()
     fits: tuple[int, ...] = ()  # tier indices with enough memory, smallest memory first
     remaining: float = 0.0
-    status: JobStatus = PENDING
+    status: int = PENDING  # a JobStatus value
     done_tick: int = -1
 
     def ready(self, t: int, jobs: list[Job]) -> bool:
@@ -245,7 +248,7 @@ def true_need(jobs: list[Job], order: list[int], t: int, n_tiers: int) -> np.nda
 
 
 def run_team_jobs(
-    jobs: list[Job], order: list[int], grant: np.ndarray | list[int], speeds: np.ndarray, t: int
+    jobs: list[Job], order: list[int], grant: np.ndarray | list[int], speeds: Sequence[float], t: int
 ) -> TeamTick:
     """Advance one team's jobs by one tick on ``grant`` (GPUs per tier), in place.
 

@@ -42,7 +42,8 @@ def repair_purchases(
     offer_cut = int(sum(buys) - sum(fixed))
     budget_cut = 0
     # numpy's dot, like the env's purchase cost: the two must round the same way
-    cost = float(np.array(fixed, dtype=np.int64) @ offer_price)
+    bought = np.array(fixed, dtype=np.int64)
+    cost = float(bought @ offer_price)
     if cost > budget + 1e-9:
         prices = offer_price.tolist()
         # Most expensive first; stable for equal prices by preferring the higher index.
@@ -52,7 +53,8 @@ def repair_purchases(
                 fixed[tier] -= 1
                 cost -= prices[tier]
                 budget_cut += 1
-    return np.array(fixed, dtype=np.int64), offer_cut, budget_cut
+        bought = np.array(fixed, dtype=np.int64)
+    return bought, offer_cut, budget_cut
 
 
 def broker_profit(sold: np.ndarray, price: np.ndarray, unit_cost: np.ndarray) -> float:

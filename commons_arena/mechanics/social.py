@@ -25,11 +25,11 @@ def update_starvation(streak: np.ndarray, starved: Sequence[bool], revealed: np.
     revealed[:] = [shown or s >= reveal_after for shown, s in zip(revealed.tolist(), new_streak, strict=True)]
 
 
-def judge_escalations(escalating: Sequence[bool], starved_last: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
-    """(justified, unjustified) boolean masks over teams."""
+def judge_escalations(escalating: Sequence[bool], starved_last: Sequence[bool]) -> tuple[list[bool], list[bool]]:
+    """(justified, unjustified) flags per team."""
     justified = [bool(e and s) for e, s in zip(escalating, starved_last, strict=True)]
     unjustified = [bool(e and not s) for e, s in zip(escalating, starved_last, strict=True)]
-    return np.array(justified, dtype=bool), np.array(unjustified, dtype=bool)
+    return justified, unjustified
 
 
 def exposed_bluffs(declared: np.ndarray, need: np.ndarray, tolerance: float) -> np.ndarray:
