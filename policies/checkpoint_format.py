@@ -23,7 +23,11 @@ Sidecar fields (``format_version`` 2)::
     observation_scale            the network sees observation / scale (one finite positive
                                  number per observation dimension)
     action_codec                 null (the network outputs the env action) or
-                                 {"name": <policies.learned.CODECS key>, "params": {...}}
+                                 {"name": <policies.codecs.CODECS key>, "params": {...}}
+    history                      ticks of (scaled observation + codec features) the network
+                                 sees, newest first (default 1; policies.learned.ModuleInterface)
+    input_size                   the network's input width (default: the observation size;
+                                 larger with codec features or history)
     network.layers               the forward pass, in order: {"type": "linear", "in": n,
                                  "out": m} (tensors ``layers.<i>.weight`` [m, n] and
                                  ``layers.<i>.bias`` [m]), {"type": "layer_norm", "size": n}
@@ -124,6 +128,8 @@ class Sidecar(_Strict):
     action_nvec: list[Annotated[int, Field(ge=1, le=2**62)]] = Field(min_length=1, max_length=MAX_LAYER_WIDTH)
     observation_scale: list[Annotated[float, Field(gt=0)]] = Field(max_length=MAX_LAYER_WIDTH)
     action_codec: Codec | None
+    history: Annotated[int, Field(ge=1, le=64)] = 1
+    input_size: Width | None = None
     network: NetworkSpec
 
     def to_json(self) -> str:
@@ -196,7 +202,7 @@ def _check_consistent(sidecar: Sidecar, path: Path) -> None:
         raise CheckpointError(
             f"{path}: observation_scale has {len(sidecar.observation_scale)} entries for observation size {obs_size}"
         )
-    width, parameters = obs_size, 0
+    width, parameters = sidecar.input_size or obs_size, 0
     for i, layer in enumerate(sidecar.network.layers):
         if isinstance(layer, Linear):
             if layer.in_ != width:

@@ -2,9 +2,10 @@
 
 No Ray is started and nothing is unpickled: the checkpoint's data-only files
 (``arena_policy.json`` + ``arena_policy.safetensors``, see :mod:`policies.checkpoint_format`;
-written by ``commons-arena train``) rebuild the network with plain torch layers, with the
-observation scaling and action codec it was trained with. A checkpoint whose spaces do not
-fit the scenario raises ``CheckpointError`` (a ``ValueError``) naming both; an old pickled
+written by ``commons-arena train``) rebuild the network with plain torch layers, behind
+the same :class:`ModuleInterface` it was trained with (observation scaling, action codec of
+:mod:`policies.codecs`, stacked history). A checkpoint whose spaces do not fit the
+scenario raises ``CheckpointError`` (a ``ValueError``) naming both; an old pickled
 checkpoint is refused with the command that converts a trusted one.
 
 Use it anywhere a scripted policy goes, by the name ``learned:<checkpoint dir>``::
@@ -30,62 +31,96 @@ from policies.checkpoint_format import (
     write_checkpoint,
 )
 from policies.checkpoint_format import read_sidecar as read_sidecar_model
+from policies.codecs import CODECS, Codec, RelativeAllocatorCodec
 
 LEARNED_PREFIX = "learned:"
 
 
-class RelativeAllocatorCodec:
-    """An action parameterisation for learned allocators: grants relative to demand.
+class ModuleInterface:
+    """What sits between an agent's seat and its module, the same in training and play.
 
-    The module chooses one *share level* per team and one *buy level* per tier:
-
-    * a team's grant on each tier is ``round(share x demand)``, where demand is its
-      revealed true need once revealed, else its declaration, and ``share`` is one of
-      ``GRANT_SHARES``; the last level grants the demand plus one GPU on each tier it asks for;
-    * a tier's purchase is none, the shortfall (granted demand above the online GPUs), or
-      everything offered; the env cuts it to the offer and the budget as usual.
-
-    Grants above a tier's online + bought GPUs are scaled down with the env's own repair rule,
-    so the codec never asks for more than exists. Learning one discount per team is far
-    easier for a categorical policy than absolute GPU counts per (team, tier) — bluffs are
-    per team — and the result is an ordinary allocator action: nothing in the game changes.
+    Observation side, once per tick (:meth:`observe`): the raw observation divided by the
+    recorded ``scale``, then the codec's features (``policies.codecs``), then — with
+    ``history`` > 1 — the frames of the last ``history - 1`` ticks after it (zeros before
+    the episode's first tick), newest first, then — for a seat of a module shared by several
+    seats (``experiments.training.seats``) — the seat's one-hot ``identity`` ``(index, size)``.
+    Action side (:meth:`act`): the codec decodes
+    the module's action with the raw observation; without a codec the module's action is
+    the env action. :meth:`reset` starts an episode.
     """
 
-    GRANT_SHARES = (0.0, 1 / 3, 1 / 2, 2 / 3, 3 / 4, 1.0)  # then one more level: demand + 1
-    BUY_LEVELS = 3  # none, shortfall, all offered
-    name = "relative"
-
-    def __init__(self, config: ScenarioConfig) -> None:
-        from commons_arena.spaces import observation_layout
-
-        self.obs = observation_layout(config, "allocator")
-        self.n_teams, self.n_tiers = len(config.teams), len(config.gpu_tiers)
-        self.shares = np.array(self.GRANT_SHARES)
-        self.env_nvec = make_action_space(config, "allocator").nvec
+    def __init__(
+        self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: dict[str, Any] | str | None = None,
+        history: int = 1, identity: tuple[int, int] | None = None,
+    ) -> None:
+        if history < 1:
+            raise ValueError(f"history must be >= 1 ticks, got {history}")
+        if identity is not None and not 0 <= identity[0] < identity[1]:
+            raise ValueError(f"identity must be (index, size) with 0 <= index < size, got {identity}")
+        self.config, self.agent, self.history = config, agent, int(history)
+        self.identity = None if identity is None else (int(identity[0]), int(identity[1]))
+        self.scale = np.asarray(scale, dtype=np.float32)
+        raw = make_observation_space(config, agent)
+        if self.scale.shape != raw.shape:
+            raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
+        self.codec: Codec | None = make_codec(codec, config)
+        self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
+        self._raw_space = raw
+        self._frames: list[np.ndarray] = []
 
     @property
-    def nvec(self) -> np.ndarray:
-        return np.array([self.BUY_LEVELS] * self.n_tiers + [len(self.GRANT_SHARES) + 1] * self.n_teams)
+    def input_size(self) -> int:
+        """The module's input width: ``history`` frames of scaled observation + codec features,
+        plus the identity."""
+        return self.history * self.frame_size + self._identity_size
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        from commons_arena.mechanics.grants import repair_grants
+    @property
+    def _identity_size(self) -> int:
+        return 0 if self.identity is None else self.identity[1]
 
-        view = self.obs.view(observation)
-        code = np.asarray(code, dtype=np.int64)
-        buy_level, share_level = code[: self.n_tiers], code[self.n_tiers :]
-        demand = np.where(view["revealed"][:, None] > 0, view["revealed_need"], view["declared"]).astype(np.int64)
-        plus_one = (share_level == len(self.GRANT_SHARES))[:, None]
-        share = self.shares[np.minimum(share_level, len(self.GRANT_SHARES) - 1)][:, None]
-        wanted = np.where(plus_one, demand + (demand > 0), np.rint(share * demand)).astype(np.int64)
-        online = view["online"].astype(np.int64)
-        offered = view["offer_qty"].astype(np.int64)
-        shortfall = np.maximum(wanted.sum(axis=0) - online, 0)
-        buy = np.select([buy_level == 1, buy_level == 2], [np.minimum(shortfall, offered), offered], 0)
-        grants, _ = repair_grants(wanted, online + buy)
-        return np.minimum(np.concatenate([buy, grants.ravel()]), self.env_nvec - 1)
+    def _one_hot(self) -> list[np.ndarray]:
+        if self.identity is None:
+            return []
+        one_hot = np.zeros(self.identity[1], dtype=np.float32)
+        one_hot[self.identity[0]] = 1.0
+        return [one_hot]
+
+    def observation_space(self) -> Any:
+        import gymnasium as gym
+
+        low = np.concatenate([self._raw_space.low / self.scale, np.zeros(self.frame_size - self._raw_space.shape[0])])
+        high = np.concatenate([self._raw_space.high / self.scale, np.full(self.frame_size - self._raw_space.shape[0], np.inf)])
+        # zero frames pad the history, so 0 must lie inside the bounds
+        low, high = np.minimum(low, 0), np.maximum(high, 0)
+        size = self._identity_size
+        low = np.concatenate([np.tile(low, self.history), np.zeros(size)])
+        high = np.concatenate([np.tile(high, self.history), np.ones(size)])
+        return gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
+
+    def action_space(self) -> Any:
+        import gymnasium as gym
+
+        return gym.spaces.MultiDiscrete(self.codec.nvec) if self.codec else make_action_space(self.config, self.agent)
+
+    def reset(self) -> None:
+        self._frames = []
+        if self.codec is not None:
+            self.codec.reset()
+
+    def observe(self, observation: np.ndarray) -> np.ndarray:
+        frame = np.asarray(observation, dtype=np.float32) / self.scale
+        if self.codec is not None and self.codec.n_features:
+            frame = np.concatenate([frame, self.codec.features(observation)])
+        if self.history == 1:
+            return np.concatenate([frame, *self._one_hot()]).astype(np.float32)
+        self._frames = [frame, *self._frames[: self.history - 1]]
+        pad = [np.zeros(self.frame_size, dtype=np.float32)] * (self.history - len(self._frames))
+        return np.concatenate([*self._frames, *pad, *self._one_hot()]).astype(np.float32)
+
+    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
+        return module_action if self.codec is None else self.codec.decode(observation, module_action)
 
 
-CODECS: dict[str, Any] = {RelativeAllocatorCodec.name: RelativeAllocatorCodec}
 
 
 def module_dir(checkpoint: str | Path, module_id: str) -> Path:
@@ -93,7 +128,7 @@ def module_dir(checkpoint: str | Path, module_id: str) -> Path:
     return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
 
 
-def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig) -> Any:
+def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig) -> Codec | None:
     """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None)."""
     if spec is None:
         return None
@@ -104,7 +139,8 @@ def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig) -> Any
 
 
 def sidecar_fields(
-    config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: dict[str, Any] | str | None = None
+    config: ScenarioConfig, agent: str, observation_scale: np.ndarray, codec: dict[str, Any] | str | None = None,
+    history: int = 1,
 ) -> dict[str, Any]:
     """Everything the sidecar records about a policy but its network (see checkpoint_format)."""
     scale = np.asarray(observation_scale, dtype=np.float64)
@@ -120,6 +156,8 @@ def sidecar_fields(
         "action_nvec": make_action_space(config, agent).nvec.tolist(),
         "observation_scale": [float(x) for x in scale],
         "action_codec": {"name": codec, "params": {}} if isinstance(codec, str) else codec,
+        "history": int(history),
+        "input_size": ModuleInterface(config, agent, scale.astype(np.float32), codec, history).input_size,
     }
 
 
@@ -130,9 +168,10 @@ def save_policy(
     agent: str,
     observation_scale: np.ndarray,
     codec: dict[str, Any] | str | None = None,
+    history: int = 1,
 ) -> Path:
     """Write the data-only policy (sidecar + safetensors weights) into ``checkpoint``."""
-    return write_checkpoint(checkpoint, sidecar_fields(config, agent, observation_scale, codec), network)
+    return write_checkpoint(checkpoint, sidecar_fields(config, agent, observation_scale, codec, history), network)
 
 
 def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
@@ -160,15 +199,20 @@ class LearnedPolicy:
     """Greedy actions of a trained network: ``argmax`` of each MultiDiscrete sub-space.
 
     Build it from a data-only checkpoint with :meth:`load`, or around a live network with the
-    constructor: a :class:`PolicyNetwork` or (training-time evaluation) an RLlib module."""
+    constructor: a :class:`PolicyNetwork` or (training-time evaluation) an RLlib module, behind
+    the :class:`ModuleInterface` it was trained with."""
 
-    def __init__(self, module: Any, observation_scale: np.ndarray, codec: Any = None) -> None:
+    def __init__(self, module: Any, interface: ModuleInterface) -> None:
         import torch
 
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
         self.module = module
-        self.scale = np.asarray(observation_scale, dtype=np.float32)
-        self.codec = codec
+        self.interface = interface
+        self._state: Any = None  # a recurrent RLlib module's state (None: the initial one)
+
+    @property
+    def codec(self) -> Codec | None:
+        return self.interface.codec
 
     @classmethod
     def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
@@ -177,29 +221,43 @@ class LearnedPolicy:
         sidecar, network = load_network(checkpoint)
         meta = sidecar.model_dump(by_alias=True)
         check_fits(meta, config, agent, checkpoint)
-        return cls(network, np.asarray(meta["observation_scale"], dtype=np.float32), make_codec(meta["action_codec"], config))
+        interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32),
+                                    meta["action_codec"], meta["history"])
+        if interface.input_size != network.input_size:
+            raise CheckpointError(
+                f"checkpoint {checkpoint}: its network takes {network.input_size} inputs but its codec and history "
+                f"give {interface.input_size}"
+            )
+        return cls(network, interface)
 
     def reset(self, seed: int | None = None) -> None:
-        """Greedy; a stateful network clears its state."""
+        """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
+        self.interface.reset()
+        self._state = None
         if isinstance(self.module, PolicyNetwork):
             self.module.reset()
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         observation = np.asarray(observation, dtype=np.float32)
-        scaled = observation / self.scale
+        module_input = self.interface.observe(observation)
         if isinstance(self.module, PolicyNetwork):
-            action = self.module.greedy(scaled)
+            action = self.module.greedy(module_input)
+        elif self.module.is_stateful():
+            action, self._state = module_action(self.module, module_input, self._state)
         else:
-            action = module_action(self.module, scaled)
-        return action if self.codec is None else self.codec.decode(observation, action)
+            action = module_action(self.module, module_input)
+        return self.interface.act(observation, action)
 
 
-def module_action(module: Any, obs: np.ndarray) -> np.ndarray:
+def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
     """Greedy action of an RLModule for one observation, as an int64 array (MultiDiscrete).
 
     Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
     sub-spaces) from ``forward_inference``; the module's own inference distribution turns
     them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
+    A recurrent module (``use_lstm``) takes and returns its ``state`` (``None``: the
+    initial state); it is then called with a batch of one sequence of one step, and the
+    result is ``(action, state)``.
     """
     import torch
     from ray.rllib.core.columns import Columns
@@ -208,15 +266,24 @@ def module_action(module: Any, obs: np.ndarray) -> np.ndarray:
     expected = getattr(module.observation_space, "shape", None)
     if obs.shape != expected:
         raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
+    stateful = module.is_stateful()
     with torch.no_grad():
-        out = module.forward_inference({Columns.OBS: torch.from_numpy(obs[None])})
+        if stateful:
+            if state is None:
+                state = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
+            batch = {Columns.OBS: torch.from_numpy(obs[None, None]), Columns.STATE_IN: state}
+        else:
+            batch = {Columns.OBS: torch.from_numpy(obs[None])}
+        out = module.forward_inference(batch)
         if Columns.ACTIONS in out:
             action = out[Columns.ACTIONS]
         else:
-            dist = module.get_inference_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+            logits = out[Columns.ACTION_DIST_INPUTS]
+            dist = module.get_inference_action_dist_cls().from_logits(logits.reshape(1, -1))
             action = dist.to_deterministic().sample()
     action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
-    return action[0].astype(np.int64)
+    action = action.reshape(1, -1)[0].astype(np.int64)
+    return (action, out[Columns.STATE_OUT]) if stateful else action
 
 
 def observation_scale(samples: np.ndarray) -> np.ndarray:
@@ -264,6 +331,8 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
         "env": "commons_arena_v0",
         "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
         "action_codec": {"name": codec, "params": {}} if codec else None,
+        "history": int(old.get("history", 1)),
+        "input_size": network.input_size,  # codec features and history widen it past the observation
     }
     return write_checkpoint(checkpoint, fields, network)
 
@@ -274,6 +343,7 @@ __all__ = [
     "SIDECAR",
     "CheckpointError",
     "LearnedPolicy",
+    "ModuleInterface",
     "PolicyNetwork",
     "RelativeAllocatorCodec",
     "check_fits",

@@ -16,6 +16,9 @@ proportional,
 fifo, edf,
 best_fit,
 max_min_fair, drf
+planner            allocator  :mod:`policies.planner` (observation + public
+                              scenario parameters; estimates each team's
+                              inflation from its history)
 oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
                               needs ``env=``)
 learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
@@ -43,6 +46,7 @@ from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import Policy
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
 from policies.oracle import OracleAllocator, make_oracle
+from policies.planner import PlannerAllocator
 from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
@@ -89,6 +93,7 @@ for _cls in (DemandPricedBroker, FixedPriceBroker):
     register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
 for _name, _cls in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
+register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
 

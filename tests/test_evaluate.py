@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from commons_arena.recording import read_recording
-from experiments.evaluation.evaluate import evaluate, mean_ci95, normalised_score, write_tables
+from experiments.evaluation.evaluate import (
+    evaluate,
+    mean_ci95,
+    normalised_score,
+    paired_difference,
+    plain_ratio,
+    versus_best,
+    write_tables,
+)
 
 SEEDS = [11, 12, 13]
 
@@ -36,6 +44,29 @@ def test_normalised_score_anchors():
     assert math.isnan(normalised_score(1.0, 2.0, 2.0))
 
 
+def test_plain_ratio_and_paired_difference():
+    assert plain_ratio(90.0, 100.0) == 0.9
+    assert math.isnan(plain_ratio(1.0, 0.0))
+    # paired: the per-seed differences are all exactly 2, so the CI is a point
+    assert paired_difference([3.0, 5.0, 9.0], [1.0, 3.0, 7.0]) == (2.0, 0.0)
+    mean, ci = paired_difference([3.0, 5.0, 9.0], [1.0, 4.0, 7.0])
+    assert mean == pytest.approx(5 / 3) and ci == pytest.approx(mean_ci95([2.0, 1.0, 2.0])[1])
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+def test_versus_best_compares_with_the_best_other_candidate():
+    returns = {"a": [1.0, 2.0], "b": [5.0, 6.0], "c": [4.0, 4.0], "learned": [6.0, 6.0]}
+    row = versus_best("learned", returns, candidates=("a", "b", "c"))
+    assert row == {"vs": "b", "diff_vs": 0.5, "diff_ci95": pytest.approx(mean_ci95([1.0, 0.0])[1])}
+    assert versus_best("b", returns, candidates=("a", "b", "c"))["vs"] == "c"  # never itself
+
+
+def test_each_allocator_is_one_row_even_when_named_twice_or_an_anchor():
+    res = evaluate(["standard"], ["random", "edf", "edf", "oracle"], SEEDS[:1], misreport=False, progress=False)
+    assert [row["allocator"] for row in res.rows] == ["random", "oracle", "edf"]
+
+
 def test_table_has_anchors_and_every_allocator(result):
     res, _ = result
     by_allocator = {row["allocator"]: row for row in res.rows}
@@ -47,6 +78,13 @@ def test_table_has_anchors_and_every_allocator(result):
     # each allocator's score is its mean reward placed between random's and the oracle's
     r, o = by_allocator["random"]["reward_mean"], by_allocator["oracle"]["reward_mean"]
     assert by_allocator["edf"]["score"] == pytest.approx((by_allocator["edf"]["reward_mean"] - r) / (o - r))
+    assert by_allocator["edf"]["ratio"] == pytest.approx(by_allocator["edf"]["reward_mean"] / o)
+    # paired difference to the best scripted allocator other than itself, over the same seeds
+    edf, proportional = res.episodes[("standard", "edf")], res.episodes[("standard", "proportional")]
+    best = "edf" if by_allocator["edf"]["reward_mean"] >= by_allocator["proportional"]["reward_mean"] else "proportional"
+    assert by_allocator["oracle"]["vs"] == best and by_allocator["edf"]["vs"] == "proportional"
+    diffs = [e["allocator"]["return"] - p["allocator"]["return"] for e, p in zip(edf, proportional, strict=True)]
+    assert by_allocator["edf"]["diff_vs"] == pytest.approx(np.mean(diffs))
 
 
 def test_misreport_gain_is_bluffer_minus_truthful(result):

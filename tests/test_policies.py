@@ -36,6 +36,7 @@ ALLOCATOR_POLICIES = [
     "best_fit",
     "max_min_fair",
     "drf",
+    "planner",
     "oracle",
 ]
 

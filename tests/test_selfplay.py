@@ -11,10 +11,10 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.training.seats import SeatPlan, fold_identity, with_identity
+from experiments.training.seats import SeatPlan, fold_identity
 from experiments.training.train import TrainArgs, train
 from policies import Population, run_episode
-from policies.learned import LearnedPolicy, read_sidecar
+from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar
 from policies.policy_set import member_for
 from policies.registry import make_policy
 
@@ -86,7 +86,8 @@ def test_every_seat_learns_and_the_checkpoint_plays_every_seat(selfplay_checkpoi
 
 
 def test_folding_the_team_identity_is_exact():
-    """A shared module exported per team gives the module's own logits on obs + identity."""
+    """A shared module exported per team gives the module's own logits on what the seat's
+    ModuleInterface feeds it (observation + identity)."""
     import gymnasium as gym
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -94,15 +95,19 @@ def test_folding_the_team_identity_is_exact():
     from policies.checkpoint_format import network_from_rl_module
 
     spec = PPOConfig().get_default_rl_module_spec()
-    spec.observation_space = gym.spaces.Box(-10, 10, (72 + 3,), np.float32)
+    config = commons_arena.load_scenario("standard")
+    size = commons_arena.parallel_env(scenario="standard").observation_space(TEAMS[0]).shape[0]
+    spec.observation_space = gym.spaces.Box(-10, 10, (size + 3,), np.float32)
     spec.action_space = gym.spaces.MultiDiscrete([7, 6, 3, 3])
     spec.model_config = DefaultModelConfig(fcnet_hiddens=[16, 16], fcnet_activation="tanh", vf_share_layers=False)
     network = network_from_rl_module(spec.build(), [7, 6, 3, 3])
-    obs = np.random.default_rng(0).normal(size=(5, 72)).astype(np.float32)
-    for index in range(3):
+    obs = np.random.default_rng(0).normal(size=(5, size)).astype(np.float32)
+    for index, team in enumerate(TEAMS):
         folded = fold_identity(network, (index, 3))
-        assert folded.input_size == 72
-        expected = network.logits(np.stack([with_identity(o, (index, 3)) for o in obs]))
+        assert folded.input_size == size
+        interface = ModuleInterface(config, team, np.ones(size, np.float32), identity=(index, 3))
+        assert interface.input_size == size + 3
+        expected = network.logits(np.stack([interface.observe(o) for o in obs]))
         np.testing.assert_allclose(folded.logits(obs), expected, rtol=1e-5, atol=1e-5)
 
 

@@ -191,6 +191,37 @@ def test_curriculum_callback_promotes_through_every_stage(ray_session, tmp_path)
     assert set(final) == {"standard", "elevated", "crisis"}
 
 
+def test_mixed_tier_residual_training_starts_as_the_planner(ray_session, tmp_path):
+    """allocator_mixed with the residual codec and two stacked ticks: before any learning
+    (lr 0) the greedy module is the zero correction, so the checkpoint plays exactly the
+    planner on every tier; the sidecar records codec and history."""
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="mixed", experiment="allocator_mixed", history=2, lr=0.0,
+                                 **TINY))
+    meta = read_sidecar(checkpoint)
+    assert meta["action_codec"]["name"] == "residual" and meta["history"] == 2
+    final = json.loads((checkpoint.parent / "final_scores.json").read_text())
+    assert set(final) == {"standard", "elevated", "crisis"}
+    for scenario in ("standard", "crisis"):
+        env = commons_arena.parallel_env(scenario)
+
+        def returns(allocator: str, env=env) -> list[float]:
+            population = Population.default(env.config).with_agent(ALLOCATOR, allocator)
+            return [run_episode(env, population, seed)[ALLOCATOR]["return"] for seed in (1, 2)]
+
+        assert returns(f"learned:{checkpoint}") == returns("planner"), scenario
+
+
+def test_recurrent_module_trains_and_is_evaluated_live(ray_session, tmp_path):
+    """use_lstm: held-out evaluation runs the live recurrent module (its state carried
+    through each episode); the data-only checkpoint format has no recurrent layer yet, so
+    no learned:<dir> files are written, and loading says so."""
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="lstm", use_lstm=True, action_codec="relative", **TINY))
+    history = json.loads((checkpoint.parent / "history.json").read_text())
+    assert np.isfinite(history[0]["score"])
+    with pytest.raises(ValueError, match="not a commons_arena policy checkpoint"):
+        LearnedPolicy.load(checkpoint, "standard", ALLOCATOR)
+
+
 def test_a_new_run_never_reuses_another_runs_folder(ray_session, tmp_path):
     first = train(TrainArgs(out=tmp_path, **TINY)).parent  # the default name
     kept = {p: p.read_bytes() for p in first.rglob("*") if p.is_file() and p.parent.name != "tb"}

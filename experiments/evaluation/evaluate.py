@@ -2,8 +2,11 @@
 
 For each scenario x allocator, over the same seeds: mean ± 95% CI of the allocator's
 return, the normalised score ``(R - R_random) / (R_oracle - R_random)`` (random and oracle
-are always run on the same seeds, so the score is defined for every row), and the episode
-statistics. A second table gives each team's **misreport gain**: its return when it plays
+are always run on the same seeds, so the score is defined for every row), the plain ratio
+``R / R_oracle`` (the compute-commons source system's metric), the **paired difference**
+to the best scripted allocator other than itself (mean of per-seed return differences
+with its 95% CI: > 0 with the CI above zero means it beats that allocator on these seeds),
+and the episode statistics. A second table gives each team's **misreport gain**: its return when it plays
 ``greedy_bluffer`` minus its return when it plays ``truthful``, every other agent fixed.
 
     commons-arena evaluate --scenarios standard deadline_crunch --allocators proportional edf --seeds 20
@@ -32,9 +35,11 @@ from experiments.viewing.plots import mean_ci
 from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population, run_episode
 
-RANDOM, ORACLE = "random", "oracle"
-# the scripted allocator baselines, random aside (it anchors the score like the oracle)
-BASELINE_ALLOCATORS = tuple(name for name in SCRIPTED_ALLOCATORS if name != RANDOM)
+RANDOM, ORACLE, PLANNER = "random", "oracle", "planner"
+# the scripted allocators a learned one is held to, random aside (it anchors the score like
+# the oracle): the heuristics and the observation-only planner
+HEURISTICS = tuple(name for name in SCRIPTED_ALLOCATORS if name != RANDOM)
+BASELINE_ALLOCATORS = (*HEURISTICS, PLANNER)
 TABLE_COLUMNS = (
     "scenario",
     "allocator",
@@ -42,6 +47,10 @@ TABLE_COLUMNS = (
     "reward_mean",
     "reward_ci95",
     "score",
+    "ratio",
+    "vs",
+    "diff_vs",
+    "diff_ci95",
     "completed",
     "missed",
     "invalid_units",
@@ -52,7 +61,7 @@ TABLE_COLUMNS = (
     "fairness",
     "justified_escalations",
 )
-STAT_COLUMNS = TABLE_COLUMNS[6:]
+STAT_COLUMNS = TABLE_COLUMNS[10:]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -64,6 +73,41 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 def normalised_score(reward: float, random_reward: float, oracle_reward: float) -> float:
     span = oracle_reward - random_reward
     return float("nan") if abs(span) < 1e-9 else (reward - random_reward) / span
+
+
+def plain_ratio(reward: float, oracle_reward: float) -> float:
+    """``R / R_oracle``: the metric the compute-commons source system quoted (nan when the
+    oracle's return is 0; meaningless when it is negative, which the normalised score is not)."""
+    return float("nan") if abs(oracle_reward) < 1e-9 else reward / oracle_reward
+
+
+def paired_difference(returns: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+    """Mean and 95% CI half-width of ``returns - other``, seed by seed (same seeds, same order)."""
+    if len(returns) != len(other):
+        raise ValueError(f"paired difference needs the same seeds: {len(returns)} vs {len(other)} episodes")
+    return mean_ci95(np.subtract(returns, other).tolist())
+
+
+def best_other(returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str], besides: str) -> str | None:
+    """The candidate with the highest mean return, ``besides`` excluded (None if there is none)."""
+    others = [c for c in candidates if c != besides and c in returns_by_policy]
+    return max(others, key=lambda c: float(np.mean(returns_by_policy[c])), default=None)
+
+
+def versus_best(
+    policy: str, returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str] = BASELINE_ALLOCATORS
+) -> dict[str, Any]:
+    """``vs`` (the best candidate other than ``policy``), ``diff_vs`` and ``diff_ci95``: the
+    paired difference of ``policy``'s returns to that candidate's over the same seeds."""
+    rival = best_other(returns_by_policy, candidates, policy)
+    if rival is None:
+        return {"vs": "", "diff_vs": float("nan"), "diff_ci95": float("nan")}
+    diff, ci = paired_difference(returns_by_policy[policy], returns_by_policy[rival])
+    return {"vs": rival, "diff_vs": diff, "diff_ci95": ci}
+
+
+def allocator_returns(episodes: list[dict[str, dict[str, float]]]) -> list[float]:
+    return [e[ALLOCATOR]["return"] for e in episodes]
 
 
 @dataclass
@@ -95,15 +139,12 @@ def play_many(
 
 
 def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """A table row without the columns that need other allocators' runs (filled with nan)."""
     alloc = [e[ALLOCATOR] for e in episodes]
     mean, ci = mean_ci95([e["return"] for e in alloc])
-    row: dict[str, Any] = {
-        "scenario": scenario,
-        "allocator": allocator,
-        "episodes": len(alloc),
-        "reward_mean": mean,
-        "reward_ci95": ci,
-    }
+    row: dict[str, Any] = dict.fromkeys(TABLE_COLUMNS, float("nan"))
+    row.update({"scenario": scenario, "allocator": allocator, "episodes": len(alloc), "reward_mean": mean,
+                "reward_ci95": ci, "vs": ""})
     for column in STAT_COLUMNS:
         row[column] = float(np.mean([e[column] for e in alloc]))
     return row
@@ -141,6 +182,20 @@ def validate_lineup(scenarios: Sequence[str], allocators: Sequence[str], seeds: 
                 make_policy(name, config, ALLOCATOR)
 
 
+def score_row(
+    row: dict[str, Any], anchors: dict[str, float], returns: dict[str, Sequence[float]],
+    candidates: Iterable[str] = BASELINE_ALLOCATORS,
+) -> dict[str, Any]:
+    """``row`` with its normalised score, plain ratio and paired difference to the best
+    candidate (``anchors``: mean returns of random and oracle; ``returns``: per-seed
+    returns of every allocator on the same seeds)."""
+    row = dict(row)
+    row["score"] = normalised_score(row["reward_mean"], anchors[RANDOM], anchors[ORACLE])
+    row["ratio"] = plain_ratio(row["reward_mean"], anchors[ORACLE])
+    row.update(versus_best(row["allocator"], returns, candidates))
+    return row
+
+
 def evaluate(
     scenarios: Sequence[str],
     allocators: Sequence[str],
@@ -154,8 +209,9 @@ def evaluate(
     of each (scenario, allocator) run, named ``<scenario>__<allocator>.jsonl``."""
     validate_lineup(scenarios, allocators, seeds)
     result = EvaluationResult()
-    # random and oracle anchor the normalised score, so they always run
-    lineup = [RANDOM, ORACLE] + [a for a in allocators if a not in (RANDOM, ORACLE)]
+    allocators = list(dict.fromkeys(allocators))  # a name given twice is one allocator
+    # random and oracle anchor the normalised score, so they always run; each allocator once
+    lineup = list(dict.fromkeys([RANDOM, ORACLE, *allocators]))
     jobs = [(s, a) for s in scenarios for a in lineup]
     if misreport:
         jobs += [(s, a, team, style) for s in scenarios for a in allocators
@@ -175,10 +231,11 @@ def evaluate(
     bar.close()
     for scenario in scenarios:
         anchors = {a: summarise(scenario, a, result.episodes[(scenario, a)])["reward_mean"] for a in (RANDOM, ORACLE)}
+        returns = {a: allocator_returns(result.episodes[(scenario, a)]) for a in lineup}
         for allocator in lineup:
-            row = summarise(scenario, allocator, result.episodes[(scenario, allocator)])
-            row["score"] = normalised_score(row["reward_mean"], anchors[RANDOM], anchors[ORACLE])
-            result.rows.append(row)
+            result.rows.append(
+                score_row(summarise(scenario, allocator, result.episodes[(scenario, allocator)]), anchors, returns)
+            )
             for seed, episode in zip(seeds, result.episodes[(scenario, allocator)], strict=True):
                 result.episode_scores.append({
                     "scenario": scenario, "policy": allocator, "seed": seed,

@@ -39,13 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evaluation.evaluate import STAT_COLUMNS, mean_ci95, normalised_score
+from experiments.evaluation.evaluate import STAT_COLUMNS, mean_ci95, normalised_score, plain_ratio
 from experiments.evaluation.roster import Roster
-
-
-def plain_ratio(reward: float, high_reward: float) -> float:
-    """``reward / high_reward`` (the oracle's return in the allocator seat); NaN when that is ~0."""
-    return float("nan") if abs(high_reward) < 1e-9 else reward / high_reward
 
 
 def match_ranks(returns: Sequence[float]) -> list[int]:

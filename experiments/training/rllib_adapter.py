@@ -92,7 +92,18 @@ class ArenaRLlibEnv(MultiAgentEnv):
     ``config`` keys: ``scenario`` (default ``"standard"``), optional ``env_kwargs`` (extra
     keyword arguments for the factory) and optional ``env_factory`` (a callable or
     ``"module:attr"`` string with the signature of ``commons_arena.parallel_env``; used
-    for stand-in envs in tests).
+    for stand-in envs in tests). ``scenarios`` (a list) samples one of them per episode
+    instead (mixed-tier training; their spaces must match). Learned agents named in
+    ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
+    name) see their observation through a :class:`policies.learned.ModuleInterface` (scale,
+    codec, ``history`` agent -> stacked ticks, and for seats of a shared module
+    ``seat_identity`` agent -> [index, size] of their appended one-hot identity, see
+    ``experiments.training.seats``), built per scenario because codecs read the scenario's
+    public parameters.
+
+    Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
+    ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
+    seeding rule seeds the background policies from it.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -100,37 +111,39 @@ class ArenaRLlibEnv(MultiAgentEnv):
         cfg = dict(config or {})  # RLlib passes an EnvContext (a dict subclass)
         self._make = _resolve(cfg.get("env_factory") or _default_parallel_env)
         self._env_kwargs = dict(cfg.get("env_kwargs", {}))
-        self.par_env = self._make(scenario=cfg.get("scenario", "standard"), **self._env_kwargs)
-        self._next_scenario: str | None = None
-        # Learned agents see observations divided by a fixed per-dimension scale (part of
-        # the trained policy: policies.learned applies the same one at inference).
+        self._mix = list(cfg.get("scenarios") or [])
+        # Learned agents see observations through a ModuleInterface (the trained policy
+        # applies the same one at inference): scale, codec features, stacked history; the
+        # codec turns the module's action into an env action using the raw observation.
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
-        # ... followed, for seats of a shared module, by their one-hot identity
-        # (experiments.training.seats: {seat: [index, size]}).
+        self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
+        self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
         self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
-        # ... and may act through a codec (policies.learned.CODECS) that turns the module's
-        # action into an env action using the agent's raw observation.
-        from policies.learned import CODECS
-
-        self._codecs = {a: CODECS[name](self.par_env.config) for a, name in cfg.get("action_codec", {}).items()}
         self._raw_obs: MultiAgentDict = {}
         # Optionally a background population plays every agent but the learned ones *inside*
         # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
         # RLlib then sees only the learned agents and skips its per-agent module pipeline for
-        # the others (faster), and a curriculum switch brings the next scenario's population
-        # along (RLModules keep the first). ``background`` is a Population as a dict
-        # (``Population.to_dict()``); default: the scenario's own population.
+        # the others (faster), and a curriculum switch or a mix brings each scenario's
+        # population along (RLModules keep the first). ``background`` is a Population as a
+        # dict (``Population.to_dict()``); default: the scenario's own population.
         self._learned = list(cfg.get("learned_agents", []))
         self._play_population = bool(cfg.get("play_population", False))
         self._background = cfg.get("background")
-        self._seconds_before = 0.0  # env time of focal envs replaced by a curriculum switch
-        self.seats = self._focal_env()
+        self._seeds = np.random.default_rng()
+        self._envs: dict[str, tuple[Any, Any, dict[str, Any]]] = {}  # scenario -> (arena, seats, interfaces)
+        self._next_scenario: str | None = None
+        self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
+        for other in self._mix[1:]:
+            self._check_same_spaces(other)
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
         agents: list[str] = list(self.seats.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
-        obs_spaces = {a: self._scaled_space(a, self.par_env.observation_space(a)) for a in agents}
+        obs_spaces = {
+            a: self._interfaces[a].observation_space() if a in self._interfaces else self.par_env.observation_space(a)
+            for a in agents
+        }
         act_spaces = {
-            a: gym.spaces.MultiDiscrete(self._codecs[a].nvec) if a in self._codecs else self.par_env.action_space(a)
+            a: self._interfaces[a].action_space() if a in self._interfaces else self.par_env.action_space(a)
             for a in agents
         }
         self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
@@ -138,74 +151,79 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Dict(act_spaces)
 
-    def _focal_env(self) -> Any:
-        from policies.focal import FocalEnv
-        from policies.population import Population
+    def _use(self, scenario: str) -> None:
+        """Play ``scenario`` from now on (its arena, focal env and interfaces are built once)."""
+        if scenario not in self._envs:
+            from policies.focal import FocalEnv
+            from policies.learned import ModuleInterface
+            from policies.population import Population
 
-        if not self._play_population:
-            return FocalEnv(self.par_env, self.par_env.possible_agents, {})
-        config = self.par_env.config
-        background = Population.from_dict(self._background) if self._background else Population.default(config)
-        return FocalEnv(self.par_env, self._learned, background)
+            par_env = self._make(scenario=scenario, **self._env_kwargs)
+            if self._play_population:
+                config = par_env.config
+                background = Population.from_dict(self._background) if self._background else Population.default(config)
+                seats = FocalEnv(par_env, self._learned, background)
+            else:
+                seats = FocalEnv(par_env, par_env.possible_agents, {})
+            interfaces = {
+                agent: ModuleInterface(
+                    par_env.config, agent,
+                    self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32)),
+                    self._codec_names.get(agent), self._history.get(agent, 1), self._identity.get(agent),
+                )
+                for agent in set(self._scale) | set(self._codec_names) | set(self._identity)
+            }
+            self._envs[scenario] = (par_env, seats, interfaces)
+        self.par_env, self.seats, self._interfaces = self._envs[scenario]
 
     @property
     def env_seconds(self) -> float:
-        """Time inside the ParallelEnv's reset/step (for the env-share figure)."""
-        return self._seconds_before + self.seats.env_seconds
+        """Time inside the ParallelEnvs' reset/step (for the env-share figure)."""
+        return sum(seats.env_seconds for _, seats, _ in self._envs.values())
 
-    def _scaled_space(self, agent: str, space: gym.spaces.Box) -> gym.spaces.Box:
-        scale = self._scale.get(agent, np.float32(1.0))
-        low, high = space.low / scale, space.high / scale
-        if agent in self._identity:
-            size = self._identity[agent][1]
-            low, high = np.concatenate([low, np.zeros(size)]), np.concatenate([high, np.ones(size)])
-        return gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
-
-    def _scaled(self, obs: MultiAgentDict) -> MultiAgentDict:
-        from experiments.training.seats import with_identity
-
-        self._raw_obs = dict(obs)
-        for agent, scale in self._scale.items():
-            if agent in obs:
-                obs[agent] = obs[agent] / scale
-        for agent, identity in self._identity.items():
-            if agent in obs:
-                obs[agent] = with_identity(obs[agent], identity)
-        return obs
-
-    def set_scenario(self, scenario: str) -> None:
-        """Play ``scenario`` from the next reset on (curriculum); its spaces must have the
-        same shapes as the current one's."""
+    def _check_same_spaces(self, scenario: str) -> None:
         probe = self._make(scenario=scenario, **self._env_kwargs)
-        for agent in self.possible_agents:
+        for agent in self.par_env.possible_agents:
             old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape
             if old != new or not np.array_equal(self.par_env.action_space(agent).nvec, probe.action_space(agent).nvec):
                 raise ValueError(f"scenario {scenario!r} changes the spaces of {agent!r}: {old} -> {new}")
         probe.close()
+
+    def set_scenario(self, scenario: str) -> None:
+        """Play ``scenario`` from the next reset on (curriculum; it replaces any mix); its
+        spaces must have the same shapes as the current one's."""
+        self._check_same_spaces(scenario)
         self._next_scenario = scenario
 
     def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[MultiAgentDict, MultiAgentDict]:
+        if seed is not None:
+            self._seeds = np.random.default_rng(seed)
         if self._next_scenario is not None:
-            self.par_env.close()
-            self.par_env = self._make(scenario=self._next_scenario, **self._env_kwargs)
-            self._codecs = {a: type(codec)(self.par_env.config) for a, codec in self._codecs.items()}
-            self._seconds_before = self.env_seconds
-            # the next scenario's population (seeds keep flowing from the last seeded reset)
-            seeds = self.seats._seeds
-            self.seats = self._focal_env()
-            self.seats._seeds = seeds
+            self._mix = []
+            self._use(self._next_scenario)
             self._next_scenario = None
-        obs, infos = self.seats.reset(seed=seed, options=options)
+        elif self._mix:
+            self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
+        episode_seed = int(seed) if seed is not None else int(self._seeds.integers(2**31 - 1))
+        obs, infos = self.seats.reset(seed=episode_seed, options=options)
+        for interface in self._interfaces.values():
+            interface.reset()
         self.agents = list(self.seats.agents)
-        return self._scaled(obs), infos
+        return self._module_view(obs), infos
+
+    def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
+        """Keep the raw observations (codecs decode with them); learned agents get their
+        module's view."""
+        self._raw_obs = dict(obs)
+        return {a: self._interfaces[a].observe(o) if a in self._interfaces else o for a, o in obs.items()}
 
     # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
     def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
-        if self._codecs:
+        if self._interfaces:
             action_dict = {
-                a: self._codecs[a].decode(self._raw_obs[a], act) if a in self._codecs else act
+                a: self._interfaces[a].act(self._raw_obs[a], act) if a in self._interfaces else act
                 for a, act in action_dict.items()
             }
         obs, rewards, terms, truncs, infos = self.seats.step(action_dict)
@@ -225,13 +243,14 @@ class ArenaRLlibEnv(MultiAgentEnv):
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
         float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
-        return self._scaled(obs), float_rewards, terminateds, truncateds, infos
+        return self._module_view(obs), float_rewards, terminateds, truncateds, infos
 
     def render(self) -> Any:
         return self.par_env.render()
 
     def close(self) -> None:
-        self.par_env.close()
+        for par_env, _, _ in self._envs.values():
+            par_env.close()
 
 
 def register_arena_env(name: str = "commons_arena") -> str:
@@ -603,3 +622,32 @@ def build_algorithm_config(
     if seed is not None:
         config = config.debugging(seed=seed)
     return config
+
+
+# ------------------------------------------------------------------ initial policy
+
+
+def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:
+    """Make ``code`` the learned agent's likely action at the start of training.
+
+    The output layer of the module's policy head gets bias ``strength`` on the chosen
+    category of every MultiDiscrete sub-action (0 elsewhere) and its weights are scaled
+    down 10x, so that every observation starts near the same distribution: with 5
+    categories and ``strength=4`` each sub-action picks ``code`` with probability ~0.93,
+    and the greedy action is ``code``. Used to start a residual codec at the zero
+    correction (the base policy). The learner's module is changed and its weights are
+    pushed to every env runner.
+    """
+    bias = np.concatenate([np.where(np.arange(n) == c, strength, 0.0) for n, c in zip(nvec, code, strict=True)])
+
+    def patch(learner: Any) -> None:
+        module = learner.module[agent]
+        last = [layer for layer in module.pi.modules() if isinstance(layer, torch.nn.Linear)][-1]
+        if last.out_features != len(bias):
+            raise ValueError(f"{agent!r} policy head has {last.out_features} outputs, the code space {len(bias)}")
+        with torch.no_grad():
+            last.bias.copy_(torch.as_tensor(bias, dtype=last.bias.dtype))
+            last.weight.mul_(0.1)
+
+    algo.learner_group.foreach_learner(patch)
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)

@@ -4,7 +4,8 @@ A training run names its learners by seat or role (``allocator``, ``broker``, ``
 every team, or a team's name) and how teams share modules:
 
 * ``shared``: one module ``team`` plays every learning team seat; each seat's observation
-  gets its team's identity appended (a one-hot over the scenario's teams), so one network
+  gets its team's identity appended (a one-hot over the scenario's teams, by the seat's
+  ``policies.learned.ModuleInterface``, from the env-config key ``seat_identity``), so one network
   can still act differently per team;
 * ``per_team``: one module per team seat, named after it.
 
@@ -109,16 +110,6 @@ def module_for_seat(module_of: Mapping[str, str], agent_id: Any, episode: Any = 
     return module_of.get(str(agent_id), str(agent_id))
 
 
-def with_identity(observation: np.ndarray, identity: tuple[int, int] | None) -> np.ndarray:
-    """``observation`` with the seat's one-hot identity appended (unchanged without one)."""
-    if identity is None:
-        return observation
-    index, size = identity
-    one_hot = np.zeros(size, dtype=np.float32)
-    one_hot[index] = 1.0
-    return np.concatenate([np.asarray(observation, dtype=np.float32), one_hot])
-
-
 def module_scales(plan: SeatPlan, samples: Mapping[str, np.ndarray], scale_fn: Any) -> dict[str, np.ndarray]:
     """Seat -> observation scale, fitted per module on the observations of all its seats."""
     out: dict[str, np.ndarray] = {}
@@ -149,4 +140,4 @@ def fold_identity(network: Any, identity: tuple[int, int]) -> Any:
     return PolicyNetwork(network.spec.model_copy(update={"layers": layers}), tensors)
 
 
-__all__ = ["SHARED_TEAM_MODULE", "SeatPlan", "TeamModules", "fold_identity", "module_scales", "with_identity"]
+__all__ = ["SHARED_TEAM_MODULE", "SeatPlan", "TeamModules", "fold_identity", "module_scales"]

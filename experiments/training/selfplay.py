@@ -33,7 +33,7 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.seats import SeatPlan, TeamModules, fold_identity
 from policies.focal import FocalEnv
-from policies.learned import LearnedPolicy, make_codec, save_policy
+from policies.learned import LearnedPolicy, ModuleInterface, save_policy
 from policies.policy_set import SET_DIR
 from policies.population import Population
 
@@ -44,7 +44,7 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
     """The learning seats an experiment trains: the allocator alone, the named ones, or all."""
     if experiment != "seats_ppo" and tuple(learners) != ("allocator",):
         raise ValueError(f"--learners is for --experiment seats_ppo; {experiment} decides its learners itself")
-    if experiment in ("allocator_ppo", "allocator_curriculum"):
+    if experiment in ("allocator_ppo", "allocator_curriculum", "allocator_mixed"):
         return SeatPlan.single(ALLOCATOR)
     if experiment == "selfplay":
         return SeatPlan.build(config, ALL_ROLES, team_modules)
@@ -76,12 +76,18 @@ def sample_observations(scenarios: Sequence[str], seed: int, episodes: int = 8) 
 
 
 def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
-    """Learning seat -> the data-only greedy network of its module (identity folded in)."""
+    """Learning seat -> the data-only greedy network of its module (identity folded in); a
+    recurrent module, which that format cannot hold yet, is returned as itself."""
     from policies.checkpoint_format import network_from_rl_module
 
     out: dict[str, Any] = {}
     for module_id, seats in plan.modules.items():
         module = algo.get_module(module_id)
+        if module.is_stateful():
+            if any(seat in plan.identity for seat in seats):
+                raise ValueError(f"module {module_id!r} is recurrent: its seat identity cannot be folded in")
+            out.update(dict.fromkeys(seats, module))
+            continue
         network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
         for seat in seats:
             out[seat] = fold_identity(network, plan.identity[seat]) if seat in plan.identity else network
@@ -89,10 +95,13 @@ def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
 
 
 def learned_policies(
-    networks: Mapping[str, Any], scales: Mapping[str, np.ndarray], codecs: Mapping[str, str], config: ScenarioConfig
+    networks: Mapping[str, Any], scales: Mapping[str, np.ndarray], codecs: Mapping[str, str], config: ScenarioConfig,
+    histories: Mapping[str, int] | None = None,
 ) -> dict[str, LearnedPolicy]:
+    """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
+    histories = histories or {}
     return {
-        seat: LearnedPolicy(network, scales[seat], make_codec(codecs.get(seat), config))
+        seat: LearnedPolicy(network, ModuleInterface(config, seat, scales[seat], codecs.get(seat), histories.get(seat, 1)))
         for seat, network in networks.items()
     }
 
@@ -104,6 +113,7 @@ def held_out_seat_returns(
     scenario: str,
     seeds: Sequence[int],
     background: Population,
+    histories: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Mean return per learning seat, the learned seats playing together, greedy; and each
     learning team's declared / true need ratio in those episodes (its bluffing)."""
@@ -111,7 +121,7 @@ def held_out_seat_returns(
 
     env = commons_arena.parallel_env(scenario=scenario)
     policies = background.build(env.config, env=env, strict=False)
-    policies.update(learned_policies(networks, scales, codecs, env.config))
+    policies.update(learned_policies(networks, scales, codecs, env.config, histories))
     traces = [play_traced(env, policies, seed) for seed in seeds]
     returns = {seat: float(np.mean([t.returns[seat] for t in traces])) for seat in networks}
     ratios = {team: declared_to_need(traces, team) for team in env.config.team_names if team in networks}
@@ -124,11 +134,13 @@ def save_policy_set(
     config: ScenarioConfig,
     scales: Mapping[str, np.ndarray],
     codecs: Mapping[str, str],
+    histories: Mapping[str, int] | None = None,
 ) -> Path:
     """One data-only policy per learning seat under ``<checkpoint>/policies/<seat>``."""
     folder = checkpoint / SET_DIR
     for seat, network in networks.items():
-        save_policy(folder / seat, network, config, seat, scales[seat], codec=codecs.get(seat))
+        save_policy(folder / seat, network, config, seat, scales[seat], codec=codecs.get(seat),
+                    history=(histories or {}).get(seat, 1))
     return folder
 
 

@@ -10,6 +10,14 @@ The experiments, read top to bottom:
   (``experiments/training/selfplay.py``; module sharing in ``seats.py``).
 * ``league``: the shared team module learns against scripted teams and frozen snapshots of
   itself (``experiments/training/league.py``).
+* ``allocator_mixed``: every training episode plays one of ``standard``, ``elevated``,
+  ``crisis`` at random (each with its own population); held-out evaluations play all
+  three and the run keeps the checkpoint with the best mean score over them.
+
+The allocator acts through an action codec (``policies.codecs``; default ``residual``:
+corrections to the ``planner``, starting from the zero correction, see
+:func:`~experiments.training.rllib_adapter.favour_code`) and may see the last ``history``
+ticks stacked (``policies.learned.ModuleInterface``) or carry an LSTM (``use_lstm``).
 
 Every ``eval_every`` iterations the current allocator module plays ``eval_seeds``
 held-out seeds (never used for training) outside RLlib; its normalised score
@@ -44,9 +52,17 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, normalised_score, play_many
-from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
-from policies.learned import CODECS, LearnedPolicy, observation_scale, save_policy
+from experiments.evaluation.evaluate import (
+    BASELINE_ALLOCATORS,
+    allocator_returns,
+    best_other,
+    normalised_score,
+    paired_difference,
+    plain_ratio,
+    play_many,
+)
+from policies.checkpoint_format import PolicyNetwork
+from policies.learned import LearnedPolicy, ModuleInterface, observation_scale, save_policy
 from policies.population import Population, run_episode
 
 CURRICULUM = ("standard", "elevated", "crisis")
@@ -54,11 +70,13 @@ CURRICULUM = ("standard", "elevated", "crisis")
 
 @dataclass
 class TrainArgs:
-    experiment: Literal["allocator_ppo", "allocator_curriculum", "seats_ppo", "selfplay", "league"] = "allocator_ppo"
+    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "seats_ppo", "selfplay",
+                        "league"] = "allocator_ppo"
     """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
-    elevated -> crisis; seats_ppo: the --learners seats learn; selfplay: allocator, teams and
-    broker all learn (experiments/training/selfplay.py); league: a team learns against a mix of
-    scripted teams and frozen snapshots of itself (experiments/training/league.py)"""
+    elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
+    seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
+    (experiments/training/selfplay.py); league: a team learns against a mix of scripted teams
+    and frozen snapshots of itself (experiments/training/league.py)"""
     learners: tuple[str, ...] = ("allocator",)
     """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team)"""
     team_modules: Literal["shared", "per_team"] = "shared"
@@ -99,9 +117,17 @@ class TrainArgs:
     """discount (episodes are 10-20 ticks)"""
     entropy_coeff: float = 0.005
     """entropy bonus"""
-    action_codec: Literal["relative", "none"] = "relative"
-    """how the module's action becomes an env action: 'relative' grants shares of each team's
-    demand (policies.learned.RelativeAllocatorCodec); 'none' outputs the env action itself"""
+    action_codec: Literal["residual", "absolute", "relative", "none"] = "residual"
+    """how the module's action becomes an env action (policies.codecs): 'residual' corrects the
+    planner's grants, 'absolute' chooses every grant, 'relative' grants shares of each team's
+    demand; 'none' outputs the env action itself"""
+    zero_bias: float = 4.0
+    """initial logit advantage of the codec's zero code (residual: play the planner) over every
+    other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
+    history: int = 1
+    """ticks of observation the module sees, stacked newest first (1 = this tick only)"""
+    use_lstm: bool = False
+    """give the allocator's module an LSTM (RLlib's use_lstm) instead of stacking ticks"""
     scripted_in_env: bool = True
     """play the scripted population inside the env wrapper (faster sampling; a curriculum
     stage brings its own population); --no-scripted-in-env runs each scripted agent as an
@@ -146,7 +172,7 @@ class TrainArgs:
             (1 <= self.minibatch_size <= max(self.train_batch_size, 1),
              f"--minibatch-size must be between 1 and --train-batch-size ({self.train_batch_size}), got {self.minibatch_size}"),
             (self.num_epochs >= 1, f"--num-epochs must be at least 1, got {self.num_epochs}"),
-            (math.isfinite(self.lr) and self.lr > 0, f"--lr must be a positive number, got {self.lr}"),
+            (math.isfinite(self.lr) and self.lr >= 0, f"--lr must be a number >= 0 (0 freezes the policy), got {self.lr}"),
             (math.isfinite(self.gamma) and 0 < self.gamma <= 1, f"--gamma must be in (0, 1], got {self.gamma}"),
             (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
             (len(self.hidden) >= 1 and all(1 <= h <= 65_536 for h in self.hidden),
@@ -159,6 +185,8 @@ class TrainArgs:
             (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
             (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
+            (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),
              f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),
@@ -172,17 +200,31 @@ class TrainArgs:
             from experiments.training.selfplay import background_population, plan_for
 
             config = commons_arena.load_scenario(self.stages[0])
-            plan_for(self.experiment, config, self.learners, self.team_modules)  # names the bad learner
+            plan = plan_for(self.experiment, config, self.learners, self.team_modules)  # names the bad learner
+            if self.use_lstm and plan.seats != [ALLOCATOR]:
+                raise ValueError(f"--use-lstm is for the allocator learning alone; {self.experiment} trains {plan.seats}")
             background_population(self.background, config)  # a bad roster says what is wrong
         run_folder(self)
 
     @property
     def stages(self) -> tuple[str, ...]:
-        return CURRICULUM if self.experiment == "allocator_curriculum" else (self.scenario,)
+        """Curriculum stages, the mixed tiers, or the one scenario."""
+        return CURRICULUM if self.experiment in ("allocator_curriculum", "allocator_mixed") else (self.scenario,)
+
+    @property
+    def mixed(self) -> bool:
+        return self.experiment == "allocator_mixed"
+
+    @property
+    def codec(self) -> str | None:
+        return None if self.action_codec == "none" else self.action_codec
 
     @property
     def name(self) -> str:
-        return self.run_name or f"{self.experiment}-{self.stages[0] if len(self.stages) == 1 else 'curriculum'}-s{self.seed}"
+        if self.run_name:
+            return self.run_name
+        what = self.stages[0] if len(self.stages) == 1 else "mixed" if self.mixed else "curriculum"
+        return f"{self.experiment}-{what}-s{self.seed}"
 
 
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
@@ -247,26 +289,72 @@ def scripted_factories(scenario: str, learning: list[str], background: Populatio
     return {agent: registered_policy(e.policy, scenario, **e.params) for agent, e in entries.items() if agent not in learning}
 
 
-def reference_returns(scenario: str, seeds: list[int]) -> dict[str, float]:
-    """Mean allocator return of random, oracle and each baseline on the held-out seeds."""
-    return {
-        name: float(np.mean([e[ALLOCATOR]["return"] for e in play_many(scenario, name, seeds)]))
-        for name in ("random", "oracle", *BASELINE_ALLOCATORS)
-    }
+def reference_returns(scenario: str, seeds: list[int]) -> dict[str, list[float]]:
+    """Per-seed allocator returns of random, oracle and each baseline on the held-out seeds."""
+    return {name: allocator_returns(play_many(scenario, name, seeds)) for name in ("random", "oracle", *BASELINE_ALLOCATORS)}
 
 
-def allocator_network(algo: Any) -> PolicyNetwork:
-    """The allocator module's greedy actor as the data-only network a checkpoint stores."""
-    module = algo.get_module(ALLOCATOR)
-    return network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+def cached_reference_returns(out: Path, scenario: str, seeds: list[int]) -> dict[str, list[float]]:
+    """:func:`reference_returns`, kept in ``<out>/.references`` by scenario content and seeds:
+    every run in the same folder that evaluates on those seeds reuses them (they are a pure
+    function of scenario, seeds and the reference allocators)."""
+    key = f"{commons_arena.load_scenario(scenario).content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINE_ALLOCATORS)}"
+    path = out / ".references" / f"{key}.json"
+    if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
+        return json.loads(path.read_text())
+    references = reference_returns(scenario, seeds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(references))
+    return references
 
 
-def held_out_return(module: Any, scale: np.ndarray, codec: str, scenario: str, seeds: list[int]) -> float:
-    """Mean return of the network (greedy, as a LearnedPolicy) against the scenario's population."""
+def anchor_means(references: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Scenario -> allocator -> mean return (older runs stored the means themselves)."""
+    return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
+
+
+def allocator_network(algo: Any) -> PolicyNetwork | Any:
+    """The allocator module's greedy actor as the data-only network a checkpoint stores (a
+    recurrent module, which that format cannot hold yet, is returned as itself)."""
+    from experiments.training.seats import SeatPlan
+    from experiments.training.selfplay import seat_networks
+
+    return seat_networks(algo, SeatPlan.single(ALLOCATOR))[ALLOCATOR]
+
+
+def seat_codecs(args: TrainArgs, plan: Any) -> dict[str, str]:
+    """Learning seat -> action codec (only the allocator acts through one)."""
+    return {ALLOCATOR: args.codec} if args.codec and ALLOCATOR in plan.seats else {}
+
+
+def seat_histories(args: TrainArgs, plan: Any) -> dict[str, int]:
+    """Learning seat -> ticks of observation its module sees (``--history`` is the allocator's)."""
+    return {ALLOCATOR: args.history} if ALLOCATOR in plan.seats else {}
+
+
+def held_out_returns(module: Any, args: TrainArgs, scale: np.ndarray, scenario: str, seeds: list[int]) -> list[float]:
+    """Per-seed returns of the network (greedy, as a LearnedPolicy) against the scenario's population."""
     env = commons_arena.parallel_env(scenario=scenario)
     policies = Population.default(env.config).build(env.config, env=env)
-    policies[ALLOCATOR] = LearnedPolicy(module, scale, CODECS[codec](env.config) if codec != "none" else None)
-    return float(np.mean([run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]))
+    policies[ALLOCATOR] = LearnedPolicy(module, ModuleInterface(env.config, ALLOCATOR, scale, args.codec, args.history))
+    return [run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]
+
+
+def held_out_report(returns: list[float], references: dict[str, Any]) -> dict[str, Any]:
+    """Score, plain ratio and paired difference to the best baseline of per-seed ``returns``."""
+    means = {a: float(np.mean(v)) for a, v in references.items()}
+    mean_return = float(np.mean(returns))
+    report: dict[str, Any] = {
+        "return": mean_return,
+        "score": normalised_score(mean_return, means["random"], means["oracle"]),
+        "ratio": plain_ratio(mean_return, means["oracle"]),
+    }
+    best = best_other(references, BASELINE_ALLOCATORS, besides="")
+    if best is not None and isinstance(references[best], list):
+        diff, ci = paired_difference(returns, references[best])
+        report.update({"best_baseline": best, "best_baseline_return": means[best], "diff_vs_best": diff,
+                       "diff_ci95": ci, "oracle_return": means["oracle"]})
+    return report
 
 
 def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray, anchors: dict[str, dict[str, float]],
@@ -287,7 +375,8 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
     if not isinstance(scales, dict):
         scales = {ALLOCATOR: scales}
     background = background_population(args.background, commons_arena.load_scenario(scenario))
-    population_in_env = args.scripted_in_env or args.experiment in ("allocator_curriculum", "league")
+    # a curriculum, a mix or a league switches populations (or members): those play in the env
+    population_in_env = args.scripted_in_env or args.experiment in ("allocator_curriculum", "allocator_mixed", "league")
     callbacks: Any = CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback
     league_options: dict[str, Any] = {}
     pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
@@ -306,12 +395,14 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
         train_batch_size=args.train_batch_size,
         minibatch_size=args.minibatch_size,
         num_epochs=args.num_epochs,
-        model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False),
+        model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False,
+                                        use_lstm=args.use_lstm, lstm_cell_size=64, max_seq_len=16),
         env_config={
             "observation_scale": {seat: np.asarray(scales[seat]).tolist() for seat in plan.seats},
             "background": background.to_dict(),
-            **({"action_codec": {ALLOCATOR: args.action_codec}}
-               if args.action_codec != "none" and ALLOCATOR in plan.seats else {}),
+            "action_codec": seat_codecs(args, plan),
+            "history": seat_histories(args, plan),
+            **({"scenarios": list(args.stages)} if args.mixed else {}),
             # by scenario hash: lets the metrics callback report a normalised score per episode
             "score_anchors": {commons_arena.load_scenario(s).content_hash: a for s, a in anchors.items()},
             **({"curriculum": {"stages": list(args.stages), "promote_at": args.promote_at,
@@ -329,6 +420,22 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()
+
+
+def favour_zero_code(algo: Any, args: TrainArgs) -> None:
+    """Start from the codec's base policy: its zero code gets ``zero_bias`` more logit."""
+    from experiments.training.rllib_adapter import favour_code
+    from experiments.training.selfplay import plan_for
+    from policies.codecs import make_codec
+
+    if not args.codec or args.zero_bias == 0:
+        return
+    if ALLOCATOR not in plan_for(args.experiment, commons_arena.load_scenario(args.stages[0]), args.learners,
+                                 args.team_modules).seats:
+        return
+    codec = make_codec(args.codec, commons_arena.load_scenario(args.stages[0]))
+    if codec.zero_code is not None:
+        favour_code(algo, ALLOCATOR, codec.nvec, codec.zero_code, args.zero_bias)
 
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
@@ -376,16 +483,17 @@ def train(args: TrainArgs) -> Path:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)
     eval_seeds = list(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds))
-    anchors_path = run / "references.json"
-    if anchors_path.is_file():
-        anchors = json.loads(anchors_path.read_text())
+    references_path = run / "references.json"  # per-seed returns of every reference allocator
+    if references_path.is_file():
+        references = json.loads(references_path.read_text())
     else:
-        anchors = {s: reference_returns(s, eval_seeds) for s in args.stages}
-        anchors_path.write_text(json.dumps(anchors, indent=1))
+        references = {s: cached_reference_returns(args.out, s, eval_seeds) for s in args.stages}
+        references_path.write_text(json.dumps(references, indent=1))
+    anchors = anchor_means(references)
     config = commons_arena.load_scenario(args.stages[0])
     plan = selfplay.plan_for(args.experiment, config, args.learners, args.team_modules)
     background = selfplay.background_population(args.background, config)
-    codecs = {ALLOCATOR: args.action_codec} if args.action_codec != "none" and ALLOCATOR in plan.seats else {}
+    codecs, histories = seat_codecs(args, plan), seat_histories(args, plan)
     scale_path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
     if scale_path.is_file():
         saved = json.loads(scale_path.read_text())
@@ -407,7 +515,10 @@ def train(args: TrainArgs) -> Path:
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
         algo.restore_from_path(str(checkpoint))
-    set_scenario_everywhere(algo, args.stages[state.stage])
+    else:
+        favour_zero_code(algo, args)
+    if not args.mixed:
+        set_scenario_everywhere(algo, args.stages[state.stage])
     writer = SummaryWriter(str(run / "tb"))
     print(f"run {run}: {args.experiment} on {args.stages[state.stage]}, {args.algo}, "
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
@@ -445,40 +556,50 @@ def train(args: TrainArgs) -> Path:
         last = args.iterations is not None and session_iterations >= args.iterations
         if not (due or out_of_time or last):
             continue
-        scenario = args.stages[state.stage]
-        ref = anchors[scenario]
+        # a mix is judged on every tier (its score: the mean), a stage on itself
+        scenarios = args.stages if args.mixed else (args.stages[state.stage],)
+        scenario = "mixed" if args.mixed else scenarios[0]
         networks = selfplay.seat_networks(algo, plan)  # what the checkpoint stores is what is evaluated
         row = {"iteration": state.iterations, "env_steps": state.env_steps, "scenario": scenario,
                "train_return": scalars["return_mean"]}
         if "league" in result:
             row["league"] = result["league"]  # the mix after this iteration; league.json has every one
         if plan.seats != [ALLOCATOR]:  # several learners: they play the held-out seeds together
-            returns, ratios = selfplay.held_out_seat_returns(networks, scales, codecs, scenario, eval_seeds, background)
+            returns, ratios = selfplay.held_out_seat_returns(networks, scales, codecs, scenarios[0], eval_seeds,
+                                                             background, histories)
             row["returns"] = returns
             if ratios:
                 row["declared_to_need"] = ratios  # learned teams' bluffing (commons-arena analyze plots it)
             for seat, value in returns.items():
                 writer.add_scalar(f"eval/return/{seat}", value, state.env_steps)
-            print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}, learners together: "
+            print(f"  eval on {len(eval_seeds)} held-out seeds of {scenarios[0]}, learners together: "
                   + ", ".join(f"{seat} {value:.2f}" for seat, value in returns.items()))
-        if ALLOCATOR in networks:  # the allocator alone against the scenario's own population
-            mean_return = held_out_return(networks[ALLOCATOR], scales[ALLOCATOR], args.action_codec, scenario, eval_seeds)
-            score = normalised_score(mean_return, ref["random"], ref["oracle"])
-            print(f"  eval on {len(eval_seeds)} held-out seeds of {scenario}: return {mean_return:.2f}, normalised score "
-                  f"{score:.3f} (best baseline {max(ref[b] for b in BASELINE_ALLOCATORS):.2f}, oracle {ref['oracle']:.2f})")
+        if ALLOCATOR in networks:  # the allocator alone against each scenario's own population
+            reports = {sc: held_out_report(held_out_returns(networks[ALLOCATOR], args, scales[ALLOCATOR], sc, eval_seeds),
+                                           references[sc]) for sc in scenarios}
+            score = float(np.mean([r["score"] for r in reports.values()]))
+            eval_return = float(np.mean([r["return"] for r in reports.values()]))
+            if args.mixed:
+                row.update({f"score/{sc}": r["score"] for sc, r in reports.items()})
+            for sc, r in reports.items():
+                print(f"  eval on {len(eval_seeds)} held-out seeds of {sc}: {_describe(r)}")
         else:  # no allocator learns: the learners' mean held-out return ranks checkpoints
-            mean_return = score = float(np.mean(list(row["returns"].values())))
+            eval_return = score = float(np.mean(list(row["returns"].values())))
         state.seconds = time.perf_counter() - start
-        row.update({"minutes": state.seconds / 60, "eval_return": mean_return, "score": score})
+        row.update({"minutes": state.seconds / 60, "eval_return": eval_return, "score": score})
         state.history.append(row)
         writer.add_scalar("eval/normalised_score", score, state.env_steps)
-        writer.add_scalar("eval/return", mean_return, state.env_steps)
+        writer.add_scalar("eval/return", eval_return, state.env_steps)
         algo.save_to_path(str(checkpoint))  # RLlib's full state (pickles): only --resume reads it
-        if plan.seats == [ALLOCATOR]:
-            save_policy(checkpoint, networks[ALLOCATOR], commons_arena.load_scenario(scenario), ALLOCATOR,
-                        scales[ALLOCATOR], codec=codecs.get(ALLOCATOR))
+        # the sidecar names a scenario whose spaces the networks fit (every tier shares them)
+        saved_config = commons_arena.load_scenario(scenarios[0])
+        if plan.seats != [ALLOCATOR]:
+            selfplay.save_policy_set(checkpoint, networks, saved_config, scales, codecs, histories)
+        elif isinstance(networks[ALLOCATOR], PolicyNetwork):
+            save_policy(checkpoint, networks[ALLOCATOR], saved_config, ALLOCATOR, scales[ALLOCATOR],
+                        codec=codecs.get(ALLOCATOR), history=histories.get(ALLOCATOR, 1))
         else:
-            selfplay.save_policy_set(checkpoint, networks, commons_arena.load_scenario(scenario), scales, codecs)
+            print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
         # `checkpoint` is the latest (resume continues from it); `best` the best held-out
         # score on the current stage (a report should then use seeds other than these).
         new_stage = len(state.history) > 1 and state.history[-2]["scenario"] != scenario
@@ -492,14 +613,9 @@ def train(args: TrainArgs) -> Path:
     if ALLOCATOR in plan.seats and (len(args.stages) > 1 or args.iterations is None):
         final = {}
         for scenario in args.stages:
-            mean_return = held_out_return(allocator_network(algo), scales[ALLOCATOR], args.action_codec, scenario,
-                                          eval_seeds)
-            ref = anchors[scenario]
-            final[scenario] = {"return": mean_return, "score": normalised_score(mean_return, ref["random"], ref["oracle"]),
-                               "best_baseline": max(BASELINE_ALLOCATORS, key=lambda b: ref[b]),
-                               "best_baseline_return": max(ref[b] for b in BASELINE_ALLOCATORS), "oracle_return": ref["oracle"]}
-            print(f"final on {scenario}: return {mean_return:.2f}, normalised score {final[scenario]['score']:.3f}, "
-                  f"best baseline {final[scenario]['best_baseline']} {final[scenario]['best_baseline_return']:.2f}")
+            returns = held_out_returns(allocator_network(algo), args, scales[ALLOCATOR], scenario, eval_seeds)
+            final[scenario] = held_out_report(returns, references[scenario])
+            print(f"final on {scenario}: {_describe(final[scenario])}")
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
     writer.close()
     algo.stop()
@@ -526,6 +642,14 @@ def _resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
     return TrainArgs(**values)
 
 
+def _describe(report: dict[str, Any]) -> str:
+    text = f"return {report['return']:.2f}, normalised score {report['score']:.3f}, ratio {report['ratio']:.3f}"
+    if "best_baseline" in report:
+        text += (f"; vs best baseline {report['best_baseline']} ({report['best_baseline_return']:.2f}): "
+                 f"{report['diff_vs_best']:+.2f} ± {report['diff_ci95']:.2f} (95% CI, paired)")
+    return text
+
+
 def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path,
           allocator: bool = True) -> None:
     scenario = history[-1]["scenario"]
@@ -535,7 +659,8 @@ def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str,
         learning_curve(runs, None, path, y="return",
                        title=f"{scenario}: learning seats' mean return on held-out seeds (playing together)")
         return
-    ref = anchors[scenario]
-    baselines = {b: normalised_score(ref[b], ref["random"], ref["oracle"]) for b in BASELINE_ALLOCATORS}
+    tiers = [scenario] if scenario in anchors else list(anchors)  # a mix: baselines' mean score over its tiers
+    baselines = {b: float(np.mean([normalised_score(anchors[t][b], anchors[t]["random"], anchors[t]["oracle"])
+                                   for t in tiers])) for b in BASELINE_ALLOCATORS}
     learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
-                   baselines, path, title=f"{scenario}: normalised score on held-out seeds (random 0, oracle 1)")
+                   baselines, path, title=f"{scenario if scenario in anchors else 'mean of ' + ', '.join(tiers)}: held-out normalised score")

@@ -1,0 +1,101 @@
+"""Does a learned allocator beat every scripted one? Paired, on held-out seeds, per tier.
+
+Plays the checkpoint and every scripted allocator (the heuristics and ``planner``; random
+and the oracle anchor the score) on the same seeds of each scenario, and prints per
+scenario the learned allocator's normalised score and plain ratio, and its paired
+difference (mean ± 95% CI over the seeds) to *every* scripted allocator. The verdict per
+scenario is "beats all" when every difference is > 0 with its CI above zero.
+
+    python -m experiments.bench.checkpoint runs/allocator_mixed-mixed-s0/best --seeds 30 --first-seed 7000
+
+Training evaluates on seeds 900000.. and the tournament uses 5000..: any other range is
+held out from both. Writes ``<out>/checkpoint_vs_scripted.{csv,md}``. A benchmark, not a
+test: it takes a minute or two per scenario on two cores (the oracle's MILPs dominate).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tyro
+
+from experiments.evaluation.evaluate import (
+    BASELINE_ALLOCATORS,
+    ORACLE,
+    RANDOM,
+    allocator_returns,
+    evaluate,
+    markdown_table,
+    normalised_score,
+    paired_difference,
+    plain_ratio,
+)
+from policies.learned import LEARNED_PREFIX
+
+
+@dataclass
+class Args:
+    checkpoint: tyro.conf.Positional[Path]
+    """checkpoint folder (with arena_policy.json)"""
+    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    """scenarios to play"""
+    seeds: int = 30
+    """seeds per scenario"""
+    first_seed: int = 7000
+    """seeds are first_seed .. first_seed + seeds - 1 (keep them away from training's 900000..)"""
+    scripted: tuple[str, ...] = BASELINE_ALLOCATORS
+    """scripted allocators to compare with"""
+    out: Path = Path("results/checkpoint")
+    """output folder"""
+
+
+def compare(checkpoint: str | Path, scenarios: tuple[str, ...], seeds: list[int],
+            scripted: tuple[str, ...] = BASELINE_ALLOCATORS, progress: bool = True) -> list[dict[str, Any]]:
+    """One row per (scenario, scripted allocator): the learned one's paired difference to it."""
+    learned = f"{LEARNED_PREFIX}{checkpoint}"
+    result = evaluate(scenarios, [*scripted, learned], seeds, misreport=False, progress=progress)
+    rows = []
+    for scenario in scenarios:
+        returns = {a: allocator_returns(result.episodes[(scenario, a)]) for a in (RANDOM, ORACLE, learned, *scripted)}
+        means = {a: float(np.mean(r)) for a, r in returns.items()}
+        score = normalised_score(means[learned], means[RANDOM], means[ORACLE])
+        for rival in scripted:
+            diff, ci = paired_difference(returns[learned], returns[rival])
+            rows.append({
+                "scenario": scenario, "versus": rival, "episodes": len(seeds),
+                "learned_score": score, "learned_ratio": plain_ratio(means[learned], means[ORACLE]),
+                "versus_score": normalised_score(means[rival], means[RANDOM], means[ORACLE]),
+                "diff": diff, "diff_ci95": ci, "beats": bool(diff - ci > 0),
+            })
+    return rows
+
+
+def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
+    out = {}
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        mine = [r for r in rows if r["scenario"] == scenario]
+        lost = [r["versus"] for r in mine if not r["beats"]]
+        out[scenario] = "beats all" if not lost else "not above: " + ", ".join(lost)
+    return out
+
+
+def main(args: Args) -> None:
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    rows = compare(args.checkpoint, args.scenarios, seeds, args.scripted)
+    print(markdown_table(rows))
+    for scenario, verdict in verdicts(rows).items():
+        print(f"{scenario}: {verdict}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "checkpoint_vs_scripted.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (args.out / "checkpoint_vs_scripted.md").write_text(markdown_table(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

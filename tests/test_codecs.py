@@ -1,0 +1,145 @@
+"""Action codecs and the module interface (issue 8): what each codec can express, that
+decoded actions never need repair, and that training and play see the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from commons_arena.spaces import observation_layout
+from policies import Population
+from policies.codecs import CODECS, AbsoluteAllocatorCodec, ResidualPlannerCodec, make_codec
+from policies.learned import ModuleInterface
+from policies.planner import PlannerAllocator
+
+
+def random_observation(config, rng) -> np.ndarray:
+    layout = observation_layout(config, ALLOCATOR)
+    T, N = len(config.gpu_tiers), len(config.teams)
+    obs = np.zeros(layout.size, dtype=np.float32)
+    view = layout.view(obs)
+    view["tick"][...] = rng.integers(0, config.max_ticks)
+    view["owned"][...] = [t.owned for t in config.gpu_tiers]
+    view["online"][...] = rng.integers(0, [t.owned + 1 for t in config.gpu_tiers])
+    view["budget"][...] = rng.uniform(0, config.budget)
+    view["offer_qty"][...] = rng.integers(0, np.array([t.spot_inventory for t in config.gpu_tiers]) + 1)
+    view["offer_price"][...] = rng.uniform(0, 12, T)
+    view["declared"][...] = rng.integers(0, 6, (N, T))
+    view["pressure"][...] = rng.integers(0, 3, N)
+    view["credibility"][...] = 1.0
+    return obs
+
+
+@pytest.mark.parametrize("name", list(CODECS))
+def test_decoded_actions_never_need_repair(name):
+    config = commons_arena.load_scenario("crisis")
+    codec = make_codec(name, config)
+    layout = observation_layout(config, ALLOCATOR)
+    rng = np.random.default_rng(1)
+    T, N = len(config.gpu_tiers), len(config.teams)
+    for _ in range(200):
+        obs = random_observation(config, rng)
+        view = layout.view(obs)
+        codec.reset()
+        codec.features(obs)
+        action = codec.decode(obs, rng.integers(0, codec.nvec))
+        buy, grant = action[:T], action[T:].reshape(N, T)
+        assert (buy <= view["offer_qty"]).all()
+        assert float(buy @ view["offer_price"].astype(np.float64)) <= float(view["budget"][0]) + 1e-9
+        assert (grant.sum(axis=0) <= view["online"] + buy).all()
+        assert (grant >= 0).all() and (buy >= 0).all()
+
+
+def test_residual_zero_code_plays_the_planner_exactly():
+    env = commons_arena.parallel_env("crisis")
+    codec = ResidualPlannerCodec(env.config)
+    planner = PlannerAllocator(env.config)
+    policies = Population.default(env.config).build(env.config, env=env)
+    for seed in range(3):
+        codec.reset()
+        planner.reset()
+        obs, _ = env.reset(seed=seed)
+        while env.agents:
+            features = codec.features(obs[ALLOCATOR])
+            assert features.shape == (codec.n_features,)
+            mine = codec.decode(obs[ALLOCATOR], codec.zero_code)
+            assert mine.tolist() == planner.act(obs[ALLOCATOR]).tolist()
+            obs, *_ = env.step({**{a: policies[a].act(obs[a]) for a in env.agents}, ALLOCATOR: mine})
+
+
+def test_residual_and_absolute_grant_without_a_declaration_and_on_another_tier():
+    """At tick 0 every declaration is zero: relative can grant nothing, the others can
+    grant robotics two medium GPUs (its first job's need) or put a small need on medium."""
+    config = commons_arena.load_scenario("standard")
+    layout = observation_layout(config, ALLOCATOR)
+    obs = np.zeros(layout.size, dtype=np.float32)
+    view = layout.view(obs)
+    view["owned"][...] = view["online"][...] = [4, 3, 1]
+    view["budget"][...] = config.budget
+    T = len(config.gpu_tiers)
+    relative = make_codec("relative", config)
+    assert not relative.decode(obs, relative.nvec - 1)[T:].any()  # the most generous level: still nothing
+
+    residual = ResidualPlannerCodec(config)
+    residual.features(obs)
+    code = residual.zero_code.copy()
+    code[1 * T + 1] = residual.DELTAS.index(2)  # robotics, medium: +2
+    code[0 * T + 1] = residual.DELTAS.index(1)  # search, medium: +1
+    grant = residual.decode(obs, code)[T:].reshape(-1, T)
+    assert grant[1].tolist() == [0, 2, 0] and grant[0].tolist() == [0, 1, 0]
+
+    absolute = AbsoluteAllocatorCodec(config)
+    wanted = np.zeros((len(config.teams), T), dtype=np.int64)
+    wanted[1, 1] = 2
+    assert absolute.decode(obs, wanted.ravel())[T:].reshape(-1, T).tolist() == wanted.tolist()
+
+
+def test_absolute_codec_buys_what_its_grants_need():
+    config = commons_arena.load_scenario("standard")
+    codec = AbsoluteAllocatorCodec(config)
+    layout = observation_layout(config, ALLOCATOR)
+    obs = np.zeros(layout.size, dtype=np.float32)
+    view = layout.view(obs)
+    view["online"][...] = [4, 3, 1]
+    view["offer_qty"][...] = [2, 2, 1]
+    view["offer_price"][...] = [1.0, 2.0, 50.0]
+    view["budget"][...] = 10.0
+    wanted = np.array([[5, 0, 1], [0, 4, 0], [0, 0, 1]])
+    action = codec.decode(obs, wanted.ravel())
+    assert action[:3].tolist() == [1, 1, 0]  # the large GPU costs more than the budget
+    assert action[3:].reshape(3, 3)[:, 2].sum() == 1  # so only the one online large GPU is granted
+
+
+def test_unknown_codec_is_named():
+    with pytest.raises(ValueError, match="unknown action codec 'nope'; codecs: relative, absolute, residual"):
+        make_codec("nope", commons_arena.load_scenario("standard"))
+
+
+def test_module_interface_stacks_history_newest_first_and_resets():
+    config = commons_arena.load_scenario("standard")
+    layout = observation_layout(config, ALLOCATOR)
+    scale = np.full(layout.size, 2.0, dtype=np.float32)
+    interface = ModuleInterface(config, ALLOCATOR, scale, "residual", history=3)
+    space = interface.observation_space()
+    frame = interface.frame_size
+    assert frame == layout.size + 2 * len(config.teams) * len(config.gpu_tiers)
+    assert space.shape == (3 * frame,)
+    env = commons_arena.parallel_env("standard")
+    obs, _ = env.reset(seed=0)
+    interface.reset()
+    first = interface.observe(obs[ALLOCATOR])
+    assert space.contains(first)
+    assert np.array_equal(first[: layout.size], obs[ALLOCATOR] / 2.0)
+    assert not first[frame:].any()  # no earlier ticks yet: zeros
+    policies = Population.default(env.config).build(env.config, env=env)
+    obs2, *_ = env.step({a: policies[a].act(obs[a]) for a in env.agents})
+    second = interface.observe(obs2[ALLOCATOR])
+    assert np.array_equal(second[frame : 2 * frame], first[:frame])
+    interface.reset()
+    assert not interface.observe(obs[ALLOCATOR])[frame:].any()
+    with pytest.raises(ValueError, match="history must be >= 1"):
+        ModuleInterface(config, ALLOCATOR, scale, None, history=0)
+    with pytest.raises(ValueError, match="observation scale has shape"):
+        ModuleInterface(config, ALLOCATOR, scale[:-1], None)

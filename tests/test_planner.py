@@ -1,0 +1,170 @@
+"""The observation-only ``planner`` (issue 8): what it may read, how it estimates inflation,
+how it plans.
+
+Its playing strength is measured by ``commons-arena evaluate`` / the checkpoint benchmark,
+not here; these tests pin behaviour that could break silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR, ShockKind
+from commons_arena.scenario import scenario_from_dict
+from commons_arena.spaces import observation_layout
+from policies import Population, make_policy, run_episode
+from policies.planner import BLUFF_GRID, InflationBelief, PlannerAllocator, deflate, inflate
+from policies.registry import policy_spec
+from policies.teams import ARCHETYPE_PROFILES
+
+
+def observation(config, **fields) -> np.ndarray:
+    layout = observation_layout(config, ALLOCATOR)
+    obs = np.zeros(layout.size, dtype=np.float32)
+    view = layout.view(obs)
+    view["owned"][...] = view["online"][...] = [t.owned for t in config.gpu_tiers]
+    view["budget"][...] = config.budget
+    for name, value in fields.items():
+        view[name][...] = value
+    return obs
+
+
+def split(config, action):
+    T = len(config.gpu_tiers)
+    return action[:T], action[T:].reshape(len(config.teams), T)
+
+
+@pytest.mark.parametrize("bluff", sorted({a.bluff for a in ARCHETYPE_PROFILES.values()}))
+def test_deflate_undoes_each_archetypes_rounding(bluff):
+    for need in range(0, 8):
+        assert deflate(int(inflate(need, bluff)), bluff) == need
+
+
+def test_a_declaration_at_the_ceiling_is_read_as_a_lower_bound():
+    # need 4 x 2 = 8 was cut to the ceiling 5: the need is at least 3 (3 x 2 = 6 >= 5)
+    assert deflate(5, 2.0, ceiling=5) == 3
+    assert deflate(4, 2.0, ceiling=5) == 2
+
+
+def test_revealed_needs_move_a_wrong_prior_to_the_true_factor():
+    """A team named 'truthful' that doubles its need: the pairs (revealed need, the
+    declaration made in that tick) overrule the prior within a few ticks."""
+    belief = InflationBelief(prior_centre=1.0, prior_sigma=0.1)
+    ceiling = np.array([50, 50, 50])
+    assert belief.factor == 1.0
+    # each pair narrows the factors that explain it: 3 -> 6 leaves (1.67, 2], 21 -> 42 only 2.0 on the grid
+    for need in ([1, 0, 0], [3, 1, 0], [7, 21, 0]):
+        n = np.array(need)
+        declared = np.minimum(inflate(n, 2.0), ceiling)
+        belief.saw_declaration(declared, ceiling)
+        belief.saw_revealed_pair(n, declared, ceiling)
+    assert belief.factor == 2.0
+
+
+def test_odd_declarations_rule_out_doubling():
+    belief = InflationBelief(prior_centre=2.0, prior_sigma=0.1)
+    ceiling = np.array([9, 9, 9])
+    for _ in range(3):
+        belief.saw_declaration(np.array([3, 5, 0]), ceiling)  # never ceil(n x 2)
+    assert belief.factor != 2.0
+    assert {3, 5} <= set(inflate(np.arange(1, 6), belief.factor).tolist())
+
+
+def test_audits_separate_bluffers_from_honest_teams():
+    exposed, cleared = InflationBelief(1.25, 0.3), InflationBelief(1.25, 0.3)
+    for _ in range(2):
+        exposed.saw_audit(6, exposed=True, tolerance=0.2)
+        cleared.saw_audit(6, exposed=False, tolerance=0.2)
+    assert exposed.factor > 1.2 >= cleared.factor
+
+
+def test_planner_learns_an_unknown_teams_factor_in_play():
+    """Against a team whose archetype name says nothing of its real style (named truthful,
+    plays greedy_bluffer), the estimate moves to the doubling it shows once revealed."""
+    env = commons_arena.parallel_env("crisis")
+    population = Population.default(env.config).with_agent("safety", "greedy_bluffer")
+    data = env.config.model_dump()
+    for team in data["teams"]:
+        if team["name"] == "safety":
+            team["archetype"] = "truthful"  # what the planner is told
+    told = scenario_from_dict(data)
+    planner = PlannerAllocator(told)
+    policies = population.build(env.config, env=env)
+    policies[ALLOCATOR] = planner
+    factors = []
+    for seed in range(6):
+        run_episode(env, policies, seed)
+        factors.append(planner.beliefs[2].factor)
+    assert np.mean(factors) > 1.5, factors
+
+
+def test_planner_never_reads_job_lists_or_shock_schedules():
+    """Two scenarios that differ only in hidden truth (jobs, generators, shocks) give the
+    planner identical actions on identical observations."""
+    config = commons_arena.load_scenario("standard")
+    data = config.model_dump()
+    for team in data["teams"]:
+        team["jobs"] = []
+        team["generator"] = None
+    data["shocks"] = []
+    hidden_changed = scenario_from_dict(data)
+    env = commons_arena.parallel_env("standard")
+    real, blind = PlannerAllocator(config), PlannerAllocator(hidden_changed)
+    policies = Population.default(config).build(config, env=env)
+    observations, _ = env.reset(seed=3)
+    while env.agents:
+        a, b = real.act(observations[ALLOCATOR]), blind.act(observations[ALLOCATOR])
+        assert a.tolist() == b.tolist()
+        observations, *_ = env.step({**{x: policies[x].act(observations[x]) for x in env.agents}, ALLOCATOR: a})
+    assert not policy_spec("planner").needs_env and not policy_spec("planner").privileged
+
+
+def test_planner_deflates_declarations_and_spills_to_larger_tiers():
+    config = commons_arena.load_scenario("standard")  # search growth (1.5), robotics reliability (1.25), safety 1.1
+    planner = make_policy("planner", config, ALLOCATOR, margin=0.0)
+    # search declared 6 small (need 4 at 1.5); robotics 3 medium (need 2 at 1.25); safety 2 large (need 1 at 1.1)
+    obs = observation(config, declared=[[6, 0, 0], [0, 3, 0], [0, 0, 2]])
+    buy, grant = split(config, planner.act(obs))
+    assert grant.tolist() == [[4, 0, 0], [0, 2, 0], [0, 0, 1]]
+    assert buy.tolist() == [0, 0, 0]
+    # small full (4 online): a second small need goes whole onto the free medium GPUs
+    planner.reset()
+    obs = observation(config, declared=[[6, 0, 0], [2, 0, 0], [0, 0, 0]])
+    _, grant = split(config, planner.act(obs))
+    assert grant.sum() == 4 + 1 and grant[:, 0].sum() == 4 and grant[:, 1].sum() == 1
+
+
+def test_planner_buys_for_urgent_shortfalls_within_the_paced_budget():
+    config = commons_arena.load_scenario("standard")
+    planner = make_policy("planner", config, ALLOCATOR, margin=0.0)
+    obs = observation(config, declared=[[0, 0, 2], [0, 0, 2], [0, 0, 0]], pressure=[2, 2, 0],
+                      offer_qty=[2, 2, 1], offer_price=[1.0, 3.0, 4.0], tick=10, budget=60.0)
+    buy, grant = split(config, planner.act(obs))
+    assert buy.tolist() == [0, 0, 1]  # the second large need is bought
+    assert grant[:, 2].sum() == 2
+    expensive = observation(config, declared=[[0, 0, 2], [0, 0, 2], [0, 0, 0]], pressure=[0, 0, 0],
+                            offer_qty=[2, 2, 1], offer_price=[1.0, 3.0, 15.0], tick=10, budget=60.0)
+    planner.reset()
+    buy, _ = split(config, planner.act(expensive))
+    assert buy.tolist() == [0, 0, 0]  # not worth a non-urgent GPU-tick at that price
+
+
+def test_planner_reads_audits_from_credibility():
+    config = commons_arena.load_scenario("elevated")
+    planner = PlannerAllocator(config, prior_sigma=0.3)
+    audits = [0] * len(ShockKind)
+    planner.act(observation(config, declared=[[6, 0, 0], [0, 0, 0], [0, 0, 0]], credibility=[1, 1, 1]))
+    audits[int(ShockKind.COMPLIANCE_AUDIT)] = 1
+    planner.act(observation(config, declared=[[6, 0, 0], [0, 0, 0], [0, 0, 0]], credibility=[0.8, 1, 1],
+                            shocks_seen=audits))
+    assert planner.beliefs[0].factor > 1 + config.credibility.audit_tolerance
+
+
+def test_planner_params_are_checked():
+    config = commons_arena.load_scenario("standard")
+    for bad in ({"margin": 1.5}, {"pacing": 0}, {"gpu_tick_value": -1}, {"prior_sigma": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            make_policy("planner", config, ALLOCATOR, **bad)
+    assert set(BLUFF_GRID.tolist()) >= {a.bluff for a in ARCHETYPE_PROFILES.values()}
