@@ -147,3 +147,31 @@ def test_bluffers_declare_more_than_truthful_teams():
     for team in TEAMS:
         assert declared_to_need(bluffers, team) > declared_to_need(truthful, team) > 0
     assert slope([(1.0, 2.0), (2.0, 4.0)]) == 2.0 and np.isnan(slope([]))
+
+
+def test_seat_plan_and_mixed_tiers_share_one_interface_per_seat():
+    """A shared team module's identity and the allocator's codec + history all go through the
+    seat's ModuleInterface, in every tier of a mix."""
+    from experiments.training.rllib_adapter import ArenaRLlibEnv
+
+    config = commons_arena.load_scenario("standard")
+    plan = SeatPlan.build(config, ["allocator", "team"], "shared")
+    raw = commons_arena.parallel_env(scenario="standard")
+    learning = plan.seats
+    env = ArenaRLlibEnv({
+        "scenarios": ["standard", "elevated", "crisis"], "play_population": True, "learned_agents": learning,
+        "observation_scale": {s: np.ones(raw.observation_space(s).shape, np.float32).tolist() for s in learning},
+        "action_codec": {ALLOCATOR: "residual"}, "history": {ALLOCATOR: 2}, **plan.to_env_config(),
+    })
+    for team in TEAMS:
+        assert env.observation_spaces[team].shape == (raw.observation_space(team).shape[0] + 3,)
+    scenarios = set()
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        scenarios.add(env.par_env.config.name)
+        for seat, o in obs.items():
+            assert env.observation_spaces[seat].contains(o), seat
+        for index, team in enumerate(TEAMS):
+            np.testing.assert_array_equal(obs[team][-3:], np.eye(3, dtype=np.float32)[index])
+    assert len(scenarios) > 1  # the mix really switches tiers
+    env.close()
