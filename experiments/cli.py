@@ -362,6 +362,62 @@ class Replay:
 
 
 @dataclass
+class Serve:
+    """Serve the arena over HTTP/WebSocket (openenv-style /reset, /step, /state, /ws) and a play page at /play.
+
+    Clients play the chosen seats; every other seat is played by the population. Needs the
+    ``serve`` extra (pip install 'commons-arena[serve]')."""
+
+    scenario: str = "standard"
+    """default scenario (name or TOML path); clients may pick any shipped scenario by name"""
+    seats: tuple[str, ...] = ("allocator",)
+    """seats a client plays unless its reset names others"""
+    population: str | None = None
+    """roster TOML for the other seats (may name learned checkpoints); default: each scenario's own"""
+    host: str = "127.0.0.1"
+    """address to listen on (0.0.0.0 exposes the server to the network)"""
+    port: int = 8000
+    """port (0: any free port, printed at start)"""
+    max_sessions: int = 64
+    """sessions open at once"""
+    idle_seconds: float = 300.0
+    """close a session after this long without a request"""
+    max_body_bytes: int = 65536
+    """largest request body or WebSocket message"""
+    log_level: str = "info"
+    """uvicorn's log level ('warning' drops the access log)"""
+
+    def validate(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"--port must be in [0, 65535], got {self.port}")
+        for name in ("max_sessions", "idle_seconds", "max_body_bytes"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
+            raise UsageError(f"--log-level must be one of critical, error, warning, info, debug, trace; got {self.log_level}")
+        config = commons_arena.load_scenario(self.scenario)
+        unknown = [s for s in self.seats if s not in config.agents]
+        if unknown or not self.seats:
+            raise UsageError(f"--seats must name seats of scenario {config.name!r}: {list(config.agents)}; got {list(self.seats)}")
+        if self.population is not None:
+            from policies.population import Population
+
+            Population.from_toml(self.population, config)
+
+    def run(self) -> None:
+        from experiments.serving.app import bind, make_server
+        from experiments.serving.session import Limits, ServeSettings
+        from policies.population import Population
+
+        population = Population.from_toml(self.population, self.scenario) if self.population else None
+        settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population,
+                                 limits=Limits(self.max_sessions, self.idle_seconds, self.max_body_bytes))
+        sock = bind(self.host, self.port)
+        print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play)", flush=True)
+        make_server(settings, host=self.host, port=self.port, log_level=self.log_level).run(sockets=[sock])
+
+
+@dataclass
 class ConvertCheckpoint:
     """Give an old pickled checkpoint the data-only files `learned:` loads (arena_policy.safetensors
     and a format_version 2 arena_policy.json). This UNPICKLES the checkpoint, which can run any
@@ -454,6 +510,7 @@ Subcommand = (
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
     | Annotated[Analyze, tyro.conf.subcommand("analyze")]
+    | Annotated[Serve, tyro.conf.subcommand("serve")]
     | Annotated[Verify, tyro.conf.subcommand("verify")]
     | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
 )

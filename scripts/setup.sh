@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[rllib,dev]"
+.venv/bin/python -m pip install --quiet -e ".[rllib,serve,dev]"
 # The replay page is tested in headless Chromium (Debian packages).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) ||

@@ -8,22 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 
 import pytest
 
 import commons_arena
 from commons_arena.recording import RecordEpisode
 from experiments.viewing.replay import main, write_replay
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-    "--window-size=1400,1000",
-)
+from tests.browser import chromium
 
 
 @pytest.fixture(scope="module")
@@ -80,35 +71,8 @@ def test_main_writes_the_page(recording, tmp_path, capsys):
 # ------------------------------------------------------------------ in Chromium
 @pytest.fixture(scope="module")
 def browser():
-    missing = [name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not found]
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing.append("selenium (pip)")
-    if missing:
-        message = f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
-        # A missing browser is a failure, not a skip: scripts/setup.sh installs all three.
-        pytest.fail(message)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="arena-chromium-")
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    # Collect uncaught errors and console.error calls from the very first script on.
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        window.__errors = [];
-        window.addEventListener("error", (e) => window.__errors.push("error: " + e.message));
-        window.addEventListener("unhandledrejection", (e) => window.__errors.push("rejection: " + e.reason));
-        const original = console.error;
-        console.error = (...args) => { window.__errors.push("console: " + args.join(" ")); original(...args); };
-    """})
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    with chromium() as driver:
+        yield driver
 
 
 def _label(driver):

@@ -1,0 +1,380 @@
+"""The ASGI app: openenv-core's endpoints over sessions of remote seats.
+
+==========================  ==================================================================
+route                       what it does
+==========================  ==================================================================
+``GET /health``             ``{"status": "healthy", "sessions": n, "max_sessions": m}``
+``GET /metadata``           name, description, version; scenarios and their seats; limits
+``GET /schema``             ``{"action", "observation", "state"}`` JSON Schemas of one seat
+                            (``?scenario=&seat=``; default: the server's first seat)
+``POST /reset``             opens a session (or resets ``session_id``): body ``{"seed",
+                            "episode_id", "scenario", "seats", "population", "text",
+                            "record", "on_invalid", "session_id"}``, all optional
+``POST /step``              ``{"session_id", "action"}`` → ``{"observation", "reward",
+                            "done", "metadata"}``
+``GET /state``              ``?session_id=`` → episode id, step count, returns, invalid counts
+``POST /close``             ``{"session_id"}``: ends the session
+``GET /sessions/{id}/recording``  the episode's JSONL recording once it has ended
+``WS /ws``                  one session per connection; messages ``{"type": "reset" | "step"
+                            | "state" | "close", "data": {...}}``; replies ``{"type":
+                            "observation" | "state" | "error", "data": {...}}``
+``GET /play``               the play page: a person takes a seat in the browser
+==========================  ==================================================================
+
+openenv-core's own ``/reset`` and ``/step`` are stateless (a fresh env per request); here
+plain HTTP keeps an episode across requests through ``session_id`` (returned by ``/reset``
+in ``metadata.session_id`` and at the top level), and ``/ws`` works as openenv-core's does.
+
+Errors are JSON with a status that says whose fault it is: 400 malformed JSON, 404 unknown
+session, 409 step before reset or after the end, 413 body too large, 422 an invalid action
+or parameter (``error.field`` names the entry, ``error.allowed`` its range), 503 the server
+is full. Over the WebSocket the same error is a frame ``{"type": "error", "data": {"code",
+"message", ...}}`` and the connection stays open. Nothing changes in the episode on an error.
+
+Environment steps are short (well under a millisecond) and run on the event loop itself:
+sessions never share an environment, and one thread means no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+
+import commons_arena
+from commons_arena.scenario import load_scenario
+from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
+from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec
+
+ASSETS = Path(__file__).parent / "assets"
+# the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css)
+PLAY_ASSETS = {
+    "play.js": (ASSETS / "play.js", "text/javascript"),
+    "play.css": (ASSETS / "play.css", "text/css"),
+    "replay.css": (Path(__file__).parent.parent / "viewing" / "assets" / "replay.css", "text/css"),
+}
+# The page may load and call only this server; no inline script, no plugins, no framing.
+PLAY_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+STEP_KEYS = ("session_id", "action", "timeout_s", "request_id")  # the last two: openenv's StepRequest
+STATE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "episode_id": {"type": ["string", "null"]},
+        "step_count": {"type": "integer", "minimum": 0},
+        "session_id": {"type": "string"},
+        "scenario": {"type": ["string", "null"]},
+        "seats": {"type": "array", "items": {"type": "string"}},
+        "seed": {"type": ["integer", "null"]},
+        "tick": {"type": "integer"},
+        "done": {"type": "boolean"},
+        "returns": {"type": "object", "additionalProperties": {"type": "number"}},
+        "invalid_actions": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "recording": {"type": "boolean"},
+    },
+}
+
+
+def _error_response(err: ServeError) -> JSONResponse:
+    return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body, refusing more than ``limit`` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ServeError(413, "PAYLOAD_TOO_LARGE", f"request body of {declared} bytes is over the limit of {limit}",
+                         limit=limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ServeError(413, "PAYLOAD_TOO_LARGE", f"request body is over the limit of {limit} bytes", limit=limit)
+    if not body.strip():
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ServeError(400, "INVALID_JSON", f"the body is not valid JSON: {err}") from None
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ServeError(422, "INVALID_REQUEST", f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _metadata(settings: ServeSettings, store: SessionStore) -> dict[str, Any]:
+    scenarios = []
+    for name in settings.allowed_scenarios():
+        cfg = settings.config(name)
+        scenarios.append({"name": cfg.name, "hash": cfg.content_hash, "seats": list(cfg.agents),
+                          "teams": list(cfg.team_names), "tiers": list(cfg.tier_names), "max_ticks": cfg.max_ticks,
+                          "description": " ".join(cfg.description.split())})
+    limits = store.limits
+    return {
+        "name": "commons_arena_v0",
+        "description": "Strategic GPU allocation: an allocator, bluffing product teams and a spot broker, under "
+                       "shocks and a carbon cap. Seats you do not play are scripted or learned policies.",
+        "version": commons_arena.__version__,
+        "readme_content": None,
+        "author": "commons_arena",
+        "documentation_url": None,
+        "default_scenario": load_scenario(settings.scenario).name,
+        "default_seats": list(settings.seats),
+        "scenarios": scenarios,
+        "limits": {"max_sessions": limits.max_sessions, "idle_seconds": limits.idle_seconds,
+                   "max_body_bytes": limits.max_body_bytes},
+    }
+
+
+def create_app(settings: ServeSettings | None = None) -> FastAPI:
+    """The app for ``settings`` (default: the standard scenario, the allocator seat remote)."""
+    settings = settings or ServeSettings()
+    for seat in settings.seats:  # fail at start, not at the first reset
+        seat_spec(load_scenario(settings.scenario), seat)
+    store = SessionStore(settings)
+    limit = settings.limits.max_body_bytes
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async def reap() -> None:
+            while True:
+                await asyncio.sleep(max(0.05, min(5.0, settings.limits.idle_seconds / 4)))
+                store.expire()
+
+        task = asyncio.create_task(reap())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    app = FastAPI(title="commons_arena", version=commons_arena.__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
+    app.state.store = store
+    app.add_exception_handler(ServeError, lambda request, err: _error_response(err))  # type: ignore[arg-type, return-value]
+    metadata = _metadata(settings, store)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "healthy", "sessions": len(store.sessions), "max_sessions": store.limits.max_sessions}
+
+    @app.get("/metadata")
+    async def get_metadata() -> dict[str, Any]:
+        return metadata
+
+    @app.get("/schema")
+    async def schema(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
+        config = settings.config(scenario)
+        name = seat or (settings.seats[0] if settings.seats[0] in config.agents else config.agents[0])
+        try:
+            spec = seat_spec(config, name)
+        except ValueError as err:
+            raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+        return {"action": action_schema(spec), "observation": observation_schema(spec), "state": STATE_SCHEMA}
+
+    @app.post("/reset")
+    async def reset(request: Request) -> dict[str, Any]:
+        data = _object(await read_json(request, limit), "the reset body")
+        session_id = data.pop("session_id", None)
+        session = store.get(session_id) if session_id is not None else store.open("http")
+        try:
+            frame = session.reset(data)
+        except ServeError:
+            if session_id is None:  # a session opened by a refused request is not left behind
+                store.close(session.id)
+            raise
+        return {"session_id": session.id, **frame}
+
+    @app.post("/step")
+    async def step(request: Request) -> dict[str, Any]:
+        data = _object(await read_json(request, limit), "the step body")
+        unknown = [k for k in data if k not in STEP_KEYS]
+        if unknown:
+            raise ServeError(422, "INVALID_REQUEST", f"unknown step key(s) {unknown}; send {{\"session_id\", \"action\"}}",
+                             field=unknown[0])
+        if "action" not in data:
+            raise ServeError(422, "INVALID_REQUEST", "the step body needs \"action\" (and \"session_id\")",
+                             field="action")
+        if "session_id" not in data:
+            raise ServeError(422, "INVALID_REQUEST", "the step body needs \"session_id\" (from /reset's response)",
+                             field="session_id")
+        return store.get(data["session_id"]).step(data["action"])
+
+    @app.get("/state")
+    async def state(session_id: str | None = None) -> dict[str, Any]:
+        if session_id is None:
+            raise ServeError(422, "INVALID_REQUEST", "GET /state needs ?session_id=", field="session_id")
+        return store.get(session_id).state()
+
+    @app.post("/close")
+    async def close(request: Request) -> dict[str, Any]:
+        data = _object(await read_json(request, limit), "the close body")
+        session = store.get(data.get("session_id"))
+        store.close(session.id)
+        return {"closed": session.id}
+
+    @app.get("/sessions/{session_id}/recording")
+    async def recording(session_id: str) -> Response:
+        text = store.get(session_id).recording_text()
+        return PlainTextResponse(text, media_type="application/x-ndjson", headers={
+            "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
+
+    @app.get("/play/spec")
+    async def play_spec(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
+        config = settings.config(scenario)
+        try:
+            return form_spec(seat_spec(config, seat or config.agents[0]))
+        except ValueError as err:
+            raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+
+    @app.get("/")
+    async def index() -> Response:
+        return RedirectResponse("/play")
+
+    @app.get("/play")
+    async def play() -> Response:
+        return FileResponse(ASSETS / "play.html", media_type="text/html", headers={"Content-Security-Policy": PLAY_CSP})
+
+    @app.get("/play/{asset}")
+    async def play_asset(asset: str) -> Response:
+        if asset not in PLAY_ASSETS:
+            raise ServeError(404, "NOT_FOUND", f"no asset {asset!r}")
+        path, media_type = PLAY_ASSETS[asset]
+        return FileResponse(path, media_type=media_type)
+
+    @app.websocket("/ws")
+    async def websocket(ws: WebSocket) -> None:
+        await ws.accept()
+        try:
+            session = store.open("ws")
+        except ServeError as err:
+            await ws.send_text(json.dumps({"type": "error", "data": err.to_dict()}))
+            await ws.close(code=1013, reason="server full")
+            return
+        try:
+            await _serve_socket(ws, session, store, limit)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            store.close(session.id)
+
+    return app
+
+
+async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:
+    idle = store.limits.idle_seconds
+    watchdog = asyncio.create_task(_close_when_idle(ws, session, idle))  # one timer per connection, not per message
+    try:
+        while True:
+            try:
+                raw = await ws.receive_text()
+            except RuntimeError:  # closed by the watchdog
+                return
+            session.last_active = time.monotonic()
+            try:
+                reply = _handle_message(raw, session, limit)
+            except ServeError as err:
+                reply = {"type": "error", "data": err.to_dict()}
+            if reply is None:  # "close"
+                await ws.close(code=1000)
+                return
+            await ws.send_text(json.dumps(reply, allow_nan=False))
+    finally:
+        watchdog.cancel()
+
+
+async def _close_when_idle(ws: WebSocket, session: Session, idle: float) -> None:
+    while True:
+        left = session.last_active + idle - time.monotonic()
+        if left <= 0:
+            with contextlib.suppress(Exception):
+                await ws.close(code=1000, reason=f"idle for {idle:g} s")
+            return
+        await asyncio.sleep(left)
+
+
+def _handle_message(raw: str, session: Session, limit: int) -> dict[str, Any] | None:
+    if len(raw) > limit:
+        raise ServeError(413, "PAYLOAD_TOO_LARGE", f"message of {len(raw)} characters is over the limit of {limit}")
+    try:
+        message = json.loads(raw)
+    except ValueError as err:
+        raise ServeError(400, "INVALID_JSON", f"the message is not valid JSON: {err}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ServeError(400, "INVALID_MESSAGE", 'a message is {"type": "reset" | "step" | "state" | "close", "data": {...}}')
+    kind, data = message["type"], message.get("data")
+    if kind == "reset":
+        return {"type": "observation", "data": session.reset(_object(data, "reset data"))}
+    if kind == "step":
+        if data is None:
+            raise ServeError(422, "INVALID_ACTION", "a step message needs \"data\": the action", field="data")
+        return {"type": "observation", "data": session.step(data)}
+    if kind == "state":
+        return {"type": "state", "data": session.state()}
+    if kind == "close":
+        return None
+    raise ServeError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; types are reset, step, state, close")
+
+
+def _uvicorn_config(app: Any, settings: ServeSettings, host: str, port: int, log_level: str):
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          # the app answers an oversized message with an error frame; past this, uvicorn closes
+                          ws_max_size=max(1 << 20, 4 * settings.limits.max_body_bytes))
+
+
+def make_server(settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"):
+    """A uvicorn server of ``create_app(settings)`` (not started)."""
+    import uvicorn
+
+    return uvicorn.Server(_uvicorn_config(create_app(settings), settings, host, port, log_level))
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (``port`` 0: a free one, read it from ``getsockname()``)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+@contextlib.contextmanager
+def running_server(settings: ServeSettings | None = None, host: str = "127.0.0.1", log_level: str = "warning",
+                   app: Any = None) -> Iterator[str]:
+    """Run a real uvicorn server on a free port in a thread; yield its base URL (for tests and scripts).
+
+    Serves ``app`` if given (e.g. :func:`experiments.serving.client.agent_app`), else ``create_app(settings)``."""
+    import uvicorn
+
+    settings = settings or ServeSettings()
+    sock = bind(host, 0)
+    server = uvicorn.Server(_uvicorn_config(app or create_app(settings), settings, host, 0, log_level))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+__all__ = ["bind", "create_app", "make_server", "read_json", "running_server"]

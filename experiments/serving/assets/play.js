@@ -1,0 +1,316 @@
+// The play page: a person takes one seat; the server plays every other seat.
+// Talks only to the server that served it (same origin: /metadata, /play/spec, /reset, /step, /close).
+// Every value from the server reaches the page through textContent or attributes, never as HTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const STANCES = ["accept", "counter", "escalate"];
+const state = {meta: null, spec: null, session: null, rewards: [], done: false, busy: false};
+
+function el(tag, attrs = {}, text) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+const fmt = (v) => (v === null || v === undefined) ? "–" :
+  (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(2)) : String(v));
+
+async function api(method, path, body) {
+  const options = {method, headers: {}};
+  if (body !== undefined) {
+    options.headers["content-type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, options);
+  const data = await response.json();
+  if (!response.ok) {
+    const error = new Error((data.error && data.error.message) || data.detail || response.statusText);
+    error.data = data.error || {};
+    throw error;
+  }
+  return data;
+}
+
+function showError(message) { $("error").textContent = message || ""; }
+
+// ------------------------------------------------------------------ setup
+function fillSeats() {
+  const scenario = state.meta.scenarios.find((s) => s.name === $("scenario").value);
+  const select = $("seat"), previous = select.value;
+  select.replaceChildren();
+  for (const seat of scenario.seats) select.appendChild(el("option", {value: seat}, seat));
+  select.value = scenario.seats.includes(previous) ? previous : (state.meta.default_seats[0] || scenario.seats[0]);
+  if (!select.value) select.value = scenario.seats[0];
+}
+
+async function init() {
+  state.meta = await api("GET", "/metadata");
+  for (const s of state.meta.scenarios) $("scenario").appendChild(el("option", {value: s.name, title: s.description}, s.name));
+  $("scenario").value = state.meta.default_scenario;
+  fillSeats();
+  $("scenario").addEventListener("change", fillSeats);
+  $("setup").addEventListener("submit", (ev) => { ev.preventDefault(); start().catch((e) => showError(e.message)); });
+  $("action-form").addEventListener("submit", (ev) => { ev.preventDefault(); playTick().catch((e) => showError(e.message)); });
+  $("zero").addEventListener("click", () => {
+    for (const input of document.querySelectorAll("#action-fields [data-index]")) input.value = "0";
+  });
+  window.addEventListener("pagehide", closeSession);
+}
+
+function closeSession() {
+  if (state.session) navigator.sendBeacon("/close", JSON.stringify({session_id: state.session}));
+  state.session = null;
+}
+
+async function start() {
+  showError("");
+  const scenario = $("scenario").value, seat = $("seat").value, seed = Number($("seed").value);
+  if (!Number.isInteger(seed) || seed < 0) { showError("the seed must be a whole number, 0 or more"); return; }
+  state.spec = await api("GET", `/play/spec?scenario=${encodeURIComponent(scenario)}&seat=${encodeURIComponent(seat)}`);
+  if (state.session) await api("POST", "/close", {session_id: state.session}).catch(() => null);
+  const first = await api("POST", "/reset", {seed, scenario, seats: [seat], record: true});
+  state.session = first.session_id;
+  state.rewards = [];
+  state.done = false;
+  buildForm(state.spec);
+  $("title").textContent = `commons_arena: you are ${seat} (${state.spec.role})`;
+  $("role-badge").textContent = `${seat} · ${state.spec.role}`;
+  const info = state.meta.scenarios.find((s) => s.name === scenario);
+  $("meta").textContent = `scenario ${scenario} (hash ${info.hash}) · seed ${seed} · ${info.max_ticks} ticks · ` +
+    `teams ${info.teams.join(", ")} · tiers ${info.tiers.join(", ")} · every other seat is played by the server`;
+  $("download").hidden = true;
+  $("download").removeAttribute("href");
+  $("summary").replaceChildren(el("p", {class: "muted"}, "the summary and the recording appear when the episode ends"));
+  $("log").replaceChildren(el("p", {class: "muted"}, "no tick played yet"));
+  show(first);
+}
+
+// ------------------------------------------------------------------ the action form
+function inputFor(part, flat, labels) {
+  const name = [part.name, ...labels].join(".");
+  const low = part.low[flat], high = part.high[flat];
+  const cell = el("td");
+  if (part.name === "stance") {
+    const select = el("select", {name, "data-index": flat, "aria-label": name});
+    STANCES.forEach((label, i) => select.appendChild(el("option", {value: i}, `${i} ${label}`)));
+    cell.appendChild(select);
+  } else {
+    cell.appendChild(el("input", {type: "number", name, min: low, max: high, step: 1, value: 0, "data-index": flat,
+                                  "aria-label": `${name} (${low} to ${high})`, title: `${name}: ${low} to ${high}`}));
+    cell.appendChild(el("span", {class: "range"}, `${low}–${high}`));
+  }
+  return cell;
+}
+
+function buildForm(spec) {
+  const box = $("action-fields");
+  box.replaceChildren();
+  for (const part of spec.action) {
+    const fieldset = el("fieldset", {"data-part": part.name});
+    const legend = el("legend", {}, part.name + " ");
+    legend.appendChild(el("span", {class: "doc"}, part.doc + (part.axes.length ? ` (${part.axes.join(" × ")})` : "")));
+    fieldset.appendChild(legend);
+    const table = el("table");
+    if (part.axes.length === 0) {
+      const row = el("tr");
+      row.appendChild(inputFor(part, 0, []));
+      table.appendChild(row);
+    } else {
+      const columns = part.labels[part.axes.length - 1];
+      const head = el("tr");
+      if (part.axes.length === 2) head.appendChild(el("th", {}, part.axes[0]));
+      for (const label of columns) head.appendChild(el("th", {}, label));
+      table.appendChild(head);
+      const rows = part.axes.length === 2 ? part.labels[0] : [null];
+      rows.forEach((rowLabel, r) => {
+        const row = el("tr");
+        if (rowLabel !== null) row.appendChild(el("th", {}, rowLabel));
+        columns.forEach((label, c) => {
+          row.appendChild(inputFor(part, r * columns.length + c, rowLabel === null ? [label] : [rowLabel, label]));
+        });
+        table.appendChild(row);
+      });
+    }
+    fieldset.appendChild(table);
+    box.appendChild(fieldset);
+  }
+  $("play-tick").disabled = false;
+  $("zero").disabled = false;
+}
+
+function readAction() {
+  const action = {};
+  for (const part of state.spec.action) {
+    const size = part.shape.reduce((a, b) => a * b, 1), flat = new Array(size).fill(0);
+    for (const input of document.querySelectorAll(`fieldset[data-part="${part.name}"] [data-index]`)) {
+      const text = input.value.trim();
+      // a number goes as a number; anything else goes as typed, and the server says what is wrong with it
+      flat[Number(input.dataset.index)] = text !== "" && Number.isFinite(Number(text)) ? Number(text) : text;
+    }
+    if (part.axes.length === 0) action[part.name] = flat[0];
+    else if (part.axes.length === 1) action[part.name] = flat;
+    else {
+      const width = part.shape[1];
+      action[part.name] = part.labels[0].map((_, r) => flat.slice(r * width, (r + 1) * width));
+    }
+  }
+  return action;
+}
+
+// The server checks every action; checking here first keeps a typo from costing a round trip.
+function rangeProblem() {
+  for (const input of document.querySelectorAll("#action-fields input[data-index]")) {
+    const text = input.value.trim(), value = Number(text), low = Number(input.min), high = Number(input.max);
+    if (text === "" || !Number.isInteger(value)) return `${input.name} must be a whole number in [${low}, ${high}], got "${text}"`;
+    if (value < low || value > high) return `${input.name} = ${value} is outside its allowed range [${low}, ${high}]`;
+  }
+  return "";
+}
+
+async function playTick() {
+  if (!state.session || state.done || state.busy) return;
+  const problem = rangeProblem();
+  if (problem) { showError(problem); return; }
+  state.busy = true;
+  $("play-tick").disabled = true;
+  try {
+    showError("");
+    show(await api("POST", "/step", {session_id: state.session, action: readAction()}));
+  } catch (error) {
+    showError(error.message);  // e.g. "grant.search.small = 9 is outside its allowed range [0, 6]"
+  } finally {
+    state.busy = false;
+    $("play-tick").disabled = state.done;
+  }
+}
+
+// ------------------------------------------------------------------ what the seat sees
+function cellsFor(value) { return Array.isArray(value) ? value : [value]; }
+
+function drawObservation(observation) {
+  const box = $("observation");
+  box.replaceChildren();
+  for (const part of state.spec.observation) {
+    if (part.name === "tick") continue;
+    const div = el("div"), title = el("h3", {}, part.name + " ");
+    title.appendChild(el("span", {class: "doc"}, part.doc));
+    div.appendChild(title);
+    const table = el("table"), value = observation[part.name];
+    if (part.axes.length === 0) {
+      const row = el("tr");
+      row.appendChild(el("td", {"data-field": part.name}, fmt(value)));
+      table.appendChild(row);
+    } else {
+      const columns = part.labels[part.axes.length - 1], head = el("tr");
+      if (part.axes.length === 2) head.appendChild(el("th", {}, ""));
+      for (const label of columns) head.appendChild(el("th", {}, label.replace(/_/g, " ")));
+      table.appendChild(head);
+      const rows = part.axes.length === 2 ? value.map((row, r) => [part.labels[0][r], row]) : [[null, value]];
+      for (const [label, values] of rows) {
+        const row = el("tr");
+        if (label !== null) row.appendChild(el("th", {}, label));
+        for (const v of cellsFor(values)) row.appendChild(el("td", {}, fmt(v)));
+        table.appendChild(row);
+      }
+    }
+    div.appendChild(table);
+    box.appendChild(div);
+  }
+}
+
+function drawRewards() {
+  const canvas = $("rewards"), dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth || 500, h = canvas.clientHeight || 220;
+  canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr);
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  ctx.font = "11px system-ui, sans-serif";
+  const H = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks;
+  let sum = 0;
+  const cumulative = state.rewards.map((r) => (sum += r));
+  const values = [0, ...state.rewards, ...cumulative];
+  const lo = Math.min(...values), hi = Math.max(...values, lo + 1);
+  const box = {x0: 44, y0: 14, x1: w - 10, y1: h - 22};
+  const ys = (v) => box.y1 - (v - lo) / (hi - lo) * (box.y1 - box.y0);
+  const xs = (t) => box.x0 + (t + 0.5) / H * (box.x1 - box.x0);
+  ctx.strokeStyle = "#e5e5e5"; ctx.fillStyle = "#666"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
+  for (let i = 0; i <= 4; i++) {
+    const v = lo + (hi - lo) * i / 4;
+    ctx.beginPath(); ctx.moveTo(box.x0, ys(v)); ctx.lineTo(box.x1, ys(v)); ctx.stroke();
+    ctx.fillText(v.toFixed(1), box.x0 - 4, ys(v));
+  }
+  ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(box.x0, ys(0)); ctx.lineTo(box.x1, ys(0)); ctx.stroke();
+  ctx.textAlign = "center"; ctx.textBaseline = "top";
+  for (let t = 0; t < H; t += Math.max(1, Math.ceil(H / 12))) ctx.fillText(String(t), xs(t), box.y1 + 4);
+  const bw = (box.x1 - box.x0) / H * 0.6;
+  state.rewards.forEach((r, t) => {
+    ctx.fillStyle = r < 0 ? "#e15759" : "#59a14f";
+    ctx.fillRect(xs(t) - bw / 2, Math.min(ys(r), ys(0)), bw, Math.abs(ys(r) - ys(0)) || 1);
+  });
+  ctx.strokeStyle = "#4e79a7"; ctx.fillStyle = "#4e79a7"; ctx.lineWidth = 2; ctx.beginPath();
+  cumulative.forEach((v, t) => (t ? ctx.lineTo(xs(t), ys(v)) : ctx.moveTo(xs(t), ys(v))));
+  ctx.stroke(); ctx.lineWidth = 1;
+  for (const [t, v] of cumulative.entries()) { ctx.beginPath(); ctx.arc(xs(t), ys(v), 2.5, 0, 2 * Math.PI); ctx.fill(); }
+}
+
+function keyValueTable(entries) {
+  const table = el("table");
+  for (const [key, value] of entries) {
+    const row = el("tr");
+    row.appendChild(el("td", {}, key));
+    const cell = el("td", {}, fmt(value));
+    if (typeof value === "number") cell.className = value < 0 ? "neg" : value > 0 ? "pos" : "";
+    row.appendChild(cell);
+    table.appendChild(row);
+  }
+  return table;
+}
+
+function drawLog(frame) {
+  const info = (frame.metadata.info || {})[state.spec.seat] || {};
+  const box = $("log");
+  box.replaceChildren();
+  if (frame.reward === null || frame.reward === undefined) {
+    box.appendChild(el("p", {class: "muted"}, "no tick played yet"));
+    return;
+  }
+  box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.metadata.tick - 1}`));
+  for (const event of info.events || []) {
+    box.appendChild(el("div", {class: "event"}, `shock: ${String(event.kind).replace(/_/g, " ")}` +
+      (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") + `, until tick ${event.until}`));
+  }
+  const repairs = Object.entries(info.repairs || {}).filter(([, v]) => v);
+  if (repairs.length) box.appendChild(el("div", {}, "cut as invalid: " + repairs.map(([k, v]) => `${k} ${v}`).join(", ")));
+  if (info.reward_terms) box.appendChild(keyValueTable(Object.entries(info.reward_terms)));
+}
+
+function drawSummary(frame) {
+  const info = (frame.metadata.info || {})[state.spec.seat] || {};
+  const box = $("summary");
+  box.replaceChildren(el("p", {}, `episode over after ${frame.metadata.tick} ticks` +
+    (frame.metadata.terminated ? " (every job resolved)" : " (time limit)")));
+  if (info.episode) box.appendChild(keyValueTable(Object.entries(info.episode)));
+  const link = $("download");
+  link.href = `/sessions/${encodeURIComponent(state.session)}/recording`;
+  link.setAttribute("download", `commons_arena_${state.spec.scenario}_${state.spec.seat}.jsonl`);
+  link.hidden = false;
+}
+
+function show(frame) {
+  const tick = frame.metadata.tick, H = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks;
+  if (frame.reward !== null && frame.reward !== undefined) state.rewards.push(frame.reward);
+  state.done = frame.done;
+  $("tick-label").textContent = frame.done ? `episode over (${tick} ticks)` : `tick ${tick} of ${H}`;
+  $("tick-label").dataset.tick = String(tick);
+  document.body.dataset.tick = String(tick);
+  document.body.dataset.done = frame.done ? "1" : "";
+  drawObservation(frame.observation);
+  drawRewards();
+  drawLog(frame);
+  $("play-tick").disabled = frame.done;
+  if (frame.done) drawSummary(frame);
+}
+
+init().catch((error) => showError("could not reach the server: " + error.message));

@@ -1,0 +1,457 @@
+"""Sessions: one episode table per client, with remote seats and a background population.
+
+A :class:`Session` holds one environment, the seats its client plays (``seats``) and the
+policies of every other agent (the *background*, from the server's population and the
+client's overrides), joined by :class:`~policies.focal.FocalEnv`: the client's seats are
+focal, the background acts inside, seeded by the one rule ``policy_seed(seed, seat)``. ``reset`` / ``step`` / ``state`` return plain JSON data in the shapes
+of openenv-core's ``ResetResponse`` / ``StepResponse`` / ``State``; a bad request raises
+:class:`ServeError` (an HTTP status, a code and a message) before anything changes.
+
+:class:`SessionStore` opens, finds, expires and closes sessions under the server's
+:class:`Limits`. Environments and their background policies are reused through a small
+pool (:class:`TablePool`): building a table costs milliseconds, a ``reset(seed)`` starts
+everything afresh, and the pool keeps memory flat however many sessions come and go.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import commons_arena
+from commons_arena.arena import ArenaEnv
+from commons_arena.recording import RecordEpisode, jsonable
+from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
+from commons_arena.spaces import role_of
+from experiments.serving.briefing import parse_text_action, render_briefing
+from experiments.serving.wire import ActionError, SeatSpec, decode_action, encode_observation, seat_spec
+from policies.base import Policy
+from policies.focal import FocalEnv
+from policies.population import Entry, Population, PopulationError
+
+ON_INVALID = ("reject", "noop")
+RESET_KEYS = ("seed", "episode_id", "scenario", "seats", "population", "text", "record", "on_invalid")
+
+
+class ServeError(Exception):
+    """A request the server refuses: HTTP ``status``, a machine ``code`` and a message saying what to fix."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.extra}
+
+    @classmethod
+    def from_action(cls, err: ActionError, seat: str) -> ServeError:
+        data = err.to_dict()
+        data.pop("code"), data.pop("message")
+        return cls(422, err.code, f"seat {seat}: {err.message}", seat=seat, **data)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server allows."""
+
+    max_sessions: int = 64
+    """sessions open at once (HTTP and WebSocket together)"""
+    idle_seconds: float = 300.0
+    """a session with no request for this long is closed"""
+    max_body_bytes: int = 64 * 1024
+    """largest request body or WebSocket message"""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What a server hosts: its default scenario and seats, the background, the limits."""
+
+    scenario: str | Path = "standard"
+    seats: tuple[str, ...] = ("allocator",)
+    population: Population | None = None
+    """background policies (None: each scenario's own population)"""
+    scenarios: tuple[str, ...] = ()
+    """scenario names a client may choose (empty: every shipped scenario)"""
+    limits: Limits = field(default_factory=Limits)
+
+    @functools.cached_property
+    def configs(self) -> dict[str, ScenarioConfig]:
+        """The scenarios this server hosts, by name, the default first; loaded (parsed, validated) once."""
+        default = load_scenario(self.scenario)
+        names = [n for n in (list(self.scenarios) or commons_arena.list_scenarios()) if n != default.name]
+        try:
+            return {default.name: default, **{n: load_scenario(n) for n in names}}
+        except (ScenarioError, OSError) as err:
+            raise ValueError(f"serve: a listed scenario does not load: {err}") from None
+
+    def config(self, name: str | None) -> ScenarioConfig:
+        """The scenario a client asked for (only the default or a listed one: never a path)."""
+        if name is None:
+            return next(iter(self.configs.values()))
+        if name not in self.configs:
+            allowed = list(self.configs)
+            raise ServeError(422, "INVALID_REQUEST", f"unknown scenario {name!r}; this server hosts {allowed}",
+                             field="scenario", allowed=allowed)
+        return self.configs[name]
+
+    def allowed_scenarios(self) -> list[str]:
+        return list(self.configs)
+
+
+# --------------------------------------------------------------------------- tables
+@dataclass
+class Table:
+    """An environment and one policy per agent (the background picks from them)."""
+
+    key: tuple[str, str]
+    env: ArenaEnv
+    policies: dict[str, Policy]
+
+
+class TablePool:
+    """Idle tables by (scenario content, population), reused by later sessions."""
+
+    def __init__(self, per_key: int = 16) -> None:
+        self.per_key = per_key
+        self._idle: dict[tuple[str, str], list[Table]] = {}
+
+    def take(self, config: ScenarioConfig, population: Population) -> Table:
+        resolved = population.resolve(config, strict=False)
+        key = (config.content_hash, repr(sorted((a, e.policy, sorted(e.params.items())) for a, e in resolved.items())))
+        idle = self._idle.get(key)
+        if idle:
+            return idle.pop()
+        env = commons_arena.parallel_env(config)
+        return Table(key, env, population.build(config, env=env, strict=False))
+
+    def give_back(self, table: Table) -> None:
+        idle = self._idle.setdefault(table.key, [])
+        if len(idle) < self.per_key:
+            idle.append(table)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._idle.values())
+
+
+class _MemoryRecording(RecordEpisode):
+    """RecordEpisode that keeps its JSON lines in memory (one episode per session)."""
+
+    def __init__(self, env: ArenaEnv) -> None:
+        super().__init__(env, Path("memory.jsonl"))
+        self.lines: list[str] = []
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        self.lines.append(json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False))
+
+
+# --------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class Options:
+    seed: int | None
+    episode_id: str | None
+    config: ScenarioConfig
+    seats: tuple[str, ...]
+    population: Population
+    text: bool
+    record: bool
+    on_invalid: str
+
+
+def _bad(message: str, key: str) -> ServeError:
+    return ServeError(422, "INVALID_REQUEST", message, field=key)
+
+
+def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
+    """Reset parameters → :class:`Options`, every problem named (module docstring)."""
+    unknown = [k for k in data if k not in RESET_KEYS]
+    if unknown:
+        raise _bad(f"unknown reset parameter(s) {unknown}; known: {list(RESET_KEYS)}", unknown[0])
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise _bad(f"seed must be an integer in [0, 2**63), got {seed!r}", "seed")
+    episode_id = data.get("episode_id")
+    if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
+        raise _bad("episode_id must be a string of at most 255 characters", "episode_id")
+    scenario = data.get("scenario")
+    if scenario is not None and not isinstance(scenario, str):
+        raise _bad(f"scenario must be a scenario name, got {scenario!r}", "scenario")
+    config = settings.config(scenario)
+    seats_value = data.get("seats", list(settings.seats))
+    seats_list = [seats_value] if isinstance(seats_value, str) else seats_value
+    if (not isinstance(seats_list, list) or not seats_list or len(set(map(str, seats_list))) != len(seats_list)
+            or any(s not in config.agents for s in seats_list)):
+        raise ServeError(422, "INVALID_REQUEST", f"seats must be one or more distinct seats of scenario "
+                         f"{config.name!r}: {list(config.agents)}; got {seats_value!r}", field="seats",
+                         allowed=list(config.agents))
+    population = settings.population or Population.default(config)
+    overrides = data.get("population")
+    if overrides is not None:
+        if not isinstance(overrides, Mapping):
+            raise _bad("population must be an object like {\"roles\": {\"team\": \"truthful\"}, "
+                       "\"agents\": {\"broker\": \"fixed_price\"}}", "population")
+        try:
+            extra = Population.from_dict(overrides, source="in the reset request")
+        except PopulationError as err:
+            raise _bad(str(err), "population") from None
+        # checkpoints are files on the server: only its operator chooses them
+        entries = [Entry.parse(e, "population") for e in [*extra.agents.values(), *extra.roles.values()]]
+        if any(e.policy.startswith("learned:") for e in entries):
+            raise _bad("learned policies are chosen by the server's operator (serve --population), "
+                       "not in a reset request", "population")
+        # the client's roles replace the server's entries for those roles, its agents replace agents
+        kept = {a: e for a, e in population.agents.items()
+                if a in config.agents and role_of(config, a) not in extra.roles}
+        population = Population(agents={**kept, **extra.agents},
+                                roles={**population.roles, **extra.roles}, name=population.name)
+        try:
+            population.resolve(config, strict=False)
+        except PopulationError as err:
+            raise _bad(str(err), "population") from None
+    flags = {}
+    for key in ("text", "record"):
+        value = data.get(key, False)
+        if not isinstance(value, bool):
+            raise _bad(f"{key} must be true or false, got {value!r}", key)
+        flags[key] = value
+    on_invalid = data.get("on_invalid", "reject")
+    if on_invalid not in ON_INVALID:
+        raise ServeError(422, "INVALID_REQUEST", f"on_invalid must be one of {list(ON_INVALID)}, got {on_invalid!r}",
+                         field="on_invalid", allowed=list(ON_INVALID))
+    return Options(seed, episode_id, config, tuple(seats_list), population, flags["text"], flags["record"], on_invalid)
+
+
+# --------------------------------------------------------------------------- session
+class Session:
+    """One client's table (module docstring)."""
+
+    def __init__(self, session_id: str, settings: ServeSettings, pool: TablePool, kind: str) -> None:
+        self.id, self.settings, self.pool, self.kind = session_id, settings, pool, kind
+        self.created = self.last_active = time.monotonic()
+        self.table: Table | None = None
+        self.env: Any = None  # FocalEnv over the table's env (or the recording wrapper around it)
+        self.options: Options | None = None
+        self.specs: dict[str, SeatSpec] = {}
+        self.observations: dict[str, np.ndarray] = {}
+        self.seed: int | None = None
+        self.episode_id = ""
+        self.steps = 0
+        self.done = False
+        self.returns: dict[str, float] = {}
+        self.invalid: Counter[str] = Counter()
+        self.last_invalid: dict[str, str] = {}
+        self.recording: list[str] | None = None
+
+    # ------------------------------------------------------------------ api
+    def reset(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        options = parse_options(data, self.settings)
+        self._release()
+        table = self.pool.take(options.config, options.population)
+        recorder = _MemoryRecording(table.env) if options.record else None
+        # the focal/background substrate: the client's seats are focal, the table's other policies act inside
+        self.env = FocalEnv(recorder or table.env, options.seats, table.policies)
+        self.table, self.options = table, options
+        self.specs = {seat: seat_spec(options.config, seat) for seat in options.seats}
+        self.seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
+        self.episode_id = options.episode_id or uuid.uuid4().hex
+        observations, infos = self.env.reset(seed=self.seed)
+        self.observations = observations
+        self.steps, self.done = 0, False
+        self.returns = dict.fromkeys(options.seats, 0.0)
+        self.invalid.clear()
+        self.last_invalid = {}
+        self.recording = recorder.lines if recorder is not None else None
+        return self._frame(None, infos)
+
+    def step(self, action: Any) -> dict[str, Any]:
+        if self.options is None:
+            raise ServeError(409, "NOT_RESET", "no episode yet: send reset first")
+        if self.done:
+            raise ServeError(409, "EPISODE_DONE", "the episode has ended: send reset to start a new one")
+        seats = self.options.seats
+        if len(seats) == 1:
+            per_seat = {seats[0]: action}
+        elif not isinstance(action, Mapping) or set(action) != set(seats):
+            got = sorted(action) if isinstance(action, Mapping) else type(action).__name__
+            raise ServeError(422, "INVALID_ACTION", f"this session plays seats {list(seats)}: send "
+                             f"{{seat: action}} for each of them, got {got}", field="action", allowed=list(seats))
+        else:
+            per_seat = dict(action)
+        actions: dict[str, Any] = {}
+        self.last_invalid = {}
+        for seat in seats:
+            try:
+                actions[seat] = self._decode(seat, per_seat[seat])
+            except ActionError as err:
+                self.invalid[err.code] += 1
+                if self.options.on_invalid == "reject":
+                    raise ServeError.from_action(err, seat) from None
+                self.last_invalid[seat] = err.message
+                actions[seat] = [0] * self.specs[seat].action_size  # counted, then played as the no-op
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        self.observations = observations
+        self.steps += 1
+        for seat in seats:
+            self.returns[seat] += rewards[seat]
+        self.done = self.env.episode_over
+        extra = {"terminated": any(terminations.values()), "truncated": any(truncations.values())}
+        return self._frame(rewards, infos, extra)
+
+    def state(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "episode_id": self.episode_id or None,
+            "step_count": self.steps,
+            "session_id": self.id,
+            "scenario": opts.config.name if opts else None,
+            "scenario_hash": opts.config.content_hash if opts else None,
+            "seats": list(opts.seats) if opts else [],
+            "seed": self.seed,
+            "tick": self.steps,
+            "done": self.done,
+            "returns": dict(self.returns),
+            "invalid_actions": dict(self.invalid),
+            "recording": self.recording is not None,
+        }
+
+    def recording_text(self) -> str:
+        if self.recording is None:
+            raise ServeError(404, "NO_RECORDING", "this episode is not recorded: reset with \"record\": true")
+        if not self.done:
+            raise ServeError(409, "EPISODE_RUNNING", "the recording holds hidden truth: it is available once "
+                             "the episode has ended")
+        return "\n".join(self.recording) + "\n"
+
+    def close(self) -> None:
+        self._release()
+
+    # ------------------------------------------------------------------ helpers
+    def _release(self) -> None:
+        if self.table is not None:
+            self.pool.give_back(self.table)
+        self.table, self.env, self.recording = None, None, None
+
+    def _decode(self, seat: str, action: Any) -> list[int]:
+        spec = self.specs[seat]
+        if isinstance(action, Mapping) and set(action) == {"text"}:
+            action = parse_text_action(spec, action["text"])
+        return decode_action(spec, action)
+
+    def _seat_view(self, seat: str, reward: float | None) -> dict[str, Any]:
+        spec = self.specs[seat]
+        view = encode_observation(spec, self.observations[seat])
+        if self.options is not None and self.options.text:
+            view["briefing"] = render_briefing(spec, view, reward, self.last_invalid.get(seat))
+        return view
+
+    def _frame(self, rewards: Mapping[str, float] | None, infos: Mapping[str, Any],
+               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        assert self.options is not None
+        seats = self.options.seats
+        views = {s: self._seat_view(s, None if rewards is None else rewards[s]) for s in seats}
+        single = len(seats) == 1
+        metadata: dict[str, Any] = {
+            "session_id": self.id,
+            "episode_id": self.episode_id,
+            "scenario": self.options.config.name,
+            "seed": self.seed,
+            "seats": list(seats),
+            "tick": self.steps,
+            "rewards": {s: rewards[s] for s in seats} if rewards is not None else {},  # own seats only
+            "info": {seat: _info_json(info) for seat, info in infos.items()},
+            "invalid_actions": dict(self.invalid),
+            **(extra or {}),
+        }
+        if self.last_invalid:
+            metadata["played_noop"] = dict(self.last_invalid)
+        reward = None if rewards is None else (rewards[seats[0]] if single else float(sum(rewards[s] for s in seats)))
+        return {
+            "observation": views[seats[0]] if single else views,
+            "reward": reward,
+            "done": self.done,
+            "metadata": metadata,
+        }
+
+
+class SessionStore:
+    """The open sessions of one server, under its limits."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        self.settings = settings
+        self.limits = settings.limits
+        self.pool = TablePool()
+        self.sessions: dict[str, Session] = {}
+        self.opened = 0
+
+    def open(self, kind: str) -> Session:
+        if len(self.sessions) >= self.limits.max_sessions:
+            raise ServeError(503, "CAPACITY_REACHED", f"the server is full ({self.limits.max_sessions} sessions); "
+                             "close one or try again later", max_sessions=self.limits.max_sessions)
+        session = Session(uuid.uuid4().hex, self.settings, self.pool, kind)
+        self.sessions[session.id] = session
+        self.opened += 1
+        return session
+
+    def get(self, session_id: Any) -> Session:
+        session = self.sessions.get(session_id) if isinstance(session_id, str) else None
+        if session is None:
+            raise ServeError(404, "UNKNOWN_SESSION", f"no open session {_short_id(session_id)}: it never existed, "
+                             "was closed, or expired after "
+                             f"{self.limits.idle_seconds:g} s idle; send reset without session_id to open one",
+                             session_id=_short_id(session_id))
+        session.last_active = time.monotonic()
+        return session
+
+    def close(self, session_id: str) -> None:
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Close HTTP sessions idle past the limit (a WebSocket times itself out); return their ids."""
+        now = time.monotonic() if now is None else now
+        stale = [s.id for s in self.sessions.values()
+                 if s.kind == "http" and now - s.last_active > self.limits.idle_seconds]
+        for session_id in stale:
+            self.close(session_id)
+        return stale
+
+
+def _info_json(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A seat's ``infos[seat]`` as JSON data; the per-tick parts by hand (this runs every step)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if key == "reward_terms":
+            out[key] = {k: float(v) for k, v in value.items()}
+        elif key == "repairs":
+            out[key] = {k: int(v) for k, v in value.items()}
+        elif key == "events" and not value:
+            out[key] = []
+        else:
+            out[key] = jsonable(value)
+    return out
+
+
+def _short_id(value: Any) -> Any:
+    text = str(value)
+    return text if len(text) <= 64 else text[:64] + "…"
+
+
+__all__ = [
+    "Limits",
+    "ServeError",
+    "ServeSettings",
+    "Session",
+    "SessionStore",
+    "TablePool",
+    "parse_options",
+]
