@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import tyro
@@ -318,7 +318,7 @@ class Tournament:
 
 @dataclass
 class Train:
-    """Train the allocator with RLlib against the scripted population (see experiments/training/train.py)."""
+    """Train seats with RLlib (allocator, any --learners, selfplay, league; see experiments/training/train.py)."""
 
     args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
 
@@ -444,6 +444,43 @@ class ConvertCheckpoint:
 
 
 @dataclass
+class Analyze:
+    """Bluffing and pricing analysis of a training run: a PNG figure and a markdown summary
+    (experiments/evaluation/analysis.py)."""
+
+    run_folder: tyro.conf.Positional[Path]
+    """the run folder `commons-arena train` wrote"""
+    checkpoint: Literal["checkpoint", "best"] = "checkpoint"
+    """which of the run's checkpoints: 'checkpoint' (latest) or 'best'"""
+    seeds: int = 10
+    """held-out episodes per comparison"""
+    first_seed: int = 700_000
+    """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
+    out: Path | None = None
+    """output folder (default: <run>/analysis)"""
+    force: bool = False
+    """overwrite an earlier analysis in the output folder"""
+
+    def validate(self) -> None:
+        from experiments.evaluation.analysis import read_run
+
+        if self.seeds < 1 or self.first_seed < 0:
+            raise UsageError(f"--seeds must be at least 1 and --first-seed non-negative, got {self.seeds}, {self.first_seed}")
+        read_run(self.run_folder, self.checkpoint)  # a run folder with that checkpoint, or says what is missing
+        refuse_overwrite((self.out or self.run_folder / "analysis") / "analysis.md", self.force)
+
+    def run(self) -> list[Path]:
+        from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
+
+        report = analyze(self.run_folder, _seeds(self.first_seed, self.seeds), checkpoint=self.checkpoint)
+        print(summary_markdown(report))
+        paths = write_analysis(report, self.out or self.run_folder / "analysis")
+        for path in paths:
+            print(f"wrote {path}")
+        return paths
+
+
+@dataclass
 class Verify:
     """Re-play a recording from its seeds and recorded actions; exit 1 at the first tick that differs.
 
@@ -472,6 +509,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Analyze, tyro.conf.subcommand("analyze")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
     | Annotated[Verify, tyro.conf.subcommand("verify")]
     | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]

@@ -22,7 +22,8 @@ The one seeding rule
 With no focal seats the whole population is background: ``agents`` is empty and
 :attr:`FocalEnv.episode_over` says when to stop calling ``step({})`` (this is how
 :func:`~policies.population.run_episode` plays). The arena's full per-step output for every
-seat stays readable: :attr:`seat_observations`, :attr:`seat_rewards`, :attr:`seat_infos`.
+seat stays readable: :attr:`seat_observations`, :attr:`seat_rewards`, :attr:`seat_infos`,
+and the joint action of the last step, :attr:`seat_actions` (analyses read them).
 Time spent in the arena and in each background policy is summed in :attr:`env_seconds` and
 :attr:`act_seconds` (the benchmarks read them).
 """
@@ -104,6 +105,7 @@ class FocalEnv(ParallelEnv):
         self.seat_observations: dict[str, np.ndarray] = {}
         self.seat_rewards: dict[str, float] = {}
         self.seat_infos: dict[str, Any] = {}
+        self.seat_actions: dict[str, Any] = {}
         self.env_seconds = 0.0
         self.act_seconds: dict[str, float] = dict.fromkeys(self.background, 0.0)
 
@@ -144,7 +146,7 @@ class FocalEnv(ParallelEnv):
         start = time.perf_counter()
         observations, infos = self.env.reset(seed=episode_seed, options=options)
         self.env_seconds += time.perf_counter() - start
-        self.seat_observations, self.seat_rewards, self.seat_infos = observations, {}, infos
+        self.seat_observations, self.seat_rewards, self.seat_infos, self.seat_actions = observations, {}, infos, {}
         self.agents = [a for a in self.possible_agents if a in self.arena.agents]
         focal_infos = {a: {**infos.get(a, {}), "episode_seed": episode_seed} for a in self.agents}
         return {a: observations[a] for a in self.agents}, focal_infos
@@ -165,6 +167,7 @@ class FocalEnv(ParallelEnv):
         observations, rewards, terminations, truncations, infos = self.env.step(joint)
         self.env_seconds += time.perf_counter() - start
         self.seat_observations, self.seat_rewards, self.seat_infos = observations, rewards, infos
+        self.seat_actions = joint
         exposed = [a for a in self.possible_agents if a in rewards]
         self.agents = [a for a in self.possible_agents if a in self.arena.agents]
         return (

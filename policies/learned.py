@@ -42,18 +42,23 @@ class ModuleInterface:
     Observation side, once per tick (:meth:`observe`): the raw observation divided by the
     recorded ``scale``, then the codec's features (``policies.codecs``), then — with
     ``history`` > 1 — the frames of the last ``history - 1`` ticks after it (zeros before
-    the episode's first tick), newest first. Action side (:meth:`act`): the codec decodes
+    the episode's first tick), newest first, then — for a seat of a module shared by several
+    seats (``experiments.training.seats``) — the seat's one-hot ``identity`` ``(index, size)``.
+    Action side (:meth:`act`): the codec decodes
     the module's action with the raw observation; without a codec the module's action is
     the env action. :meth:`reset` starts an episode.
     """
 
     def __init__(
         self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: dict[str, Any] | str | None = None,
-        history: int = 1,
+        history: int = 1, identity: tuple[int, int] | None = None,
     ) -> None:
         if history < 1:
             raise ValueError(f"history must be >= 1 ticks, got {history}")
+        if identity is not None and not 0 <= identity[0] < identity[1]:
+            raise ValueError(f"identity must be (index, size) with 0 <= index < size, got {identity}")
         self.config, self.agent, self.history = config, agent, int(history)
+        self.identity = None if identity is None else (int(identity[0]), int(identity[1]))
         self.scale = np.asarray(scale, dtype=np.float32)
         raw = make_observation_space(config, agent)
         if self.scale.shape != raw.shape:
@@ -65,8 +70,20 @@ class ModuleInterface:
 
     @property
     def input_size(self) -> int:
-        """The module's input width: ``history`` frames of scaled observation + codec features."""
-        return self.history * self.frame_size
+        """The module's input width: ``history`` frames of scaled observation + codec features,
+        plus the identity."""
+        return self.history * self.frame_size + self._identity_size
+
+    @property
+    def _identity_size(self) -> int:
+        return 0 if self.identity is None else self.identity[1]
+
+    def _one_hot(self) -> list[np.ndarray]:
+        if self.identity is None:
+            return []
+        one_hot = np.zeros(self.identity[1], dtype=np.float32)
+        one_hot[self.identity[0]] = 1.0
+        return [one_hot]
 
     def observation_space(self) -> Any:
         import gymnasium as gym
@@ -75,8 +92,10 @@ class ModuleInterface:
         high = np.concatenate([self._raw_space.high / self.scale, np.full(self.frame_size - self._raw_space.shape[0], np.inf)])
         # zero frames pad the history, so 0 must lie inside the bounds
         low, high = np.minimum(low, 0), np.maximum(high, 0)
-        return gym.spaces.Box(np.tile(low, self.history).astype(np.float32), np.tile(high, self.history).astype(np.float32),
-                              dtype=np.float32)
+        size = self._identity_size
+        low = np.concatenate([np.tile(low, self.history), np.zeros(size)])
+        high = np.concatenate([np.tile(high, self.history), np.ones(size)])
+        return gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
 
     def action_space(self) -> Any:
         import gymnasium as gym
@@ -93,10 +112,10 @@ class ModuleInterface:
         if self.codec is not None and self.codec.n_features:
             frame = np.concatenate([frame, self.codec.features(observation)])
         if self.history == 1:
-            return frame.astype(np.float32)
+            return np.concatenate([frame, *self._one_hot()]).astype(np.float32)
         self._frames = [frame, *self._frames[: self.history - 1]]
         pad = [np.zeros(self.frame_size, dtype=np.float32)] * (self.history - len(self._frames))
-        return np.concatenate([*self._frames, *pad]).astype(np.float32)
+        return np.concatenate([*self._frames, *pad, *self._one_hot()]).astype(np.float32)
 
     def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
         return module_action if self.codec is None else self.codec.decode(observation, module_action)

@@ -86,9 +86,9 @@ def _check_policy(entry: Entry, where: str, role: str | None = None) -> None:
         raise PopulationError(
             f"{where}: unknown policy {entry.policy!r}; known policies: {', '.join(available_policies())}"
         ) from None
-    if role is not None and spec.role != role:
+    if role is not None and not spec.plays(role):
         raise PopulationError(
-            f"{where}: policy {entry.policy!r} plays the {spec.role} role, not {role}; "
+            f"{where}: policy {entry.policy!r} plays the {'/'.join(spec.roles)} role, not {role}; "
             f"{role} policies: {', '.join(available_policies(role))}"
         )
     unknown = set(entry.params) - set(spec.params)

@@ -22,7 +22,9 @@ planner            allocator  :mod:`policies.planner` (observation + public
 oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
                               needs ``env=``)
 learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
-                              ``commons-arena train``; no Ray needed)
+                              ``commons-arena train``; no Ray needed). A
+                              multi-seat run's checkpoint is a policy set
+                              (:mod:`policies.policy_set`): every role it holds
 =================  =========  ===================================================
 
 ``params`` are the policy's keyword parameters (e.g. ``bluff=1.3`` for a team,
@@ -58,6 +60,14 @@ class PolicySpec:
     params: tuple[str, ...]  # accepted keyword parameters
     needs_env: bool = False
     privileged: bool = False  # reads hidden state
+    other_roles: tuple[str, ...] = ()  # a learned policy set plays several roles
+
+    def plays(self, role: str) -> bool:
+        return role == self.role or role in self.other_roles
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.role, *self.other_roles)
 
 
 def _params_of(
@@ -96,8 +106,16 @@ def available_policies(role: str | None = None) -> list[str]:
 
 def _learned_spec(name: str) -> PolicySpec:
     from policies.learned import LEARNED_PREFIX, LearnedPolicy, read_sidecar
+    from policies.policy_set import is_policy_set, member_for, set_roles
 
     checkpoint = name.removeprefix(LEARNED_PREFIX)
+    if is_policy_set(checkpoint):  # one policy per seat of a multi-seat run: any role it holds
+        roles = set_roles(checkpoint)
+
+        def member(config: ScenarioConfig, agent: str, seed: int | None = None) -> Policy:
+            return LearnedPolicy.load(member_for(checkpoint, config, agent), config, agent, seed=seed)
+
+        return PolicySpec(name, roles[0], member, (), other_roles=roles[1:])
     role = read_sidecar(checkpoint)["role"]
 
     def factory(config: ScenarioConfig, agent: str, seed: int | None = None) -> Policy:
@@ -129,9 +147,9 @@ def make_policy(
     config = load_scenario(config)
     spec = policy_spec(name)
     role = role_of(config, agent)
-    if role != spec.role:
+    if not spec.plays(role):
         raise ValueError(
-            f"policy {name!r} plays the {spec.role} role but agent {agent!r} of scenario {config.name!r} is a "
+            f"policy {name!r} plays the {'/'.join(spec.roles)} role but agent {agent!r} of scenario {config.name!r} is a "
             f"{role}; {role} policies: {', '.join(available_policies(role))}"
         )
     unknown = set(params) - set(spec.params)

@@ -5,6 +5,7 @@ iterations and prints, per iteration, the wall time, RLlib's sampling time and t
 spent inside the arena's ``reset``/``step`` (summed over every env of every runner).
 
     python -m experiments.bench.training --iterations 5 --num-envs-per-env-runner 8
+    python -m experiments.bench.training --iterations 5 --experiment selfplay   # four learning modules
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import tyro
 
 import commons_arena
+from experiments.training.selfplay import plan_for
 from experiments.training.train import TrainArgs, build_algorithm
 
 
@@ -41,10 +43,12 @@ def main(args: Args) -> None:
 
     torch.set_num_threads(args.train.torch_threads)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    # Unit scale: the learning signal does not matter here, only where the time goes.
-    shape = commons_arena.parallel_env(args.train.stages[0]).observation_space("allocator").shape
-    scale = np.ones(shape, dtype=np.float32)
-    algo = build_algorithm(args.train, scale, {})
+    # Unit scales: the learning signal does not matter here, only where the time goes.
+    env = commons_arena.parallel_env(args.train.stages[0])
+    plan = plan_for(args.train.experiment, env.config, args.train.learners, args.train.team_modules)
+    scales = {seat: np.ones(env.observation_space(seat).shape, dtype=np.float32) for seat in plan.seats}
+    print(f"learning: {plan.describe()}")
+    algo = build_algorithm(args.train, scales, {})
     rows = []
     iterations = args.train.iterations or 5
     for i in range(args.warmup + iterations):

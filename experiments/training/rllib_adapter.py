@@ -1,12 +1,13 @@
 """RLlib (new API stack, ray 2.60) adapter for the commons_arena ``ParallelEnv``.
 
-One learned agent (the allocator, a default RLlib module) plays against scripted agents,
-which run either inside RLlib as untrained RLModules or inside the env wrapper (the
-scenario's population; faster, and a curriculum switch brings the next population). The
-pieces:
+Learning seats (the allocator by default; any seats with a ``SeatPlan`` from
+``experiments.training.seats``, each learning module a default RLlib module) play against
+the others, which run either inside RLlib as untrained RLModules or inside the env wrapper
+as the background of a :class:`policies.focal.FocalEnv` (faster, and a curriculum switch
+brings the next population). The pieces:
 
-- :class:`ArenaRLlibEnv` wraps the ParallelEnv as a ``MultiAgentEnv`` (observation scaling,
-  action codecs, an optional in-env population, curriculum switches);
+- :class:`ArenaRLlibEnv` wraps the focal env as a ``MultiAgentEnv`` (observation scaling,
+  team identity for shared modules, action codecs, the in-env background, curriculum switches);
 - :class:`ScriptedRLModule` runs a :class:`policies.base.Policy` as an RLModule;
 - :func:`build_algorithm_config` wires env, modules, resources and callbacks into a config;
 - :class:`RewardTermsCallback` logs the allocator's per-term episode sums and normalised
@@ -95,8 +96,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
     instead (mixed-tier training; their spaces must match). Learned agents named in
     ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
     name) see their observation through a :class:`policies.learned.ModuleInterface` (scale,
-    codec, ``history`` agent -> stacked ticks), built per scenario because codecs read the
-    scenario's public parameters.
+    codec, ``history`` agent -> stacked ticks, and for seats of a shared module
+    ``seat_identity`` agent -> [index, size] of their appended one-hot identity, see
+    ``experiments.training.seats``), built per scenario because codecs read the scenario's
+    public parameters.
 
     Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
     ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
@@ -115,6 +118,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
         self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
         self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
+        self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
         self._raw_obs: MultiAgentDict = {}
         # Optionally a background population plays every agent but the learned ones *inside*
         # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
@@ -165,9 +169,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
                 agent: ModuleInterface(
                     par_env.config, agent,
                     self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32)),
-                    self._codec_names.get(agent), self._history.get(agent, 1),
+                    self._codec_names.get(agent), self._history.get(agent, 1), self._identity.get(agent),
                 )
-                for agent in set(self._scale) | set(self._codec_names)
+                for agent in set(self._scale) | set(self._codec_names) | set(self._identity)
             }
             self._envs[scenario] = (par_env, seats, interfaces)
         self.par_env, self.seats, self._interfaces = self._envs[scenario]
@@ -326,6 +330,11 @@ class ScriptedRLModule(RLModule):
     episode start, using the tags of :class:`TagRowsWithEnvIndex` (installed by
     :func:`build_algorithm_config`). Without tags (e.g. a direct ``forward_inference`` call) row
     ``i`` is treated as sub-env ``i`` and policies are reset only when built.
+
+    Optional ``"seats"`` + ``"observation_scale"``: the module plays seats whose observations
+    arrive scaled, with the seat's one-hot identity appended (a league's team seats, shared
+    with learned modules): it recovers the raw observation (an exact power-of-two scale makes
+    this exact) and the seat from the identity, and keeps one policy per (sub-env, seat).
     """
 
     def setup(self) -> None:
@@ -334,13 +343,16 @@ class ScriptedRLModule(RLModule):
         self._factory: PolicyFactory = _resolve(cfg["policy_factory"])
         self._seed: int | None = cfg.get("seed")
         self._episodes_started = 0
-        self.policies: dict[int, Policy] = {}  # sub-env index -> policy; built lazily, so
-        # the learner's copy of this module never builds any
+        self._seats: list[str] = list(cfg.get("seats", []))
+        self._unscale = np.asarray(cfg["observation_scale"], np.float32) if self._seats else None
+        # (sub-env index, seat) -> policy; built lazily, so the learner's copy builds none
+        self.policies: dict[tuple[int, str], Policy] = {}
 
-    def _policy_for(self, env_index: int, episode_start: bool) -> Policy:
-        policy = self.policies.get(env_index)
+    def _policy_for(self, env_index: int, episode_start: bool, seat: str | None = None) -> Policy:
+        seat = seat or self.agent_id
+        policy = self.policies.get((env_index, seat))
         if policy is None:
-            policy = self.policies[env_index] = self._factory(self.agent_id)
+            policy = self.policies[(env_index, seat)] = self._factory(seat)
             if not isinstance(policy, Policy):
                 raise TypeError(f"policy for {self.agent_id!r} does not implement reset()/act()")
             episode_start = True
@@ -362,9 +374,14 @@ class ScriptedRLModule(RLModule):
         env_index = _to_numpy(batch.get(ENV_INDEX, np.arange(len(obs))))
         agent_t = batch.get(AGENT_T)
         starts = _to_numpy(agent_t) == 0 if agent_t is not None else np.zeros(len(obs), bool)
+        seats: list[str | None] = [None] * len(obs)
+        if self._unscale is not None:
+            size = len(self._unscale)
+            seats = [self._seats[int(k)] for k in obs[:, size:].argmax(axis=1)]
+            obs = obs[:, :size] * self._unscale
         actions = [
-            np.asarray(self._policy_for(int(i), bool(start)).act(row), dtype=np.int64)
-            for row, i, start in zip(obs, env_index, starts, strict=True)
+            np.asarray(self._policy_for(int(i), bool(start), seat).act(row), dtype=np.int64)
+            for row, i, start, seat in zip(obs, env_index, starts, seats, strict=True)
         ]
         out = np.stack(actions) if actions else np.zeros((0, *getattr(self.action_space, "shape", ())), np.int64)
         return {Columns.ACTIONS: torch.from_numpy(out)}
@@ -497,11 +514,6 @@ def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) ->
     return min(requested, fits)
 
 
-def _module_for_agent(agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
-    # One module per agent, named after it: keeps metrics and checkpoints readable.
-    return str(agent_id)
-
-
 def build_algorithm_config(
     scenario: str,
     scripted: Mapping[str, PolicyFactory | str],
@@ -518,6 +530,9 @@ def build_algorithm_config(
     seed: int | None = None,
     callbacks: type[RLlibCallback] = RewardTermsCallback,
     play_population: bool = False,
+    plan: Any = None,
+    extra_modules: Mapping[str, RLModuleSpec] | None = None,
+    mapping_fn: Callable[..., str] | None = None,
 ) -> AlgorithmConfig:
     """A config where ``learned_agent`` trains and every other agent runs a scripted Policy.
 
@@ -528,33 +543,51 @@ def build_algorithm_config(
     new-stack config (e.g. ``APPOConfig()``) works, as the learned module's spec leaves the
     module class to the algorithm's default. ``train_batch_size`` counts env steps per
     iteration (one local learner, so it is also the per-learner size).
+
+    ``plan`` (an ``experiments.training.seats.SeatPlan``) replaces ``learned_agent`` when
+    several seats learn: one trained module per plan module, mapped to its seats.
+    ``extra_modules`` (never trained) and ``mapping_fn`` (replacing the plan's mapping) let a
+    league map learning seats to opponents per episode (experiments.training.league).
     """
-    env_config = {"scenario": scenario, **(env_config or {})}
+    from experiments.training.seats import SeatPlan
+
+    if plan is None:
+        plan = SeatPlan.single(learned_agent)
+    learning = plan.seats
+    env_config = {"scenario": scenario, **(env_config or {}), **plan.to_env_config()}
     if play_population:
-        # the scenario's population plays inside the env; RLlib sees only the learned agent
-        env_config = {**env_config, "play_population": True, "learned_agents": [learned_agent]}
+        # the background plays inside the env; RLlib sees only the learning seats
+        env_config = {**env_config, "play_population": True, "learned_agents": learning}
         scripted = {}
     probe = ArenaRLlibEnv(env_config)
     agents: list[str] = [str(a) for a in probe.possible_agents]
     obs_spaces = {a: probe.get_observation_space(a) for a in agents}
     act_spaces = {a: probe.get_action_space(a) for a in agents}
     probe.close()
-    if learned_agent not in agents:
-        raise ValueError(f"learned agent {learned_agent!r} not among the env's agents {agents}")
-    missing = [a for a in agents if a != learned_agent and a not in scripted]
-    unknown = [a for a in scripted if a not in agents or a == learned_agent]
+    outside = [a for a in learning if a not in agents]
+    if outside:
+        raise ValueError(f"learned agent(s) {outside} not among the env's agents {agents}")
+    missing = [a for a in agents if a not in learning and a not in scripted]
+    unknown = [a for a in scripted if a not in agents or a in learning]
     if missing or unknown:
         raise ValueError(f"scripted policies: missing for {missing}, not scriptable {unknown}")
 
-    specs: dict[str, RLModuleSpec] = {
-        learned_agent: RLModuleSpec(
-            observation_space=obs_spaces[learned_agent],
-            action_space=act_spaces[learned_agent],
-            model_config=model_config,
+    specs: dict[str, RLModuleSpec] = {}
+    for module, seats in plan.modules.items():
+        first = seats[0]
+        for seat in seats[1:]:
+            if obs_spaces[seat].shape != obs_spaces[first].shape or act_spaces[seat] != act_spaces[first]:
+                raise ValueError(f"module {module!r} cannot play both {first!r} and {seat!r}: their spaces differ")
+        specs[module] = RLModuleSpec(
+            observation_space=obs_spaces[first], action_space=act_spaces[first], model_config=model_config
         )
-    }
+    for module_id, spec in (extra_modules or {}).items():
+        seat = (spec.model_config or {}).get("agent_id")  # spaces left open: that seat's
+        if spec.observation_space is None and seat in obs_spaces:
+            spec.observation_space, spec.action_space = obs_spaces[seat], act_spaces[seat]
+        specs[module_id] = spec
     for aid in agents:
-        if aid != learned_agent:
+        if aid not in learning:
             specs[aid] = RLModuleSpec(
                 module_class=ScriptedRLModule,
                 observation_space=obs_spaces[aid],
@@ -574,9 +607,9 @@ def build_algorithm_config(
         # A remote learner would need its own CPU; on 2 cores the driver does the update.
         .learners(num_learners=0)
         .multi_agent(
-            policies=set(agents),
-            policy_mapping_fn=_module_for_agent,
-            policies_to_train=[learned_agent],
+            policies=set(specs),
+            policy_mapping_fn=mapping_fn or plan.mapping_fn(),
+            policies_to_train=list(plan.modules),
         )
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(

@@ -1,11 +1,15 @@
-"""Train the allocator with RLlib (new API stack) against the scenario's scripted population.
+"""Train seats of the arena with RLlib (new API stack) against a background population.
 
-Three experiments, all read top to bottom:
+The experiments, read top to bottom:
 
-* ``allocator_ppo``: one scenario, fixed background population.
+* ``allocator_ppo``: the allocator learns on one scenario, fixed background population.
 * ``allocator_curriculum``: ``standard → elevated → crisis``; an RLlib callback
   (``CurriculumCallback``) promotes every env to the next stage when the training
   episodes' normalised score reaches ``promote_at``.
+* ``seats_ppo`` / ``selfplay``: the ``--learners`` seats, or every seat, learn at once
+  (``experiments/training/selfplay.py``; module sharing in ``seats.py``).
+* ``league``: the shared team module learns against scripted teams and frozen snapshots of
+  itself (``experiments/training/league.py``).
 * ``allocator_mixed``: every training episode plays one of ``standard``, ``elevated``,
   ``crisis`` at random (each with its own population); held-out evaluations play all
   three and the run keeps the checkpoint with the best mean score over them.
@@ -57,8 +61,7 @@ from experiments.evaluation.evaluate import (
     plain_ratio,
     play_many,
 )
-from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
-from policies.focal import FocalEnv
+from policies.checkpoint_format import PolicyNetwork
 from policies.learned import LearnedPolicy, ModuleInterface, observation_scale, save_policy
 from policies.population import Population, run_episode
 
@@ -67,9 +70,26 @@ CURRICULUM = ("standard", "elevated", "crisis")
 
 @dataclass
 class TrainArgs:
-    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed"] = "allocator_ppo"
-    """allocator_ppo: one scenario; allocator_curriculum: standard -> elevated -> crisis;
-    allocator_mixed: each episode one of standard / elevated / crisis"""
+    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "seats_ppo", "selfplay",
+                        "league"] = "allocator_ppo"
+    """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
+    elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
+    seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
+    (experiments/training/selfplay.py); league: a team learns against a mix of scripted teams
+    and frozen snapshots of itself (experiments/training/league.py)"""
+    learners: tuple[str, ...] = ("allocator",)
+    """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team)"""
+    team_modules: Literal["shared", "per_team"] = "shared"
+    """learning teams share one module (their identity appended to the observation) or get one each"""
+    background: Path | None = None
+    """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
+    default: the scenario's own population"""
+    league_scripted: tuple[str, ...] = ("truthful", "greedy_bluffer")
+    """league: the scripted team policies in the mix (beside the learner and its snapshots)"""
+    snapshot_margin: float = 0.1
+    """league: snapshot the learner when its mean return beats the mix's by this share of |mix|"""
+    snapshot_gap: int = 3
+    """league: at least this many iterations between snapshots"""
     scenario: str = "standard"
     """scenario for allocator_ppo (ignored by the curriculum)"""
     minutes: float = 10.0
@@ -163,6 +183,8 @@ class TrainArgs:
             (math.isfinite(self.promote_at), f"--promote-at must be a finite number, got {self.promote_at}"),
             (self.promote_after >= 0, f"--promote-after must be 0 or more, got {self.promote_after}"),
             (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
+            (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
+            (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
             (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
@@ -175,6 +197,13 @@ class TrainArgs:
         if self.resume is None:
             for scenario in self.stages:
                 commons_arena.load_scenario(scenario)
+            from experiments.training.selfplay import background_population, plan_for
+
+            config = commons_arena.load_scenario(self.stages[0])
+            plan = plan_for(self.experiment, config, self.learners, self.team_modules)  # names the bad learner
+            if self.use_lstm and plan.seats != [ALLOCATOR]:
+                raise ValueError(f"--use-lstm is for the allocator learning alone; {self.experiment} trains {plan.seats}")
+            background_population(self.background, config)  # a bad roster says what is wrong
         run_folder(self)
 
     @property
@@ -251,28 +280,13 @@ class RunState:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def scripted_factories(scenario: str) -> dict[str, Any]:
-    """Picklable policy factories for every agent but the allocator (the scenario's population)."""
+def scripted_factories(scenario: str, learning: list[str], background: Population | None = None) -> dict[str, Any]:
+    """Picklable policy factories for every seat that does not learn (the background)."""
     from experiments.training.rllib_adapter import registered_policy
 
     config = commons_arena.load_scenario(scenario)
-    entries = Population.default(config).resolve(config)
-    return {agent: registered_policy(e.policy, scenario, **e.params) for agent, e in entries.items() if agent != ALLOCATOR}
-
-
-def sample_allocator_observations(scenarios: tuple[str, ...], seed: int, episodes: int = 8) -> np.ndarray:
-    """Allocator observations from random and proportional allocators (for the scale)."""
-    rows = []
-    for scenario in scenarios:
-        config = commons_arena.load_scenario(scenario)
-        for allocator in ("random", "proportional"):
-            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
-            for k in range(episodes):
-                episode.reset(seed=seed * 7919 + k)
-                while not episode.episode_over:
-                    rows.append(episode.seat_observations[ALLOCATOR])
-                    episode.step({})
-    return np.stack(rows)
+    entries = (background or Population.default(config)).resolve(config, strict=False)
+    return {agent: registered_policy(e.policy, scenario, **e.params) for agent, e in entries.items() if agent not in learning}
 
 
 def reference_returns(scenario: str, seeds: list[int]) -> dict[str, list[float]]:
@@ -302,10 +316,20 @@ def anchor_means(references: dict[str, dict[str, Any]]) -> dict[str, dict[str, f
 def allocator_network(algo: Any) -> PolicyNetwork | Any:
     """The allocator module's greedy actor as the data-only network a checkpoint stores (a
     recurrent module, which that format cannot hold yet, is returned as itself)."""
-    module = algo.get_module(ALLOCATOR)
-    if module.is_stateful():
-        return module
-    return network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+    from experiments.training.seats import SeatPlan
+    from experiments.training.selfplay import seat_networks
+
+    return seat_networks(algo, SeatPlan.single(ALLOCATOR))[ALLOCATOR]
+
+
+def seat_codecs(args: TrainArgs, plan: Any) -> dict[str, str]:
+    """Learning seat -> action codec (only the allocator acts through one)."""
+    return {ALLOCATOR: args.codec} if args.codec and ALLOCATOR in plan.seats else {}
+
+
+def seat_histories(args: TrainArgs, plan: Any) -> dict[str, int]:
+    """Learning seat -> ticks of observation its module sees (``--history`` is the allocator's)."""
+    return {ALLOCATOR: args.history} if ALLOCATOR in plan.seats else {}
 
 
 def held_out_returns(module: Any, args: TrainArgs, scale: np.ndarray, scenario: str, seeds: list[int]) -> list[float]:
@@ -333,20 +357,39 @@ def held_out_report(returns: list[float], references: dict[str, Any]) -> dict[st
     return report
 
 
-def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[str, float]], stage: int = 0):
+def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray, anchors: dict[str, dict[str, float]],
+                    stage: int = 0):
+    """The RLlib algorithm of ``args``; ``scales``: learning seat -> observation scale (an array
+    alone is the allocator's)."""
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
+    from experiments.training import league
     from experiments.training.rllib_adapter import CurriculumCallback, RewardTermsCallback, build_algorithm_config
+    from experiments.training.selfplay import background_population, plan_for
 
     algo_config = PPOConfig() if args.algo == "PPO" else APPOConfig()
     scenario = args.stages[0]
-    # a curriculum or a mix switches scenarios, and with them populations: those play in the env
-    population_in_env = args.scripted_in_env or args.experiment != "allocator_ppo"
+    plan = plan_for(args.experiment, commons_arena.load_scenario(scenario), args.learners, args.team_modules)
+    if not isinstance(scales, dict):
+        scales = {ALLOCATOR: scales}
+    background = background_population(args.background, commons_arena.load_scenario(scenario))
+    # a curriculum, a mix or a league switches populations (or members): those play in the env
+    population_in_env = args.scripted_in_env or args.experiment in ("allocator_curriculum", "allocator_mixed", "league")
+    callbacks: Any = CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback
+    league_options: dict[str, Any] = {}
+    pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
+    if args.experiment == "league":
+        teams = plan.seats
+        league_options = {
+            "extra_modules": league.scripted_member_specs(args.league_scripted, scenario, teams, scales[teams[0]]),
+            "mapping_fn": league.mapping_for(pool, teams),
+        }
+        callbacks = league.LeagueCallback
     config = build_algorithm_config(
         scenario,
-        {} if population_in_env else scripted_factories(scenario),
+        {} if population_in_env else scripted_factories(scenario, plan.seats, background),
         num_envs_per_env_runner=args.num_envs_per_env_runner,
         num_env_runners=args.num_env_runners,
         train_batch_size=args.train_batch_size,
@@ -355,20 +398,25 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
         model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False,
                                         use_lstm=args.use_lstm, lstm_cell_size=64, max_seq_len=16),
         env_config={
-            "observation_scale": {ALLOCATOR: scale.tolist()},
-            **({"action_codec": {ALLOCATOR: args.action_codec}} if args.codec else {}),
-            "history": {ALLOCATOR: args.history},
+            "observation_scale": {seat: np.asarray(scales[seat]).tolist() for seat in plan.seats},
+            "background": background.to_dict(),
+            "action_codec": seat_codecs(args, plan),
+            "history": seat_histories(args, plan),
             **({"scenarios": list(args.stages)} if args.mixed else {}),
             # by scenario hash: lets the metrics callback report a normalised score per episode
             "score_anchors": {commons_arena.load_scenario(s).content_hash: a for s, a in anchors.items()},
             **({"curriculum": {"stages": list(args.stages), "promote_at": args.promote_at,
                                "min_iterations": args.promote_after, "stage": stage}}
                if args.experiment == "allocator_curriculum" else {}),
+            **({"league": {"pool": pool, "team_seats": plan.seats,
+                           "margin": args.snapshot_margin, "gap": args.snapshot_gap}} if league_options else {}),
         },
         algo_config=algo_config,
         seed=args.seed,
-        callbacks=CurriculumCallback if args.experiment == "allocator_curriculum" else RewardTermsCallback,
+        callbacks=callbacks,
         play_population=population_in_env,
+        plan=plan,
+        **league_options,
     )
     config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
     return config.build_algo()
@@ -377,9 +425,13 @@ def build_algorithm(args: TrainArgs, scale: np.ndarray, anchors: dict[str, dict[
 def favour_zero_code(algo: Any, args: TrainArgs) -> None:
     """Start from the codec's base policy: its zero code gets ``zero_bias`` more logit."""
     from experiments.training.rllib_adapter import favour_code
+    from experiments.training.selfplay import plan_for
     from policies.codecs import make_codec
 
     if not args.codec or args.zero_bias == 0:
+        return
+    if ALLOCATOR not in plan_for(args.experiment, commons_arena.load_scenario(args.stages[0]), args.learners,
+                                 args.team_modules).seats:
         return
     codec = make_codec(args.codec, commons_arena.load_scenario(args.stages[0]))
     if codec.zero_code is not None:
@@ -388,7 +440,9 @@ def favour_zero_code(algo: Any, args: TrainArgs) -> None:
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
     runners = result.get("env_runners", {})
-    out = {"return_mean": float(runners.get("agent_episode_returns_mean", {}).get(ALLOCATOR, np.nan))}
+    returns = runners.get("agent_episode_returns_mean", {})
+    out = {"return_mean": float(returns.get(ALLOCATOR, np.mean(list(returns.values())) if returns else np.nan))}
+    out.update({f"return_mean/{seat}": float(value) for seat, value in returns.items()})
     for key in ("allocator_reward_terms", "allocator_episode"):
         for name, value in runners.get(key, {}).items():
             out[f"{key}/{name}"] = float(value)
@@ -400,11 +454,16 @@ def train(args: TrainArgs) -> Path:
     import torch
     from tensorboardX import SummaryWriter
 
+    from experiments.training import selfplay
+    from experiments.training.league import exact_scale
     from experiments.training.rllib_adapter import set_scenario_everywhere
+    from experiments.training.seats import module_scales
     from experiments.viewing.plots import learning_curve
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     args.validate()
+    if args.resume is not None and json.loads((args.resume / "args.json").read_text()).get("experiment") == "league":
+        raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
     # ---- run folder (never another run's: a new one, or --resume), args, resume
     run = run_folder(args)
     state = RunState()
@@ -431,19 +490,28 @@ def train(args: TrainArgs) -> Path:
         references = {s: cached_reference_returns(args.out, s, eval_seeds) for s in args.stages}
         references_path.write_text(json.dumps(references, indent=1))
     anchors = anchor_means(references)
-    scale_path = run / "observation_scale.json"
+    config = commons_arena.load_scenario(args.stages[0])
+    plan = selfplay.plan_for(args.experiment, config, args.learners, args.team_modules)
+    background = selfplay.background_population(args.background, config)
+    codecs, histories = seat_codecs(args, plan), seat_histories(args, plan)
+    scale_path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
     if scale_path.is_file():
-        scale = np.asarray(json.loads(scale_path.read_text()), dtype=np.float32)
+        saved = json.loads(scale_path.read_text())
+        scales = {s: np.asarray(v, dtype=np.float32) for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
-        scale = observation_scale(sample_allocator_observations(args.stages, args.seed))
-        scale_path.write_text(json.dumps(scale.tolist()))
+        samples = selfplay.sample_observations(args.stages, args.seed)
+        # a league shares team seats between learned and scripted members: exact (power-of-two) scales
+        fit = (lambda x: exact_scale(observation_scale(x))) if args.experiment == "league" else observation_scale
+        scales = module_scales(plan, samples, fit)
+        scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
+    print(f"learning: {plan.describe()}")
 
     # ---- Ray: a cluster if asked for, else local with what this machine has
     address = args.address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  **({} if address else {"num_cpus": os.cpu_count()}))
-    algo = build_algorithm(args, scale, anchors, stage=state.stage)
+    algo = build_algorithm(args, scales, anchors, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
         algo.restore_from_path(str(checkpoint))
@@ -469,6 +537,12 @@ def train(args: TrainArgs) -> Path:
         session_iterations += 1
         state.env_steps = int(result.get("num_env_steps_sampled_lifetime", state.env_steps))
         scalars = _scalars(result)
+        if "league" in result:
+            with (run / "league.json").open("a", encoding="utf-8") as log:  # one line per iteration
+                log.write(json.dumps({"iteration": state.iterations, **result["league"]}) + "\n")
+        if result.get("league", {}).get("snapshot"):
+            print(f"  snapshot {result['league']['snapshot']} joins the mix: learner {result['league']['learner_return']:.2f}"
+                  f" vs mix {result['league']['mix_return']:.2f}")
         if result.get("curriculum_stage", state.stage) != state.stage:
             state.stage = result["curriculum_stage"]
             print(f"  promoted to {args.stages[state.stage]}")
@@ -484,26 +558,46 @@ def train(args: TrainArgs) -> Path:
             continue
         # a mix is judged on every tier (its score: the mean), a stage on itself
         scenarios = args.stages if args.mixed else (args.stages[state.stage],)
-        network = allocator_network(algo)  # what the checkpoint stores is what is evaluated
-        reports = {sc: held_out_report(held_out_returns(network, args, scale, sc, eval_seeds), references[sc])
-                   for sc in scenarios}
-        score = float(np.mean([r["score"] for r in reports.values()]))
         scenario = "mixed" if args.mixed else scenarios[0]
+        networks = selfplay.seat_networks(algo, plan)  # what the checkpoint stores is what is evaluated
+        row = {"iteration": state.iterations, "env_steps": state.env_steps, "scenario": scenario,
+               "train_return": scalars["return_mean"]}
+        if "league" in result:
+            row["league"] = result["league"]  # the mix after this iteration; league.json has every one
+        if plan.seats != [ALLOCATOR]:  # several learners: they play the held-out seeds together
+            returns, ratios = selfplay.held_out_seat_returns(networks, scales, codecs, scenarios[0], eval_seeds,
+                                                             background, histories)
+            row["returns"] = returns
+            if ratios:
+                row["declared_to_need"] = ratios  # learned teams' bluffing (commons-arena analyze plots it)
+            for seat, value in returns.items():
+                writer.add_scalar(f"eval/return/{seat}", value, state.env_steps)
+            print(f"  eval on {len(eval_seeds)} held-out seeds of {scenarios[0]}, learners together: "
+                  + ", ".join(f"{seat} {value:.2f}" for seat, value in returns.items()))
+        if ALLOCATOR in networks:  # the allocator alone against each scenario's own population
+            reports = {sc: held_out_report(held_out_returns(networks[ALLOCATOR], args, scales[ALLOCATOR], sc, eval_seeds),
+                                           references[sc]) for sc in scenarios}
+            score = float(np.mean([r["score"] for r in reports.values()]))
+            eval_return = float(np.mean([r["return"] for r in reports.values()]))
+            if args.mixed:
+                row.update({f"score/{sc}": r["score"] for sc, r in reports.items()})
+            for sc, r in reports.items():
+                print(f"  eval on {len(eval_seeds)} held-out seeds of {sc}: {_describe(r)}")
+        else:  # no allocator learns: the learners' mean held-out return ranks checkpoints
+            eval_return = score = float(np.mean(list(row["returns"].values())))
         state.seconds = time.perf_counter() - start
-        row = {"iteration": state.iterations, "env_steps": state.env_steps, "minutes": state.seconds / 60,
-               "scenario": scenario, "eval_return": float(np.mean([r["return"] for r in reports.values()])),
-               "score": score, "train_return": scalars["return_mean"],
-               **({f"score/{sc}": r["score"] for sc, r in reports.items()} if args.mixed else {})}
+        row.update({"minutes": state.seconds / 60, "eval_return": eval_return, "score": score})
         state.history.append(row)
         writer.add_scalar("eval/normalised_score", score, state.env_steps)
-        writer.add_scalar("eval/return", row["eval_return"], state.env_steps)
-        for sc, r in reports.items():
-            print(f"  eval on {len(eval_seeds)} held-out seeds of {sc}: {_describe(r)}")
+        writer.add_scalar("eval/return", eval_return, state.env_steps)
         algo.save_to_path(str(checkpoint))  # RLlib's full state (pickles): only --resume reads it
-        if isinstance(network, PolicyNetwork):
-            # the sidecar names a scenario whose spaces the network fits (every tier shares them)
-            save_policy(checkpoint, network, commons_arena.load_scenario(scenarios[0]), ALLOCATOR, scale,
-                        codec=args.codec, history=args.history)
+        # the sidecar names a scenario whose spaces the networks fit (every tier shares them)
+        saved_config = commons_arena.load_scenario(scenarios[0])
+        if plan.seats != [ALLOCATOR]:
+            selfplay.save_policy_set(checkpoint, networks, saved_config, scales, codecs, histories)
+        elif isinstance(networks[ALLOCATOR], PolicyNetwork):
+            save_policy(checkpoint, networks[ALLOCATOR], saved_config, ALLOCATOR, scales[ALLOCATOR],
+                        codec=codecs.get(ALLOCATOR), history=histories.get(ALLOCATOR, 1))
         else:
             print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
         # `checkpoint` is the latest (resume continues from it); `best` the best held-out
@@ -515,11 +609,11 @@ def train(args: TrainArgs) -> Path:
             shutil.copytree(checkpoint, run / "best")
         (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
         (run / "history.json").write_text(json.dumps(state.history, indent=1))
-        _plot(learning_curve, state.history, anchors, run / "learning_curve.png")
-    if len(args.stages) > 1 or args.iterations is None:
+        _plot(learning_curve, state.history, anchors, run / "learning_curve.png", allocator=ALLOCATOR in plan.seats)
+    if ALLOCATOR in plan.seats and (len(args.stages) > 1 or args.iterations is None):
         final = {}
         for scenario in args.stages:
-            returns = held_out_returns(allocator_network(algo), args, scale, scenario, eval_seeds)
+            returns = held_out_returns(allocator_network(algo), args, scales[ALLOCATOR], scenario, eval_seeds)
             final[scenario] = held_out_report(returns, references[scenario])
             print(f"final on {scenario}: {_describe(final[scenario])}")
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
@@ -556,8 +650,15 @@ def _describe(report: dict[str, Any]) -> str:
     return text
 
 
-def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path) -> None:
+def _plot(learning_curve: Any, history: list[dict[str, Any]], anchors: dict[str, dict[str, float]], path: Path,
+          allocator: bool = True) -> None:
     scenario = history[-1]["scenario"]
+    if not allocator:  # each learning seat's held-out return
+        runs = {seat: [{"env_steps": r["env_steps"], "return": r["returns"][seat]} for r in history]
+                for seat in history[-1]["returns"]}
+        learning_curve(runs, None, path, y="return",
+                       title=f"{scenario}: learning seats' mean return on held-out seeds (playing together)")
+        return
     tiers = [scenario] if scenario in anchors else list(anchors)  # a mix: baselines' mean score over its tiers
     baselines = {b: float(np.mean([normalised_score(anchors[t][b], anchors[t]["random"], anchors[t]["oracle"])
                                    for t in tiers])) for b in BASELINE_ALLOCATORS}

@@ -1,0 +1,336 @@
+"""Bluffing and pricing analysis of a training run: ``commons-arena analyze RUN``.
+
+Reads the run folder (``args.json``, ``history.json``, the checkpoint's data-only policies)
+and plays held-out seeds (never used in training) through the focal/background substrate:
+
+* **learned teams**: the ratio of declared to true need (summed GPUs over the episode,
+  tick 0 excluded: nothing is declared for it) over training (recorded at each held-out
+  evaluation) and against each allocator (every scripted baseline, and the learned one if
+  the run has it), with the teams' returns;
+* **a learned allocator**: how its grants follow declarations (teams whose need is not
+  revealed) and revealed needs (teams starved long enough to be revealed): the
+  least-squares slope of grant on each, per (team, tier) cell, beside ``proportional``'s;
+  and each team's misreport gain against it (return as ``greedy_bluffer`` minus as
+  ``truthful``, every other seat the scenario's population) beside ``proportional``'s;
+* **a learned broker**: its price level against the demand it sees (correlation, and the
+  mean price level per demand bin), beside the scripted ``demand_priced`` broker.
+
+Writes ``<run>/analysis/analysis.png`` (one panel per part), ``analysis.md`` and
+``analysis.json``.
+
+    commons-arena analyze runs/selfplay-standard-s0 --seeds 20
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.scenario import ScenarioConfig
+from commons_arena.spaces import action_layout, observation_layout
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, markdown_table, mean_ci95, play_many
+from policies.base import Policy, UniformRandomPolicy
+from policies.focal import FocalEnv
+from policies.population import Population
+
+
+@dataclass
+class Trace:
+    """What one episode shows about bluffing, granting and pricing."""
+
+    returns: dict[str, float]
+    declared: dict[str, float] = field(default_factory=dict)  # team -> GPUs declared (ticks >= 1)
+    need: dict[str, float] = field(default_factory=dict)  # team -> true need over the same ticks
+    on_declared: list[tuple[float, float]] = field(default_factory=list)  # (declared, granted), unrevealed
+    on_revealed: list[tuple[float, float]] = field(default_factory=list)  # (revealed need, granted)
+    prices: list[tuple[float, float]] = field(default_factory=list)  # (demand seen, mean price level)
+
+
+def play_traced(env: Any, policies: Mapping[str, Policy], seed: int) -> Trace:
+    """One episode, every seat background, recording the quantities of the module docstring."""
+    episode = FocalEnv(env, (), policies)
+    config: ScenarioConfig = episode.config
+    layouts = {seat: observation_layout(config, seat) for seat in episode.arena.possible_agents}
+    grant_of = action_layout(config, ALLOCATOR)
+    price_of = action_layout(config, BROKER)
+    teams = list(config.team_names)
+    trace = Trace(returns={}, declared=dict.fromkeys(teams, 0.0), need=dict.fromkeys(teams, 0.0))
+    episode.reset(seed=seed)
+    while not episode.episode_over:
+        observed = {seat: layouts[seat].view(obs) for seat, obs in episode.seat_observations.items()}
+        episode.step({})
+        if observed[teams[0]]["tick"][0] >= 1:
+            for team in teams:
+                trace.declared[team] += float(observed[team]["declared"].sum())
+                trace.need[team] += float(observed[team]["need"].sum())
+        seen = observed[ALLOCATOR]
+        grants = grant_of.view(np.asarray(episode.seat_actions[ALLOCATOR]))["grant"]
+        for i in range(len(teams)):
+            revealed = seen["revealed"][i] > 0
+            basis = seen["revealed_need"][i] if revealed else seen["declared"][i]
+            (trace.on_revealed if revealed else trace.on_declared).extend(zip(basis, grants[i], strict=True))
+        levels = price_of.view(np.asarray(episode.seat_actions[BROKER]))["price_level"]
+        trace.prices.append((float(observed[BROKER]["demand"].sum()), float(np.mean(levels))))
+    trace.returns = {seat: float(info["episode"]["return"]) for seat, info in episode.seat_infos.items()}
+    return trace
+
+
+def play_many_traced(config: ScenarioConfig, population: Population, seeds: Sequence[int]) -> list[Trace]:
+    env = commons_arena.parallel_env(config)
+    policies = population.build(config, env=env, strict=False)  # built once, reset per episode
+    return [play_traced(env, policies, seed) for seed in seeds]
+
+
+def declared_to_need(traces: Sequence[Trace], team: str) -> float:
+    need = sum(t.need[team] for t in traces)
+    return float("nan") if need <= 0 else sum(t.declared[team] for t in traces) / need
+
+
+def slope(pairs: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope through the origin of granted on basis (nan without data)."""
+    x, y = (np.asarray(v, dtype=np.float64) for v in zip(*pairs, strict=True)) if pairs else (np.zeros(0), np.zeros(0))
+    denominator = float(x @ x)
+    return float("nan") if denominator <= 0 else float(x @ y) / denominator
+
+
+def price_response(traces: Sequence[Trace], bins: int = 4) -> dict[str, Any]:
+    demand, level = (np.asarray(v) for v in zip(*[p for t in traces for p in t.prices], strict=True))
+    corr = float(np.corrcoef(demand, level)[0, 1]) if demand.std() > 0 and level.std() > 0 else float("nan")
+    edges = np.unique(np.quantile(demand, np.linspace(0, 1, bins + 1)))
+    which = np.clip(np.searchsorted(edges, demand, side="right") - 1, 0, len(edges) - 2)
+    by_bin = [{"demand_from": float(edges[b]), "demand_to": float(edges[b + 1]),
+               "mean_price_level": float(level[which == b].mean()), "ticks": int((which == b).sum())}
+              for b in range(len(edges) - 1) if (which == b).any()]
+    return {"correlation": corr, "by_demand": by_bin, "demand": demand.tolist(), "level": level.tolist()}
+
+
+def reference_ratios(config: ScenarioConfig, background: Population, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Declared / true need of scripted teams and of uniformly random team actions (every
+    team so played, the rest the background, a proportional allocator): the scale on which a
+    learned team's ratio reads as truthful, bluffing, or still random."""
+    env = commons_arena.parallel_env(config)
+    rows = []
+    for name in ("truthful", "greedy_bluffer", "uniform random"):
+        population = background.with_agent(ALLOCATOR, "proportional")
+        policies = population.build(config, env=env, strict=False)
+        for team in config.team_names:
+            policies[team] = (UniformRandomPolicy(env.action_space(team).nvec) if name == "uniform random"
+                              else population.with_agent(team, name).build(config, env=env)[team])
+        traces = [play_traced(env, policies, seed) for seed in seeds]
+        rows.append({"teams": name, **{team: declared_to_need(traces, team) for team in config.team_names}})
+    return rows
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunInfo:
+    run: Path
+    checkpoint: Path
+    scenario: str
+    learned: list[str]  # learning seats
+    history: list[dict[str, Any]]
+    background: Population
+
+    @property
+    def policy(self) -> str:
+        return f"learned:{self.checkpoint}"
+
+
+def read_run(run: Path, checkpoint: str = "checkpoint") -> RunInfo:
+    from policies.learned import read_sidecar
+    from policies.policy_set import is_policy_set, members
+
+    run = Path(run)
+    if not (run / "args.json").is_file():
+        raise ValueError(f"{run} is not a training run folder (no args.json); pass the folder `commons-arena train` wrote")
+    args = json.loads((run / "args.json").read_text())
+    history = json.loads((run / "history.json").read_text()) if (run / "history.json").is_file() else []
+    folder = run / checkpoint
+    if not folder.is_dir():
+        raise ValueError(f"{run} has no {checkpoint}/ folder; choose --checkpoint checkpoint or best")
+    learned = list(members(folder)) if is_policy_set(folder) else [read_sidecar(folder)["agent"]]
+    scenario = history[-1]["scenario"] if history else args["scenario"]
+    config = commons_arena.load_scenario(scenario)
+    background = Population.from_toml(args["background"], config) if args.get("background") else Population.default(config)
+    return RunInfo(run, folder.resolve(), scenario, learned, history, background)
+
+
+def joint_population(info: RunInfo, **replace: str) -> Population:
+    """The run's background with every learning seat played by the checkpoint (then ``replace``)."""
+    population = info.background
+    for seat in info.learned:
+        population = population.with_agent(seat, info.policy)
+    for seat, policy in replace.items():
+        population = population.with_agent(seat, policy)
+    return population
+
+
+def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> dict[str, Any]:
+    info = read_run(run, checkpoint)
+    config = commons_arena.load_scenario(info.scenario)
+    teams = [t for t in config.team_names if t in info.learned]
+    report: dict[str, Any] = {"run": str(info.run), "checkpoint": str(info.checkpoint), "scenario": info.scenario,
+                              "learned": info.learned, "seeds": [seeds[0], seeds[-1]]}
+    if teams:
+        report["teams_over_training"] = [
+            {"env_steps": row["env_steps"], **{t: row["declared_to_need"].get(t, float("nan")) for t in teams}}
+            for row in info.history if "declared_to_need" in row
+        ]
+        allocators = [*BASELINE_ALLOCATORS, *(["learned"] if ALLOCATOR in info.learned else [])]
+        rows = []
+        for allocator in allocators:
+            policy = info.policy if allocator == "learned" else allocator
+            traces = play_many_traced(config, joint_population(info, allocator=policy), seeds)
+            for team in teams:
+                rows.append({"allocator": allocator, "team": team, "declared_to_need": declared_to_need(traces, team),
+                             "team_return": float(np.mean([t.returns[team] for t in traces]))})
+        report["teams_vs_allocators"] = rows
+        report["teams_reference"] = reference_ratios(config, info.background, seeds)
+    if ALLOCATOR in info.learned:
+        grants = []
+        for name, policy in (("learned", info.policy), ("proportional", "proportional")):
+            traces = play_many_traced(config, info.background.with_agent(ALLOCATOR, policy), seeds)
+            grants.append({"allocator": name,
+                           "slope_on_declared": slope([p for t in traces for p in t.on_declared]),
+                           "slope_on_revealed_need": slope([p for t in traces for p in t.on_revealed]),
+                           "allocator_return": float(np.mean([t.returns[ALLOCATOR] for t in traces]))})
+        report["allocator_grants"] = grants
+        gains = []
+        for name, policy in (("learned", info.policy), ("proportional", "proportional")):
+            for team in config.team_names:
+                bluff = [e[team]["return"] for e in play_many(info.scenario, policy, seeds, {team: "greedy_bluffer"})]
+                truth = [e[team]["return"] for e in play_many(info.scenario, policy, seeds, {team: "truthful"})]
+                gain, ci = mean_ci95(np.subtract(bluff, truth))
+                gains.append({"allocator": name, "team": team, "misreport_gain": gain, "gain_ci95": ci})
+        report["misreport_gain"] = gains
+    if BROKER in info.learned:
+        pricing = []
+        for name, population in (("learned", joint_population(info)),
+                                 ("demand_priced", joint_population(info, broker="demand_priced"))):
+            response = price_response(play_many_traced(config, population, seeds))
+            pricing.append({"broker": name, **response})
+        report["broker_pricing"] = pricing
+    return report
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def write_analysis(report: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "analysis.json").write_text(json.dumps(report, indent=1))
+    (out / "analysis.md").write_text(summary_markdown(report))
+    return [figure(report, out / "analysis.png"), out / "analysis.md", out / "analysis.json"]
+
+
+def summary_markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Analysis of {report['run']}", "",
+             f"Checkpoint `{report['checkpoint']}` on `{report['scenario']}`; learning seats: "
+             f"{', '.join(report['learned'])}; held-out seeds {report['seeds'][0]}–{report['seeds'][1]}.", ""]
+    if "teams_vs_allocators" in report:
+        lines += ["## Do learned teams over-declare?", "",
+                  "Declared ÷ true need (GPUs summed over each episode, tick 0 excluded); above 1 is over-declaring.", ""]
+        if report["teams_over_training"]:
+            lines += ["Over training (held-out evaluations, learners playing together):", "",
+                      markdown_table(report["teams_over_training"]), ""]
+        else:
+            lines += ["Over training: not recorded by this run (its history has no `declared_to_need`).", ""]
+        lines += ["Against each allocator (the other seats as in training):", "",
+                  markdown_table(report["teams_vs_allocators"]), "",
+                  "For scale, the same ratio when every team is scripted or acts uniformly at random "
+                  "(proportional allocator):", "", markdown_table(report["teams_reference"]), ""]
+        ratios = [r["declared_to_need"] for r in report["teams_vs_allocators"] if np.isfinite(r["declared_to_need"])]
+        if ratios:
+            lines += [f"Mean ratio over all rows: **{np.mean(ratios):.2f}** "
+                      f"({'over' if np.mean(ratios) > 1 else 'not over'}-declaring on average).", ""]
+    if "allocator_grants" in report:
+        lines += ["## The learned allocator's grants", "",
+                  "Least-squares slope of the grant on the declaration (unrevealed teams) and on the revealed need "
+                  "(revealed teams), per (team, tier) cell, against the scenario's population:", "",
+                  markdown_table(report["allocator_grants"]), "",
+                  "Misreport gain (team return as greedy_bluffer minus as truthful, others fixed):", "",
+                  markdown_table(report["misreport_gain"]), ""]
+        learned = [g["misreport_gain"] for g in report["misreport_gain"] if g["allocator"] == "learned"]
+        prop = [g["misreport_gain"] for g in report["misreport_gain"] if g["allocator"] == "proportional"]
+        lines += [f"Mean misreport gain: learned **{np.mean(learned):.2f}**, proportional **{np.mean(prop):.2f}** "
+                  f"({'below' if np.mean(learned) < np.mean(prop) else 'not below'} proportional's).", ""]
+    if "broker_pricing" in report:
+        lines += ["## The learned broker's prices", "",
+                  "Correlation of the price level it posts with the demand it sees, and the mean level per demand bin:", ""]
+        for row in report["broker_pricing"]:
+            lines += [f"- **{row['broker']}**: correlation {row['correlation']:.2f}; "
+                      + "; ".join(f"demand {b['demand_from']:.0f}–{b['demand_to']:.0f}: level {b['mean_price_level']:.2f}"
+                                  for b in row["by_demand"])]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def figure(report: dict[str, Any], path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    panels = [k for k in ("teams_vs_allocators", "teams_over_training", "allocator_grants", "broker_pricing")
+              if report.get(k)]
+    columns = min(2, max(1, len(panels)))
+    rows_of_panels = max(1, -(-len(panels) // columns))
+    fig = Figure(figsize=(7 * columns, 4.8 * rows_of_panels), dpi=100)
+    FigureCanvasAgg(fig)
+    for i, key in enumerate(panels):
+        ax = fig.add_subplot(rows_of_panels, columns, i + 1)
+        if key == "teams_vs_allocators":
+            rows = report[key]
+            allocators = list(dict.fromkeys(r["allocator"] for r in rows))
+            teams = list(dict.fromkeys(r["team"] for r in rows))
+            width = 0.8 / len(teams)
+            for k, team in enumerate(teams):
+                values = [next(r["declared_to_need"] for r in rows if r["allocator"] == a and r["team"] == team)
+                          for a in allocators]
+                ax.bar(np.arange(len(allocators)) + k * width, values, width, label=team)
+            ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+            for ref, style in zip(report.get("teams_reference", []), (":", "-.", "--"), strict=False):
+                mean = float(np.nanmean([v for k, v in ref.items() if k != "teams"]))
+                ax.axhline(mean, color="grey", linewidth=1.0, linestyle=style, label=f"{ref['teams']} teams ({mean:.2f})")
+            ax.set_xticks(np.arange(len(allocators)) + 0.4 - width / 2, allocators, rotation=30, ha="right")
+            ax.set_title("learned teams: declared / true need, per allocator")
+            ax.legend(fontsize=8)
+        elif key == "teams_over_training":
+            rows = report[key]
+            for team in [k for k in rows[0] if k != "env_steps"]:
+                ax.plot([r["env_steps"] for r in rows], [r[team] for r in rows], marker="o", label=team)
+            ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+            ax.set_xlabel("env steps")
+            ax.set_title("declared / true need over training")
+            ax.legend(fontsize=8)
+        elif key == "allocator_grants":
+            names = [g["allocator"] for g in report[key]]
+            x = np.arange(len(names))
+            ax.bar(x - 0.3, [g["slope_on_declared"] for g in report[key]], 0.3, label="grant per declared GPU")
+            ax.bar(x, [g["slope_on_revealed_need"] for g in report[key]], 0.3, label="grant per revealed-need GPU")
+            gains = {n: np.mean([r["misreport_gain"] for r in report["misreport_gain"] if r["allocator"] == n])
+                     for n in names}
+            ax.bar(x + 0.3, [gains[n] / 100 for n in names], 0.3, label="misreport gain / 100")
+            ax.set_xticks(x, names)
+            ax.set_title("allocator: grants vs declarations / revealed needs")
+            ax.legend(fontsize=8)
+        else:
+            for row in report[key]:
+                ax.scatter(row["demand"], row["level"], s=6, alpha=0.3, label=f"{row['broker']} (r={row['correlation']:.2f})")
+            ax.set_xlabel("demand seen (GPUs declared)")
+            ax.set_ylabel("mean price level posted")
+            ax.set_title("broker: price vs demand")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+__all__ = ["Trace", "analyze", "declared_to_need", "play_traced", "price_response", "slope", "write_analysis"]
