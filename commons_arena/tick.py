@@ -91,10 +91,6 @@ class Repairs(NamedTuple):
     grant_over_carbon_cap: int = 0
     offer_over_inventory: int = 0  # the broker's
 
-    @property
-    def allocator_units(self) -> int:
-        return self.buy_over_offer + self.buy_over_budget + self.grant_over_capacity + self.grant_over_carbon_cap
-
     def as_dict(self) -> dict[str, int]:
         """Rule name -> units (``infos["allocator"]["repairs"]``)."""
         return self._asdict()

@@ -96,14 +96,6 @@ def edf_key(job: Job, index: int) -> tuple[int, int, int]:
     return (job.deadline, -job.priority, index)
 
 
-def build_team_jobs(
-    team: TeamConfig, tiers: tuple[GpuTierConfig, ...], rng: np.random.Generator
-) -> list[Job]:
-    """The team's jobs for one episode: fixed list (values drawn within ±noise) then the
-    generator's stream. Draws happen in file order, so a seed fixes every job."""
-    return TeamJobSource(team, tiers).draw(rng)
-
-
 class TeamJobSource:
     """Everything about a team's jobs that does not depend on the seed (ids, dependencies,
     fitting tiers, the numbers of the fixed jobs), prepared once per scenario so that each
@@ -287,6 +279,3 @@ def run_team_jobs(
             tick.missed_value += job.value
     return tick
 
-
-def all_resolved(jobs: list[Job]) -> bool:
-    return all(job.status != PENDING for job in jobs)

@@ -98,10 +98,6 @@ class Aggregates:
     metagame: list[dict[str, Any]] = field(default_factory=list)  # the Nash mixtures
 
 
-def _cell(row: Mapping[str, Any]) -> tuple[str, str, int]:
-    return row["scenario"], row["background"], row["seed"]
-
-
 def aggregate(roster: Roster, rows: Sequence[Mapping[str, Any]]) -> Aggregates:
     """Every table of the tournament from its stored rows (one per planned episode)."""
     players = [p.name for p in roster.players]

@@ -187,10 +187,6 @@ class SeatSpec:
         return tuple((p.name, p.start, p.start + p.size, 0 if not p.axes else -1 if len(p.shape) == 1 else p.shape[1])
                      for p in self.observations)
 
-    @property
-    def action_high(self) -> np.ndarray:
-        return np.concatenate([np.asarray(p.high, dtype=np.int64) for p in self.actions])
-
 
 _SPECS: dict[tuple[str, str], SeatSpec] = {}
 
