@@ -10,7 +10,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.spaces import observation_layout
 from policies import Population
-from policies.codecs import CODECS, AbsoluteAllocatorCodec, ResidualPlannerCodec, make_codec
+from policies.codecs import CODECS, AbsoluteAllocatorCodec, NeedResidualCodec, ResidualPlannerCodec, make_codec
 from policies.learned import ModuleInterface
 from policies.planner import PlannerAllocator
 
@@ -52,9 +52,10 @@ def test_decoded_actions_never_need_repair(name):
         assert (grant >= 0).all() and (buy >= 0).all()
 
 
-def test_residual_zero_code_plays_the_planner_exactly():
+@pytest.mark.parametrize("codec_class", [ResidualPlannerCodec, NeedResidualCodec])
+def test_residual_zero_code_plays_the_planner_exactly(codec_class):
     env = commons_arena.parallel_env("crisis")
-    codec = ResidualPlannerCodec(env.config)
+    codec = codec_class(env.config)
     planner = PlannerAllocator(env.config)
     policies = Population.default(env.config).build(env.config, env=env)
     for seed in range(3):
@@ -96,6 +97,43 @@ def test_residual_and_absolute_grant_without_a_declaration_and_on_another_tier()
     assert absolute.decode(obs, wanted.ravel())[T:].reshape(-1, T).tolist() == wanted.tolist()
 
 
+def test_need_codec_plans_corrected_needs_with_the_planner():
+    """A correction to the need estimate goes through the planner's plan: at tick 0 (nothing
+    declared) +2 on robotics' medium need is granted on medium; when medium is full, the
+    planner spills it onto the larger tier; -2 on a declared need shrinks its grant."""
+    config = commons_arena.load_scenario("standard")
+    layout = observation_layout(config, ALLOCATOR)
+    T = len(config.gpu_tiers)
+    obs = np.zeros(layout.size, dtype=np.float32)
+    view = layout.view(obs)
+    view["owned"][...] = view["online"][...] = [4, 3, 1]
+    view["budget"][...] = config.budget
+    view["credibility"][...] = 1.0
+    codec = NeedResidualCodec(config)
+    features = codec.features(obs)
+    assert features.shape == (codec.n_features,)
+    assert features[-codec.ticks:].tolist() == [1.0] + [0.0] * config.max_ticks  # tick 0, one-hot
+    code = codec.zero_code.copy()
+    code[1 * T + 1] = codec.DELTAS.index(2)  # robotics, medium: +2
+    assert codec.decode(obs, code)[T:].reshape(-1, T)[1].tolist() == [0, 2, 0]
+
+    view["online"][1] = 1  # one medium GPU online: the second spills onto the large tier
+    codec.reset()
+    codec.features(obs)
+    assert codec.decode(obs, code)[T:].reshape(-1, T)[1].tolist() == [0, 1, 1]
+
+    later = obs.copy()
+    layout.view(later)["tick"][...] = 3
+    layout.view(later)["online"][...] = [4, 3, 1]
+    layout.view(later)["declared"][0] = [3, 0, 0]  # search declares 3 small GPUs
+    codec.reset()
+    assert codec.features(later)[-codec.ticks:].argmax() == 3
+    planned = codec.decode(later, codec.zero_code)[T:].reshape(-1, T)[0, 0]
+    code = codec.zero_code.copy()
+    code[0] = codec.DELTAS.index(-2)
+    assert codec.decode(later, code)[T:].reshape(-1, T)[0, 0] == max(planned - 2, 0) < planned
+
+
 def test_absolute_codec_buys_what_its_grants_need():
     config = commons_arena.load_scenario("standard")
     codec = AbsoluteAllocatorCodec(config)
@@ -113,7 +151,7 @@ def test_absolute_codec_buys_what_its_grants_need():
 
 
 def test_unknown_codec_is_named():
-    with pytest.raises(ValueError, match="unknown action codec 'nope'; codecs: relative, absolute, residual"):
+    with pytest.raises(ValueError, match="unknown action codec 'nope'; codecs: relative, absolute, residual, need"):
         make_codec("nope", commons_arena.load_scenario("standard"))
 
 

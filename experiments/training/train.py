@@ -115,11 +115,19 @@ class TrainArgs:
     """learning rate"""
     gamma: float = 0.99
     """discount (episodes are 10-20 ticks)"""
+    gae_lambda: float = 1.0
+    """GAE lambda (1.0, RLlib's default, is the Monte-Carlo return minus the value baseline;
+    lower leans on the value function: less variance, more bias)"""
     entropy_coeff: float = 0.005
     """entropy bonus"""
-    action_codec: Literal["residual", "absolute", "relative", "none"] = "residual"
-    """how the module's action becomes an env action (policies.codecs): 'residual' corrects the
-    planner's grants, 'absolute' chooses every grant, 'relative' grants shares of each team's
+    vf_clip: float = math.inf
+    """clip of the value function's squared error (RLlib's vf_clip_param). RLlib's default, 10,
+    zeroes the value loss's gradient wherever the error exceeds about 3.2 -- nearly everywhere
+    at this game's returns (hundreds) -- so the critic never learns and advantages are raw
+    returns; off by default"""
+    action_codec: Literal["need", "residual", "absolute", "relative", "none"] = "residual"
+    """how the module's action becomes an env action (policies.codecs): 'need' corrects the
+    planner's need estimates (then the planner plans), 'residual' corrects the planner's grants, 'absolute' chooses every grant, 'relative' grants shares of each team's
     demand; 'none' outputs the env action itself"""
     zero_bias: float = 4.0
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
@@ -174,7 +182,10 @@ class TrainArgs:
             (self.num_epochs >= 1, f"--num-epochs must be at least 1, got {self.num_epochs}"),
             (math.isfinite(self.lr) and self.lr >= 0, f"--lr must be a number >= 0 (0 freezes the policy), got {self.lr}"),
             (math.isfinite(self.gamma) and 0 < self.gamma <= 1, f"--gamma must be in (0, 1], got {self.gamma}"),
+            (math.isfinite(self.gae_lambda) and 0 <= self.gae_lambda <= 1,
+             f"--gae-lambda must be in [0, 1], got {self.gae_lambda}"),
             (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
+            (self.vf_clip > 0, f"--vf-clip must be > 0 (inf: no clip), got {self.vf_clip}"),
             (len(self.hidden) >= 1 and all(1 <= h <= 65_536 for h in self.hidden),
              f"--hidden needs one or more layer sizes in [1, 65536], got {list(self.hidden)}"),
             (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
@@ -418,7 +429,8 @@ def build_algorithm(args: TrainArgs, scales: dict[str, np.ndarray] | np.ndarray,
         plan=plan,
         **league_options,
     )
-    config = config.training(lr=args.lr, gamma=args.gamma, entropy_coeff=args.entropy_coeff)
+    config = config.training(lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda, entropy_coeff=args.entropy_coeff,
+                             **({"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}))  # APPO has none
     return config.build_algo()
 
 

@@ -1,0 +1,134 @@
+"""What the ``planner`` cannot see, and what knowing it would be worth (why the ``need`` codec exists).
+
+The planner estimates each team's need from declarations made a tick earlier, so at tick 0
+(nothing declared yet) and whenever jobs arrive it sees nothing. This benchmark measures,
+per scenario:
+
+1. the average gap (true need − planner estimate) per tick and (team, tier), over the
+   ``--train`` seeds (reading the env's hidden state: a measurement, not a policy);
+2. on the ``--test`` seeds (held out from 1.), paired against the planner, the return of:
+   ``true need`` (the planner fed the hidden true need every tick: the most better need
+   estimates can give), ``true need at tick 0`` (only at tick 0), ``per-tick gap on needs``
+   (the planner plus the rounded average gap of its tick, within the ``need`` codec's
+   -2..+2: a correction a learned module can represent with one weight per tick), ``tick-0
+   gap on needs`` (that correction at tick 0 only) and
+   ``per-tick gap on grants`` (the same correction added to the grants, as the ``residual``
+   codec would).
+
+    python -m experiments.bench.need_gap --train 200 --test 30
+
+Prints one markdown table; ``--out`` also writes it as CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tyro
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from experiments.evaluation.evaluate import markdown_table, paired_difference
+from policies import Population
+from policies.codecs import NeedResidualCodec
+from policies.planner import PlannerAllocator
+from policies.population import run_episode
+
+
+@dataclass
+class Args:
+    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    """scenarios to measure"""
+    train: int = 200
+    """episodes (seeds 100 ..) that measure the average gap"""
+    test: int = 30
+    """held-out episodes (seeds 7000 ..) that compare the variants with the planner"""
+    out: Path | None = None
+    """write the table as CSV here too"""
+
+
+# how a variant changes the planner's need estimate (est) before it plans:
+#   (estimate, true need now, tick) -> needs to plan on; None = correct the grants instead
+NeedRule = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+
+
+class PlannerVariant:
+    """The planner, with its need estimate (or, for ``on_grants``, its grants) changed by ``rule``;
+    reads the env's hidden true need, so it is a measuring device, never a policy to play."""
+
+    def __init__(self, env: Any, rule: NeedRule | None, on_grants: np.ndarray | None = None) -> None:
+        self.env = env.unwrapped
+        self.planner = PlannerAllocator(self.env.config)
+        self.codec = NeedResidualCodec(self.env.config)  # for feasible()
+        self.rule, self.on_grants = rule, on_grants
+        config = self.env.config
+        self.gap = np.zeros((config.max_ticks + 1, len(config.teams), len(config.gpu_tiers)))
+        self.count = np.zeros(config.max_ticks + 1)
+
+    def reset(self, seed: int | None = None) -> None:
+        self.planner.reset(seed)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        estimate = self.planner.observe(observation)
+        tick = min(int(self.planner.field(observation, "tick")[0]), len(self.count) - 1)
+        true_need = self.env.hidden_state().need
+        self.gap[tick] += true_need - estimate
+        self.count[tick] += 1
+        if self.on_grants is not None:
+            T = self.codec.n_tiers
+            grant = np.asarray(self.planner.plan(observation, estimate.tolist()))[T:].reshape(-1, T)
+            return self.codec.feasible(self.codec.obs.view(observation), grant + self.on_grants[tick])
+        need = estimate if self.rule is None else np.clip(self.rule(estimate, true_need, tick), 0, self.codec.ceiling)
+        return np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
+
+
+def returns(scenario: str, seeds: range, rule: NeedRule | None = None,
+            on_grants: np.ndarray | None = None) -> tuple[np.ndarray, PlannerVariant]:
+    env = commons_arena.parallel_env(scenario=scenario)
+    policies = dict(Population.default(env.config).build(env.config, env=env))
+    variant = policies[ALLOCATOR] = PlannerVariant(env, rule, on_grants)
+    result = np.array([run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds])
+    return result, variant
+
+
+def measure(scenario: str, train: range, test: range) -> list[dict[str, Any]]:
+    _, recorder = returns(scenario, train)
+    bias = np.clip(np.rint(recorder.gap / np.maximum(recorder.count, 1)[:, None, None]), -2, 2).astype(np.int64)
+    planner, _ = returns(scenario, test)
+    variants: dict[str, tuple[NeedRule | None, np.ndarray | None]] = {
+        "true need": (lambda est, need, t: need, None),
+        "true need at tick 0": (lambda est, need, t: need if t == 0 else est, None),
+        "per-tick gap on needs": (lambda est, need, t: est + bias[t], None),
+        "tick-0 gap on needs": (lambda est, need, t: est + bias[t] if t == 0 else est, None),
+        "per-tick gap on grants": (None, bias),
+    }
+    rows = []
+    for name, (rule, on_grants) in variants.items():
+        mine, _ = returns(scenario, test, rule, on_grants)
+        diff, ci = paired_difference(mine, planner)
+        rows.append({"scenario": scenario, "variant": name, "episodes": len(test), "planner_return": float(planner.mean()),
+                     "return": float(mine.mean()), "diff": diff, "diff_ci95": ci})
+    gap0 = recorder.gap[0] / max(recorder.count[0], 1)
+    print(f"{scenario}: average gap at tick 0 (teams x tiers): {np.round(gap0, 2).tolist()}")
+    return rows
+
+
+def main(args: Args) -> None:
+    rows = [row for s in args.scenarios
+            for row in measure(s, range(100, 100 + args.train), range(7000, 7000 + args.test))]
+    print(markdown_table(rows))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
