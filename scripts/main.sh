@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the embedded defaults: set up, train the allocator on all three tiers
-# (standard, elevated and crisis mixed per episode; residual corrections to `planner`;
+# (standard, elevated and crisis mixed per episode; `need` corrections to `planner`;
 # 10 minutes), then a scripted-vs-learned tournament (planner included) with its table and
 # plots, and the checkpoint's paired comparison with every scripted allocator on held-out seeds.
 #   bash scripts/main.sh            # everything
@@ -17,8 +17,8 @@ RUN=runs/$(readlink runs/latest)  # the folder this training wrote (a stable nam
 .venv/bin/commons-arena tournament --scenarios standard elevated crisis \
   --allocators equal_split proportional fifo edf best_fit max_min_fair drf planner "learned:$RUN/best" \
   --seeds 20 --out "$RUN/tournament"
-.venv/bin/python -m experiments.bench.checkpoint "$RUN/best" --seeds 30 --first-seed 7000 --out "$RUN/vs_scripted"
+.venv/bin/python -m experiments.bench.checkpoint "$RUN/best" --seeds 100 --first-seed 7000 --out "$RUN/vs_scripted"
 echo
 echo "learning curve: $RUN/learning_curve.png"
 echo "tournament:     $RUN/tournament/standings.md, scores.md, scores.png, standings.png, win_matrix.png"
-echo "vs scripted:    $RUN/vs_scripted/checkpoint_vs_scripted.md (paired, 30 held-out seeds per tier)"
+echo "vs scripted:    $RUN/vs_scripted/checkpoint_vs_scripted.md (paired, 100 held-out seeds per tier)"

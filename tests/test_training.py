@@ -15,6 +15,7 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.spaces import observation_layout
 from experiments.evaluation.roster import RosterError, roster_from_dict
 from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
@@ -191,14 +192,15 @@ def test_curriculum_callback_promotes_through_every_stage(ray_session, tmp_path)
     assert set(final) == {"standard", "elevated", "crisis"}
 
 
-def test_mixed_tier_residual_training_starts_as_the_planner(ray_session, tmp_path):
-    """allocator_mixed with the residual codec and two stacked ticks: before any learning
-    (lr 0) the greedy module is the zero correction, so the checkpoint plays exactly the
-    planner on every tier; the sidecar records codec and history."""
+@pytest.mark.parametrize("codec", ["need", "residual"])
+def test_mixed_tier_residual_training_starts_as_the_planner(ray_session, tmp_path, codec):
+    """allocator_mixed with a codec built on the planner and two stacked ticks: before any
+    learning (lr 0) the greedy module is the zero correction, so the checkpoint plays exactly
+    the planner on every tier; the sidecar records codec and history."""
     checkpoint = train(TrainArgs(out=tmp_path, run_name="mixed", experiment="allocator_mixed", history=2, lr=0.0,
-                                 **TINY))
+                                 action_codec=codec, **TINY))
     meta = read_sidecar(checkpoint)
-    assert meta["action_codec"]["name"] == "residual" and meta["history"] == 2
+    assert meta["action_codec"]["name"] == codec and meta["history"] == 2
     final = json.loads((checkpoint.parent / "final_scores.json").read_text())
     assert set(final) == {"standard", "elevated", "crisis"}
     for scenario in ("standard", "crisis"):
@@ -209,6 +211,23 @@ def test_mixed_tier_residual_training_starts_as_the_planner(ray_session, tmp_pat
             return [run_episode(env, population, seed)[ALLOCATOR]["return"] for seed in (1, 2)]
 
         assert returns(f"learned:{checkpoint}") == returns("planner"), scenario
+
+
+def test_the_critic_is_not_clipped_and_gae_lambda_reaches_rllib(ray_session):
+    """RLlib's default vf_clip_param (10, on the squared error) zeroes the critic's gradient at
+    this game's returns; the defaults turn it off and pass lambda through, and both flags
+    reach the algorithm RLlib builds."""
+    from experiments.training.train import build_algorithm
+
+    config = commons_arena.load_scenario("standard")
+    scale = np.ones(observation_layout(config, ALLOCATOR).size, dtype=np.float32)
+    for args, clip, lam in ((TrainArgs(**TINY), float("inf"), 0.9),
+                            (TrainArgs(vf_clip=10.0, gae_lambda=1.0, **TINY), 10.0, 1.0)):
+        algo = build_algorithm(args, scale, {})
+        try:
+            assert (algo.config.vf_clip_param, algo.config.lambda_) == (clip, lam)
+        finally:
+            algo.stop()
 
 
 def test_recurrent_module_trains_and_is_evaluated_live(ray_session, tmp_path):

@@ -14,8 +14,8 @@ The experiments, read top to bottom:
   ``crisis`` at random (each with its own population); held-out evaluations play all
   three and the run keeps the checkpoint with the best mean score over them.
 
-The allocator acts through an action codec (``policies.codecs``; default ``residual``:
-corrections to the ``planner``, starting from the zero correction, see
+The allocator acts through an action codec (``policies.codecs``; default ``need``:
+corrections to the ``planner``'s need estimates, starting from the zero correction, see
 :func:`~experiments.training.rllib_adapter.favour_code`) and may see the last ``history``
 ticks stacked (``policies.learned.ModuleInterface``) or carry an LSTM (``use_lstm``).
 
@@ -115,7 +115,7 @@ class TrainArgs:
     """learning rate"""
     gamma: float = 0.99
     """discount (episodes are 10-20 ticks)"""
-    gae_lambda: float = 1.0
+    gae_lambda: float = 0.9
     """GAE lambda (1.0, RLlib's default, is the Monte-Carlo return minus the value baseline;
     lower leans on the value function: less variance, more bias)"""
     entropy_coeff: float = 0.005
@@ -125,10 +125,11 @@ class TrainArgs:
     zeroes the value loss's gradient wherever the error exceeds about 3.2 -- nearly everywhere
     at this game's returns (hundreds) -- so the critic never learns and advantages are raw
     returns; off by default"""
-    action_codec: Literal["need", "residual", "absolute", "relative", "none"] = "residual"
+    action_codec: Literal["need", "residual", "absolute", "relative", "none"] = "need"
     """how the module's action becomes an env action (policies.codecs): 'need' corrects the
-    planner's need estimates (then the planner plans), 'residual' corrects the planner's grants, 'absolute' chooses every grant, 'relative' grants shares of each team's
-    demand; 'none' outputs the env action itself"""
+    planner's need estimates (then the planner plans), 'residual' corrects the planner's
+    grants, 'absolute' chooses every grant, 'relative' grants shares of each team's demand;
+    'none' outputs the env action itself"""
     zero_bias: float = 4.0
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
