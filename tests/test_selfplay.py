@@ -152,7 +152,7 @@ def test_bluffers_declare_more_than_truthful_teams():
 def test_seat_plan_and_mixed_tiers_share_one_interface_per_seat():
     """A shared team module's identity and the allocator's codec + history all go through the
     seat's ModuleInterface, in every tier of a mix."""
-    from experiments.training.rllib_adapter import ArenaRLlibEnv
+    from experiments.training.rllib_adapter import TRAINING_SEEDS, ArenaRLlibEnv
 
     config = commons_arena.load_scenario("standard")
     plan = SeatPlan.build(config, ["allocator", "team"], "shared")
@@ -169,6 +169,8 @@ def test_seat_plan_and_mixed_tiers_share_one_interface_per_seat():
     for seed in range(6):
         obs, _ = env.reset(seed=seed)
         scenarios.add(env.par_env.config.name)
+        # training never plays an evaluation seed (they are all below 2**20)
+        assert TRAINING_SEEDS[0] <= env.seats.episode_seed < TRAINING_SEEDS[1]
         for seat, o in obs.items():
             assert env.observation_spaces[seat].contains(o), seat
         for index, team in enumerate(TEAMS):

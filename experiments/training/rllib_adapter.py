@@ -81,6 +81,9 @@ def _default_parallel_env(**kwargs: Any) -> Any:
 # --------------------------------------------------------------------------- env
 
 
+TRAINING_SEEDS = (2**20, 2**31 - 1)  # [low, high) of training episode seeds; evaluations use seeds below
+
+
 class ArenaRLlibEnv(MultiAgentEnv):
     """The commons_arena ``ParallelEnv`` as an RLlib ``MultiAgentEnv``.
 
@@ -103,7 +106,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
 
     Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
     ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
-    seeding rule seeds the background policies from it.
+    seeding rule seeds the background policies from it. Training seeds are drawn from
+    ``TRAINING_SEEDS`` (2**20 and up), so no training episode ever plays a seed below 2**20:
+    the evaluation seeds (training's 900000.., the tournament's 5000.., the paired check's
+    7000..) are held out by construction.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
@@ -206,7 +212,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self._next_scenario = None
         elif self._mix:
             self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
-        episode_seed = int(seed) if seed is not None else int(self._seeds.integers(2**31 - 1))
+        episode_seed = int(self._seeds.integers(*TRAINING_SEEDS))
         obs, infos = self.seats.reset(seed=episode_seed, options=options)
         for interface in self._interfaces.values():
             interface.reset()

@@ -130,7 +130,7 @@ class TrainArgs:
     planner's need estimates (then the planner plans), 'residual' corrects the planner's
     grants, 'absolute' chooses every grant, 'relative' grants shares of each team's demand;
     'none' outputs the env action itself"""
-    zero_bias: float = 4.0
+    zero_bias: float = 3.0
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
     history: int = 1
