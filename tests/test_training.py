@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -166,6 +167,20 @@ def test_resume_continues_from_the_last_checkpoint(trained):
     assert after["iterations"] == before["iterations"] + 1
     assert after["env_steps"] > before["env_steps"]  # RLlib's counters came back from the checkpoint
     assert [row["iteration"] for row in after["history"]] == [1, 2]
+
+
+def test_resuming_a_run_saved_before_a_flag_existed_keeps_what_it_trained_with(tmp_path):
+    """A run whose args.json predates --gae-lambda / --vf-clip trained with RLlib's values
+    then (1.0, 10): resuming it must not switch to today's defaults; a run that saved them
+    keeps its own; session arguments come from the command line."""
+    from experiments.training.train import _resumed_args
+
+    saved = {**json.loads(json.dumps(asdict(TrainArgs(out=tmp_path)), default=str)), "minutes": 99.0}
+    old = {k: v for k, v in saved.items() if k not in ("gae_lambda", "vf_clip")}
+    args = _resumed_args(old, TrainArgs(minutes=2.0))
+    assert (args.gae_lambda, args.vf_clip, args.minutes) == (1.0, 10.0, 2.0)
+    args = _resumed_args({**saved, "gae_lambda": 0.8}, TrainArgs())
+    assert (args.gae_lambda, args.vf_clip) == (0.8, float("inf"))
 
 
 def test_scripted_agents_as_rllib_modules(ray_session, tmp_path):

@@ -639,13 +639,18 @@ def train(args: TrainArgs) -> Path:
 
 # On resume the saved run's arguments win, except these, which belong to this session.
 SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
+# A run saved before one of these flags existed trained with this value (RLlib's default then):
+# resuming it keeps that, not today's default.
+VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
 
 
 def _resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
     values: dict[str, Any] = {}
     for f in fields(TrainArgs):
-        if f.name in SESSION_ARGS or f.name not in saved:
+        if f.name in SESSION_ARGS:
             values[f.name] = getattr(current, f.name)
+        elif f.name not in saved:
+            values[f.name] = VALUE_BEFORE_FLAG.get(f.name, getattr(current, f.name))
         elif f.name == "out":
             values[f.name] = Path(saved[f.name])
         elif f.name == "hidden":
