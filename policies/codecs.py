@@ -230,9 +230,13 @@ class ResidualPlannerCodec(Codec):
             np.float32
         )
 
+    def correction(self, code: np.ndarray) -> np.ndarray:
+        """The GPUs ``code`` adds per (team, tier)."""
+        return self.deltas[np.asarray(code, dtype=np.int64)].reshape(self.n_teams, self.n_tiers)
+
     def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
         buy, grant = self._propose(observation)
-        delta = self.deltas[np.asarray(code, dtype=np.int64)].reshape(self.n_teams, self.n_tiers)
+        delta = self.correction(code)
         if not delta.any():
             return np.concatenate([buy, grant.ravel()]).astype(np.int64)
         return self.feasible(self.obs.view(observation), grant + delta)
@@ -265,7 +269,7 @@ class NeedResidualCodec(ResidualPlannerCodec):
 
     def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
         buy, grant = self._propose(observation)
-        delta = self.deltas[np.asarray(code, dtype=np.int64)].reshape(self.n_teams, self.n_tiers)
+        delta = self.correction(code)
         if not delta.any():
             return np.concatenate([buy, grant.ravel()]).astype(np.int64)
         estimate = self.planner.last_estimate

@@ -209,6 +209,7 @@ class LearnedPolicy:
         self.module = module
         self.interface = interface
         self._state: Any = None  # a recurrent RLlib module's state (None: the initial one)
+        self.last_module_action: np.ndarray | None = None  # the module's own action (before the codec) of the last tick
 
     @property
     def codec(self) -> Codec | None:
@@ -246,6 +247,7 @@ class LearnedPolicy:
             action, self._state = module_action(self.module, module_input, self._state)
         else:
             action = module_action(self.module, module_input)
+        self.last_module_action = action
         return self.interface.act(observation, action)
 
 

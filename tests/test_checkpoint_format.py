@@ -210,3 +210,30 @@ def test_checkpoint_that_does_not_fit_names_both(checkpoint, tmp_path):
     shutil.rmtree(checkpoint)
     with pytest.raises(ValueError, match="not a commons_arena policy checkpoint"):
         LearnedPolicy.load(checkpoint, "standard", ALLOCATOR)
+
+
+def test_corrections_benchmark_reads_what_a_need_checkpoint_played(tmp_path):
+    """experiments.bench.corrections: recording a need-codec checkpoint's corrections does not
+    change its play, and the recorded mean at tick 0 is the module's own tick-0 correction."""
+    from experiments.bench.corrections import CorrectionRecorder, mean_corrections
+    from policies.learned import ModuleInterface
+
+    env = commons_arena.parallel_env("crisis")
+    raw = env.observation_space(ALLOCATOR).shape[0]
+    size = ModuleInterface(env.config, ALLOCATOR, np.ones(raw, np.float32), "need").input_size
+    nvec = [int(n) for n in CODECS["need"](env.config).nvec]
+    folder = tmp_path / "need"
+    save_policy(folder, network_from_rl_module(rllib_module(size, nvec), nvec), env.config, ALLOCATOR,
+                np.ones(raw, np.float32), "need")
+    means = mean_corrections(folder, "crisis", range(2))
+    assert len(means) > 1 and set(means) <= set(range(env.config.max_ticks + 1))
+    policy = LearnedPolicy.load(folder, env.config, ALLOCATOR)
+    policy.reset()
+    obs, _ = env.reset(seed=0)
+    policy.act(obs[ALLOCATOR])  # tick 0 looks the same in every episode
+    np.testing.assert_array_equal(means[0], policy.codec.correction(policy.last_module_action))
+
+    built = dict(Population.default(env.config).with_agent(ALLOCATOR, f"learned:{folder}").build(env.config, env=env))
+    plain = run_episode(env, built, 5)[ALLOCATOR]["return"]
+    built[ALLOCATOR] = CorrectionRecorder(LearnedPolicy.load(folder, env.config, ALLOCATOR), policy.codec)
+    assert run_episode(env, built, 5)[ALLOCATOR]["return"] == plain
