@@ -27,7 +27,7 @@ from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, DIFFICULT
 
 # Bounds. Every number is finite, and every size is capped so that a valid file cannot
 # exhaust memory (observation and queue sizes grow with these), overflow an int64 action
-# space or turn a reward into inf. They are far above any shipped scenario; README lists them.
+# space or turn a reward into inf. They are far above any shipped scenario; docs/environment.md lists them.
 MAX_TICKS = 1000  # episode length; also bounds every tick-valued field
 MAX_GPUS = 100_000  # per tier: owned, spot inventory; a job's GPUs; GPUs knocked offline
 MAX_AMOUNT = 1e9  # money (budget, values, costs, prices), work units, memory, speed, power, carbon
