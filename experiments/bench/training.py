@@ -18,6 +18,7 @@ import numpy as np
 import tyro
 
 import commons_arena
+from experiments.training.rllib_adapter import foreach_sampling_runner
 from experiments.training.selfplay import plan_for
 from experiments.training.train import TrainArgs, build_algorithm
 
@@ -31,9 +32,7 @@ class Args:
 
 
 def env_seconds(algo) -> float:
-    per_runner = algo.env_runner_group.foreach_env_runner(
-        lambda runner: sum(env.unwrapped.env_seconds for env in runner.env.envs), local_env_runner=True
-    )
+    per_runner = foreach_sampling_runner(algo, lambda runner: sum(env.unwrapped.env_seconds for env in runner.env.envs))
     return float(sum(per_runner))
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.training.rllib_adapter import RewardTermsCallback
+from experiments.training.rllib_adapter import RewardTermsCallback, foreach_sampling_runner
 
 LEARNER = "team"
 SNAPSHOT_PREFIX = "team_v"
@@ -122,7 +122,7 @@ def add_snapshot(algorithm: Any, snapshot_id: str, pool: Sequence[str], team_sea
         def load(runner: Any) -> None:
             runner.module[snapshot_id].set_state(weights)
 
-        algorithm.env_runner_group.foreach_env_runner(load, local_env_runner=True)
+        foreach_sampling_runner(algorithm, load)
     return weights
 
 

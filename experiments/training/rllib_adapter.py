@@ -488,14 +488,22 @@ class CurriculumCallback(RewardTermsCallback):
         result["curriculum_stage"] = stage
 
 
+def foreach_sampling_runner(algorithm: Any, fn: Callable[[Any], Any]) -> list[Any]:
+    """``fn(runner)`` on every env runner that samples, i.e. holds envs and acting modules:
+    the remote runners when there are any (the driver's local runner then has no env,
+    ``runner.env`` is None), else the local one. Returns the results in runner order."""
+    group = algorithm.env_runner_group
+    return list(group.foreach_env_runner(fn, local_env_runner=group.num_remote_env_runners() == 0))
+
+
 def set_scenario_everywhere(algorithm: Any, scenario: str) -> None:
-    """Switch every env of every env runner to ``scenario`` from their next episode on."""
+    """Switch every env of every sampling env runner to ``scenario`` from their next episode on."""
 
     def switch(runner: Any) -> None:
         for env in runner.env.envs:
             env.unwrapped.set_scenario(scenario)
 
-    algorithm.env_runner_group.foreach_env_runner(switch, local_env_runner=True)
+    foreach_sampling_runner(algorithm, switch)
 
 
 # --------------------------------------------------------------------------- config
