@@ -19,8 +19,10 @@ import pytest
 import commons_arena
 from experiments.cli import main
 from experiments.training import league
-from experiments.training.rllib_adapter import foreach_sampling_runner, set_scenario_everywhere
-from experiments.training.train import TrainArgs, build_algorithm, train
+from experiments.training.algorithm import build_algorithm
+from experiments.training.callbacks import foreach_sampling_runner, set_scenario_everywhere
+from experiments.training.setup import resolve, with_unit_scales
+from experiments.training.train import TrainArgs, train
 from tests.test_tournament import stored
 
 pytestmark = pytest.mark.timeout(600)
@@ -57,11 +59,10 @@ def test_a_curriculum_promotes_the_remote_envs(ray_session, tmp_path):
 
 def test_scenario_switch_and_snapshots_reach_the_remote_runners(ray_session):
     args = TrainArgs(experiment="league", snapshot_margin=1e9, **TINY)  # no automatic snapshots
-    shape = commons_arena.parallel_env("standard").observation_space("search").shape
-    algo = build_algorithm(args, {t: np.ones(shape, np.float32) for t in TEAMS}, {})
+    algo = build_algorithm(with_unit_scales(resolve(args)))
     try:
         assert algo.env_runner_group.num_remote_env_runners() == 1 and algo.env_runner.env is None
-        set_scenario_everywhere(algo, "crisis")
+        set_scenario_everywhere(algo, commons_arena.load_scenario("crisis"))
         algo.train()
         scenarios = foreach_sampling_runner(algo, lambda r: {e.unwrapped.par_env.config.name for e in r.env.envs})
         assert scenarios == [{"crisis"}]
