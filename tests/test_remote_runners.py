@@ -94,9 +94,11 @@ def _cli(*argv: str, address: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=400)
 
 
-def test_train_and_a_tournament_on_a_two_node_cluster(tmp_path):
+def test_train_and_a_tournament_on_a_two_node_cluster(tmp_path, monkeypatch):
     from ray.cluster_utils import Cluster
 
+    # The nodes' workers import this checkout's code: they inherit PYTHONPATH from this process.
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     # Two nodes of one CPU each: two env runners of one CPU each must sit on different nodes.
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:

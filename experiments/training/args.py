@@ -36,8 +36,8 @@ class TrainArgs:
     team_modules: Literal["shared", "per_team"] = "shared"
     """learning teams share one module (their identity appended to the observation) or get one each"""
     background: Annotated[Path | None, tyro.conf.arg(aliases=("--population",))] = None
-    """(also --population, the name play and serve use) roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
-    default: the scenario's own population"""
+    """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
+    default: the scenario's own population (--population, as play and serve call it, is the same flag)"""
     league_scripted: tuple[str, ...] = ("truthful", "greedy_bluffer")
     """league: the scripted team policies in the mix (beside the learner and its snapshots)"""
     snapshot_margin: float = 0.1
