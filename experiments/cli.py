@@ -31,7 +31,7 @@ import tyro
 
 import commons_arena
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup, validate_seeds
-from experiments.training.train import TrainArgs
+from experiments.training.args import TrainArgs
 
 PROG = "commons-arena"
 DEBUG_FLAG = "--debug"

@@ -11,7 +11,10 @@ from ray.rllib.core.columns import Columns
 
 import commons_arena
 from experiments.training import league
-from experiments.training.train import TrainArgs, build_algorithm, train
+from experiments.training.algorithm import build_algorithm
+from experiments.training.seats import exact_scale
+from experiments.training.setup import resolve, with_unit_scales
+from experiments.training.train import TrainArgs, train
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,7 +37,7 @@ def test_margin_rule():
     assert league.learner_beats_mix({"team": 120.0, "scripted_truthful": 100.0}, 0.1) == (True, 120.0, 100.0)
     assert not league.learner_beats_mix({"team": 105.0, "scripted_truthful": 100.0}, 0.1)[0]
     assert not league.learner_beats_mix({"team": 5.0}, 0.1)[0]  # nothing to compare with
-    scale = league.exact_scale(np.array([0.5, 3.0, 100.0], np.float32))
+    scale = exact_scale(np.array([0.5, 3.0, 100.0], np.float32))
     np.testing.assert_array_equal(scale, [1.0, 4.0, 128.0])
     x = np.random.default_rng(0).normal(size=(100, 3)).astype(np.float32) * 50
     np.testing.assert_array_equal((x / scale) * scale, x)  # scripted members see the raw observation
@@ -43,7 +46,7 @@ def test_margin_rule():
 def test_a_snapshot_acts_like_its_source_on_the_next_iteration(ray_session):
     args = TrainArgs(experiment="league", snapshot_margin=1e9, **TINY)  # no automatic snapshots
     shape = commons_arena.parallel_env("standard").observation_space("search").shape
-    algo = build_algorithm(args, {t: np.ones(shape, np.float32) for t in TEAMS}, {})
+    algo = build_algorithm(with_unit_scales(resolve(args)))
     try:
         algo.train()
         runner = algo.env_runner  # the local env runner samples (num_env_runners=0)

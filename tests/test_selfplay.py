@@ -40,7 +40,7 @@ def test_seat_plans():
     assert shared.mapping_fn()("safety") == "team" and shared.mapping_fn()("broker") == "broker"
     with pytest.raises(ValueError, match=r"unknown learner 'teams'.*'team' means every team"):
         SeatPlan.build(config, ["teams"])
-    from experiments.training.selfplay import plan_for
+    from experiments.training.seats import plan_for
 
     assert plan_for("selfplay", config, ("allocator",), "per_team").modules == {
         seat: [seat] for seat in config.agents}
@@ -152,14 +152,14 @@ def test_bluffers_declare_more_than_truthful_teams():
 def test_seat_plan_and_mixed_tiers_share_one_interface_per_seat():
     """A shared team module's identity and the allocator's codec + history all go through the
     seat's ModuleInterface, in every tier of a mix."""
-    from experiments.training.rllib_adapter import TRAINING_SEEDS, ArenaRLlibEnv
+    from experiments.training.env import TRAINING_SEEDS, ArenaRLlibEnv
 
     config = commons_arena.load_scenario("standard")
     plan = SeatPlan.build(config, ["allocator", "team"], "shared")
     raw = commons_arena.parallel_env(scenario="standard")
     learning = plan.seats
     env = ArenaRLlibEnv({
-        "scenarios": ["standard", "elevated", "crisis"], "play_population": True, "learned_agents": learning,
+        "scenarios": ["standard", "elevated", "crisis"], "scripted_in_env": True, "learned_agents": learning,
         "observation_scale": {s: np.ones(raw.observation_space(s).shape, np.float32).tolist() for s in learning},
         "action_codec": {ALLOCATOR: "residual"}, "history": {ALLOCATOR: 2}, **plan.to_env_config(),
     })

@@ -16,7 +16,6 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from commons_arena.spaces import observation_layout
 from experiments.evaluation.roster import RosterError, roster_from_dict
 from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
@@ -173,13 +172,13 @@ def test_resuming_a_run_saved_before_a_flag_existed_keeps_what_it_trained_with(t
     """A run whose args.json predates --gae-lambda / --vf-clip trained with RLlib's values
     then (1.0, 10): resuming it must not switch to today's defaults; a run that saved them
     keeps its own; session arguments come from the command line."""
-    from experiments.training.train import _resumed_args
+    from experiments.training.runs import resumed_args
 
     saved = {**json.loads(json.dumps(asdict(TrainArgs(out=tmp_path)), default=str)), "minutes": 99.0}
     old = {k: v for k, v in saved.items() if k not in ("gae_lambda", "vf_clip")}
-    args = _resumed_args(old, TrainArgs(minutes=2.0))
+    args = resumed_args(old, TrainArgs(minutes=2.0))
     assert (args.gae_lambda, args.vf_clip, args.minutes) == (1.0, 10.0, 2.0)
-    args = _resumed_args({**saved, "gae_lambda": 0.8}, TrainArgs())
+    args = resumed_args({**saved, "gae_lambda": 0.8}, TrainArgs())
     assert (args.gae_lambda, args.vf_clip) == (0.8, float("inf"))
 
 
@@ -232,13 +231,12 @@ def test_the_critic_is_not_clipped_and_gae_lambda_reaches_rllib(ray_session):
     """RLlib's default vf_clip_param (10, on the squared error) zeroes the critic's gradient at
     this game's returns; the defaults turn it off and pass lambda through, and both flags
     reach the algorithm RLlib builds."""
-    from experiments.training.train import build_algorithm
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.setup import resolve, with_unit_scales
 
-    config = commons_arena.load_scenario("standard")
-    scale = np.ones(observation_layout(config, ALLOCATOR).size, dtype=np.float32)
     for args, clip, lam in ((TrainArgs(**TINY), float("inf"), 0.9),
                             (TrainArgs(vf_clip=10.0, gae_lambda=1.0, **TINY), 10.0, 1.0)):
-        algo = build_algorithm(args, scale, {})
+        algo = build_algorithm(with_unit_scales(resolve(args)))
         try:
             assert (algo.config.vf_clip_param, algo.config.lambda_) == (clip, lam)
         finally:

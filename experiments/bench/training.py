@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import tyro
 
-import commons_arena
-from experiments.training.selfplay import plan_for
-from experiments.training.train import TrainArgs, build_algorithm
+from experiments.training.algorithm import build_algorithm
+from experiments.training.args import TrainArgs
+from experiments.training.callbacks import foreach_sampling_runner
+from experiments.training.setup import resolve, with_unit_scales
 
 
 @dataclass
@@ -31,9 +32,7 @@ class Args:
 
 
 def env_seconds(algo) -> float:
-    per_runner = algo.env_runner_group.foreach_env_runner(
-        lambda runner: sum(env.unwrapped.env_seconds for env in runner.env.envs), local_env_runner=True
-    )
+    per_runner = foreach_sampling_runner(algo, lambda runner: sum(env.unwrapped.env_seconds for env in runner.env.envs))
     return float(sum(per_runner))
 
 
@@ -44,11 +43,9 @@ def main(args: Args) -> None:
     torch.set_num_threads(args.train.torch_threads)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     # Unit scales: the learning signal does not matter here, only where the time goes.
-    env = commons_arena.parallel_env(args.train.stages[0])
-    plan = plan_for(args.train.experiment, env.config, args.train.learners, args.train.team_modules)
-    scales = {seat: np.ones(env.observation_space(seat).shape, dtype=np.float32) for seat in plan.seats}
-    print(f"learning: {plan.describe()}")
-    algo = build_algorithm(args.train, scales, {})
+    setup = with_unit_scales(resolve(args.train))
+    print(f"learning: {setup.plan.describe()}")
+    algo = build_algorithm(setup)
     rows = []
     iterations = args.train.iterations or 5
     for i in range(args.warmup + iterations):

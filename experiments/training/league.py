@@ -35,19 +35,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from experiments.training.rllib_adapter import RewardTermsCallback
+from commons_arena.scenario import ScenarioConfig
+from experiments.training.callbacks import RewardTermsCallback, foreach_sampling_runner
+from experiments.training.scripted import ScriptedRLModule, registered_policy
 
 LEARNER = "team"
 SNAPSHOT_PREFIX = "team_v"
 SCRIPTED_PREFIX = "scripted_"
 DEFAULT_SCRIPTED = ("truthful", "greedy_bluffer")
-
-
-def exact_scale(scale: np.ndarray) -> np.ndarray:
-    """``scale`` rounded up to powers of two: dividing and multiplying back is then exact,
-    so scripted members recover the raw observation bit for bit."""
-    return np.exp2(np.ceil(np.log2(np.maximum(np.asarray(scale, np.float64), 1.0)))).astype(np.float32)
 
 
 def _draw(key: str, n: int) -> int:
@@ -70,21 +67,19 @@ def mapping_for(pool: Sequence[str], team_seats: Sequence[str]) -> Any:
 
 
 def scripted_member_specs(
-    scripted: Sequence[str], scenario: str, team_seats: Sequence[str], scale: np.ndarray
-) -> dict[str, Any]:
-    """One never-trained ScriptedRLModule per scripted archetype of the mix."""
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-
-    from experiments.training.rllib_adapter import ScriptedRLModule, registered_policy
-
-    first = team_seats[0]
+    scripted: Sequence[str], config: ScenarioConfig, team_seats: Sequence[str], scale: np.ndarray
+) -> dict[str, RLModuleSpec]:
+    """One never-trained ScriptedRLModule per scripted archetype of the mix, seeded by the
+    episode's seed and the seat it plays (the rule of every background policy)."""
+    seat_index = {seat: list(config.agents).index(seat) for seat in team_seats}
     return {
         f"{SCRIPTED_PREFIX}{name}": RLModuleSpec(
             module_class=ScriptedRLModule,
             observation_space=None,  # filled in by build_algorithm_config: the team seats' spaces
             action_space=None,
-            model_config={"policy_factory": registered_policy(name, scenario), "agent_id": first,
-                          "seats": list(team_seats), "observation_scale": [float(x) for x in scale], "seed": None},
+            model_config={"policy_factory": registered_policy(name, config), "agent_id": team_seats[0],
+                          "seats": list(team_seats), "observation_scale": [float(x) for x in scale],
+                          "seat_index": seat_index},
         )
         for name in scripted
     }
@@ -107,8 +102,6 @@ def add_snapshot(algorithm: Any, snapshot_id: str, pool: Sequence[str], team_sea
     Returns the source weights. ``push=False`` reproduces RLlib's stock behaviour (the env
     runners keep the new module's random weights for an iteration): only for the test.
     """
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-
     weights = algorithm.learner_group.get_weights([LEARNER])[LEARNER]
     algorithm.add_module(
         module_id=snapshot_id,
@@ -122,7 +115,7 @@ def add_snapshot(algorithm: Any, snapshot_id: str, pool: Sequence[str], team_sea
         def load(runner: Any) -> None:
             runner.module[snapshot_id].set_state(weights)
 
-        algorithm.env_runner_group.foreach_env_runner(load, local_env_runner=True)
+        foreach_sampling_runner(algorithm, load)
     return weights
 
 
@@ -157,7 +150,6 @@ __all__ = [
     "LEARNER",
     "LeagueCallback",
     "add_snapshot",
-    "exact_scale",
     "league_mapping",
     "learner_beats_mix",
     "mapping_for",

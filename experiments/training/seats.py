@@ -106,6 +106,22 @@ class SeatPlan:
         return functools.partial(module_for_seat, dict(self.module_of))
 
 
+ALL_ROLES = ("allocator", "team", "broker")
+
+
+def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+    """The learning seats an experiment trains: the allocator alone, the named ones, or all."""
+    if experiment != "seats_ppo" and tuple(learners) != ("allocator",):
+        raise ValueError(f"--learners is for --experiment seats_ppo; {experiment} decides its learners itself")
+    if experiment in ("allocator_ppo", "allocator_curriculum", "allocator_mixed"):
+        return SeatPlan.single("allocator")
+    if experiment == "selfplay":
+        return SeatPlan.build(config, ALL_ROLES, team_modules)
+    if experiment == "league":  # the shared team module learns (experiments/training/league.py)
+        return SeatPlan.build(config, ["team"], "shared")
+    return SeatPlan.build(config, learners, team_modules)
+
+
 def module_for_seat(module_of: Mapping[str, str], agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
     return module_of.get(str(agent_id), str(agent_id))
 
@@ -117,6 +133,12 @@ def module_scales(plan: SeatPlan, samples: Mapping[str, np.ndarray], scale_fn: A
         scale = scale_fn(np.concatenate([samples[s] for s in seats]))
         out.update(dict.fromkeys(seats, scale))
     return out
+
+
+def exact_scale(scale: np.ndarray) -> np.ndarray:
+    """``scale`` rounded up to powers of two: dividing and multiplying back is then exact,
+    so scripted members recover the raw observation bit for bit."""
+    return np.exp2(np.ceil(np.log2(np.maximum(np.asarray(scale, np.float64), 1.0)))).astype(np.float32)
 
 
 def fold_identity(network: Any, identity: tuple[int, int]) -> Any:
@@ -140,4 +162,4 @@ def fold_identity(network: Any, identity: tuple[int, int]) -> Any:
     return PolicyNetwork(network.spec.model_copy(update={"layers": layers}), tensors)
 
 
-__all__ = ["SHARED_TEAM_MODULE", "SeatPlan", "TeamModules", "fold_identity", "module_scales"]
+__all__ = ["SHARED_TEAM_MODULE", "SeatPlan", "TeamModules", "exact_scale", "fold_identity", "module_scales", "plan_for"]

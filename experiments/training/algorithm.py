@@ -1,0 +1,205 @@
+"""The RLlib algorithm of a run: its config from the run's :class:`~experiments.training.setup.RunSetup`.
+
+:func:`build_algorithm_config` wires the env, one trained module per module of the seat
+plan, the never-trained modules (scripted seats, a league's members) and the callbacks;
+:func:`build_algorithm` adds the run's experiment (curriculum, mix, league), resources and
+learning settings, and builds it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import ray
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.algorithms.appo import APPOConfig
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from experiments.training import league
+from experiments.training.callbacks import CurriculumCallback, RewardTermsCallback
+from experiments.training.env import ArenaRLlibEnv, Scenario
+from experiments.training.scripted import PolicyFactory, ScriptedRLModule, registered_policy, row_tagging_connector
+from experiments.training.seats import SeatPlan
+from experiments.training.setup import RunSetup
+
+logger = logging.getLogger(__name__)
+
+
+def fit_num_env_runners(requested: int, num_cpus_per_env_runner: float = 1.0) -> int:
+    """Clamp ``requested`` remote env runners to what Ray can schedule right now.
+
+    ``build_algo()`` waits forever (silently) for actors whose CPUs Ray does not have.
+    The learner stays in the driver process (``num_learners=0``) and asks for none. Under
+    Tune the trial's driver also reserves ``num_cpus_for_main_process`` (1 CPU), which is
+    not counted here: ask for one runner fewer there.
+    """
+    if requested <= 0:
+        return 0
+    if not ray.is_initialized():
+        raise RuntimeError("call ray.init() before asking for remote env runners")
+    cpus = ray.available_resources().get("CPU", 0.0)
+    fits = int(cpus // num_cpus_per_env_runner)
+    if fits < requested:
+        logger.warning("only %.1f CPUs available: %d env runners instead of %d", cpus, fits, requested)
+    return min(requested, fits)
+
+
+def build_algorithm_config(
+    scenario: Scenario,
+    plan: SeatPlan,
+    *,
+    scripted: Mapping[str, PolicyFactory | str] | None,
+    env_config: Mapping[str, Any] | None = None,
+    model_config: DefaultModelConfig | dict[str, Any] | None = None,
+    algo_config: AlgorithmConfig | None = None,
+    seed: int | None = None,
+    callbacks: type[RLlibCallback] = RewardTermsCallback,
+    extra_modules: Mapping[str, RLModuleSpec] | None = None,
+    mapping_fn: Callable[..., str] | None = None,
+) -> AlgorithmConfig:
+    """A config where the seats of ``plan`` train (one module per plan module) and every other
+    seat is background.
+
+    ``scripted`` maps each other seat to its Policy factory, run as a ScriptedRLModule
+    (seeded by the episode's seed and the seat, ``experiments.training.scripted``); ``None``
+    plays the background (``env_config["background"]``, default the scenario's own population)
+    inside the env, where RLlib sees only the learning seats. The env is built once here to
+    check that every seat is covered. ``algo_config`` defaults to ``PPOConfig()``; any new-stack
+    config (e.g. ``APPOConfig()``) works, as the learned modules' specs leave the module class
+    to the algorithm's default. ``extra_modules`` (never trained) and ``mapping_fn``
+    (replacing the plan's mapping) let a league map learning seats to opponents per episode
+    (experiments.training.league). Resources and learning settings are the caller's
+    (``.env_runners(...)``, ``.training(...)``).
+    """
+    learning = plan.seats
+    env_config = {"scenario": scenario, **(env_config or {}), **plan.to_env_config()}
+    if scripted is None:  # the background plays inside the env; RLlib sees only the learning seats
+        env_config = {**env_config, "scripted_in_env": True, "learned_agents": learning}
+    probe = ArenaRLlibEnv(env_config)
+    agents: list[str] = [str(a) for a in probe.possible_agents]
+    obs_spaces = {a: probe.get_observation_space(a) for a in agents}
+    act_spaces = {a: probe.get_action_space(a) for a in agents}
+    seat_index = {str(a): i for i, a in enumerate(probe.par_env.possible_agents)}
+    probe.close()
+    outside = [a for a in learning if a not in agents]
+    if outside:
+        raise ValueError(f"learned agent(s) {outside} not among the env's agents {agents}")
+    scripted = scripted or {}
+    missing = [a for a in agents if a not in learning and a not in scripted]
+    unknown = [a for a in scripted if a not in agents or a in learning]
+    if missing or unknown:
+        raise ValueError(f"scripted policies: missing for {missing}, not scriptable {unknown}")
+
+    specs: dict[str, RLModuleSpec] = {}
+    for module, seats in plan.modules.items():
+        first = seats[0]
+        for seat in seats[1:]:
+            if obs_spaces[seat].shape != obs_spaces[first].shape or act_spaces[seat] != act_spaces[first]:
+                raise ValueError(f"module {module!r} cannot play both {first!r} and {seat!r}: their spaces differ")
+        specs[module] = RLModuleSpec(
+            observation_space=obs_spaces[first], action_space=act_spaces[first], model_config=model_config
+        )
+    for module_id, spec in (extra_modules or {}).items():
+        seat = (spec.model_config or {}).get("agent_id")  # spaces left open: that seat's
+        if spec.observation_space is None and seat in obs_spaces:
+            spec.observation_space, spec.action_space = obs_spaces[seat], act_spaces[seat]
+        specs[module_id] = spec
+    for aid in agents:
+        if aid not in learning:
+            specs[aid] = RLModuleSpec(
+                module_class=ScriptedRLModule,
+                observation_space=obs_spaces[aid],
+                action_space=act_spaces[aid],
+                model_config={"policy_factory": scripted[aid], "agent_id": aid, "seat_index": {aid: seat_index[aid]}},
+            )
+
+    config = algo_config if algo_config is not None else PPOConfig()
+    config = (
+        config.environment(ArenaRLlibEnv, env_config=env_config)
+        # Replaces any env-to-module connector set before: scripted modules need it.
+        .env_runners(env_to_module_connector=row_tagging_connector)
+        # A remote learner would need its own CPU; on 2 cores the driver does the update.
+        .learners(num_learners=0)
+        .multi_agent(
+            policies=set(specs),
+            policy_mapping_fn=mapping_fn or plan.mapping_fn(),
+            policies_to_train=list(plan.modules),
+        )
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
+        .callbacks(callbacks)
+    )
+    if seed is not None:
+        config = config.debugging(seed=seed)
+    return config
+
+
+def scripted_factories(setup: RunSetup) -> dict[str, PolicyFactory]:
+    """Picklable policy factories for every seat that does not learn (the background)."""
+    config = setup.stages[0]
+    entries = setup.background.resolve(config, strict=False)
+    return {seat: registered_policy(e.policy, config, **e.params) for seat, e in entries.items()
+            if seat not in setup.plan.seats}
+
+
+def build_algorithm(setup: RunSetup, stage: int = 0) -> Algorithm:
+    """The RLlib algorithm of the run (curriculum stage ``stage`` when resuming one)."""
+    return algorithm_config(setup, stage).build_algo()
+
+
+def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
+    """The RLlib config of the run: its experiment's pieces, resources and learning settings."""
+    args, plan, first = setup.args, setup.plan, setup.stages[0]
+    env_config: dict[str, Any] = {
+        "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats},
+        "background": setup.background.to_dict(),
+        "action_codec": dict(setup.codecs),
+        "history": dict(setup.histories),
+        # by scenario hash: lets the metrics callback report a normalised score per episode
+        "score_anchors": {c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
+    }
+    callbacks: type[RLlibCallback] = RewardTermsCallback
+    league_parts: dict[str, Any] = {}
+    if args.mixed:
+        env_config["scenarios"] = list(setup.stages)
+    if args.experiment == "allocator_curriculum":
+        env_config["curriculum"] = {"stages": list(setup.stages), "promote_at": args.promote_at,
+                                    "min_iterations": args.promote_after, "stage": stage}
+        callbacks = CurriculumCallback
+    if args.experiment == "league":
+        pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
+        teams = plan.seats
+        env_config["league"] = {"pool": pool, "team_seats": teams, "margin": args.snapshot_margin,
+                                "gap": args.snapshot_gap}
+        league_parts = {"extra_modules": league.scripted_member_specs(args.league_scripted, first, teams,
+                                                                      setup.scales[teams[0]]),
+                        "mapping_fn": league.mapping_for(pool, teams)}
+        callbacks = league.LeagueCallback
+    config = build_algorithm_config(
+        first, plan,
+        scripted=None if setup.scripted_in_env else scripted_factories(setup),
+        env_config=env_config,
+        model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False,
+                                        use_lstm=args.use_lstm, lstm_cell_size=64, max_seq_len=16),
+        algo_config=PPOConfig() if args.algo == "PPO" else APPOConfig(),
+        seed=args.seed,
+        callbacks=callbacks,
+        **league_parts,
+    )
+    config = config.env_runners(num_env_runners=fit_num_env_runners(args.num_env_runners),
+                                num_envs_per_env_runner=args.num_envs_per_env_runner)
+    config = config.training(train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
+                             num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
+                             entropy_coeff=args.entropy_coeff,
+                             **({"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}))  # APPO has none
+    return config
+
+
+__all__ = ["algorithm_config", "build_algorithm", "build_algorithm_config", "fit_num_env_runners", "scripted_factories"]

@@ -1,0 +1,183 @@
+"""The arguments of ``commons-arena train``: one field per flag, each with its help text.
+
+Light on purpose: the CLI imports this module at start-up, so it imports no RLlib, Ray or
+torch (``tests/test_training_args.py`` checks). What the arguments mean for a run (the
+scenarios parsed, the learning seats, the background, codecs, scales) is resolved once by
+:func:`experiments.training.setup.resolve`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+CURRICULUM = ("standard", "elevated", "crisis")
+LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
+# The experiments whose background switches while they run (a curriculum stage, a tier of the
+# mix, a league's members): their background always plays inside the env.
+SWITCHING = ("allocator_curriculum", "allocator_mixed", "league")
+
+
+@dataclass
+class TrainArgs:
+    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "seats_ppo", "selfplay",
+                        "league"] = "allocator_ppo"
+    """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
+    elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
+    seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
+    (experiments/training/selfplay.py); league: a team learns against a mix of scripted teams
+    and frozen snapshots of itself (experiments/training/league.py)"""
+    learners: tuple[str, ...] = ("allocator",)
+    """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team)"""
+    team_modules: Literal["shared", "per_team"] = "shared"
+    """learning teams share one module (their identity appended to the observation) or get one each"""
+    background: Annotated[Path | None, tyro.conf.arg(aliases=("--population",))] = None
+    """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
+    default: the scenario's own population (--population, as play and serve call it, is the same flag)"""
+    league_scripted: tuple[str, ...] = ("truthful", "greedy_bluffer")
+    """league: the scripted team policies in the mix (beside the learner and its snapshots)"""
+    snapshot_margin: float = 0.1
+    """league: snapshot the learner when its mean return beats the mix's by this share of |mix|"""
+    snapshot_gap: int = 3
+    """league: at least this many iterations between snapshots"""
+    scenario: str = "standard"
+    """scenario for allocator_ppo (ignored by the curriculum)"""
+    minutes: float = 10.0
+    """wall-clock budget of the whole run: references, Ray start-up, training, evaluations"""
+    iterations: int | None = None
+    """stop after this many training iterations instead (whichever comes first)"""
+    algo: Literal["PPO", "APPO"] = "PPO"
+    """RLlib algorithm; the config is algorithm-agnostic"""
+    seed: int = 0
+    """seeds RLlib, the scripted policies and the observation-scale sampling"""
+    num_env_runners: int = 0
+    """remote env runners (0 = sample in the driver); cut to the CPUs Ray reports"""
+    num_envs_per_env_runner: int = 32
+    """vectorised envs per runner: the cheap speed-up on few cores (RLlib's per-step cost is
+    per vector step, so more envs amortise it)"""
+    train_batch_size: int = 2048
+    """env steps per iteration"""
+    minibatch_size: int = 256
+    """SGD minibatch size"""
+    num_epochs: int = 6
+    """SGD passes over each batch"""
+    lr: float = 5e-4
+    """learning rate"""
+    gamma: float = 0.99
+    """discount (episodes are 10-20 ticks)"""
+    gae_lambda: float = 0.9
+    """GAE lambda (1.0, RLlib's default, is the Monte-Carlo return minus the value baseline;
+    lower leans on the value function: less variance, more bias)"""
+    entropy_coeff: float = 0.005
+    """entropy bonus"""
+    vf_clip: float = math.inf
+    """clip of the value function's squared error (RLlib's vf_clip_param). RLlib's default, 10,
+    zeroes the value loss's gradient wherever the error exceeds about 3.2 -- nearly everywhere
+    at this game's returns (hundreds) -- so the critic never learns and advantages are raw
+    returns; off by default"""
+    action_codec: Literal["need", "residual", "absolute", "relative", "none"] = "need"
+    """how the module's action becomes an env action (policies.codecs): 'need' corrects the
+    planner's need estimates (then the planner plans), 'residual' corrects the planner's
+    grants, 'absolute' chooses every grant, 'relative' grants shares of each team's demand;
+    'none' outputs the env action itself"""
+    zero_bias: float = 3.0
+    """initial logit advantage of the codec's zero code (residual: play the planner) over every
+    other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
+    history: int = 1
+    """ticks of observation the module sees, stacked newest first (1 = this tick only)"""
+    use_lstm: bool = False
+    """give the allocator's module an LSTM (RLlib's use_lstm) instead of stacking ticks"""
+    scripted_in_env: bool = True
+    """play the scripted population inside the env wrapper (faster sampling; a curriculum
+    stage brings its own population); --no-scripted-in-env runs each scripted agent as an
+    untrained RLlib module instead (allocator_ppo only)"""
+    hidden: tuple[int, ...] = (256, 256)
+    """hidden layer sizes of the allocator's policy and value networks"""
+    eval_every: int = 5
+    """iterations between held-out evaluations (and checkpoints)"""
+    eval_seeds: int = 20
+    """held-out episodes per evaluation"""
+    eval_first_seed: int = 900_000
+    """held-out seeds are eval_first_seed .. + eval_seeds - 1"""
+    promote_at: float = 0.6
+    """curriculum: training episodes' normalised score (smoothed) that promotes to the next stage"""
+    promote_after: int = 5
+    """curriculum: at least this many iterations on a stage before promotion"""
+    out: Path = Path("runs")
+    """parent folder of the run folder"""
+    run_name: str | None = None
+    """run folder name (default: experiment-scenario-s<seed>, numbered -2, -3, ... when taken);
+    a taken --run-name is refused: runs never share a folder"""
+    resume: Path | None = None
+    """continue the run in this folder from its last checkpoint (its args.json wins); the only
+    way to write into an existing run folder. It restores RLlib's full state, which is pickled:
+    resume only runs you made (`learned:` never reads those files)"""
+    address: str | None = None
+    """Ray cluster address (default: $RAY_ADDRESS, else a local Ray)"""
+    torch_threads: int = 1
+    """torch threads in the driver (1 is fastest on 2 cores for these small networks)"""
+    quiet: bool = False
+    """no per-iteration lines"""
+
+    def validate(self) -> None:
+        """Refuse arguments that cannot work on their own (no file is read: the scenarios, the
+        learners and the roster are checked when the run is set up, ``setup.resolve``)."""
+        checks = [
+            (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
+            (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
+            (self.seed >= 0, f"--seed must be non-negative, got {self.seed}"),
+            (self.num_env_runners >= 0, f"--num-env-runners must be 0 or more, got {self.num_env_runners}"),
+            (self.num_envs_per_env_runner >= 1, f"--num-envs-per-env-runner must be at least 1, got {self.num_envs_per_env_runner}"),
+            (self.train_batch_size >= 1, f"--train-batch-size must be at least 1, got {self.train_batch_size}"),
+            (1 <= self.minibatch_size <= max(self.train_batch_size, 1),
+             f"--minibatch-size must be between 1 and --train-batch-size ({self.train_batch_size}), got {self.minibatch_size}"),
+            (self.num_epochs >= 1, f"--num-epochs must be at least 1, got {self.num_epochs}"),
+            (math.isfinite(self.lr) and self.lr >= 0, f"--lr must be a number >= 0 (0 freezes the policy), got {self.lr}"),
+            (math.isfinite(self.gamma) and 0 < self.gamma <= 1, f"--gamma must be in (0, 1], got {self.gamma}"),
+            (math.isfinite(self.gae_lambda) and 0 <= self.gae_lambda <= 1,
+             f"--gae-lambda must be in [0, 1], got {self.gae_lambda}"),
+            (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
+            (self.vf_clip > 0, f"--vf-clip must be > 0 (inf: no clip), got {self.vf_clip}"),
+            (len(self.hidden) >= 1 and all(1 <= h <= 65_536 for h in self.hidden),
+             f"--hidden needs one or more layer sizes in [1, 65536], got {list(self.hidden)}"),
+            (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
+            (self.eval_seeds >= 1, f"--eval-seeds must be at least 1, got {self.eval_seeds}"),
+            (self.eval_first_seed >= 0, f"--eval-first-seed must be non-negative, got {self.eval_first_seed}"),
+            (math.isfinite(self.promote_at), f"--promote-at must be a finite number, got {self.promote_at}"),
+            (self.promote_after >= 0, f"--promote-after must be 0 or more, got {self.promote_after}"),
+            (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
+            (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
+            (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
+            (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
+            (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
+                                       and "\\" not in self.run_name),
+             f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """Curriculum stages, the mixed tiers, or the one scenario."""
+        return CURRICULUM if self.experiment in ("allocator_curriculum", "allocator_mixed") else (self.scenario,)
+
+    @property
+    def mixed(self) -> bool:
+        return self.experiment == "allocator_mixed"
+
+    @property
+    def codec(self) -> str | None:
+        return None if self.action_codec == "none" else self.action_codec
+
+    @property
+    def name(self) -> str:
+        if self.run_name:
+            return self.run_name
+        what = self.stages[0] if len(self.stages) == 1 else "mixed" if self.mixed else "curriculum"
+        return f"{self.experiment}-{what}-s{self.seed}"

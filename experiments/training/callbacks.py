@@ -1,0 +1,129 @@
+"""RLlib callbacks of a training run and the one way to reach the envs it samples with.
+
+:class:`RewardTermsCallback` logs the allocator's per-term episode sums, episode totals and
+normalised score; :class:`CurriculumCallback` promotes the curriculum on that score. A
+switch of scenario (and any other message to the envs or the acting modules) goes through
+:func:`foreach_sampling_runner`: with remote env runners the driver's runner holds no env.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from ray.rllib.callbacks.callbacks import RLlibCallback
+
+from commons_arena.enums import ALLOCATOR
+from experiments.training.env import Scenario
+
+# Where the allocator's custom metrics land: result["env_runners"][<this>][<term>].
+REWARD_TERMS_KEY = "allocator_reward_terms"
+EPISODE_TOTALS_KEY = "allocator_episode"
+
+
+class RewardTermsCallback(RLlibCallback):
+    """Logs, per finished episode, the allocator's summed reward terms and episode totals.
+
+    Results: ``result["env_runners"]["allocator_reward_terms"][term]`` (sum over the episode
+    of ``infos["allocator"]["reward_terms"][term]``) and
+    ``result["env_runners"]["allocator_episode"][key]`` (the final ``infos[...]["episode"]``),
+    each a mean over the last ``metrics_num_episodes_for_smoothing`` episodes. TensorBoard
+    shows them as ``env_runners/allocator_reward_terms/<term>``.
+    """
+
+    agent_id: str = ALLOCATOR
+
+    def on_episode_step(self, *, episode: Any, **kwargs: Any) -> None:
+        # Summed step by step into `custom_data`, which RLlib copies into the next chunk
+        # when an episode spans several `sample()` calls. Summing the chunks' infos at the
+        # end instead is wrong: with a local env runner the learner pipeline appends a
+        # duplicate last step to the already-returned chunks, in place.
+        info = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id)
+        if info:
+            sums = episode.custom_data.setdefault(REWARD_TERMS_KEY, defaultdict(float))
+            for term, value in info.get("reward_terms", {}).items():
+                sums[term] += float(value)
+
+    def on_episode_end(
+        self,
+        *,
+        episode: Any,
+        env_runner: Any = None,
+        metrics_logger: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if metrics_logger is None:
+            return
+        # Same smoothing as RLlib's own episode metrics; divided by the runner count
+        # because the runners' windows are merged in the algorithm process.
+        window = 100
+        if env_runner is not None:
+            cfg = env_runner.config
+            window = max(1, math.ceil(cfg.metrics_num_episodes_for_smoothing / (cfg.num_env_runners or 1)))
+        for term, total in episode.custom_data.get(REWARD_TERMS_KEY, {}).items():
+            metrics_logger.log_value((REWARD_TERMS_KEY, term), total, reduce="mean", window=window)
+        final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
+        totals = final.get("episode", {})
+        for key, value in totals.items():
+            metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
+        # Normalised score of this training episode, against the random/oracle means of the
+        # held-out seeds (env_config["score_anchors"][scenario hash], set by experiments.training.algorithm).
+        anchors = (env_runner.config.env_config.get("score_anchors", {}) if env_runner is not None else {}).get(
+            final.get("scenario_hash")
+        )
+        if anchors and "return" in totals:
+            span = anchors["oracle"] - anchors["random"]
+            if abs(span) > 1e-9:
+                score = (totals["return"] - anchors["random"]) / span
+                metrics_logger.log_value((EPISODE_TOTALS_KEY, "normalised_score"), score, reduce="mean", window=window)
+
+
+class CurriculumCallback(RewardTermsCallback):
+    """Promotes every env to the next curriculum stage when the training episodes'
+    normalised score (the smoothed ``allocator_episode/normalised_score`` metric) reaches
+    ``promote_at``, at most once every ``min_iterations`` iterations (the smoothing window
+    still holds the previous stage's episodes right after a switch).
+
+    ``env_config["curriculum"] = {"stages": [...], "promote_at": float, "min_iterations": int,
+    "stage": int}``; the current stage index is written to ``result["curriculum_stage"]``.
+    """
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        curriculum = algorithm.config.env_config.get("curriculum")
+        if not curriculum:
+            return
+        stage = getattr(algorithm, "_arena_stage", curriculum.get("stage", 0))
+        since = getattr(algorithm, "_arena_stage_iterations", 0) + 1
+        score = result.get("env_runners", {}).get(EPISODE_TOTALS_KEY, {}).get("normalised_score")
+        if (
+            score is not None
+            and score >= curriculum["promote_at"]
+            and since >= curriculum.get("min_iterations", 5)
+            and stage + 1 < len(curriculum["stages"])
+        ):
+            stage += 1
+            since = 0
+            set_scenario_everywhere(algorithm, curriculum["stages"][stage])
+        algorithm._arena_stage = stage
+        algorithm._arena_stage_iterations = since
+        result["curriculum_stage"] = stage
+
+
+def foreach_sampling_runner(algorithm: Any, fn: Callable[[Any], Any]) -> list[Any]:
+    """``fn(runner)`` on every env runner that samples, i.e. holds envs and acting modules:
+    the remote runners when there are any (the driver's local runner then has no env,
+    ``runner.env`` is None), else the local one. Returns the results in runner order."""
+    group = algorithm.env_runner_group
+    return list(group.foreach_env_runner(fn, local_env_runner=group.num_remote_env_runners() == 0))
+
+
+def set_scenario_everywhere(algorithm: Any, scenario: Scenario) -> None:
+    """Switch every env of every sampling env runner to ``scenario`` from their next episode on."""
+
+    def switch(runner: Any) -> None:
+        for env in runner.env.envs:
+            env.unwrapped.set_scenario(scenario)
+
+    foreach_sampling_runner(algorithm, switch)

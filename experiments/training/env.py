@@ -1,0 +1,233 @@
+"""The arena as an RLlib ``MultiAgentEnv``: :class:`ArenaRLlibEnv`.
+
+Learning seats see their observations through a :class:`policies.learned.ModuleInterface`
+(scale, codec features, stacked ticks, a shared module's seat identity) and act through it;
+the other seats are either exposed to RLlib (run there as ``ScriptedRLModule``s,
+``experiments.training.scripted``) or played inside this env by the background population
+of a :class:`policies.focal.FocalEnv` (``scripted_in_env``: faster, and a curriculum switch or
+a mix brings each scenario's own population).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.rllib.utils.typing import MultiAgentDict
+from ray.tune.registry import register_env
+
+import commons_arena
+from commons_arena.scenario import ScenarioConfig
+from policies.focal import FocalEnv
+from policies.learned import ModuleInterface
+from policies.population import Population
+
+# A scenario as the env config carries it: parsed once by the run's setup (a ScenarioConfig,
+# pickled to the env runners as data) or a shipped scenario's name (tests, stand-in envs).
+Scenario = ScenarioConfig | str
+
+
+def resolve_obj(obj: Any) -> Any:
+    """Turn a ``"package.module:attr"`` string into the object; pass anything else through."""
+    if isinstance(obj, str):
+        module_name, _, attr = obj.partition(":")
+        if not attr:
+            raise ValueError(f"expected 'package.module:attr', got {obj!r}")
+        return getattr(importlib.import_module(module_name), attr)
+    return obj
+
+
+def scenario_key(scenario: Scenario) -> str:
+    return scenario if isinstance(scenario, str) else scenario.content_hash
+
+
+TRAINING_SEEDS = (2**20, 2**31 - 1)  # [low, high) of training episode seeds; evaluations use seeds below
+
+
+class ArenaRLlibEnv(MultiAgentEnv):
+    """The commons_arena ``ParallelEnv`` as an RLlib ``MultiAgentEnv``.
+
+    Written instead of RLlib's ``ParallelPettingZooEnv`` because that one orders
+    ``possible_agents`` arbitrarily (from a set), never updates ``agents``, and decides the
+    episode end with ``all()`` per flag dict, so a last step where some agents are
+    terminated and others truncated never sets ``__all__`` and RLlib steps a finished env.
+
+    ``config`` keys: ``scenario`` (a ScenarioConfig or name, default ``"standard"``),
+    optional ``env_kwargs`` (extra keyword arguments for the factory) and optional
+    ``env_factory`` (a callable or ``"module:attr"`` string with the signature of
+    ``commons_arena.parallel_env``; used for stand-in envs in tests). ``scenarios`` (a list)
+    samples one of them per episode instead (mixed-tier training; their spaces must match).
+    ``scripted_in_env`` + ``learned_agents``: the background (``background``, a
+    ``Population.to_dict()``; default each scenario's own) plays every other seat in here. Learned agents named in
+    ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
+    name) see their observation through a :class:`policies.learned.ModuleInterface` (scale,
+    codec, ``history`` agent -> stacked ticks, and for seats of a shared module
+    ``seat_identity`` agent -> [index, size] of their appended one-hot identity, see
+    ``experiments.training.seats``), built per scenario because codecs read the scenario's
+    public parameters.
+
+    Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
+    ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
+    seeding rule seeds the background policies from it. Training seeds are drawn from
+    ``TRAINING_SEEDS`` (2**20 and up), so no training episode ever plays a seed below 2**20:
+    the evaluation seeds (training's 900000.., the tournament's 5000.., the paired check's
+    7000..) are held out by construction.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        cfg = dict(config or {})  # RLlib passes an EnvContext (a dict subclass)
+        self._make: Callable[..., Any] = resolve_obj(cfg.get("env_factory") or commons_arena.parallel_env)
+        self._env_kwargs = dict(cfg.get("env_kwargs", {}))
+        self._mix = list(cfg.get("scenarios") or [])
+        # Learned agents see observations through a ModuleInterface (the trained policy
+        # applies the same one at inference): scale, codec features, stacked history; the
+        # codec turns the module's action into an env action using the raw observation.
+        self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
+        self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
+        self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
+        self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
+        self._raw_obs: MultiAgentDict = {}
+        # Optionally a background population plays every agent but the learned ones *inside*
+        # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
+        # RLlib then sees only the learned agents and skips its per-agent module pipeline for
+        # the others (faster), and a curriculum switch or a mix brings each scenario's
+        # population along (RLModules keep the first). ``background`` is a Population as a
+        # dict (``Population.to_dict()``); default: the scenario's own population.
+        self._learned = list(cfg.get("learned_agents", []))
+        self._in_env = bool(cfg.get("scripted_in_env", False))
+        self._background = cfg.get("background")
+        self._seeds = np.random.default_rng()
+        self._envs: dict[str, tuple[Any, Any, dict[str, Any]]] = {}  # scenario key -> (arena, seats, interfaces)
+        self._next_scenario: Scenario | None = None
+        self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
+        for other in self._mix[1:]:
+            self._check_same_spaces(other)
+        # Env order, not a set: module ids, metrics and tournaments all rely on it.
+        agents: list[str] = list(self.seats.possible_agents)
+        self.possible_agents, self.agents = list(agents), list(agents)
+        obs_spaces = {
+            a: self._interfaces[a].observation_space() if a in self._interfaces else self.par_env.observation_space(a)
+            for a in agents
+        }
+        act_spaces = {
+            a: self._interfaces[a].action_space() if a in self._interfaces else self.par_env.action_space(a)
+            for a in agents
+        }
+        self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
+        # Old-stack code paths (and the env checker's hasattr test) still read these.
+        self.observation_space = gym.spaces.Dict(obs_spaces)
+        self.action_space = gym.spaces.Dict(act_spaces)
+
+    def _use(self, scenario: Scenario) -> None:
+        """Play ``scenario`` from now on (its arena, focal env and interfaces are built once)."""
+        key = scenario_key(scenario)
+        if key not in self._envs:
+            par_env = self._make(scenario=scenario, **self._env_kwargs)
+            if self._in_env:
+                config = par_env.config
+                background = Population.from_dict(self._background) if self._background else Population.default(config)
+                seats = FocalEnv(par_env, self._learned, background)
+            else:
+                seats = FocalEnv(par_env, par_env.possible_agents, {})
+            interfaces = {
+                agent: ModuleInterface(
+                    par_env.config, agent,
+                    self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32)),
+                    self._codec_names.get(agent), self._history.get(agent, 1), self._identity.get(agent),
+                )
+                for agent in set(self._scale) | set(self._codec_names) | set(self._identity)
+            }
+            self._envs[key] = (par_env, seats, interfaces)
+        self.par_env, self.seats, self._interfaces = self._envs[key]
+
+    @property
+    def env_seconds(self) -> float:
+        """Time inside the ParallelEnvs' reset/step (for the env-share figure)."""
+        return sum(seats.env_seconds for _, seats, _ in self._envs.values())
+
+    def _check_same_spaces(self, scenario: Scenario) -> None:
+        probe = self._make(scenario=scenario, **self._env_kwargs)
+        for agent in self.par_env.possible_agents:
+            old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape
+            if old != new or not np.array_equal(self.par_env.action_space(agent).nvec, probe.action_space(agent).nvec):
+                raise ValueError(f"scenario {scenario!r} changes the spaces of {agent!r}: {old} -> {new}")
+        probe.close()
+
+    def set_scenario(self, scenario: Scenario) -> None:
+        """Play ``scenario`` from the next reset on (curriculum; it replaces any mix); its
+        spaces must have the same shapes as the current one's."""
+        self._check_same_spaces(scenario)
+        self._next_scenario = scenario
+
+    def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[MultiAgentDict, MultiAgentDict]:
+        if seed is not None:
+            self._seeds = np.random.default_rng(seed)
+        if self._next_scenario is not None:
+            self._mix = []
+            self._use(self._next_scenario)
+            self._next_scenario = None
+        elif self._mix:
+            self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
+        episode_seed = int(self._seeds.integers(*TRAINING_SEEDS))
+        obs, infos = self.seats.reset(seed=episode_seed, options=options)
+        for interface in self._interfaces.values():
+            interface.reset()
+        self.agents = list(self.seats.agents)
+        return self._module_view(obs), infos
+
+    def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
+        """Keep the raw observations (codecs decode with them); learned agents get their
+        module's view."""
+        self._raw_obs = dict(obs)
+        return {a: self._interfaces[a].observe(o) if a in self._interfaces else o for a, o in obs.items()}
+
+    # (gymnasium's single-agent `step` signature does not fit any MultiAgentEnv)
+    def step(self, action_dict: MultiAgentDict) -> tuple[MultiAgentDict, ...]:  # type: ignore[override]
+        if self._interfaces:
+            action_dict = {
+                a: self._interfaces[a].act(self._raw_obs[a], act) if a in self._interfaces else act
+                for a, act in action_dict.items()
+            }
+        obs, rewards, terms, truncs, infos = self.seats.step(action_dict)
+        # The ParallelEnv clears `agents` when the episode is over; that, not the flag
+        # dicts, decides the end. `self.agents` then keeps the agents of the last step:
+        # RLlib's env checker requires the returned keys to be in `agents`, which a
+        # one-tick episode would otherwise fail.
+        done = self.seats.episode_over
+        self.agents = list(self.seats.agents) or [a for a in self.possible_agents if a in obs or a in rewards]
+        terminateds: MultiAgentDict = {a: bool(v) for a, v in terms.items()}
+        truncateds: MultiAgentDict = {a: bool(v) for a, v in truncs.items()}
+        # At the end exactly one `__all__` is True: "terminated" only if every agent
+        # terminated, otherwise the episode counts as cut (truncated). Per-agent flags are
+        # passed on as the env set them.
+        all_terminated = done and bool(terminateds) and all(terminateds.values())
+        terminateds["__all__"] = all_terminated
+        truncateds["__all__"] = done and not all_terminated
+        # The env checker rejects numpy scalars of other shapes/bools: plain floats.
+        float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
+        return self._module_view(obs), float_rewards, terminateds, truncateds, infos
+
+    def render(self) -> Any:
+        return self.par_env.render()
+
+    def close(self) -> None:
+        for par_env, _, _ in self._envs.values():
+            par_env.close()
+
+
+def register_arena_env(name: str = "commons_arena") -> str:
+    """Register :class:`ArenaRLlibEnv` under ``name`` for string-based configs (Tune, CLI).
+
+    Needed in every process that restores an Algorithm configured with this name (else
+    ``Algorithm.from_checkpoint`` fails with an unrelated-looking ``IndexError``).
+    ``experiments.training.algorithm`` passes the class itself and does not need it.
+    """
+    register_env(name, lambda cfg: ArenaRLlibEnv(cfg))
+    return name

@@ -1,0 +1,168 @@
+"""Held-out evaluation of a training run, outside RLlib (seeds training never plays).
+
+The reference allocators' per-seed returns on the held-out seeds (random, oracle and the
+scripted baselines: the anchors of the normalised score ``(R - R_random) / (R_oracle -
+R_random)``), the learned allocator alone against each scenario's own population, and the
+learning seats playing together (a multi-seat run), each greedy, as the checkpoint stores them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.analysis import declared_to_need, play_traced
+from experiments.evaluation.evaluate import (
+    BASELINE_ALLOCATORS,
+    allocator_returns,
+    best_other,
+    normalised_score,
+    paired_difference,
+    plain_ratio,
+    play_many,
+)
+from policies.learned import LearnedPolicy, ModuleInterface
+from policies.population import Population, run_episode
+
+if TYPE_CHECKING:  # setup.py imports this module
+    from experiments.training.setup import RunSetup
+
+References = dict[str, list[float]]  # reference allocator -> per-seed returns
+
+
+def reference_returns(config: ScenarioConfig, seeds: Sequence[int]) -> References:
+    """Per-seed allocator returns of random, oracle and each baseline on the held-out seeds."""
+    return {name: allocator_returns(play_many(config, name, seeds))  # type: ignore[arg-type]
+            for name in ("random", "oracle", *BASELINE_ALLOCATORS)}
+
+
+def cached_reference_returns(cache: Path, config: ScenarioConfig, seeds: Sequence[int]) -> References:
+    """:func:`reference_returns`, kept in ``<cache>`` by scenario content and seeds: every run
+    in the same folder that evaluates on those seeds reuses them (they are a pure function of
+    scenario, seeds and the reference allocators)."""
+    key = f"{config.content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINE_ALLOCATORS)}"
+    path = cache / f"{key}.json"
+    if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    references = reference_returns(config, seeds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(references))
+    return references
+
+
+def anchor_means(references: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Scenario -> allocator -> mean return (older runs stored the means themselves)."""
+    return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
+
+
+def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
+    """Per-seed returns of the learned allocator (greedy) against the scenario's own population."""
+    env = commons_arena.parallel_env(scenario=config)
+    policies = Population.default(config).build(config, env=env)
+    policies[ALLOCATOR] = policy
+    return [run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]
+
+
+def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
+    """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
+    return {
+        seat: LearnedPolicy(network, ModuleInterface(config, seat, setup.scales[seat], setup.codecs.get(seat),
+                                                     setup.histories.get(seat, 1)))
+        for seat, network in networks.items()
+    }
+
+
+def held_out_report(returns: list[float], references: Mapping[str, Any]) -> dict[str, Any]:
+    """Score, plain ratio and paired difference to the best baseline of per-seed ``returns``."""
+    means = {a: float(np.mean(v)) for a, v in references.items()}
+    mean_return = float(np.mean(returns))
+    report: dict[str, Any] = {
+        "return": mean_return,
+        "score": normalised_score(mean_return, means["random"], means["oracle"]),
+        "ratio": plain_ratio(mean_return, means["oracle"]),
+    }
+    best = best_other(dict(references), BASELINE_ALLOCATORS, besides="")
+    if best is not None and isinstance(references[best], list):
+        diff, ci = paired_difference(returns, references[best])
+        report.update({"best_baseline": best, "best_baseline_return": means[best], "diff_vs_best": diff,
+                       "diff_ci95": ci, "oracle_return": means["oracle"]})
+    return report
+
+
+def describe(report: Mapping[str, Any]) -> str:
+    text = f"return {report['return']:.2f}, normalised score {report['score']:.3f}, ratio {report['ratio']:.3f}"
+    if "best_baseline" in report:
+        text += (f"; vs best baseline {report['best_baseline']} ({report['best_baseline_return']:.2f}): "
+                 f"{report['diff_vs_best']:+.2f} ± {report['diff_ci95']:.2f} (95% CI, paired)")
+    return text
+
+
+def held_out_seat_returns(
+    policies: Mapping[str, LearnedPolicy], config: ScenarioConfig, seeds: Sequence[int], background: Population,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean return per learning seat, the learned seats playing together, greedy; and each
+    learning team's declared / true need ratio in those episodes (its bluffing)."""
+    env = commons_arena.parallel_env(scenario=config)
+    everyone = background.build(config, env=env, strict=False)
+    everyone.update(policies)
+    traces = [play_traced(env, everyone, seed) for seed in seeds]
+    returns = {seat: float(np.mean([t.returns[seat] for t in traces])) for seat in policies}
+    ratios = {team: declared_to_need(traces, team) for team in config.team_names if team in policies}
+    return returns, ratios
+
+
+def evaluate(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[ScenarioConfig]
+             ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One held-out evaluation: the history row's results and, when the allocator learns, its
+    report per scenario. Several learners play the first scenario together; the allocator is
+    also judged alone against each scenario's own population (a mix: its score is the mean)."""
+    row: dict[str, Any] = {}
+    if setup.plan.seats != [ALLOCATOR]:
+        returns, ratios = held_out_seat_returns(learned_policies(networks, setup, scenarios[0]), scenarios[0],
+                                                setup.eval_seeds, setup.background)
+        row["returns"] = returns
+        if ratios:
+            row["declared_to_need"] = ratios  # learned teams' bluffing (commons-arena analyze plots it)
+    reports: dict[str, dict[str, Any]] = {}
+    if ALLOCATOR in networks:
+        reports = allocator_reports(setup, networks[ALLOCATOR], scenarios)
+        score = float(np.mean([r["score"] for r in reports.values()]))
+        eval_return = float(np.mean([r["return"] for r in reports.values()]))
+        if len(scenarios) > 1:
+            row.update({f"score/{name}": r["score"] for name, r in reports.items()})
+    else:  # no allocator learns: the learners' mean held-out return ranks checkpoints
+        eval_return = score = float(np.mean(list(row["returns"].values())))
+    row.update({"eval_return": eval_return, "score": score})
+    return row, reports
+
+
+def allocator_reports(setup: RunSetup, network: Any, scenarios: Sequence[ScenarioConfig]) -> dict[str, dict[str, Any]]:
+    """Scenario name -> the learned allocator's held-out report there, alone against its population."""
+    return {
+        config.name: held_out_report(
+            allocator_returns_alone(learned_policies({ALLOCATOR: network}, setup, config)[ALLOCATOR], config,
+                                    setup.eval_seeds),
+            setup.references[config.name])
+        for config in scenarios
+    }
+
+
+__all__ = [
+    "allocator_reports",
+    "allocator_returns_alone",
+    "anchor_means",
+    "cached_reference_returns",
+    "describe",
+    "evaluate",
+    "held_out_report",
+    "held_out_seat_returns",
+    "learned_policies",
+    "reference_returns",
+]

@@ -1,0 +1,93 @@
+"""What a run reports: per-iteration lines and TensorBoard scalars, the league's log, the
+held-out evaluations' lines and the learning curve (``learning_curve.png``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tensorboardX import SummaryWriter
+
+from commons_arena.enums import ALLOCATOR
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, normalised_score
+from experiments.training.heldout import describe
+from experiments.training.runs import RunState
+from experiments.viewing.plots import learning_curve
+
+
+def scalars(result: Mapping[str, Any]) -> dict[str, float]:
+    """The training scalars of one RLlib result: mean returns per seat, the allocator's reward
+    terms and episode totals."""
+    runners = result.get("env_runners", {})
+    returns = runners.get("agent_episode_returns_mean", {})
+    out = {"return_mean": float(returns.get(ALLOCATOR, np.mean(list(returns.values())) if returns else np.nan))}
+    out.update({f"return_mean/{seat}": float(value) for seat, value in returns.items()})
+    for key in ("allocator_reward_terms", "allocator_episode"):
+        for name, value in runners.get(key, {}).items():
+            out[f"{key}/{name}"] = float(value)
+    return out
+
+
+class Reporter:
+    """Prints and logs a run's progress (``<run>/tb`` for TensorBoard, ``league.json``)."""
+
+    def __init__(self, run: Path, quiet: bool) -> None:
+        self.run, self.quiet = run, quiet
+        self.writer = SummaryWriter(str(run / "tb"))
+
+    def iteration(self, state: RunState, result: Mapping[str, Any], values: Mapping[str, float], minutes: float) -> None:
+        league = result.get("league")
+        if league:
+            with (self.run / "league.json").open("a", encoding="utf-8") as log:  # one line per iteration
+                log.write(json.dumps({"iteration": state.iterations, **league}) + "\n")
+            if league.get("snapshot"):
+                print(f"  snapshot {league['snapshot']} joins the mix: learner {league['learner_return']:.2f}"
+                      f" vs mix {league['mix_return']:.2f}")
+        for key, value in values.items():
+            self.writer.add_scalar(f"train/{key}", value, state.env_steps)
+        if not self.quiet:
+            print(f"iter {state.iterations:4d}  steps {state.env_steps:8d}  {minutes:5.1f} min  "
+                  f"return {values['return_mean']:8.2f}  "
+                  f"score(train) {values.get('allocator_episode/normalised_score', np.nan):.3f}")
+
+    def seats(self, scenario: str, seeds: int, returns: Mapping[str, float], env_steps: int) -> None:
+        for seat, value in returns.items():
+            self.writer.add_scalar(f"eval/return/{seat}", value, env_steps)
+        print(f"  eval on {seeds} held-out seeds of {scenario}, learners together: "
+              + ", ".join(f"{seat} {value:.2f}" for seat, value in returns.items()))
+
+    def allocator(self, reports: Mapping[str, Mapping[str, Any]], seeds: int) -> None:
+        for scenario, report in reports.items():
+            print(f"  eval on {seeds} held-out seeds of {scenario}: {describe(report)}")
+
+    def evaluation(self, row: Mapping[str, Any]) -> None:
+        self.writer.add_scalar("eval/normalised_score", row["score"], row["env_steps"])
+        self.writer.add_scalar("eval/return", row["eval_return"], row["env_steps"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def plot(history: list[dict[str, Any]], anchors: Mapping[str, Mapping[str, float]], path: Path,
+         allocator: bool = True) -> None:
+    """The learning curve: the allocator's held-out normalised score beside the baselines', or
+    each learning seat's held-out return."""
+    scenario = history[-1]["scenario"]
+    if not allocator:  # each learning seat's held-out return
+        runs = {seat: [{"env_steps": r["env_steps"], "return": r["returns"][seat]} for r in history]
+                for seat in history[-1]["returns"]}
+        learning_curve(runs, None, path, y="return",
+                       title=f"{scenario}: learning seats' mean return on held-out seeds (playing together)")
+        return
+    tiers = [scenario] if scenario in anchors else list(anchors)  # a mix: baselines' mean score over its tiers
+    baselines = {b: float(np.mean([normalised_score(anchors[t][b], anchors[t]["random"], anchors[t]["oracle"])
+                                   for t in tiers])) for b in BASELINE_ALLOCATORS}
+    title = f"{scenario if scenario in anchors else 'mean of ' + ', '.join(tiers)}: held-out normalised score"
+    learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
+                   baselines, path, title=title)
+
+
+__all__ = ["Reporter", "plot", "scalars"]

@@ -1,0 +1,129 @@
+"""Run folders: where a run writes, what survives a crash, and how ``--resume`` continues.
+
+Every run gets its own folder: ``<out>/<run name>`` must be new (the default name is numbered
+``-2``, ``-3``, ... when taken; a taken ``--run-name`` is refused) and ``<out>/latest`` points
+at the newest one. Only ``--resume`` writes into an existing run folder; the saved run's
+arguments then win, except those of this session (:data:`SESSION_ARGS`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from experiments.training.args import LATEST, TrainArgs
+
+# On resume the saved run's arguments win, except these, which belong to this session.
+SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
+# A run saved before one of these flags existed trained with this value (RLlib's default then):
+# resuming it keeps that, not today's default.
+VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
+
+
+@dataclass
+class RunState:
+    """What survives a crash: written after every evaluation."""
+
+    stage: int = 0
+    iterations: int = 0
+    env_steps: int = 0
+    seconds: float = 0.0
+    best_score: float = float("-inf")  # best held-out score of the last stage reached
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _holds_files(folder: Path) -> bool:
+    return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
+
+
+def run_folder(args: TrainArgs) -> Path:
+    """The folder this run writes to. Never another run's: ``--resume`` names the run to
+    continue; otherwise the folder must be new. Without ``--run-name`` the default name gets
+    a number (``-2``, ``-3``, ...) when taken; an explicit ``--run-name`` that is taken is refused."""
+    if args.resume is not None:
+        run = Path(args.resume)
+        if not (run / "args.json").is_file():
+            raise ValueError(f"nothing to resume in {run}: it has no args.json (not a run folder of `commons-arena train`)")
+        return run.resolve()
+    run = args.out / args.name
+    if not _holds_files(run):
+        return run.resolve()
+    if args.run_name is not None:
+        raise ValueError(
+            f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
+        )
+    number = 2
+    while _holds_files(args.out / f"{args.name}-{number}"):
+        number += 1
+    return (args.out / f"{args.name}-{number}").resolve()
+
+
+def point_latest(run: Path) -> None:
+    """Point ``<run's parent>/latest`` at ``run`` (replaced atomically; a real folder of that
+    name is left alone)."""
+    link = run.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return
+    tmp = run.parent / f".{LATEST}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run.name, tmp)
+    os.replace(tmp, link)
+
+
+def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
+    """The saved run's arguments, with this session's (:data:`SESSION_ARGS`) and, for flags
+    added since, the value the run trained with."""
+    values: dict[str, Any] = {}
+    for f in fields(TrainArgs):
+        if f.name in SESSION_ARGS:
+            values[f.name] = getattr(current, f.name)
+        elif f.name not in saved:
+            values[f.name] = VALUE_BEFORE_FLAG.get(f.name, getattr(current, f.name))
+        elif f.name == "out":
+            values[f.name] = Path(saved[f.name])
+        elif f.name == "hidden":
+            values[f.name] = tuple(saved[f.name])
+        else:
+            values[f.name] = saved[f.name]
+    return TrainArgs(**values)
+
+
+def run_args(args: TrainArgs) -> TrainArgs:
+    """The arguments this session runs with: ``args``, or with ``--resume`` the saved run's
+    (:func:`resumed_args`)."""
+    if args.resume is None:
+        return args
+    saved = json.loads((run_folder(args) / "args.json").read_text())
+    if saved.get("experiment") == "league":
+        raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
+    return resumed_args(saved, args)
+
+
+def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
+    """The run folder (created, or the one resumed), the arguments as written to its
+    ``args.json`` (a new run's with its folder name) and its state so far; ``<out>/latest``
+    then points at it."""
+    run = run_folder(args)
+    state = RunState()
+    if args.resume is not None:
+        if (run / "state.json").is_file():  # absent if killed before the first evaluation
+            state = RunState(**json.loads((run / "state.json").read_text()))
+    else:
+        if run.name != args.name:
+            print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
+        args = replace(args, run_name=run.name)
+        run.mkdir(parents=True, exist_ok=False)
+    (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
+    point_latest(run)
+    return run, args, state
+
+
+def save_state(run: Path, state: RunState) -> None:
+    (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
+    (run / "history.json").write_text(json.dumps(state.history, indent=1))
+
+
+__all__ = ["RunState", "open_run", "run_args", "point_latest", "resumed_args", "run_folder", "save_state"]

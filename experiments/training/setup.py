@@ -1,0 +1,150 @@
+"""What a run's arguments mean, resolved once: :class:`RunSetup`.
+
+:func:`resolve` parses the scenarios (once; the env runners receive the parsed configs as
+data), decides the learning seats (``seats.plan_for``), reads the background roster, and
+names each learning seat's codec and history; it raises ``ValueError`` naming what to fix,
+before Ray starts or anything is written. :func:`measure` adds what is computed from
+episodes and kept in the run folder (so ``--resume`` reuses it): the observation scales and
+the reference allocators' returns on the held-out seeds. Everything downstream (the RLlib
+config, evaluations, checkpoints) receives the setup instead of re-deriving it from names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from commons_arena.scenario import ScenarioConfig
+from experiments.training.args import SWITCHING, TrainArgs
+from experiments.training.heldout import References, anchor_means, cached_reference_returns
+from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
+from policies.focal import FocalEnv
+from policies.learned import observation_scale
+from policies.population import Population
+
+SCALE_EPISODES = 8  # episodes per (scenario, allocator) that observation scales are fitted on
+# Observation scales are fitted on episodes of their own seed stream: seeds drawn from
+# SeedSequence([SCALE_STREAM, run seed]), distinct from training's and the held-out seeds' rules.
+SCALE_STREAM = 0x5CA1E
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """A run's arguments resolved: the parsed scenarios, who learns, who plays the rest."""
+
+    args: TrainArgs
+    stages: tuple[ScenarioConfig, ...]  # args.stages parsed, same order
+    plan: SeatPlan
+    background: Population  # the seats that do not learn (a roster or the scenario's own)
+    scripted_in_env: bool  # the background plays inside the env (else as RLlib modules)
+    codecs: Mapping[str, str]  # learning seat -> action codec (only the allocator acts through one)
+    histories: Mapping[str, int]  # learning seat -> ticks of observation its module sees
+    eval_seeds: tuple[int, ...]  # held-out: never trained on
+    scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
+    references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
+
+    def stage(self, index: int) -> ScenarioConfig:
+        return self.stages[index]
+
+    @property
+    def anchors(self) -> dict[str, dict[str, float]]:
+        """Scenario name -> reference allocator -> mean held-out return."""
+        return anchor_means(self.references)
+
+    @property
+    def allocator_learns(self) -> bool:
+        return ALLOCATOR in self.plan.seats
+
+
+def resolve(args: TrainArgs) -> RunSetup:
+    """Parse and check everything the arguments name (see the module docstring)."""
+    args.validate()
+    stages = tuple(commons_arena.load_scenario(name) for name in args.stages)
+    plan = plan_for(args.experiment, stages[0], args.learners, args.team_modules)  # names a bad learner
+    if args.use_lstm and plan.seats != [ALLOCATOR]:
+        raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
+    learns = ALLOCATOR in plan.seats
+    return RunSetup(
+        args=args,
+        stages=stages,
+        plan=plan,
+        background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
+        # a curriculum, a mix or a league switches populations (or members): those play in the env
+        scripted_in_env=args.scripted_in_env or args.experiment in SWITCHING,
+        codecs={ALLOCATOR: args.codec} if args.codec and learns else {},
+        histories={ALLOCATOR: args.history} if learns else {},
+        eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
+    )
+
+
+def background_population(path: Path | None, config: ScenarioConfig) -> Population:
+    """The non-learning seats: a roster file (scripted or ``learned:`` entries) or the scenario's own."""
+    return Population.default(config) if path is None else Population.from_toml(path, config)
+
+
+def scale_sample_seeds(run_seed: int, episodes: int = SCALE_EPISODES) -> list[int]:
+    """The episodes observation scales are fitted on (their own stream of the run's seed)."""
+    return [int(s) for s in np.random.SeedSequence([SCALE_STREAM, run_seed]).generate_state(episodes)]
+
+
+def sample_observations(configs: Sequence[ScenarioConfig], run_seed: int) -> dict[str, np.ndarray]:
+    """Every seat's observations from the scenario's population with a random and a
+    proportional allocator (the spread the observation scales are fitted on)."""
+    rows: dict[str, list[np.ndarray]] = {}
+    for config in configs:
+        for allocator in ("random", "proportional"):
+            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
+            for seed in scale_sample_seeds(run_seed):
+                episode.reset(seed=seed)
+                while not episode.episode_over:
+                    for seat, obs in episode.seat_observations.items():
+                        rows.setdefault(seat, []).append(obs)
+                    episode.step({})
+    return {seat: np.stack(obs) for seat, obs in rows.items()}
+
+
+def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
+    """Learning seat -> observation scale, fitted per module on every seat it plays."""
+    samples = sample_observations(setup.stages, setup.args.seed)
+    # a league shares team seats between learned and scripted members: exact (power-of-two) scales
+    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.experiment == "league" else observation_scale
+    return module_scales(setup.plan, samples, fit)
+
+
+def with_unit_scales(setup: RunSetup) -> RunSetup:
+    """``setup`` with scale 1 for every learning seat (benchmarks and tests of the wiring,
+    where the learning signal does not matter)."""
+    env = commons_arena.parallel_env(setup.stages[0])
+    return replace(setup, scales={s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats})
+
+
+def measure(setup: RunSetup, run: Path) -> RunSetup:
+    """``setup`` with its observation scales and held-out references, read from the run folder
+    when it has them (a resumed run), else computed and written there."""
+    scale_path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
+    if scale_path.is_file():
+        saved = json.loads(scale_path.read_text())
+        scales = {s: np.asarray(v, dtype=np.float32)
+                  for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
+    else:
+        scales = fit_scales(setup)
+        scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
+    references_path = run / "references.json"  # per-seed returns of every reference allocator
+    if references_path.is_file():
+        references = json.loads(references_path.read_text())
+    else:
+        cache = setup.args.out / ".references"
+        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in setup.stages}
+        references_path.write_text(json.dumps(references, indent=1))
+    return replace(setup, scales=scales, references=references)
+
+
+__all__ = ["RunSetup", "background_population", "fit_scales", "measure", "resolve", "sample_observations",
+           "scale_sample_seeds",
+           "with_unit_scales"]

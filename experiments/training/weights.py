@@ -1,0 +1,54 @@
+"""Weight surgery on a built algorithm: start the allocator at its codec's base policy.
+
+The learner's module is changed and its weights are pushed to every env runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from commons_arena.enums import ALLOCATOR
+from experiments.training.setup import RunSetup
+from policies.codecs import make_codec
+
+
+def favour_zero_code(algo: Any, setup: RunSetup) -> None:
+    """Start from the codec's base policy: its zero code gets ``zero_bias`` more logit."""
+    codec_name = setup.codecs.get(ALLOCATOR)
+    if not codec_name or setup.args.zero_bias == 0:
+        return
+    codec = make_codec(codec_name, setup.stages[0])
+    if codec.zero_code is not None:
+        favour_code(algo, ALLOCATOR, codec.nvec, codec.zero_code, setup.args.zero_bias)
+
+
+def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:
+    """Make ``code`` the learned agent's likely action at the start of training.
+
+    The output layer of the module's policy head gets bias ``strength`` on the chosen
+    category of every MultiDiscrete sub-action (0 elsewhere) and its weights are scaled
+    down 10x, so that every observation starts near the same distribution: with 5
+    categories and ``strength=4`` each sub-action picks ``code`` with probability ~0.93,
+    and the greedy action is ``code``. Used to start a residual codec at the zero
+    correction (the base policy). The learner's module is changed and its weights are
+    pushed to every env runner.
+    """
+    bias = np.concatenate([np.where(np.arange(n) == c, strength, 0.0) for n, c in zip(nvec, code, strict=True)])
+
+    def patch(learner: Any) -> None:
+        module = learner.module[agent]
+        last = [layer for layer in module.pi.modules() if isinstance(layer, torch.nn.Linear)][-1]
+        if last.out_features != len(bias):
+            raise ValueError(f"{agent!r} policy head has {last.out_features} outputs, the code space {len(bias)}")
+        with torch.no_grad():
+            last.bias.copy_(torch.as_tensor(bias, dtype=last.bias.dtype))
+            last.weight.mul_(0.1)
+
+    algo.learner_group.foreach_learner(patch)
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+
+
+__all__ = ["favour_code", "favour_zero_code"]
