@@ -1,29 +1,65 @@
-"""Action codecs for learned allocators: how a module's ``MultiDiscrete`` output becomes an
-allocator action, plus the features a codec adds to the module's observation.
+"""Action codecs: how a learned module's ``MultiDiscrete`` output becomes a seat's action,
+plus the features a codec adds to the module's observation (docs/codecs.md).
 
-A codec is selected by name (``CODECS``; ``commons-arena train --action-codec``) and
-recorded in the checkpoint's sidecar, so ``learned:<dir>`` decodes the same way.
+A codec drives seats of one role (``Codec.role``). It is selected per seat by name
+(:func:`make_codec`, which refuses another role's codec naming the right ones;
+:func:`codecs_for_role`; :data:`DEFAULT_CODECS`) and recorded in the checkpoint's sidecar
+(``{"name", "params"}``), so ``learned:<dir>`` decodes the same way. No codec at all (raw
+actions: the module outputs the env action) stays selectable for every role.
 
-==============  ===============================================  =============================
-codec           the module chooses                               can express
-==============  ===============================================  =============================
-``relative``    a share level per team of its demand (revealed   only shares of what a team
-                need, else declaration) and a buy level per      declared, on the tier it
-                tier (none / shortfall / everything offered)     declared; nothing at tick 0
-``absolute``    the grant per (team, tier), 0 .. owned + spot    any grant; purchases follow
-                                                                 from the grants
-``residual``    a correction per (team, tier) in                 everything ``planner`` does,
-                ``DELTAS`` = -2..+2 GPUs, added to the           plus grants no declaration is
-                ``planner``'s grant (0 = play the planner)       behind, on any tier
-``need``        a correction per (team, tier) in ``DELTAS``,     needs the planner cannot see
-                added to the ``planner``'s *need estimate*;      (tick 0, jobs that arrive this
-                the planner then plans (0 = play the planner)    tick), planned with its spill
-                                                                 to larger tiers and purchases
-==============  ===============================================  =============================
+==================  =========  ========================================  ==============================
+codec               role       the module chooses                        can express
+==================  =========  ========================================  ==============================
+``relative``        allocator  a share level per team of its demand      only shares of what a team
+                               (revealed need, else declaration) and a   declared, on the tier it
+                               buy level per tier (none / shortfall /    declared; nothing at tick 0
+                               everything offered)
+``absolute``        allocator  the grant per (team, tier), 0 .. owned    any grant; purchases follow
+                               + spot                                    from the grants
+``residual``        allocator  a correction per (team, tier) in          everything ``planner`` does,
+                               ``DELTAS`` = -2..+2 GPUs, added to the    plus grants no declaration is
+                               ``planner``'s grant (0 = the planner)     behind, on any tier
+``need``            allocator  a correction per (team, tier) in          needs the planner cannot see
+                               ``DELTAS``, added to the ``planner``'s    (tick 0, jobs that arrive this
+                               *need estimate*; the planner then plans   tick), planned with its spill
+                               (0 = play the planner)                    to larger tiers and purchases
+``bluff``           team       one declaration factor of ``FACTORS``     declaring 0.5x .. 3x its own
+                               (0.5, 0.75, 1, 1.1, 1.25, 1.5, 2, 3) for  true need, tick by tick, and
+                               every tier, and a stance rule of          when to counter / escalate;
+                               ``STANCE_RULES`` (accept, counter,        every scripted archetype is
+                               escalate after 1 / 2 / 3 starved ticks,   one fixed code; zero code =
+                               escalate always)                          ``truthful``
+``bluff_per_tier``  team       the same, with one factor per tier        different bluffs per tier
+                                                                         (measured: no more than
+                                                                         ``bluff`` gains, see below)
+``markup``          broker     a margin over unit cost per tier          a price that follows demand
+                               (``MARGINS`` 1 .. 3x), a demand slope     (slope), crises (premium)
+                               (``SLOPES``: levels per unit of demand /  and cost per tier, and
+                               capacity), a crisis premium (+0..3        withholding supply; both
+                               levels) and the share of inventory        scripted brokers are fixed
+                               offered (1, 1/2, 0)                       codes; zero code =
+                                                                         ``demand_priced``
+==================  =========  ========================================  ==============================
 
-Every codec decodes to an action that needs no repair: purchases are what the grants need
-beyond the online GPUs (cut to the offer, then to the budget, most expensive tier first,
-like the env), and grants above online + bought are scaled down with the env's own rule.
+Every codec decodes to an action that needs no repair. Allocator codecs: purchases are what
+the grants need beyond the online GPUs (cut to the offer, then to the budget, most expensive
+tier first, like the env), and grants above online + bought are scaled down with the env's
+own rule. Team codecs cut declarations to the action space; ``markup`` cuts price levels to
+the grid and offers at most the inventory it observes.
+
+``bluff`` and ``bluff_per_tier`` are strategies over what the team observes and the
+allocator does not: its own true need. They keep the declaration the last grant answered (as
+the scripted teams do), so :meth:`Codec.reset` starts an episode, and their features are
+what a strategist reads from last tick: how far the grant fell short of the declaration and
+of the true need, per tier, and the allocator's overall discount (granted / declared). Why
+``bluff`` (one factor) is the team default: on ``crisis`` against ``proportional`` (search
+seat) the best of all 512 per-tier factor triples gains exactly what the best single factor
+gains (``python -m experiments.evaluation.fixed_codes``, docs/codecs.md), while a factor on a
+tier the team does not use is a choice with no consequence, noise in the gradient of every
+other choice.
+
+``markup`` makes "price follows demand" one choice (the slope) instead of a price level per
+tier for every demand level; its feature is the demand ratio the slope multiplies.
 
 ``residual`` runs the planner itself (it keeps the planner's per-episode beliefs, so
 :meth:`Codec.reset` starts an episode) and shows the module what the planner proposes:

@@ -299,3 +299,11 @@ def test_a_sidecar_naming_another_roles_codec_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="action codec 'bluff' drives team seats, but 'allocator'"):
         save_untrained(tmp_path / "alloc", config, ALLOCATOR, "bluff")
     assert not (tmp_path / "alloc" / SIDECAR).exists()
+
+
+def test_fixed_codes_reproduction_table_shows_no_difference():
+    from experiments.evaluation.fixed_codes import reproduction
+
+    rows = reproduction(["standard"], ["proportional"], range(2))
+    assert {r["scripted"] for r in rows} == {*ARCHETYPES, "demand_priced", "fixed_price"}
+    assert all(r["diff"] == 0.0 and r["diff_ci95"] == 0.0 for r in rows)
