@@ -47,6 +47,17 @@ def cost_covering_levels(config: ScenarioConfig, margin: float) -> np.ndarray:
     return np.array(levels, dtype=np.int64)
 
 
+def demand_levels(
+    base: np.ndarray, demand: np.ndarray, capacity: np.ndarray, gain: float, crisis: bool, crisis_levels: int, top: int
+) -> np.ndarray:
+    """The demand-priced rule: ``base + round(gain x min(demand / capacity, 2)) + crisis_levels
+    x crisis`` per tier, at most ``top`` (``demand_priced``; also the ``markup`` codec's)."""
+    level = base + np.rint(gain * np.minimum(demand / capacity, 2.0)).astype(np.int64)
+    if crisis:
+        level = level + crisis_levels
+    return np.minimum(level, top)
+
+
 class _Broker(ScriptedPolicy):
     role = "broker"
 
@@ -83,11 +94,9 @@ class DemandPricedBroker(_Broker):
         return {"margin": self.margin, "demand_gain": self.demand_gain, "crisis_levels": self.crisis_levels}
 
     def decide(self, obs: np.ndarray) -> np.ndarray:
-        ratio = np.minimum(obs[self._sl_demand] / self._capacity, 2.0)
-        level = self._base + np.rint(self.demand_gain * ratio).astype(np.int64)
-        if obs[self._i_crisis] > 0:
-            level = level + self.crisis_levels
-        return np.concatenate([obs[self._sl_inventory], np.minimum(level, self._top)])
+        level = demand_levels(self._base, obs[self._sl_demand], self._capacity, self.demand_gain,
+                              bool(obs[self._i_crisis] > 0), self.crisis_levels, self._top)
+        return np.concatenate([obs[self._sl_inventory], level])
 
 
 class FixedPriceBroker(_Broker):

@@ -31,7 +31,7 @@ from policies.checkpoint_format import (
     write_checkpoint,
 )
 from policies.checkpoint_format import read_sidecar as read_sidecar_model
-from policies.codecs import CODECS, Codec, RelativeAllocatorCodec
+from policies.codecs import CODECS, Codec, RelativeAllocatorCodec, check_codec
 
 LEARNED_PREFIX = "learned:"
 
@@ -63,7 +63,7 @@ class ModuleInterface:
         raw = make_observation_space(config, agent)
         if self.scale.shape != raw.shape:
             raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
-        self.codec: Codec | None = make_codec(codec, config)
+        self.codec: Codec | None = make_codec(codec, config, agent)
         self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
         self._raw_space = raw
         self._frames: list[np.ndarray] = []
@@ -128,14 +128,17 @@ def module_dir(checkpoint: str | Path, module_id: str) -> Path:
     return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
 
 
-def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig) -> Codec | None:
-    """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None)."""
+def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig, agent: str) -> Codec | None:
+    """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None) for
+    ``agent``'s seat; :class:`CheckpointError` if it is unknown or another role's codec."""
     if spec is None:
         return None
     name, params = (spec, {}) if isinstance(spec, str) else (spec["name"], dict(spec.get("params", {})))
-    if name not in CODECS:
-        raise CheckpointError(f"unknown action codec {name!r}; known codecs: {sorted(CODECS)}")
-    return CODECS[name](config, **params)
+    try:
+        cls = check_codec(name, config, agent)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    return cls(config, agent, **params)
 
 
 def sidecar_fields(
@@ -222,8 +225,11 @@ class LearnedPolicy:
         sidecar, network = load_network(checkpoint)
         meta = sidecar.model_dump(by_alias=True)
         check_fits(meta, config, agent, checkpoint)
-        interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32),
-                                    meta["action_codec"], meta["history"])
+        try:
+            interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32),
+                                        meta["action_codec"], meta["history"])
+        except CheckpointError as err:
+            raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
         if interface.input_size != network.input_size:
             raise CheckpointError(
                 f"checkpoint {checkpoint}: its network takes {network.input_size} inputs but its codec and history "

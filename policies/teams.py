@@ -105,20 +105,31 @@ class TeamPolicy(ScriptedPolicy):
 
     def decide(self, obs: np.ndarray) -> np.ndarray:
         T = self.n_tiers
-        need = obs[self._sl_need]
         out = np.zeros(T + 1, dtype=np.int64)
-        # ceil with a small tolerance so that need x 1.0 stays exactly need
-        out[:T] = np.minimum(np.ceil(need * self.bluff - 1e-6), self._request_high)
-        streak = obs[self._i_streak]
-        if streak >= self.escalate_after:
-            out[T] = Stance.ESCALATE
-        elif self._answered is not None and bool(np.any(obs[self._sl_grant] < self._answered)):
-            out[T] = Stance.COUNTER
-        else:
-            out[T] = Stance.ACCEPT
+        out[:T] = declare(obs[self._sl_need], self.bluff, self._request_high)
+        out[T] = stance(obs[self._i_streak], obs[self._sl_grant], self._answered, self.escalate_after)
         # this tick's `declared` is what next tick's `last_grant` will answer
         self._answered = obs[self._sl_declared].copy()
         return out
+
+
+def declare(need: np.ndarray, bluff: float | np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The declaration rule: ``ceil(need x bluff)`` per tier (``bluff`` one factor or one per
+    tier), at most ``high``. The small tolerance keeps ``need x 1.0`` exactly ``need``."""
+    return np.minimum(np.ceil(need * bluff - 1e-6), high).astype(np.int64)
+
+
+def stance(
+    streak: float, grant: np.ndarray, answered: np.ndarray | None, escalate_after: int | None, counter: bool = True
+) -> Stance:
+    """The stance rule: escalate once starved ``escalate_after`` ticks in a row (``0``: always,
+    ``None``: never); else, with ``counter``, counter a grant short of the declaration it
+    answered (``None`` at the first tick); else accept."""
+    if escalate_after is not None and streak >= escalate_after:
+        return Stance.ESCALATE
+    if counter and answered is not None and bool(np.any(grant < answered)):
+        return Stance.COUNTER
+    return Stance.ACCEPT
 
 
 def make_team_factory(archetype: str):

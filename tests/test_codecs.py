@@ -10,7 +10,13 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.spaces import observation_layout
 from policies import Population
-from policies.codecs import CODECS, AbsoluteAllocatorCodec, NeedResidualCodec, ResidualPlannerCodec, make_codec
+from policies.codecs import (
+    AbsoluteAllocatorCodec,
+    NeedResidualCodec,
+    ResidualPlannerCodec,
+    codecs_for_role,
+    make_codec,
+)
 from policies.learned import ModuleInterface
 from policies.planner import PlannerAllocator
 
@@ -32,7 +38,7 @@ def random_observation(config, rng) -> np.ndarray:
     return obs
 
 
-@pytest.mark.parametrize("name", list(CODECS))
+@pytest.mark.parametrize("name", codecs_for_role("allocator"))
 def test_decoded_actions_never_need_repair(name):
     config = commons_arena.load_scenario("crisis")
     codec = make_codec(name, config)
@@ -151,7 +157,8 @@ def test_absolute_codec_buys_what_its_grants_need():
 
 
 def test_unknown_codec_is_named():
-    with pytest.raises(ValueError, match="unknown action codec 'nope'; codecs: relative, absolute, residual, need"):
+    with pytest.raises(ValueError, match="unknown action codec 'nope'; codecs for allocator seats: relative, absolute, "
+                       "residual, need"):
         make_codec("nope", commons_arena.load_scenario("standard"))
 
 

@@ -35,7 +35,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.evaluate import markdown_table, paired_difference
 from policies import Population
-from policies.codecs import Codec
+from policies.codecs import AllocatorCodec
 from policies.planner import PlannerAllocator
 from policies.population import run_episode
 
@@ -64,7 +64,7 @@ class PlannerVariant:
     def __init__(self, env: Any, rule: NeedRule | None, on_grants: np.ndarray | None = None) -> None:
         self.env = env.unwrapped
         self.planner = PlannerAllocator(self.env.config)
-        self.codec = Codec(self.env.config)  # for feasible() and the tiers' ceilings
+        self.codec = AllocatorCodec(self.env.config)  # for feasible() and the tiers' ceilings
         self.rule, self.on_grants = rule, on_grants
         config = self.env.config
         self.gap = np.zeros((config.max_ticks + 1, len(config.teams), len(config.gpu_tiers)))

@@ -1,0 +1,163 @@
+"""What the team and broker codecs express before anything is learned (issue 17; docs/codecs.md).
+
+A *fixed code* plays the same codec choice every tick (:class:`policies.codecs.CodedPolicy`):
+a scripted policy written in the codec's terms. Three measurements, every one paired on the
+same seeds (the other seats unchanged) with a 95% CI:
+
+1. **Reproduction**: each team archetype against its fixed ``bluff`` code, and both scripted
+   brokers against their fixed ``markup`` codes (the difference must be exactly 0).
+2. **Misreport gain of the best fixed team code**: every ``bluff`` code (factor x stance
+   rule), and every per-tier factor triple of ``bluff_per_tier`` with the best stance rule,
+   in one team seat against one allocator. The best is *chosen* on selection seeds and
+   *reported* on other seeds, so its gain over ``truthful`` is not inflated by the choice.
+3. **The best fixed broker code**: every ``markup`` code with one margin on all tiers,
+   chosen and reported the same way, against ``demand_priced``.
+
+    python -m experiments.evaluation.fixed_codes --scenario crisis --allocator proportional --seat search
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR, BROKER
+from experiments.evaluation.evaluate import markdown_table, mean_ci95, paired_difference
+from policies.base import Policy
+from policies.codecs import BluffTeamCodec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
+from policies.population import Population, run_episode
+from policies.registry import make_policy
+
+REPORT_SEEDS = range(0, 30)  # the figures in docs/codecs.md
+SELECTION_SEEDS = range(1000, 1030)  # where the best fixed code is chosen
+PARTS = ("reproduction", "team", "broker")
+
+
+class Arena:
+    """One scenario, one allocator, the default background: a seat's return per seed for any policy in it."""
+
+    def __init__(self, scenario: str, allocator: str, seat: str) -> None:
+        self.env = commons_arena.parallel_env(scenario)
+        self.config, self.seat = self.env.config, seat
+        background = Population.default(self.config).with_agent(ALLOCATOR, allocator)
+        self.policies = dict(background.build(self.config, env=self.env))
+
+    def returns(self, policy: Policy, seeds: Sequence[int]) -> np.ndarray:
+        policies = {**self.policies, self.seat: policy}
+        return np.array([run_episode(self.env, policies, seed)[self.seat]["return"] for seed in seeds])
+
+    def scripted(self, name: str, seeds: Sequence[int]) -> np.ndarray:
+        return self.returns(make_policy(name, self.config, self.seat), seeds)
+
+    def coded(self, codec_name: str, code: np.ndarray, seeds: Sequence[int]) -> np.ndarray:
+        return self.returns(CodedPolicy(make_codec(codec_name, self.config, self.seat), code), seeds)
+
+
+def paired_row(label: str, mine: np.ndarray, theirs: np.ndarray, **extra: Any) -> dict[str, Any]:
+    diff, ci = paired_difference(mine.tolist(), theirs.tolist())
+    return {**extra, "policy": label, "return": float(mine.mean()), "diff": diff, "diff_ci95": ci}
+
+
+def reproduction(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Each archetype (search seat) and each scripted broker beside its fixed code."""
+    from policies.teams import ARCHETYPE_PROFILES
+
+    rows = []
+    for scenario, allocator in itertools.product(scenarios, allocators):
+        team = Arena(scenario, allocator, "search")
+        codec = BluffTeamCodec(team.config, "search")
+        for archetype in ARCHETYPE_PROFILES:
+            rows.append(paired_row(f"bluff {codec.describe(codec.archetype_code(archetype))}",
+                                   team.coded("bluff", codec.archetype_code(archetype), seeds),
+                                   team.scripted(archetype, seeds), scenario=scenario, allocator=allocator,
+                                   seat="search", scripted=archetype))
+        broker = Arena(scenario, allocator, BROKER)
+        markup = MarkupBrokerCodec(broker.config)
+        for name, code in (("demand_priced", markup.zero_code), ("fixed_price", markup.code(1.5, 0, 0))):
+            rows.append(paired_row(f"markup {markup.describe(code)}", broker.coded("markup", code, seeds),
+                                   broker.scripted(name, seeds), scenario=scenario, allocator=allocator,
+                                   seat=BROKER, scripted=name))
+    return rows
+
+
+def best_code(arena: Arena, codec_name: str, codes: Sequence[np.ndarray], seeds: Sequence[int]) -> tuple[np.ndarray, float]:
+    """The code with the highest mean return on ``seeds`` and that mean."""
+    means = [float(arena.coded(codec_name, code, seeds).mean()) for code in codes]
+    best = int(np.argmax(means))
+    return codes[best], means[best]
+
+
+def team_codes(scenario: str, allocator: str, seat: str, selection: Sequence[int], report: Sequence[int]) -> list[dict[str, Any]]:
+    """Gain over ``truthful`` of the best fixed ``bluff`` and ``bluff_per_tier`` codes, and of
+    ``greedy_bluffer``, on the report seeds."""
+    arena = Arena(scenario, allocator, seat)
+    one, per_tier = BluffTeamCodec(arena.config, seat), PerTierBluffTeamCodec(arena.config, seat)
+    truthful = arena.scripted("truthful", report)
+    rows = [paired_row("truthful", truthful, truthful, codes_tried=0),
+            paired_row("greedy_bluffer", arena.scripted("greedy_bluffer", report), truthful, codes_tried=0)]
+    codes = [np.array(c) for c in itertools.product(range(len(one.FACTORS)), range(len(one.STANCE_RULES)))]
+    code, _ = best_code(arena, "bluff", codes, selection)
+    rows.append(paired_row(f"best bluff: {one.describe(code)}", arena.coded("bluff", code, report), truthful,
+                           codes_tried=len(codes)))
+    # per tier: every factor triple with the stance rule the uniform search chose
+    triples = [np.array([*f, code[-1]]) for f in itertools.product(range(len(one.FACTORS)), repeat=one.n_tiers)]
+    tier_code, _ = best_code(arena, "bluff_per_tier", triples, selection)
+    rows.append(paired_row(f"best bluff_per_tier: {per_tier.describe(tier_code)}",
+                           arena.coded("bluff_per_tier", tier_code, report), truthful, codes_tried=len(triples)))
+    for row in rows:
+        row.update(scenario=scenario, allocator=allocator, seat=seat, vs="truthful")
+    return rows
+
+
+def broker_codes(scenario: str, allocator: str, selection: Sequence[int], report: Sequence[int]) -> list[dict[str, Any]]:
+    """Profit over ``demand_priced`` of the best fixed ``markup`` code (one margin on every tier)."""
+    arena = Arena(scenario, allocator, BROKER)
+    markup = MarkupBrokerCodec(arena.config)
+    codes = [markup.code(*choice) for choice in
+             itertools.product(markup.MARGINS, markup.SLOPES, markup.CRISIS_LEVELS, markup.SUPPLY)]
+    code, _ = best_code(arena, "markup", codes, selection)
+    demand_priced = arena.scripted("demand_priced", report)
+    rows = [paired_row("demand_priced", demand_priced, demand_priced, codes_tried=0),
+            paired_row("fixed_price", arena.scripted("fixed_price", report), demand_priced, codes_tried=0),
+            paired_row(f"best markup: {markup.describe(code)}", arena.coded("markup", code, report), demand_priced,
+                       codes_tried=len(codes))]
+    for row in rows:
+        row.update(scenario=scenario, allocator=allocator, seat=BROKER, vs="demand_priced")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scenario", default="crisis")
+    parser.add_argument("--allocator", default="proportional")
+    parser.add_argument("--seat", default="search")
+    parser.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report seeds 0..N-1")
+    parser.add_argument("--reproduction-seeds", type=int, default=10)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which measurements to run")
+    args = parser.parse_args(argv)
+    report = range(args.seeds)
+    selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.seeds)
+    started = time.perf_counter()
+    if "reproduction" in args.parts:
+        print(f"## Reproduction (seeds 0..{args.reproduction_seeds - 1}): fixed code minus the scripted policy\n")
+        print(markdown_table(reproduction(["standard", args.scenario], ["proportional", "planner"],
+                                          range(args.reproduction_seeds))))
+    if "team" in args.parts:
+        print(f"\n## Best fixed team codes, {args.scenario} vs {args.allocator}, seat {args.seat}: chosen on seeds "
+              f"{selection.start}..{selection.stop - 1}, reported on seeds 0..{args.seeds - 1} (diff: minus truthful)\n")
+        print(markdown_table(team_codes(args.scenario, args.allocator, args.seat, selection, report)))
+    if "broker" in args.parts:
+        print(f"\n## Best fixed broker code, {args.scenario} vs {args.allocator} (diff: minus demand_priced)\n")
+        print(markdown_table(broker_codes(args.scenario, args.allocator, selection, report)))
+    print(f"\n{time.perf_counter() - started:.0f} s; mean return of a seat is its episode return; CI: 95% Student t "
+          f"({mean_ci95.__module__}.mean_ci95)")
+
+
+if __name__ == "__main__":
+    main()
