@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from commons_arena.numerics import dot, numpy_sum
 from commons_arena.scenario import RewardWeights
 
 
@@ -47,20 +46,11 @@ class TickOutcome:
         self.fairness = jain_index([x for x, need in zip(self.satisfaction, self.has_need, strict=True) if need])
 
 
-def numpy_sum(values: Sequence[float]) -> float:
-    """``float(np.sum(values))`` to the bit, without numpy for a few values.
-
-    numpy adds fewer than 8 float64 entries left to right from 0, as Python's ``sum`` does;
-    from 8 on it sums pairwise, so those go through numpy."""
-    return float(sum(values, 0.0)) if len(values) < 8 else float(np.sum(np.asarray(values, dtype=np.float64)))
-
-
 def jain_index(x: Sequence[float]) -> float:
     """Jain's fairness index (Σx)² / (n Σx²); 1 for an empty or all-zero vector."""
     if len(x) == 0:
         return 1.0
-    array = np.asarray(x, dtype=np.float64)
-    squares = float(array @ array)  # numpy's dot (how it rounds is part of the recorded behaviour)
+    squares = dot(x, x)  # rounded the same on every processor (commons_arena.numerics)
     return 1.0 if squares == 0.0 else numpy_sum(x) ** 2 / (len(x) * squares)
 
 

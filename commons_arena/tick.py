@@ -34,6 +34,7 @@ import numpy as np
 from commons_arena import rewards
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
 from commons_arena.mechanics import carbon, grants, jobs, market, shocks, social
+from commons_arena.numerics import dot
 from commons_arena.rules import Rules
 from commons_arena.scenario import ShockSpec
 from commons_arena.spaces import action_layout
@@ -301,7 +302,7 @@ def score(
         has_need=[r.ready_gpus > 0 for r in results],
         credibility_lost=lost,
         purchase_cost=purchase.cost,
-        operating_cost=float(np.array(run.granted_by_tier) @ rules.op_cost),
+        operating_cost=dot(run.granted_by_tier, rules.op_cost),
         idle_gpus=run.granted_total - run.used_total,
         carbon_over_kg=(
             0.0 if rules.hard_cap

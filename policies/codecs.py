@@ -89,6 +89,7 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR, BROKER, Role
 from commons_arena.mechanics.grants import repair_grants
+from commons_arena.numerics import dot
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import make_action_space, observation_layout, role_of
@@ -165,7 +166,7 @@ def within_budget(buy: np.ndarray, price: np.ndarray, budget: float) -> np.ndarr
     buy = buy.astype(np.int64).copy()
     prices = (np.asarray(price, dtype=np.float64) * PRICE_SLACK).tolist()
     money = budget - SPEND_EPS
-    cost = float(buy @ np.asarray(prices))
+    cost = dot(buy, prices)
     for tier in sorted(range(len(buy)), key=lambda k: (prices[k], k), reverse=True):
         while buy[tier] > 0 and cost > money:
             buy[tier] -= 1

@@ -79,6 +79,7 @@ from scipy.sparse import csr_array
 from commons_arena.enums import ALLOCATOR, CarbonMode
 from commons_arena.mechanics import carbon, shocks
 from commons_arena.mechanics.jobs import DONE, MISSED, PENDING, edf_key, fitting_tiers
+from commons_arena.numerics import dot
 from commons_arena.rules import rules_for
 from commons_arena.spaces import action_layout
 
@@ -547,7 +548,7 @@ class OracleAllocator:
         used = grant.sum(axis=0)
         if (used > np.asarray(online)).any():
             return None
-        emitted = float(used @ np.asarray(kg))
+        emitted = dot(used, kg)
         headroom = self.config.carbon.cap_kg - carbon_used
         if emitted > headroom - 1e-7 and (self.config.carbon.carbon_mode is CarbonMode.HARD or w.carbon != 0):
             return None

@@ -110,3 +110,27 @@ def test_a_missing_recording_is_one_line_and_exit_2(tmp_path: Path, capsys) -> N
         main(["verify", str(tmp_path / "nope.jsonl")])
     assert exit_.value.code == 2
     assert "nope.jsonl" in capsys.readouterr().err
+
+
+# OpenBLAS picks its kernel per processor at run time (OPENBLAS_CORETYPE forces one). A
+# BLAS dot product in the rules rounded differently on an AVX-512 kernel than on an AVX2
+# one, so recordings made on one machine failed on another; commons_arena.numerics.dot
+# keeps BLAS out of the rules. Both kernels run on any x86-64 that has AVX2 or emulates it.
+@pytest.mark.parametrize("kernel", ["SkylakeX", "Haswell"])
+def test_golden_playthroughs_replay_on_every_blas_kernel(kernel: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import commons_arena\n"
+        "from commons_arena.verify import verify_recording\n"
+        "from tests.golden.make import golden_path\n"
+        "bad = [str(r.difference) for r in (verify_recording(golden_path(n)) for n in commons_arena.list_scenarios()) if not r.ok]\n"
+        "print('\\n'.join(bad) or 'ok')\n"
+    )
+    env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "ok", f"with OPENBLAS_CORETYPE={kernel}: {run.stdout}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commons_arena import rewards
+from commons_arena import numerics, rewards
 from commons_arena.scenario import AllocatorWeights, BrokerWeights, RewardWeights, TeamWeights
 
 
@@ -185,4 +185,4 @@ def test_numpy_sum_has_numpy_bits(n) -> None:
     rng = np.random.default_rng(n)
     for _ in range(200):
         values = (rng.random(n) * 10.0 ** rng.integers(-3, 4, n)).tolist()
-        assert rewards.numpy_sum(values) == float(np.sum(np.array(values, dtype=np.float64)))
+        assert numerics.numpy_sum(values) == float(np.sum(np.array(values, dtype=np.float64)))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from commons_arena.numerics import dot
+
 TICK_HOURS = 1.0  # one tick is one hour of cluster time
 
 
@@ -25,7 +27,7 @@ def forecast(profile: tuple[float, ...], t: int, horizon: int) -> np.ndarray:
 
 
 def emissions(busy: np.ndarray, power_kw: np.ndarray, intensity: float) -> float:
-    return float(busy @ power_kw) * intensity * TICK_HOURS
+    return dot(busy, power_kw) * intensity * TICK_HOURS
 
 
 def cut_for_hard_cap(

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from commons_arena.numerics import dot
+
 
 def price_grid(max_price: np.ndarray, levels: int) -> np.ndarray:
     """Price of each (tier, level): level k of K costs ``max_price * k / (K - 1)``."""
@@ -41,9 +43,9 @@ def repair_purchases(
     fixed = [min(b, q) for b, q in zip(buys, offer_qty, strict=True)]
     offer_cut = int(sum(buys) - sum(fixed))
     budget_cut = 0
-    # numpy's dot, for the cost the allocator pays as for the budget test: one rounding
+    # one rounding rule (numerics.dot) for the cost the allocator pays and for the budget test
     bought = np.array(fixed, dtype=np.int64)
-    cost = float(bought @ offer_price)
+    cost = dot(bought, offer_price)
     if cost > budget + 1e-9:
         prices = offer_price.tolist()
         # Most expensive first; stable for equal prices by preferring the higher index.
@@ -54,9 +56,9 @@ def repair_purchases(
                 cost -= prices[tier]
                 budget_cut += 1
         bought = np.array(fixed, dtype=np.int64)
-        cost = float(bought @ offer_price)  # the price of what is left, not the running difference
+        cost = dot(bought, offer_price)  # the price of what is left, not the running difference
     return bought, cost, offer_cut, budget_cut
 
 
 def broker_profit(sold: np.ndarray, price: np.ndarray, unit_cost: np.ndarray) -> float:
-    return float(sold @ (price - unit_cost))
+    return dot(sold, price - unit_cost)
