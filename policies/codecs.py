@@ -65,7 +65,7 @@ tier for every demand level; its feature is the demand ratio the slope multiplie
 :meth:`Codec.reset` starts an episode) and shows the module what the planner proposes:
 :meth:`Codec.features` returns the planner's need estimate and grant per (team, tier),
 appended to the module's observation. Its ``zero_code`` (every correction 0) is the action
-training starts from (see ``experiments.training.rllib_adapter.favour_code``).
+training starts from (see ``experiments.training.weights.favour_code``).
 
 ``need`` corrects the planner's *estimate* instead of its grant, and the planner plans on
 the corrected needs (its order of urgency, the spill to larger tiers, paced purchases). It

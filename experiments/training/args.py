@@ -29,7 +29,7 @@ class TrainArgs:
     """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
     elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
     seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
-    (experiments/training/selfplay.py); league: a team learns against a mix of scripted teams
+    (seat plan: experiments/training/seats.py); league: a team learns against a mix of scripted teams
     and frozen snapshots of itself (experiments/training/league.py)"""
     learners: tuple[str, ...] = ("allocator",)
     """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team)"""

@@ -7,7 +7,7 @@ The experiments, read top to bottom:
   (``CurriculumCallback``) promotes every env to the next stage when the training
   episodes' normalised score reaches ``promote_at``.
 * ``seats_ppo`` / ``selfplay``: the ``--learners`` seats, or every seat, learn at once
-  (``experiments/training/selfplay.py``; module sharing in ``seats.py``).
+  (the seat plan and module sharing in ``seats.py``).
 * ``league``: the shared team module learns against scripted teams and frozen snapshots of
   itself (``experiments/training/league.py``).
 * ``allocator_mixed``: every training episode plays one of ``standard``, ``elevated``,
