@@ -7,9 +7,11 @@ file in ``scenarios/`` is covered without touching this file.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,109 @@ import pytest
 
 import commons_arena
 from commons_arena.scenario import scenario_from_dict
+
+# --------------------------------------------------------------------------- markers
+
+# `pytest -m "not slow"` is the fast loop; the README's test command runs everything. The
+# marks live here, by module, test and fixture, not in the test files, so branches that
+# edit tests merge without touching them. Keys: "module", or "module::test" (the function's
+# name, or with its parameters: "module::test[id]"). Markers are registered in pyproject.toml.
+NEEDS_MARKS = ("rllib", "ray", "browser", "server")  # each of these is also `slow`
+
+MARKS: dict[str, tuple[str, ...]] = {
+    "test_training": ("rllib", "ray"),
+    "test_selfplay": ("rllib", "ray"),
+    "test_league": ("rllib", "ray"),
+    "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
+    "test_serving": ("server",),
+    "test_play_browser": ("browser", "server"),
+    "test_replay_browser": ("browser",),
+    "test_tournament::test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows[ray]": ("ray",),
+    # unit modules' slow tests: whole evaluations, the oracle's MILP over many episodes, subprocesses
+    "test_validity": ("slow",),  # one evaluation table of every scenario on held-out seeds
+    "test_packaging": ("slow",),  # builds and installs the wheel
+    "test_oracle::test_oracle_mean_reward_is_at_least_every_baselines": ("slow",),
+    "test_oracle::test_oracle_beats_every_baseline_on_standard": ("slow",),
+    "test_oracle::test_oracle_beats_proportional_and_random_on_standard": ("slow",),
+    "test_tournament::test_a_changed_scenario_is_refused_unless_allowed": ("slow",),
+    "test_tournament::test_other_seats": ("slow",),
+    "test_tournament::test_the_focal_seat_is_the_players": ("slow",),
+    "test_tournament::test_cli_roster_and_flag_forms": ("slow",),
+    "test_cli_errors::test_the_installed_command_exits_2_with_one_line_and_no_traceback": ("slow",),
+    "test_determinism::test_same_trajectory_in_another_process": ("slow",),
+    "test_small_inputs::test_native_output_is_silenced_and_python_output_kept": ("slow",),
+    "test_render::test_every_scenario_renders": ("slow",),
+    "test_render::test_frames_from_recording": ("slow",),
+    "test_render::test_rgb_array_frames": ("slow",),  # the fast loop keeps one dashboard test
+    "test_render::test_pettingzoo_render_test": ("slow",),
+}
+
+# A test run once per shipped scenario (or per unusual shape) is a sweep: the fast loop keeps
+# `standard`, `crisis` and the smaller unusual shape of it; the full run plays every one.
+SWEPT_ONLY_IN_FULL = frozenset(commons_arena.list_scenarios()) - {"standard", "crisis"} | {"octet_five_tiers"}
+
+FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
+    "ray_session": ("ray",),
+    "fitting_checkpoint": ("rllib",),  # test_cli_errors: a checkpoint of an RLlib module
+    "allocator_run": ("slow",),  # test_tournament: a whole tournament
+    "uninterrupted": ("slow",),  # test_tournament: the kill test's reference run
+}
+
+
+def marks_for(module: str, test: str, name: str, fixtures: Collection[str], params: Collection[Any] = ()) -> set[str]:
+    """The marks of one test: its module's, its own (by name, or by name with parameters), its fixtures',
+    and `slow` for a sweep's cases in SWEPT_ONLY_IN_FULL."""
+    marks = {*MARKS.get(module, ()), *MARKS.get(f"{module}::{test}", ()), *MARKS.get(f"{module}::{name}", ())}
+    if any(isinstance(value, str) and value in SWEPT_ONLY_IN_FULL for value in params):
+        marks.add("slow")
+    for fixture in fixtures:
+        marks.update(FIXTURE_MARKS.get(fixture, ()))
+    if marks & set(NEEDS_MARKS):
+        marks.add("slow")
+    return marks
+
+
+def deselects_every_test(expression: str, marks: Collection[str]) -> bool:
+    """Whether ``-m expression`` is false for every test carrying ``marks``, whatever other marks it has.
+
+    Parsed by pytest's own parser, so `-m` means the same here; if that private module moves, or
+    the expression asks for marker arguments (``name(key=value)``), the answer is "no" (collect)."""
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        return False
+    if re.search(r"\w\(", expression):
+        return False
+    compiled = Expression.compile(expression)
+    free = sorted(set(re.findall(r"[A-Za-z_][\w.]*", expression)) - {"and", "or", "not", *marks})
+    for chosen in itertools.product((False, True), repeat=len(free)):
+        present = {*marks, *(name for name, on in zip(free, chosen, strict=True) if on)}
+        if compiled.evaluate(lambda name, present=present, **_: name in present):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Do not even import a test module that `-m` deselects whole (the fast loop skips RLlib's import)."""
+    expression = config.option.markexpr
+    if not expression or collection_path.suffix != ".py":
+        return None
+    marks = marks_for(collection_path.stem, "", "", ())
+    return True if marks and deselects_every_test(expression, marks) else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        test = getattr(item, "originalname", item.name)
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        for mark in sorted(marks_for(module.__name__.rpartition(".")[2], test, item.name, item.fixturenames, params)):
+            item.add_marker(mark)
+
 
 # --------------------------------------------------------------------------- Ray
 

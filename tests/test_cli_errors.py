@@ -14,7 +14,6 @@ import pytest
 from commons_arena.enums import ALLOCATOR
 from experiments.cli import main, one_line
 from tests.conftest import TINY, toml_dumps
-from tests.test_checkpoint_format import save_agent
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -40,6 +39,8 @@ def assert_one_line_error(capsys, *argv: str, match: str) -> str:
 
 @pytest.fixture
 def fitting_checkpoint(tmp_path) -> Path:
+    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only the tests that need it
+
     return save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
 
 

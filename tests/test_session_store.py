@@ -1,0 +1,38 @@
+"""The session store's idle rule, by its clock: no server, no waiting (test_serving.py plays it for real)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.serving.session import Limits, ServeError, ServeSettings, SessionStore
+
+
+def test_idle_http_sessions_close_past_the_limit_and_not_before():
+    store = SessionStore(ServeSettings(limits=Limits(idle_seconds=30)))
+    session = store.open("http")
+    last = session.last_active
+    assert store.expire(now=last + 29.9) == [] and store.expire(now=last + 30) == []
+    assert store.expire(now=last + 30.01) == [session.id]
+    assert store.sessions == {}
+    with pytest.raises(ServeError) as gone:
+        store.get(session.id)
+    assert gone.value.code == "UNKNOWN_SESSION" and "30 s idle" in gone.value.message
+
+
+def test_a_request_restarts_the_idle_clock():
+    store = SessionStore(ServeSettings(limits=Limits(idle_seconds=30)))
+    session = store.open("http")
+    now = session.last_active
+    session.last_active = now - 100  # its last request, 100 s ago
+    assert store.get(session.id) is session  # a request now
+    assert store.expire(now=now + 1) == [] and set(store.sessions) == {session.id}
+
+
+def test_websocket_sessions_are_left_to_their_socket():
+    """A WebSocket session is closed by its connection's own idle timer, never by the store's sweep."""
+    store = SessionStore(ServeSettings(limits=Limits(idle_seconds=30)))
+    socket = store.open("ws")
+    assert store.expire(now=socket.last_active + 3600) == []
+    assert set(store.sessions) == {socket.id}
+    store.close(socket.id)
+    assert store.sessions == {}
