@@ -33,6 +33,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_selfplay": ("rllib", "ray"),
     "test_league": ("rllib", "ray"),
     "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
+    "test_training_setup": ("rllib",),  # builds RLlib configs and envs
     "test_serving": ("server",),
     "test_play_browser": ("browser", "server"),
     "test_replay_browser": ("browser",),
@@ -49,6 +50,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_tournament::test_cli_roster_and_flag_forms": ("slow",),
     "test_cli_errors::test_the_installed_command_exits_2_with_one_line_and_no_traceback": ("slow",),
     "test_determinism::test_same_trajectory_in_another_process": ("slow",),
+    "test_golden::test_golden_playthroughs_replay_on_every_blas_kernel": ("slow",),  # subprocesses
     "test_small_inputs::test_native_output_is_silenced_and_python_output_kept": ("slow",),
     "test_render::test_every_scenario_renders": ("slow",),
     "test_render::test_frames_from_recording": ("slow",),
