@@ -1,5 +1,6 @@
 // The play page: a person takes one seat; the server plays every other seat.
-// Talks only to the server that served it (same origin: /metadata, /play/spec, /reset, /step, /close).
+// Talks only to the server that served it (same origin: /info, /play/spec, /reset, /step, /close).
+// Reset and step bodies are openenv's models: the session's metadata is observation.metadata.
 // Every value from the server reaches the page through textContent or attributes, never as HTML.
 "use strict";
 
@@ -45,7 +46,7 @@ function fillSeats() {
 }
 
 async function init() {
-  state.meta = await api("GET", "/metadata");
+  state.meta = await api("GET", "/info");
   for (const s of state.meta.scenarios) $("scenario").appendChild(el("option", {value: s.name, title: s.description}, s.name));
   $("scenario").value = state.meta.default_scenario;
   fillSeats();
@@ -70,7 +71,7 @@ async function start() {
   state.spec = await api("GET", `/play/spec?scenario=${encodeURIComponent(scenario)}&seat=${encodeURIComponent(seat)}`);
   if (state.session) await api("POST", "/close", {session_id: state.session}).catch(() => null);
   const first = await api("POST", "/reset", {seed, scenario, seats: [seat], record: true});
-  state.session = first.session_id;
+  state.session = first.observation.metadata.session_id;
   state.rewards = [];
   state.done = false;
   buildForm(state.spec);
@@ -269,14 +270,14 @@ function keyValueTable(entries) {
 }
 
 function drawLog(frame) {
-  const info = (frame.metadata.info || {})[state.spec.seat] || {};
+  const info = (frame.observation.metadata.info || {})[state.spec.seat] || {};
   const box = $("log");
   box.replaceChildren();
   if (frame.reward === null || frame.reward === undefined) {
     box.appendChild(el("p", {class: "muted"}, "no tick played yet"));
     return;
   }
-  box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.metadata.tick - 1}`));
+  box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.observation.metadata.tick - 1}`));
   for (const event of info.events || []) {
     box.appendChild(el("div", {class: "event"}, `shock: ${String(event.kind).replace(/_/g, " ")}` +
       (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") + `, until tick ${event.until}`));
@@ -287,10 +288,10 @@ function drawLog(frame) {
 }
 
 function drawSummary(frame) {
-  const info = (frame.metadata.info || {})[state.spec.seat] || {};
+  const info = (frame.observation.metadata.info || {})[state.spec.seat] || {};
   const box = $("summary");
-  box.replaceChildren(el("p", {}, `episode over after ${frame.metadata.tick} ticks` +
-    (frame.metadata.terminated ? " (every job resolved)" : " (time limit)")));
+  box.replaceChildren(el("p", {}, `episode over after ${frame.observation.metadata.tick} ticks` +
+    (frame.observation.metadata.terminated ? " (every job resolved)" : " (time limit)")));
   if (info.episode) box.appendChild(keyValueTable(Object.entries(info.episode)));
   const link = $("download");
   link.href = `/sessions/${encodeURIComponent(state.session)}/recording`;
@@ -299,7 +300,7 @@ function drawSummary(frame) {
 }
 
 function show(frame) {
-  const tick = frame.metadata.tick, H = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks;
+  const tick = frame.observation.metadata.tick, H = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks;
   if (frame.reward !== null && frame.reward !== undefined) state.rewards.push(frame.reward);
   state.done = frame.done;
   $("tick-label").textContent = frame.done ? `episode over (${tick} ticks)` : `tick ${tick} of ${H}`;
