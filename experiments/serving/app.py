@@ -58,6 +58,7 @@ from starlette.routing import Route
 
 import commons_arena
 from commons_arena.scenario import load_scenario
+from experiments.serving.briefing import seat_guide
 from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
 from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec
 
@@ -256,9 +257,10 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     async def play_spec(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
         config = settings.config(scenario)
         try:
-            return form_spec(seat_spec(config, seat or config.agents[0]))
+            spec = seat_spec(config, seat or config.agents[0])
         except ValueError as err:
             raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+        return {**form_spec(spec), "guide": seat_guide(spec)}  # the text briefing's facts: one source
 
     @app.get("/")
     async def index() -> Response:
