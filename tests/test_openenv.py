@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import httpx
+import jsonschema
 import pytest
 from openenv.core import GenericEnvClient
 from openenv.core.env_server.types import (
@@ -42,9 +44,27 @@ def url():
         yield base
 
 
-def test_openenv_validate_passes(url):
-    run = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", "--url", url],
-                         capture_output=True, text=True, timeout=120)
+def test_openenv_validate_passes_against_the_serve_command():
+    """``openenv validate --url`` (openenv's CLI, as a user runs it) against ``commons-arena serve``."""
+    server = subprocess.Popen([sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--log-level",
+                               "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "commons-arena serve: http://127.0.0.1:" in line, line
+        base = line.split()[2]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/health", timeout=5).raise_for_status()
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.1)
+        run = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", "--url", base],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
     report = json.loads(run.stdout[run.stdout.index("{"):])
     failed = [c for c in report["criteria"] if not c["passed"]]
     assert report["passed"] is True and failed == [], failed
@@ -55,8 +75,15 @@ def test_every_http_body_fits_openenv_models(url):
     with httpx.Client(base_url=url, timeout=10) as http:
         HealthResponse.model_validate(http.get("/health").json())
         EnvironmentMetadata.model_validate(http.get("/metadata").json())
+        schemas = {}
         for seat in ("allocator", "search", "broker"):
-            SchemaResponse.model_validate(http.get("/schema", params={"seat": seat}).json())
+            schemas[seat] = http.get("/schema", params={"seat": seat}).json()
+            SchemaResponse.model_validate(schemas[seat])
+        # what rides inside the observation is in the observation's schema too
+        body = http.post("/reset", json={"seed": 1, "seats": "search", "text": True}).json()
+        jsonschema.Draft202012Validator(schemas["search"]["observation"]).validate(body["observation"])
+        assert {"briefing", "metadata"} <= set(schemas["search"]["observation"]["properties"])
+        http.post("/close", json={"session_id": body["observation"]["metadata"]["session_id"]})
         bodies = [{"seed": 1}, {"seed": 2, "seats": "search", "text": True, "on_invalid": "noop"},
                   {"seed": 3, "seats": ["allocator", "broker"], "scenario": "crisis", "record": True}]
         for body in bodies:

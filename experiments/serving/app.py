@@ -90,6 +90,21 @@ STATE_SCHEMA = {
     },
 }
 
+# Beside a seat's fields, an observation body carries these (openenv's models have no other place for them).
+OBSERVATION_EXTRAS = {
+    "briefing": {"type": "string", "description": "the seat's briefing in plain text (reset with \"text\": true)"},
+    "metadata": {
+        "type": "object", "required": ["session_id", "episode_id", "scenario", "seed", "seats", "tick"],
+        "description": "the session's: session_id, episode_id, scenario, seed, seats, tick, rewards of each seat, "
+                       "info (each seat's infos), invalid_actions, played_noop, terminated, truncated",
+        "properties": {"session_id": {"type": "string"}, "episode_id": {"type": "string"},
+                       "scenario": {"type": "string"}, "seed": {"type": "integer"},
+                       "seats": {"type": "array", "items": {"type": "string"}}, "tick": {"type": "integer"},
+                       "rewards": {"type": "object"}, "info": {"type": "object"},
+                       "invalid_actions": {"type": "object"}, "played_noop": {"type": "object"}},
+    },
+}
+
 
 def _error_response(err: ServeError) -> JSONResponse:
     return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status)
@@ -204,7 +219,9 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             spec = seat_spec(config, name)
         except ValueError as err:
             raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
-        return {"action": action_schema(spec), "observation": observation_schema(spec), "state": STATE_SCHEMA}
+        observation = observation_schema(spec)
+        observation["properties"].update(OBSERVATION_EXTRAS)
+        return {"action": action_schema(spec), "observation": observation, "state": STATE_SCHEMA}
 
     @app.post("/reset")
     async def reset(request: Request) -> dict[str, Any]:
