@@ -363,7 +363,7 @@ class Replay:
 
 @dataclass
 class Serve:
-    """Serve the arena over HTTP/WebSocket (openenv-style /reset, /step, /state, /ws) and a play page at /play.
+    """Serve the arena over HTTP/WebSocket (openenv's /reset, /step, /state, /ws), MCP tools at /mcp, a page at /play.
 
     Clients play the chosen seats; every other seat is played by the population. Needs the
     ``serve`` extra (pip install 'commons-arena[serve]')."""
@@ -413,7 +413,7 @@ class Serve:
         settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population,
                                  limits=Limits(self.max_sessions, self.idle_seconds, self.max_body_bytes))
         sock = bind(self.host, self.port)
-        print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play)", flush=True)
+        print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play, MCP: /mcp)", flush=True)
         make_server(settings, host=self.host, port=self.port, log_level=self.log_level).run(sockets=[sock])
 
 

@@ -2,9 +2,12 @@
 
 Runs a real server (uvicorn on 127.0.0.1, a free port), drives Debian's chromium with
 selenium (scripts/setup.sh installs both), and checks: only the seat's own observation
-is shown, the form carries each entry's name and allowed range, an out-of-range entry is
-refused with a message naming it, the episode plays to its end, the recording downloads,
-the console stays clean and no request leaves the server.
+is shown, the page says what the seat is for and how it is scored (the briefing's guide),
+the form carries each entry's name and the range available this tick, starts each tick
+from the stated default, refuses an out-of-range entry or a word with a message naming
+it, the episode plays to its end, costs are coloured as costs, the tables fit, the
+recording downloads, leaving the page closes the session, the console stays clean and no
+request leaves the server.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 import commons_arena
 from commons_arena.recording import read_recording
 from experiments.serving.app import running_server
+from experiments.serving.briefing import EPISODE_STATS, REWARD_TERMS
 from experiments.serving.session import ServeSettings
 from experiments.serving.wire import seat_spec
 from tests.browser import chromium
@@ -82,22 +87,38 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     assert "others_declared" in shown and "jobs" in shown
     assert "revealed_need" not in shown and "budget" not in shown
     # the form: one named entry per action entry, each with its allowed range
-    inputs = chrome.find_elements(By.CSS_SELECTOR, "#action-fields input[type=number]")
+    inputs = chrome.find_elements(By.CSS_SELECTOR, "#action-fields input[data-index]")
     request = next(p for p in spec.actions if p.name == "request")
     assert [i.get_attribute("name") for i in inputs] == [f"request.{t}" for t in config.tier_names]
-    assert [int(i.get_attribute("max")) for i in inputs] == [int(h) for h in request.high]
+    assert [int(i.get_attribute("data-high")) for i in inputs] == [int(h) for h in request.high]
     assert chrome.find_element(By.CSS_SELECTOR, "select[name=stance]")
 
-    # an out-of-range entry is refused, named, and nothing is played
+    # what the seat is for and how it is scored: the text briefing's guide
+    guide = chrome.find_element(By.ID, "guide").text
+    assert "PRODUCT TEAM" in guide and "counter (a signal only" in guide
+    kinds = chrome.execute_script("return [...document.querySelectorAll('#scoring tr[data-term]')].map("
+                                  "(r) => [r.dataset.term, r.children[1].className])")
+    assert kinds == [[term, kind] for term, (kind, _) in REWARD_TERMS["team"].items()]
+    assert "request = your true need this tick" in chrome.find_element(By.ID, "default-rule").text
+
+    assert_team_defaults(chrome)
+    # an out-of-range entry is refused, named, and nothing is played; so is a word
     set_value(chrome, "request.small", 99)
     chrome.find_element(By.ID, "play-tick").click()
     error = wait(chrome, "return document.getElementById('error').textContent")
     assert "request.small" in error and "[0, 6]" in error
+    set_value(chrome, "request.small", "two")
+    chrome.find_element(By.ID, "play-tick").click()
+    wait(chrome, "return document.getElementById('error').textContent.includes('two')")
+    assert chrome.find_element(By.ID, "error").text == 'request.small must be a whole number in [0, 6], got "two"'
     assert chrome.execute_script("return document.body.dataset.tick") == "0"
+    assert_tables_fit(chrome)
 
     # play to the end, changing the entries every tick as a person would
     tick = 0
     while chrome.execute_script("return document.body.dataset.done") != "1":
+        if tick:  # each tick starts from the stated default (the true need, stance accept), not last tick's entries
+            assert_team_defaults(chrome)
         set_value(chrome, "request.small", tick % 3)
         set_value(chrome, "request.medium", 1)
         Select(chrome.find_element(By.CSS_SELECTOR, "select[name=stance]")).select_by_value(str(tick % 2))
@@ -137,6 +158,83 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     assert any(u.startswith(server + "/step") for u in urls)
     outside = [u for u in urls if not u.startswith(server) and not u.startswith("data:")]
     assert outside == []
+
+
+def assert_team_defaults(chrome):
+    entries = chrome.execute_script("return [...document.querySelectorAll('#action-fields [data-index]')]"
+                                    ".map((e) => Number(e.value))")
+    need = chrome.execute_script("return state.observation.need")
+    assert entries == [*map(round, need), 0]
+
+
+def assert_tables_fit(chrome):
+    """Nothing is clipped behind a scroll bar: every observation table and action fieldset fits its box."""
+    clipped = chrome.execute_script(
+        "return [...document.querySelectorAll('#observation > div, #action-fields fieldset, #log, #summary')]"
+        ".filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.dataset.field || e.dataset.part || e.id)")
+    assert clipped == []
+
+
+def test_the_allocator_sees_what_is_available_and_costs_as_costs(chrome, server):
+    """A full episode as the allocator with the page's defaults: ranges are this tick's, costs red, the session closes."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    config = commons_arena.load_scenario("standard")
+    parts = {p.name: p for p in seat_spec(config, "allocator").actions}
+    chrome.get(server + "/play")
+    wait(chrome, "return document.getElementById('scenario').options.length > 0")
+    Select(chrome.find_element(By.ID, "seat")).select_by_value("allocator")
+    chrome.execute_script("document.getElementById('seed').value = '5'")
+    chrome.find_element(By.ID, "start").click()
+    wait(chrome, "return document.body.dataset.tick === '0'")
+    assert "Grants above the GPUs available" in chrome.find_element(By.ID, "guide").text
+    tick = 0
+    while chrome.execute_script("return document.body.dataset.done") != "1":
+        obs = chrome.execute_script("return state.observation")
+        highs = chrome.execute_script("return Object.fromEntries([...document.querySelectorAll('#action-fields "
+                                      "input[data-index]')].map((e) => [e.name, Number(e.dataset.high)]))")
+        values = chrome.execute_script("return Object.fromEntries([...document.querySelectorAll('#action-fields "
+                                       "input[data-index]')].map((e) => [e.name, Number(e.value)]))")
+        for t, tier in enumerate(config.tier_names):
+            price = obs["offer_price"][t]
+            afford = int(obs["budget"] // price) if price > 0 else 99
+            assert highs[f"buy.{tier}"] == min(int(parts["buy"].high[t]), obs["offer_qty"][t], afford)
+            asked = [row[t] for row in obs["declared"]]
+            for r, team in enumerate(config.team_names):
+                space = int(parts["grant"].high[parts["grant"].flat_index((r, t))])
+                assert highs[f"grant.{team}.{tier}"] == min(space, obs["online"][t] + values[f"buy.{tier}"])
+                default = asked[r] if sum(asked) <= obs["online"][t] else asked[r] * obs["online"][t] // sum(asked)
+                assert values[f"grant.{team}.{tier}"] == default
+        if tick == 1:  # over-granting a tier is said before it is played (the rules cut it, charged as invalid)
+            set_value(chrome, "grant.search.small", int(obs["online"][0]))
+            set_value(chrome, "grant.robotics.small", int(obs["online"][0]))
+            chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+            warning = chrome.find_element(By.CSS_SELECTOR, 'fieldset[data-part="grant"] .warn').text
+            assert "small:" in warning and "charge them as invalid" in warning
+        chrome.find_element(By.ID, "play-tick").click()
+        tick += 1
+        wait(chrome, f"return document.body.dataset.tick === '{tick}'")
+    assert chrome.find_element(By.ID, "error").text == ""
+    assert_tables_fit(chrome)
+    # the end summary: a cost is red (missed, idle GPU-ticks, spend...) whatever its sign, a gain green
+    rows = chrome.execute_script("return [...document.querySelectorAll('#summary tr[data-key]')].map("
+                                 "(r) => [r.dataset.key, r.children[1].className, r.children[1].textContent])")
+    assert {key for key, _, _ in rows} >= {"missed", "idle_gpu_ticks", "completed", "term/missed"}
+    for key, css, text in rows:
+        kind = EPISODE_STATS[key][0] if not key.startswith("term/") else REWARD_TERMS["allocator"][key[5:]][0]
+        if kind == "score":
+            kind = "cost" if float(text) < 0 else "gain" if float(text) > 0 else ""
+        if kind in ("cost", "gain") and float(text) != 0:
+            assert css == kind, (key, css, text)
+    # leaving the page closes the session at once (no idle expiry)
+    assert httpx.get(server + "/info").json()["sessions"] == 1
+    chrome.get("about:blank")
+    deadline = time.monotonic() + 10
+    while httpx.get(server + "/info").json()["sessions"] != 0:
+        assert time.monotonic() < deadline, "the page left its session open"
+        time.sleep(0.1)
+    assert chrome.execute_script("return window.__errors") == []
 
 
 def test_page_shows_hostile_text_as_text(chrome, tiny, write_scenario):

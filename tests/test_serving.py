@@ -58,6 +58,11 @@ def ws_call(ws, kind, data=None):
     return json.loads(ws.recv(timeout=10))
 
 
+def sid_of(body):
+    """The session id of a /reset body (openenv's ResetResponse: ours ride in observation.metadata)."""
+    return body["observation"]["metadata"]["session_id"]
+
+
 def close_all(http, *session_ids):
     for sid in session_ids:
         http.post("/close", json={"session_id": sid})
@@ -66,9 +71,10 @@ def close_all(http, *session_ids):
 # ------------------------------------------------------------------ info endpoints
 def test_health_metadata_schema(http):
     assert http.get("/health").json()["status"] == "healthy"
-    meta = http.get("/metadata").json()
-    assert meta["name"] == "commons_arena_v0" and meta["default_seats"] == ["allocator"]
-    assert {s["name"] for s in meta["scenarios"]} == set(commons_arena.list_scenarios())
+    assert http.get("/metadata").json()["name"] == "commons_arena_v0"
+    info = http.get("/info").json()
+    assert info["default_seats"] == ["allocator"] and info["limits"]["max_sessions"] == LIMITS.max_sessions
+    assert {s["name"] for s in info["scenarios"]} == set(commons_arena.list_scenarios())
     schema = http.get("/schema", params={"seat": "search"}).json()
     assert set(schema) == {"action", "observation", "state"}
     request = schema["action"]["properties"]["request"]
@@ -180,12 +186,12 @@ def test_oversized_bodies(http, url):
     with connect(ws_url(url)) as ws:
         assert ws_call(ws, "reset", big)["data"]["code"] == "PAYLOAD_TOO_LARGE"
         assert ws_call(ws, "reset", {"seed": 1})["type"] == "observation"
-    assert http.get("/health").json()["sessions"] == 0
+    assert http.get("/info").json()["sessions"] == 0
 
 
 def test_out_of_range_actions_leave_the_episode_unchanged(http, url):
     first = http.post("/reset", json={"seed": 5}).json()
-    sid = first["session_id"]
+    sid = sid_of(first)
     bad_actions = [
         ({"grant": {"search": {"small": 99}}}, "grant.search.small", [0, 6]),
         ({"buy": [-1, 0, 0]}, "buy.small", [0, 2]),
@@ -205,14 +211,16 @@ def test_out_of_range_actions_leave_the_episode_unchanged(http, url):
     after = http.post("/step", json={"session_id": sid, "action": good}).json()
     # a fresh session that never saw the bad actions
     fresh = http.post("/reset", json={"seed": 5}).json()
-    clean = http.post("/step", json={"session_id": fresh["session_id"], "action": good}).json()
+    clean = http.post("/step", json={"session_id": sid_of(fresh), "action": good}).json()
+    assert after["observation"].pop("metadata")["session_id"] == sid
+    clean["observation"].pop("metadata")
     assert after["observation"] == clean["observation"] and after["reward"] == clean["reward"]
     with connect(ws_url(url)) as ws:
         ws_call(ws, "reset", {"seed": 5})
         frame = ws_call(ws, "step", {"stance": 1})
         assert frame["type"] == "error" and frame["data"]["field"] == "stance"
         assert ws_call(ws, "state")["data"]["step_count"] == 0
-    close_all(http, sid, fresh["session_id"])
+    close_all(http, sid, sid_of(fresh))
 
 
 def test_bad_reset_parameters(http):
@@ -227,11 +235,12 @@ def test_bad_reset_parameters(http):
         response = http.post("/reset", json=body)
         assert response.status_code == 422, body
         assert response.json()["error"]["field"] == field, response.json()
-    assert http.get("/health").json()["sessions"] == 0  # refused resets leave no session behind
+    assert http.get("/info").json()["sessions"] == 0  # refused resets leave no session behind
 
 
 def test_episode_end_and_recording(http):
-    sid = http.post("/reset", json={"seed": 2, "record": True, "scenario": "crisis"}).json()["session_id"]
+    sid = http.post("/reset", json={"seed": 2, "record": True, "scenario": "crisis"}).json()
+    sid = sid_of(sid)
     assert http.get(f"/sessions/{sid}/recording").status_code == 409  # hidden truth: only at the end
     done, steps = False, 0
     while not done:
@@ -251,11 +260,11 @@ def test_episode_end_and_recording(http):
 # ------------------------------------------------------------------ text seats
 def test_text_seat(http):
     first = http.post("/reset", json={"seed": 4, "seats": "search", "text": True}).json()
-    sid, briefing = first["session_id"], first["observation"]["briefing"]
+    sid, briefing = sid_of(first), first["observation"]["briefing"]
     assert "Your team is search" in briefing and "request" in briefing and "0..6" in briefing
     answer = 'I need two small GPUs.\n```json\n{"request": {"small": 2}, "stance": "accept"}\n```'
     step = http.post("/step", json={"session_id": sid, "action": {"text": answer}}).json()
-    assert step["metadata"]["tick"] == 1 and "Tick 1" in step["observation"]["briefing"]
+    assert step["observation"]["metadata"]["tick"] == 1 and "Tick 1" in step["observation"]["briefing"]
     bad = http.post("/step", json={"session_id": sid, "action": {"text": "I would like some GPUs please"}})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "UNPARSEABLE_TEXT"
     bad = http.post("/step", json={"session_id": sid, "action": {"text": '{"request": [9, 0, 0]}'}})
@@ -266,10 +275,10 @@ def test_text_seat(http):
     noop = http.post("/reset", json={"session_id": sid, "seed": 4, "seats": "search", "text": True,
                                      "on_invalid": "noop"}).json()
     step = http.post("/step", json={"session_id": sid, "action": {"text": "no idea"}}).json()
-    assert step["metadata"]["played_noop"]["search"].startswith("no JSON action")
-    assert step["metadata"]["invalid_actions"] == {"UNPARSEABLE_TEXT": 1}
+    assert step["observation"]["metadata"]["played_noop"]["search"].startswith("no JSON action")
+    assert step["observation"]["metadata"]["invalid_actions"] == {"UNPARSEABLE_TEXT": 1}
     assert "was not a valid action" in step["observation"]["briefing"]
-    assert noop["metadata"]["tick"] == 0
+    assert noop["observation"]["metadata"]["tick"] == 0
     close_all(http, sid)
 
 
@@ -280,8 +289,9 @@ def test_briefing_shows_only_what_the_seat_may_know(http):
         first = http.post("/reset", json={"seed": 4, "seats": seat, "text": True}).json()
         briefing = first["observation"]["briefing"]
         assert not any(job_id in briefing for job_id in job_ids), seat
-        assert set(first["observation"]) == {p.name for p in seat_spec(config, seat).observations} | {"briefing"}
-        close_all(http, first["session_id"])
+        assert set(first["observation"]) == {p.name for p in seat_spec(config, seat).observations} | {"briefing",
+                                                                                                       "metadata"}
+        close_all(http, sid_of(first))
 
 
 # ------------------------------------------------------------------ limits
@@ -299,7 +309,7 @@ def test_capacity_and_idle_expiry():
 
     with running_server(settings, app=app) as base, \
             httpx.Client(base_url=base, timeout=10) as http:
-        a = http.post("/reset", json={"seed": 1}).json()["session_id"]
+        a = sid_of(http.post("/reset", json={"seed": 1}).json())
         with connect(ws_url(base)) as ws:
             assert ws_call(ws, "reset", {"seed": 1})["type"] == "observation"
             full = http.post("/reset", json={"seed": 1})
@@ -312,7 +322,7 @@ def test_capacity_and_idle_expiry():
             with pytest.raises(ConnectionClosed) as closed:
                 ws.recv(timeout=10)  # the close frame, without asking first
             assert "idle" in closed.value.rcvd.reason
-        assert http.get("/health").json()["sessions"] == 0
+        assert http.get("/info").json()["sessions"] == 0
 
 
 # ------------------------------------------------------------------ remote agents as policies
@@ -353,12 +363,12 @@ def test_serve_command_starts_a_server(tmp_path):
         deadline = time.monotonic() + 30
         while True:
             try:
-                health = httpx.get(base + "/health", timeout=5).json()
+                info = httpx.get(base + "/info", timeout=5).json()
                 break
             except httpx.TransportError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-        assert health["max_sessions"] == 3
+        assert info["limits"]["max_sessions"] == 3
         with ArenaClient(base) as client:
             first = client.reset(seed=1)
             assert first.metadata["seats"] == ["broker"]

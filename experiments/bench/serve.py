@@ -158,14 +158,14 @@ def churn(base: str, pid: int, count: int, timeout: float) -> dict[str, float]:
                 if time.monotonic() > deadline:
                     stopped = f"time limit of {timeout:g} s"
                     break
-                sid = http.post("/reset", json={"seed": i}).json()["session_id"]
+                sid = http.post("/reset", json={"seed": i}).json()["observation"]["metadata"]["session_id"]
                 http.post("/close", json={"session_id": sid}).raise_for_status()
                 opened += 1
                 if opened % max(1, count // 10) == 0:
                     samples.append((opened, rss_mb(pid)))
         except httpx.HTTPError as err:
             stopped = f"{type(err).__name__} after {opened} sessions"
-        sessions_left = http.get("/health").json()["sessions"]
+        sessions_left = http.get("/info").json()["sessions"]
     return {"sessions_opened_and_closed": opened, "seconds": time.perf_counter() - start, **marks,
             "rss_samples_mb": samples, "rss_end_mb": rss_mb(pid), "sessions_left": sessions_left, "stopped": stopped}
 

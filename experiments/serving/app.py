@@ -3,15 +3,16 @@
 ==========================  ==================================================================
 route                       what it does
 ==========================  ==================================================================
-``GET /health``             ``{"status": "healthy", "sessions": n, "max_sessions": m}``
-``GET /metadata``           name, description, version; scenarios and their seats; limits
+``GET /health``             ``{"status": "healthy"}``
+``GET /metadata``           name, description, version (openenv's ``EnvironmentMetadata``)
+``GET /info``               scenarios and their seats, the defaults, limits, open sessions
 ``GET /schema``             ``{"action", "observation", "state"}`` JSON Schemas of one seat
                             (``?scenario=&seat=``; default: the server's first seat)
 ``POST /reset``             opens a session (or resets ``session_id``): body ``{"seed",
                             "episode_id", "scenario", "seats", "population", "text",
                             "record", "on_invalid", "session_id"}``, all optional
 ``POST /step``              ``{"session_id", "action"}`` → ``{"observation", "reward",
-                            "done", "metadata"}``
+                            "done"}``; the session's metadata is ``observation.metadata``
 ``GET /state``              ``?session_id=`` → episode id, step count, returns, invalid counts
 ``POST /close``             ``{"session_id"}``: ends the session
 ``GET /sessions/{id}/recording``  the episode's JSONL recording once it has ended
@@ -19,11 +20,15 @@ route                       what it does
                             | "state" | "close", "data": {...}}``; replies ``{"type":
                             "observation" | "state" | "error", "data": {...}}``
 ``GET /play``               the play page: a person takes a seat in the browser
+``POST /mcp``               Model Context Protocol (streamable HTTP): a seat as tools
 ==========================  ==================================================================
 
 openenv-core's own ``/reset`` and ``/step`` are stateless (a fresh env per request); here
 plain HTTP keeps an episode across requests through ``session_id`` (returned by ``/reset``
-in ``metadata.session_id`` and at the top level), and ``/ws`` works as openenv-core's does.
+in ``observation.metadata.session_id``), and ``/ws`` works as openenv-core's does. Every
+body of ``/health``, ``/metadata``, ``/schema``, ``/reset``, ``/step`` and ``/state`` is one
+of openenv-core's response models (which forbid extra fields): what is ours beyond them is
+in ``observation.metadata`` or at ``/info``.
 
 Errors are JSON with a status that says whose fault it is: 400 malformed JSON, 404 unknown
 session, 409 step before reset or after the end, 413 body too large, 422 an invalid action
@@ -49,9 +54,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
 
 import commons_arena
 from commons_arena.scenario import load_scenario
+from experiments.serving.briefing import seat_guide
 from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
 from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec
 
@@ -80,6 +87,21 @@ STATE_SCHEMA = {
         "returns": {"type": "object", "additionalProperties": {"type": "number"}},
         "invalid_actions": {"type": "object", "additionalProperties": {"type": "integer"}},
         "recording": {"type": "boolean"},
+    },
+}
+
+# Beside a seat's fields, an observation body carries these (openenv's models have no other place for them).
+OBSERVATION_EXTRAS = {
+    "briefing": {"type": "string", "description": "the seat's briefing in plain text (reset with \"text\": true)"},
+    "metadata": {
+        "type": "object", "required": ["session_id", "episode_id", "scenario", "seed", "seats", "tick"],
+        "description": "the session's: session_id, episode_id, scenario, seed, seats, tick, rewards of each seat, "
+                       "info (each seat's infos), invalid_actions, played_noop, terminated, truncated",
+        "properties": {"session_id": {"type": "string"}, "episode_id": {"type": "string"},
+                       "scenario": {"type": "string"}, "seed": {"type": "integer"},
+                       "seats": {"type": "array", "items": {"type": "string"}}, "tick": {"type": "integer"},
+                       "rewards": {"type": "object"}, "info": {"type": "object"},
+                       "invalid_actions": {"type": "object"}, "played_noop": {"type": "object"}},
     },
 }
 
@@ -115,14 +137,8 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _metadata(settings: ServeSettings, store: SessionStore) -> dict[str, Any]:
-    scenarios = []
-    for name in settings.allowed_scenarios():
-        cfg = settings.config(name)
-        scenarios.append({"name": cfg.name, "hash": cfg.content_hash, "seats": list(cfg.agents),
-                          "teams": list(cfg.team_names), "tiers": list(cfg.tier_names), "max_ticks": cfg.max_ticks,
-                          "description": " ".join(cfg.description.split())})
-    limits = store.limits
+def _metadata() -> dict[str, Any]:
+    """openenv's ``EnvironmentMetadata`` (which forbids other fields: the rest is :func:`_info`)."""
     return {
         "name": "commons_arena_v0",
         "description": "Strategic GPU allocation: an allocator, bluffing product teams and a spot broker, under "
@@ -131,6 +147,19 @@ def _metadata(settings: ServeSettings, store: SessionStore) -> dict[str, Any]:
         "readme_content": None,
         "author": "commons_arena",
         "documentation_url": None,
+    }
+
+
+def _info(settings: ServeSettings, store: SessionStore) -> dict[str, Any]:
+    """What this server hosts: scenarios and their seats, the defaults, its limits."""
+    scenarios = []
+    for name in settings.allowed_scenarios():
+        cfg = settings.config(name)
+        scenarios.append({"name": cfg.name, "hash": cfg.content_hash, "seats": list(cfg.agents),
+                          "teams": list(cfg.team_names), "tiers": list(cfg.tier_names), "max_ticks": cfg.max_ticks,
+                          "description": " ".join(cfg.description.split())})
+    limits = store.limits
+    return {
         "default_scenario": load_scenario(settings.scenario).name,
         "default_seats": list(settings.seats),
         "scenarios": scenarios,
@@ -146,6 +175,9 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         seat_spec(load_scenario(settings.scenario), seat)
     store = SessionStore(settings)
     limit = settings.limits.max_body_bytes
+    from experiments.serving.mcp_seat import McpEndpoint, build_mcp  # the mcp SDK (serve extra) costs ~1 s to import
+
+    mcp_endpoint = McpEndpoint(build_mcp(settings, store), limit)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -156,7 +188,8 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
 
         task = asyncio.create_task(reap())
         try:
-            yield
+            async with mcp_endpoint.session_manager.run():
+                yield
         finally:
             task.cancel()
 
@@ -164,15 +197,19 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
                   docs_url=None, redoc_url=None)
     app.state.store = store
     app.add_exception_handler(ServeError, lambda request, err: _error_response(err))  # type: ignore[arg-type, return-value]
-    metadata = _metadata(settings, store)
+    metadata, info = _metadata(), _info(settings, store)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "healthy", "sessions": len(store.sessions), "max_sessions": store.limits.max_sessions}
+        return {"status": "healthy"}
 
     @app.get("/metadata")
     async def get_metadata() -> dict[str, Any]:
         return metadata
+
+    @app.get("/info")
+    async def get_info() -> dict[str, Any]:
+        return {**info, "sessions": len(store.sessions)}
 
     @app.get("/schema")
     async def schema(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
@@ -182,7 +219,9 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             spec = seat_spec(config, name)
         except ValueError as err:
             raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
-        return {"action": action_schema(spec), "observation": observation_schema(spec), "state": STATE_SCHEMA}
+        observation = observation_schema(spec)
+        observation["properties"].update(OBSERVATION_EXTRAS)
+        return {"action": action_schema(spec), "observation": observation, "state": STATE_SCHEMA}
 
     @app.post("/reset")
     async def reset(request: Request) -> dict[str, Any]:
@@ -195,7 +234,7 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             if session_id is None:  # a session opened by a refused request is not left behind
                 store.close(session.id)
             raise
-        return {"session_id": session.id, **frame}
+        return frame
 
     @app.post("/step")
     async def step(request: Request) -> dict[str, Any]:
@@ -235,9 +274,10 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     async def play_spec(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
         config = settings.config(scenario)
         try:
-            return form_spec(seat_spec(config, seat or config.agents[0]))
+            spec = seat_spec(config, seat or config.agents[0])
         except ValueError as err:
             raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+        return {**form_spec(spec), "guide": seat_guide(spec)}  # the text briefing's facts: one source
 
     @app.get("/")
     async def index() -> Response:
@@ -253,6 +293,8 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             raise ServeError(404, "NOT_FOUND", f"no asset {asset!r}")
         path, media_type = PLAY_ASSETS[asset]
         return FileResponse(path, media_type=media_type)
+
+    app.router.routes.append(Route("/mcp", mcp_endpoint))  # an ASGI app: every method goes to it
 
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:

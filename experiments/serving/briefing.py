@@ -25,26 +25,116 @@ ROLE_INTRO = {
     "allocator": (
         "You are the ALLOCATOR of a shared GPU cluster. Each tick you grant GPUs per (team, tier) for this "
         "tick and may buy spot GPUs from the broker's visible offer. Teams declare what they need, but may "
-        "overstate it. You are paid for the value of completed jobs and pay for spend, missed jobs, idle "
-        "GPUs, carbon over the cap, justified escalations and unfairness. Grants above the GPUs you have "
-        "(online + bought) are cut and count as invalid units."
+        "overstate it (bluff)."
     ),
     "team": (
         "You are a PRODUCT TEAM competing for GPUs. Each tick you declare the GPUs per tier you need for the "
-        "NEXT tick, and take a stance on the grant you received last tick (accept, counter, escalate). You "
-        "are paid for your completed jobs and lose credibility when an audit exposes a bluff or an "
-        "escalation was not justified (you were not starved)."
+        "NEXT tick, and take a stance on the grant you received last tick (accept, counter, escalate)."
     ),
     "broker": (
         "You are the SPOT BROKER. Each tick you offer GPUs per tier for the next tick at a price level per "
-        "tier (price = max_price x level / (levels - 1)). You earn the price minus your unit cost on every "
-        "GPU the allocator buys; offering more than your inventory is cut and counted as invalid."
+        "tier; the allocator buys from that offer a tick later."
     ),
 }
+# What each reward term means: ("gain" or "cost", plain words). docs/rules.md section 8; the text briefing and
+# the play page (/play/spec) both read it, so a person and a language model are told the same.
+REWARD_TERMS: dict[str, dict[str, tuple[str, str]]] = {
+    "allocator": {
+        "job_value": ("gain", "value of the jobs completed this tick"),
+        "spend": ("cost", "spot GPUs bought plus the operating cost of every GPU granted"),
+        "missed": ("cost", "value of the jobs that missed their deadline"),
+        "idle": ("cost", "GPUs granted that no job used"),
+        "carbon": ("cost", "kg CO2 over the carbon cap (soft cap; a hard cap cuts grants instead)"),
+        "escalation": ("cost", "board pressure of each justified escalation (a team you starved complained)"),
+        "fairness": ("cost", "unfairness: 1 minus Jain's index of the teams' satisfaction"),
+        "invalid": ("cost", "units of your action that were cut (over the offer, the budget or the GPUs available)"),
+    },
+    "team": {
+        "job_value": ("gain", "value of your jobs completed this tick"),
+        "missed": ("cost", "value of your jobs that missed their deadline"),
+        "credibility": ("cost", "credibility lost: a bluff exposed by an audit, or an escalation when you were "
+                                "not starved"),
+    },
+    "broker": {
+        "profit": ("gain", "GPUs sold x (price - your unit cost)"),
+        "invalid": ("cost", "GPUs offered above your inventory (they are cut)"),
+    },
+}
+# The episode's totals (infos[seat]["episode"], commons_arena/ledger.py): which are costs, which gains.
+EPISODE_STATS: dict[str, tuple[str, str]] = {
+    "return": ("score", "your score: the sum of your rewards"),
+    "completed": ("gain", "jobs completed"),
+    "missed": ("cost", "jobs missed"),
+    "completed_value": ("gain", "value of the jobs completed"),
+    "missed_value": ("cost", "value of the jobs missed"),
+    "spend": ("cost", "money spent: spot purchases plus operating cost"),
+    "purchased_gpus": ("count", "spot GPUs bought"),
+    "granted_gpu_ticks": ("count", "GPU-ticks granted"),
+    "used_gpu_ticks": ("gain", "GPU-ticks that ran a job"),
+    "idle_gpu_ticks": ("cost", "GPU-ticks granted and unused"),
+    "invalid_units": ("cost", "units of the allocator's actions that were cut"),
+    "carbon_kg": ("cost", "kg CO2 emitted"),
+    "justified_escalations": ("cost", "escalations by starved teams (the allocator pays)"),
+    "unjustified_escalations": ("cost", "escalations by teams that were not starved (they lose credibility)"),
+    "exposed_bluffs": ("cost", "declarations an audit found above the true need"),
+    "fairness": ("gain", "mean Jain index of the teams' satisfaction (1 is fair)"),
+    "utilisation": ("gain", "share of GPU capacity that ran jobs"),
+    "ticks": ("count", "ticks played"),
+}
+ROLE_NOTES = {
+    "allocator": (
+        "Grants above the GPUs available in a tier (online + bought this tick) are cut, and each unit cut counts "
+        "as invalid; so are buys above the offer or the budget.",
+        "A team's declaration may be a bluff: an audit exposes it (the team loses credibility), and a team starved "
+        "{reveal_after} ticks in a row has its true need revealed to you (revealed_need).",
+        "Stances are the teams' answers to your last grant: accept; counter (a signal only, it changes nothing); "
+        "escalate (if you starved that team last tick you pay its board pressure).",
+    ),
+    "team": (
+        "Stance on last tick's grant: accept; counter (a signal only, it changes nothing); escalate (complain to "
+        "the board: if you were starved last tick the allocator pays, if not you lose credibility). At tick 0 "
+        "there is no grant yet and the stance has no effect.",
+        "You may declare more than you need (bluff), but an audit that finds your declared total above your need "
+        "(plus a tolerance) costs you credibility. Starved {reveal_after} ticks in a row, your true need is shown "
+        "to the allocator.",
+    ),
+    "broker": (
+        "Price = max_price x level / {top_level} (times any crisis multiplier). An offer above your inventory is "
+        "cut and counted as invalid.",
+    ),
+}
+# Observation fields whose layout doc is not plain enough for a reader (same key for every role that has it).
+PLAIN_FIELD_DOCS = {
+    "budget": "money left for spot purchases, for the rest of the episode",
+    "offer_price": "price per GPU of the broker's offer, crisis multipliers included",
+    "intensity_forecast": "grid carbon intensity, kg CO2 per kWh: this tick, then the next ones",
+    "stance": "each team's stance on your last grant, 1 marking it: accept, counter (a signal only) or escalate",
+    "revealed_need": "true need of the teams revealed so far, 0 for the others",
+    "inventory": "GPUs you may offer now; a market crisis shrinks it",
+    "pressure": "public pressure on each team: 0 low, 1 medium, 2 high",
+    "jobs": "your most urgent unresolved jobs, one row per slot, empty slots all 0",
+}
+# The job table's columns with their units (commons_arena.spaces.JOB_SLOT_FIELDS, in that order).
+JOB_COLUMNS = {
+    "present": "1 if the slot holds a job",
+    "gpus": "GPUs the job runs on",
+    "min_memory_gb": "GB of memory each GPU needs at least",
+    "remaining_work": "work units left (a GPU does its tier's speed in units per tick)",
+    "ticks_to_deadline": "ticks left before its deadline",
+    "value": "reward when it completes (a cost when missed)",
+    "priority": "higher runs first among jobs with the same deadline",
+    "ready": "1 if it has arrived and its dependencies are done",
+}
+DECLARATION_FIELDS = {"allocator": "declared", "team": "others_declared", "broker": "demand"}
 
 
 def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def field_doc(part: Part) -> str:
+    """The plain description of an observation field (one source for the briefing and the play page)."""
+    return PLAIN_FIELD_DOCS.get(part.name, part.doc)
 
 
 def _field_text(part: Part, value: Any) -> str:
@@ -75,25 +165,78 @@ def public_facts(spec: SeatSpec) -> list[str]:
     """The scenario's public facts (hardware, teams, horizon, budget, carbon): no jobs, no needs."""
     cfg = spec.config
     lines = [f"Scenario {cfg.name}: {cfg.max_ticks} ticks; teams {', '.join(cfg.team_names)}; "
-             f"allocator budget {_fmt(cfg.budget)}; carbon cap {_fmt(cfg.carbon.cap_kg)} kg ({cfg.carbon.mode})."]
+             f"the allocator's budget for spot purchases {_fmt(cfg.budget)} (the whole episode); "
+             f"carbon cap {_fmt(cfg.carbon.cap_kg)} kg CO2 ({cfg.carbon.mode}: "
+             + ("grants are cut to stay under it)." if cfg.carbon.mode == "hard" else "emissions over it cost).")]
     if spec.role == "broker":
         lines.append(f"Price levels 0..{cfg.price_levels - 1}; price = max_price x level / {cfg.price_levels - 1}.")
     for t in cfg.gpu_tiers:
-        lines.append(f"  tier {t.name}: {t.owned} owned, {_fmt(t.memory_gb)} GB, speed {_fmt(t.speed)}, "
-                     f"spot inventory {t.spot_inventory}, max price {_fmt(t.max_price)}")
+        lines.append(f"  tier {t.name}: {t.owned} owned, {_fmt(t.memory_gb)} GB, speed {_fmt(t.speed)} work units "
+                     f"per GPU-tick, spot inventory {t.spot_inventory}, max price {_fmt(t.max_price)}")
+    return lines
+
+
+def seat_guide(spec: SeatSpec) -> dict[str, Any]:
+    """What the seat is for and how it is scored, as data: the text briefing and the play page both show it."""
+    cfg = spec.config
+    weights = getattr(cfg.rewards, spec.role)
+    scoring = [{"term": name, "kind": kind, "weight": float(getattr(weights, name)), "meaning": meaning}
+               for name, (kind, meaning) in REWARD_TERMS[spec.role].items()]
+    notes = [note.format(reveal_after=cfg.reveal_after, top_level=cfg.price_levels - 1)
+             for note in ROLE_NOTES[spec.role]]
+    return {"purpose": ROLE_INTRO[spec.role], "scoring": scoring, "notes": notes, "facts": public_facts(spec),
+            "fields": {p.name: field_doc(p) for p in spec.observations},
+            "job_columns": JOB_COLUMNS, "episode_stats": EPISODE_STATS,
+            "declarations_at_tick0": _declarations_note(spec)}
+
+
+def _declarations_note(spec: SeatSpec) -> str:
+    field = DECLARATION_FIELDS[spec.role]
+    return (f"At tick 0 {field} is all 0: teams declare for the NEXT tick, so the first declarations arrive at "
+            "tick 1. The spot offer is 0 too: the broker's first offer, posted at tick 0, is for tick 1.")
+
+
+def keyed_example(spec: SeatSpec) -> dict[str, Any]:
+    """An action written as objects keyed by label (entries left out are 0), e.g. {"grant": {"search": {...}}}."""
+    out: dict[str, Any] = {}
+    for p in spec.actions:
+        hi = int(p.high[0])
+        if not p.axes:
+            out[p.name] = STANCES[0] if p.name == "stance" else min(1, hi)
+        elif len(p.axes) == 1:
+            out[p.name] = {p.labels[0][0]: min(1, hi)}
+        else:
+            out[p.name] = {p.labels[0][0]: {p.labels[1][0]: min(2, hi)}}
+    return out
+
+
+def _scoring_lines(guide: dict[str, Any]) -> list[str]:
+    lines = ["How you are scored (each tick's reward is the sum of these terms, each times its weight):"]
+    for row in guide["scoring"]:
+        sign = "+" if row["kind"] == "gain" else "-"
+        lines.append(f"  {sign} {row['term']} (x{_fmt(row['weight'])}): {row['meaning']}")
     return lines
 
 
 def render_briefing(spec: SeatSpec, observation: dict[str, Any], reward: float | None = None,
                     invalid: str | None = None) -> str:
     """The seat's briefing for this tick (see the module docstring for what it may contain)."""
-    lines = [ROLE_INTRO[spec.role], ""]
+    guide = seat_guide(spec)
+    lines = [guide["purpose"], *_scoring_lines(guide), *guide["notes"], ""]
     if spec.role == "team":
         lines.append(f"Your team is {spec.seat}.")
-    lines += public_facts(spec)
-    lines += ["", f"Tick {int(observation['tick'])} of {spec.config.max_ticks}. What you see:"]
-    lines += [f"- {p.name} ({p.doc}): {_field_text(p, observation[p.name])}" for p in spec.observations
-              if p.name != "tick"]
+    lines += guide["facts"]
+    tick = int(observation["tick"])
+    lines += ["", f"Tick {tick} of {spec.config.max_ticks}. What you see:"]
+    for p in spec.observations:
+        if p.name == "tick":
+            continue
+        doc = guide["fields"][p.name]
+        if p.name == "jobs":
+            doc += "; columns: " + "; ".join(f"{name} = {meaning}" for name, meaning in JOB_COLUMNS.items())
+        lines.append(f"- {p.name} ({doc}): {_field_text(p, observation[p.name])}")
+    if tick == 0:
+        lines.append(guide["declarations_at_tick0"])
     if reward is not None:
         lines.append(f"Your reward last tick: {reward:.3f}")
     if invalid:
@@ -101,7 +244,10 @@ def render_briefing(spec: SeatSpec, observation: dict[str, Any], reward: float |
     lines += ["", "Answer with ONE JSON object, the action, with these parts (a missing part or entry is 0):"]
     lines += [f"- {p.name}: {p.doc}; {_range_text(p)}" for p in spec.actions]
     example = encode_action(spec, [0] * spec.action_size)
-    lines.append("Example (do nothing): " + json.dumps(example, separators=(", ", ": ")))
+    lines.append("Each part is nested lists in the order above, or an object keyed by name where entries left out "
+                 "are 0. Both of these are actions:")
+    lines.append("  " + json.dumps(example, separators=(", ", ": ")) + "   (do nothing)")
+    lines.append("  " + json.dumps(keyed_example(spec), separators=(", ", ": ")))
     return "\n".join(lines)
 
 

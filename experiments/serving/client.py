@@ -71,7 +71,10 @@ class StepResult:
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> StepResult:
-        return cls(data["observation"], data.get("reward"), bool(data.get("done")), dict(data.get("metadata") or {}))
+        """A reset or step body; the session's metadata travels as ``observation["metadata"]`` (openenv's models)."""
+        observation = dict(data["observation"])
+        metadata = observation.pop("metadata", None) or {}
+        return cls(observation, data.get("reward"), bool(data.get("done")), dict(metadata))
 
 
 class ArenaClient:
@@ -141,6 +144,10 @@ class ArenaClient:
     # ------------------------------------------------------------------ server info
     def metadata(self) -> dict[str, Any]:
         return self._http("GET", "/metadata")
+
+    def info(self) -> dict[str, Any]:
+        """The server's scenarios, seats, defaults, limits and open sessions."""
+        return self._http("GET", "/info")
 
     def schema(self, seat: str | None = None, scenario: str | None = None) -> dict[str, Any]:
         params = {k: v for k, v in (("seat", seat), ("scenario", scenario)) if v is not None}

@@ -4,7 +4,9 @@ A :class:`Session` holds one environment, the seats its client plays (``seats``)
 policies of every other agent (the *background*, from the server's population and the
 client's overrides), joined by :class:`~policies.focal.FocalEnv`: the client's seats are
 focal, the background acts inside, seeded by the one rule ``policy_seed(seed, seat)``. ``reset`` / ``step`` / ``state`` return plain JSON data in the shapes
-of openenv-core's ``ResetResponse`` / ``StepResponse`` / ``State``; a bad request raises
+of openenv-core's ``ResetResponse`` / ``StepResponse`` / ``State`` (which allow nothing beside
+``observation``, ``reward`` and ``done``: the session's own ``metadata`` is the observation's
+``"metadata"`` entry); a bad request raises
 :class:`ServeError` (an HTTP status, a code and a message) before anything changes.
 
 :class:`SessionStore` opens, finds, expires and closes sessions under the server's
@@ -374,12 +376,10 @@ class Session:
         if self.last_invalid:
             metadata["played_noop"] = dict(self.last_invalid)
         reward = None if rewards is None else (rewards[seats[0]] if single else float(sum(rewards[s] for s in seats)))
-        return {
-            "observation": views[seats[0]] if single else views,
-            "reward": reward,
-            "done": self.done,
-            "metadata": metadata,
-        }
+        observation: dict[str, Any] = views[seats[0]] if single else dict(views)
+        # openenv's ResetResponse/StepResponse forbid fields beside these three: ours ride inside the observation
+        observation["metadata"] = metadata
+        return {"observation": observation, "reward": reward, "done": self.done}
 
 
 class SessionStore:

@@ -1,11 +1,15 @@
 // The play page: a person takes one seat; the server plays every other seat.
-// Talks only to the server that served it (same origin: /metadata, /play/spec, /reset, /step, /close).
+// Talks only to the server that served it (same origin: /info, /play/spec, /reset, /step, /close).
+// Reset and step bodies are openenv's models: the session's metadata is observation.metadata.
 // Every value from the server reaches the page through textContent or attributes, never as HTML.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const STANCES = ["accept", "counter", "escalate"];
-const state = {meta: null, spec: null, session: null, rewards: [], done: false, busy: false};
+const state = {meta: null, spec: null, session: null, rewards: [], done: false, busy: false, observation: null};
+// Observation parts shown across the whole panel: their columns would not fit a grid cell.
+const WIDE_FIELDS = new Set(["jobs", "shocks_seen", "shocks_active", "stance", "declared", "revealed_need",
+                             "others_declared"]);
 
 function el(tag, attrs = {}, text) {
   const node = document.createElement(tag);
@@ -45,7 +49,7 @@ function fillSeats() {
 }
 
 async function init() {
-  state.meta = await api("GET", "/metadata");
+  state.meta = await api("GET", "/info");
   for (const s of state.meta.scenarios) $("scenario").appendChild(el("option", {value: s.name, title: s.description}, s.name));
   $("scenario").value = state.meta.default_scenario;
   fillSeats();
@@ -54,12 +58,18 @@ async function init() {
   $("action-form").addEventListener("submit", (ev) => { ev.preventDefault(); playTick().catch((e) => showError(e.message)); });
   $("zero").addEventListener("click", () => {
     for (const input of document.querySelectorAll("#action-fields [data-index]")) input.value = "0";
+    if (state.observation) limitEntries(state.observation);
   });
   window.addEventListener("pagehide", closeSession);
+  $("action-fields").addEventListener("input", () => { if (state.observation) limitEntries(state.observation); });
 }
 
+// Leaving the page (closing the tab, navigating away) closes the session at once, not after the idle expiry.
 function closeSession() {
-  if (state.session) navigator.sendBeacon("/close", JSON.stringify({session_id: state.session}));
+  if (state.session) {
+    const body = new Blob([JSON.stringify({session_id: state.session})], {type: "application/json"});
+    navigator.sendBeacon("/close", body);
+  }
   state.session = null;
 }
 
@@ -70,10 +80,11 @@ async function start() {
   state.spec = await api("GET", `/play/spec?scenario=${encodeURIComponent(scenario)}&seat=${encodeURIComponent(seat)}`);
   if (state.session) await api("POST", "/close", {session_id: state.session}).catch(() => null);
   const first = await api("POST", "/reset", {seed, scenario, seats: [seat], record: true});
-  state.session = first.session_id;
+  state.session = first.observation.metadata.session_id;
   state.rewards = [];
   state.done = false;
   buildForm(state.spec);
+  drawGuide(state.spec);
   $("title").textContent = `commons_arena: you are ${seat} (${state.spec.role})`;
   $("role-badge").textContent = `${seat} · ${state.spec.role}`;
   const info = state.meta.scenarios.find((s) => s.name === scenario);
@@ -86,6 +97,124 @@ async function start() {
   show(first);
 }
 
+// ------------------------------------------------------------------ what the seat is for
+function drawGuide(spec) {
+  const guide = spec.guide, box = $("guide");
+  box.replaceChildren(el("h2", {}, `your seat: ${spec.seat} (${spec.role})`));
+  box.appendChild(el("p", {}, guide.purpose));
+  box.appendChild(el("p", {}, "How you are scored: each tick's reward is the sum of these terms, each times its weight."));
+  const table = el("table", {id: "scoring"});
+  const head = el("tr");
+  for (const label of ["term", "", "weight", "what it counts"]) head.appendChild(el("th", {}, label));
+  table.appendChild(head);
+  for (const row of guide.scoring) {
+    const tr = el("tr", {"data-term": row.term});
+    tr.appendChild(el("td", {}, row.term));
+    tr.appendChild(el("td", {class: row.kind}, row.kind === "cost" ? "− cost" : "+ gain"));
+    tr.appendChild(el("td", {}, `× ${fmt(row.weight)}`));
+    tr.appendChild(el("td", {class: "meaning"}, row.meaning));
+    table.appendChild(tr);
+  }
+  box.appendChild(table);
+  const notes = el("ul");
+  for (const note of guide.notes) notes.appendChild(el("li", {}, note));
+  box.appendChild(notes);
+  const facts = el("ul", {class: "muted"});
+  for (const fact of guide.facts) facts.appendChild(el("li", {}, fact.trim()));
+  box.appendChild(facts);
+  $("default-rule").textContent = DEFAULT_RULES[spec.role];
+}
+
+// ------------------------------------------------------------------ each tick's entries
+// Each tick the form starts from a default a person can play as is (stated on the page), not from last tick's entries.
+const DEFAULT_RULES = {
+  allocator: "Each tick the entries start from: buy 0; grant = what each team declared for this tick, scaled down " +
+    "to the GPUs online where a tier is asked for more than it has.",
+  team: "Each tick the entries start from: request = your true need this tick (a truthful declaration); stance accept.",
+  broker: "Each tick the entries start from: quantity = your whole inventory; price level = the middle of the grid.",
+};
+
+function inputsOf(part) {
+  return [...document.querySelectorAll(`fieldset[data-part="${part}"] [data-index]`)];
+}
+
+function defaults(role, obs, part) {
+  const size = part.shape.reduce((a, b) => a * b, 1);
+  if (role === "allocator" && part.name === "grant") {
+    const tiers = part.shape[1], out = [];
+    for (let r = 0; r < part.shape[0]; r++) {
+      for (let t = 0; t < tiers; t++) {
+        const total = obs.declared.reduce((sum, row) => sum + row[t], 0), online = obs.online[t];
+        const asked = obs.declared[r][t];
+        out.push(total <= online ? asked : Math.floor(asked * online / total));
+      }
+    }
+    return out;
+  }
+  if (role === "team" && part.name === "request") return obs.need.map((v) => Math.round(v));
+  if (role === "broker" && part.name === "quantity") return obs.inventory.map((v) => Math.round(v));
+  if (role === "broker" && part.name === "price_level") return part.high.map((h) => Math.floor(h / 2));
+  return new Array(size).fill(0);
+}
+
+// The most each entry may be this tick (not the space's maximum) and why, from what the seat sees now.
+function available(role, obs, part, flat) {
+  const high = part.high[flat], tiers = part.shape[part.shape.length - 1], t = flat % tiers;
+  if (role === "allocator" && part.name === "buy") {
+    const price = obs.offer_price[t], afford = price > 0 ? Math.floor(obs.budget / price + 1e-9) : high;
+    return [Math.min(high, obs.offer_qty[t], afford), `offered ${fmt(obs.offer_qty[t])}, budget ${fmt(obs.budget)} ` +
+      `at ${fmt(price)} each`];
+  }
+  if (role === "allocator" && part.name === "grant") {
+    const bought = Number(inputsOf("buy")[t].value) || 0;
+    return [Math.min(high, obs.online[t] + bought), `online ${fmt(obs.online[t])} + bought ${bought}`];
+  }
+  if (role === "broker" && part.name === "quantity") return [Math.min(high, obs.inventory[t]), "your inventory now"];
+  return [high, ""];
+}
+
+function startEntries(obs) {
+  for (const part of state.spec.action) {
+    const values = defaults(state.spec.role, obs, part);
+    for (const input of inputsOf(part.name)) input.value = String(values[Number(input.dataset.index)]);
+  }
+  limitEntries(obs);
+}
+
+function limitEntries(obs) {
+  for (const part of state.spec.action) {
+    if (part.name === "stance") continue;
+    for (const input of inputsOf(part.name)) {
+      const [most, why] = available(state.spec.role, obs, part, Number(input.dataset.index));
+      input.dataset.high = String(most);
+      input.dataset.why = why;
+      input.title = `${input.name}: ${input.dataset.low} to ${most}` + (why ? ` (${why})` : "");
+      input.parentNode.querySelector(".range").textContent = `${input.dataset.low}–${most}`;
+    }
+  }
+  warnOverGrant(obs);
+}
+
+// Grants above a tier's GPUs are the rules' business (cut, charged as invalid): said before, not refused.
+function warnOverGrant(obs) {
+  const box = document.querySelector('fieldset[data-part="grant"]');
+  if (!box || state.spec.role !== "allocator") return;
+  const part = state.spec.action.find((p) => p.name === "grant"), tiers = part.shape[1];
+  const totals = new Array(tiers).fill(0);
+  for (const input of inputsOf("grant")) totals[Number(input.dataset.index) % tiers] += Number(input.value) || 0;
+  const lines = [];
+  totals.forEach((total, t) => {
+    const buy = Number(inputsOf("buy")[t].value) || 0, have = obs.online[t] + buy;
+    if (total > have) {
+      lines.push(`${part.labels[1][t]}: ${total} granted, ${have} available (online ${fmt(obs.online[t])} + bought ` +
+        `${buy}); the rules cut ${total - have} and charge them as invalid`);
+    }
+  });
+  let warn = box.querySelector(".warn");
+  if (!warn) { warn = el("p", {class: "warn", role: "status"}); box.appendChild(warn); }
+  warn.textContent = lines.join("; ");
+}
+
 // ------------------------------------------------------------------ the action form
 function inputFor(part, flat, labels) {
   const name = [part.name, ...labels].join(".");
@@ -96,8 +225,9 @@ function inputFor(part, flat, labels) {
     STANCES.forEach((label, i) => select.appendChild(el("option", {value: i}, `${i} ${label}`)));
     cell.appendChild(select);
   } else {
-    cell.appendChild(el("input", {type: "number", name, min: low, max: high, step: 1, value: 0, "data-index": flat,
-                                  "aria-label": `${name} (${low} to ${high})`, title: `${name}: ${low} to ${high}`}));
+    // a text field, not type=number: a browser empties a number field holding "two", and the page could not say so
+    cell.appendChild(el("input", {type: "text", inputmode: "numeric", autocomplete: "off", name, value: 0,
+                                  "data-index": flat, "data-low": low, "data-high": high, "aria-label": name}));
     cell.appendChild(el("span", {class: "range"}, `${low}–${high}`));
   }
   return cell;
@@ -146,7 +276,7 @@ function readAction() {
     for (const input of document.querySelectorAll(`fieldset[data-part="${part.name}"] [data-index]`)) {
       const text = input.value.trim();
       // a number goes as a number; anything else goes as typed, and the server says what is wrong with it
-      flat[Number(input.dataset.index)] = text !== "" && Number.isFinite(Number(text)) ? Number(text) : text;
+      flat[Number(input.dataset.index)] = /^-?\d+$/.test(text) ? Number(text) : text;
     }
     if (part.axes.length === 0) action[part.name] = flat[0];
     else if (part.axes.length === 1) action[part.name] = flat;
@@ -160,12 +290,20 @@ function readAction() {
 
 // The server checks every action; checking here first keeps a typo from costing a round trip.
 function rangeProblem() {
+  let problem = "";
   for (const input of document.querySelectorAll("#action-fields input[data-index]")) {
-    const text = input.value.trim(), value = Number(text), low = Number(input.min), high = Number(input.max);
-    if (text === "" || !Number.isInteger(value)) return `${input.name} must be a whole number in [${low}, ${high}], got "${text}"`;
-    if (value < low || value > high) return `${input.name} = ${value} is outside its allowed range [${low}, ${high}]`;
+    const text = input.value.trim(), low = Number(input.dataset.low), high = Number(input.dataset.high);
+    const value = /^-?\d+$/.test(text) ? Number(text) : NaN;
+    let message = "";
+    if (!Number.isInteger(value)) message = `${input.name} must be a whole number in [${low}, ${high}], got "${text}"`;
+    else if (value < low || value > high) {
+      message = `${input.name} = ${value} is outside its allowed range [${low}, ${high}]` +
+        (input.dataset.why ? ` (${input.dataset.why})` : "");
+    }
+    input.classList.toggle("bad", message !== "");
+    problem = problem || message;
   }
-  return "";
+  return problem;
 }
 
 async function playTick() {
@@ -191,10 +329,13 @@ function cellsFor(value) { return Array.isArray(value) ? value : [value]; }
 function drawObservation(observation) {
   const box = $("observation");
   box.replaceChildren();
+  const guide = state.spec.guide;
+  if (observation.tick === 0) box.appendChild(el("p", {class: "note muted"}, guide.declarations_at_tick0));
   for (const part of state.spec.observation) {
     if (part.name === "tick") continue;
-    const div = el("div"), title = el("h3", {}, part.name + " ");
-    title.appendChild(el("span", {class: "doc"}, part.doc));
+    const div = el("div", WIDE_FIELDS.has(part.name) ? {class: "wide-field", "data-field": part.name} : {"data-field": part.name});
+    const title = el("h3", {}, part.name + " ");
+    title.appendChild(el("span", {class: "doc"}, guide.fields[part.name] || part.doc));
     div.appendChild(title);
     const table = el("table"), value = observation[part.name];
     if (part.axes.length === 0) {
@@ -204,7 +345,14 @@ function drawObservation(observation) {
     } else {
       const columns = part.labels[part.axes.length - 1], head = el("tr");
       if (part.axes.length === 2) head.appendChild(el("th", {}, ""));
-      for (const label of columns) head.appendChild(el("th", {}, label.replace(/_/g, " ")));
+      for (const label of columns) {
+        const th = el("th", {}, label.replace(/_/g, " "));
+        if (part.name === "jobs" && guide.job_columns[label]) {
+          th.title = guide.job_columns[label];
+          th.appendChild(el("span", {class: "unit"}, guide.job_columns[label]));
+        }
+        head.appendChild(th);
+      }
       table.appendChild(head);
       const rows = part.axes.length === 2 ? value.map((row, r) => [part.labels[0][r], row]) : [[null, value]];
       for (const [label, values] of rows) {
@@ -255,43 +403,74 @@ function drawRewards() {
   for (const [t, v] of cumulative.entries()) { ctx.beginPath(); ctx.arc(xs(t), ys(v), 2.5, 0, 2 * Math.PI); ctx.fill(); }
 }
 
-function keyValueTable(entries) {
+// What a number means decides its colour: a cost (missed, idle, carbon, invalid, spend...) is red whatever its sign,
+// a gain green; the score itself by its sign. kindOf gives "cost", "gain", "score" or "count".
+function termKind(term) {
+  const row = state.spec.guide.scoring.find((r) => r.term === term);
+  return row ? row.kind : "count";
+}
+
+function statKind(key) {
+  if (key.startsWith("term/")) return termKind(key.slice(5));
+  const stat = state.spec.guide.episode_stats[key];
+  return stat ? stat[0] : "count";
+}
+
+function statMeaning(key) {
+  if (key.startsWith("term/")) {
+    const row = state.spec.guide.scoring.find((r) => r.term === key.slice(5));
+    return row ? `reward term, episode total: ${row.meaning}` : "";
+  }
+  const stat = state.spec.guide.episode_stats[key];
+  return stat ? stat[1] : "";
+}
+
+function keyValueTable(entries, kindOf, meaningOf) {
   const table = el("table");
   for (const [key, value] of entries) {
-    const row = el("tr");
+    const row = el("tr", {"data-key": key});
     row.appendChild(el("td", {}, key));
     const cell = el("td", {}, fmt(value));
-    if (typeof value === "number") cell.className = value < 0 ? "neg" : value > 0 ? "pos" : "";
+    let kind = kindOf(key);
+    if (kind === "score") kind = value < 0 ? "cost" : value > 0 ? "gain" : "";
+    if (kind === "cost" || kind === "gain") cell.className = kind + (value === 0 ? " zero" : "");
     row.appendChild(cell);
+    const meaning = meaningOf(key);
+    if (meaning) row.appendChild(el("td", {class: "muted meaning"}, meaning));
     table.appendChild(row);
   }
   return table;
 }
 
 function drawLog(frame) {
-  const info = (frame.metadata.info || {})[state.spec.seat] || {};
+  const info = (frame.observation.metadata.info || {})[state.spec.seat] || {};
   const box = $("log");
   box.replaceChildren();
   if (frame.reward === null || frame.reward === undefined) {
     box.appendChild(el("p", {class: "muted"}, "no tick played yet"));
     return;
   }
-  box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.metadata.tick - 1}`));
+  box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.observation.metadata.tick - 1}`));
   for (const event of info.events || []) {
     box.appendChild(el("div", {class: "event"}, `shock: ${String(event.kind).replace(/_/g, " ")}` +
       (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") + `, until tick ${event.until}`));
   }
   const repairs = Object.entries(info.repairs || {}).filter(([, v]) => v);
   if (repairs.length) box.appendChild(el("div", {}, "cut as invalid: " + repairs.map(([k, v]) => `${k} ${v}`).join(", ")));
-  if (info.reward_terms) box.appendChild(keyValueTable(Object.entries(info.reward_terms)));
+  if (info.reward_terms) {
+    box.appendChild(keyValueTable(Object.entries(info.reward_terms), termKind, (term) => {
+      const row = state.spec.guide.scoring.find((r) => r.term === term);
+      return row ? row.meaning : "";
+    }));
+  }
 }
 
 function drawSummary(frame) {
-  const info = (frame.metadata.info || {})[state.spec.seat] || {};
+  const info = (frame.observation.metadata.info || {})[state.spec.seat] || {};
   const box = $("summary");
-  box.replaceChildren(el("p", {}, `episode over after ${frame.metadata.tick} ticks` +
-    (frame.metadata.terminated ? " (every job resolved)" : " (time limit)")));
-  if (info.episode) box.appendChild(keyValueTable(Object.entries(info.episode)));
+  box.replaceChildren(el("p", {}, `episode over after ${frame.observation.metadata.tick} ticks` +
+    (frame.observation.metadata.terminated ? " (every job resolved)" : " (time limit)")));
+  if (info.episode) box.appendChild(keyValueTable(Object.entries(info.episode), statKind, statMeaning));
   const link = $("download");
   link.href = `/sessions/${encodeURIComponent(state.session)}/recording`;
   link.setAttribute("download", `commons_arena_${state.spec.scenario}_${state.spec.seat}.jsonl`);
@@ -299,14 +478,16 @@ function drawSummary(frame) {
 }
 
 function show(frame) {
-  const tick = frame.metadata.tick, H = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks;
+  const tick = frame.observation.metadata.tick, H = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks;
   if (frame.reward !== null && frame.reward !== undefined) state.rewards.push(frame.reward);
   state.done = frame.done;
   $("tick-label").textContent = frame.done ? `episode over (${tick} ticks)` : `tick ${tick} of ${H}`;
   $("tick-label").dataset.tick = String(tick);
   document.body.dataset.tick = String(tick);
   document.body.dataset.done = frame.done ? "1" : "";
+  state.observation = frame.observation;
   drawObservation(frame.observation);
+  if (!frame.done) startEntries(frame.observation);
   drawRewards();
   drawLog(frame);
   $("play-tick").disabled = frame.done;

@@ -1,0 +1,196 @@
+"""A seat as Model Context Protocol tools, at ``/mcp`` of the same app (streamable HTTP).
+
+Any MCP client (a language model with tool calling, an agent framework, the ``mcp`` SDK's
+own ``Client``) plays one seat of one episode through five tools:
+
+=================  ==========================================================================
+tool               what it does
+=================  ==========================================================================
+``start_episode``  opens a session in a seat (``seat``, ``scenario``, ``seed``, all optional);
+                   returns its ``session_id``, the briefing and the observation of tick 0
+``observe``        the session's briefing and observation now (nothing changes)
+``act``            plays one tick: ``action`` is the JSON action (an object of named parts)
+                   or a text with one JSON action in it; returns the reward, its terms, the
+                   next briefing and observation, and the episode's totals once it is done
+``episode_state``  tick, returns, invalid-action counts, whether the episode is over
+``end_episode``    closes the session
+=================  ==========================================================================
+
+An action the seat cannot play is a tool error (``is_error``) whose text names the entry
+and its allowed range; the episode does not move, so the agent can answer again. The
+sessions are the server's own (the same store, limits and idle expiry as ``POST /reset``);
+the briefing is :func:`experiments.serving.briefing.render_briefing`, the text seat's.
+
+The endpoint is stateless streamable HTTP with JSON answers: every tool call carries its
+``session_id``, so no MCP session has to outlive a request. ``POST /mcp`` with a body that
+is not a JSON-RPC message (``{}``, openenv's validator's probe) is answered like
+openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Receive, Scope, Send
+
+from experiments.serving.briefing import render_briefing
+from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
+from experiments.serving.wire import encode_observation
+
+INSTRUCTIONS = (
+    "commons_arena: a strategic GPU-allocation game. Call start_episode (optionally with a seat: allocator, a "
+    "team name, or broker), read the briefing, then call act once per tick with one JSON action until done is "
+    "true. A refused action changes nothing: read the error and act again."
+)
+INVALID_REQUEST = -32600  # JSON-RPC 2.0
+
+
+def _tool_error(err: ServeError) -> ToolError:
+    return ToolError(f"{err.code}: {err.message}")
+
+
+def _view(session: Session) -> dict[str, Any]:
+    """The session's one seat as the tools show it: tick, briefing, named observation."""
+    assert session.options is not None
+    seat = session.options.seats[0]
+    spec = session.specs[seat]
+    observation = encode_observation(spec, session.observations[seat])
+    return {"tick": session.steps, "done": session.done,
+            "briefing": render_briefing(spec, observation, invalid=session.last_invalid.get(seat)),
+            "observation": observation}
+
+
+def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
+    """The MCP server of one app: its tools open and play sessions of ``store``."""
+    server = MCPServer(name="commons_arena", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    def session_of(session_id: str) -> Session:
+        try:
+            return store.get(session_id)
+        except ServeError as err:
+            raise _tool_error(err) from None
+
+    @server.tool()
+    def start_episode(seat: str | None = None, scenario: str | None = None, seed: int | None = None) -> dict[str, Any]:
+        """Open an episode in one seat (default: the server's first seat) and return its session_id, briefing and
+        first observation. Seats you do not play are played by the server's policies."""
+        try:
+            session = store.open("http")  # reaped like an HTTP session when idle
+        except ServeError as err:
+            raise _tool_error(err) from None
+        request: dict[str, Any] = {"text": True, "scenario": scenario, "seed": seed}
+        if seat is not None:
+            request["seats"] = [seat]
+        try:
+            frame = session.reset({k: v for k, v in request.items() if v is not None})
+        except ServeError as err:
+            store.close(session.id)
+            raise _tool_error(err) from None
+        metadata = frame["observation"]["metadata"]
+        config = session.options.config if session.options else None
+        return {"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
+                "seed": metadata["seed"], "max_ticks": config.max_ticks if config else None, **_view(session)}
+
+    @server.tool()
+    def observe(session_id: str) -> dict[str, Any]:
+        """The briefing and observation of the session's seat now (changes nothing)."""
+        return _view(session_of(session_id))
+
+    @server.tool()
+    def act(session_id: str, action: dict[str, Any] | str) -> dict[str, Any]:
+        """Play one tick. action: the JSON action (e.g. {"grant": {"search": {"small": 2}}}) or a text holding one
+        JSON action. Returns the reward and its terms, the next briefing and observation, and the totals at the end.
+        A refused action is an error naming the entry and its range; the episode does not move."""
+        session = session_of(session_id)
+        try:
+            frame = session.step({"text": action} if isinstance(action, str) else action)
+        except ServeError as err:
+            raise _tool_error(err) from None
+        metadata = frame["observation"]["metadata"]
+        seat = metadata["seats"][0]
+        info = metadata["info"].get(seat, {})
+        out = {"reward": frame["reward"], "reward_terms": info.get("reward_terms", {}),
+               "events": info.get("events", []), **_view(session)}
+        if frame["done"]:
+            out["episode"] = info.get("episode", {})
+            out["returns"] = dict(session.returns)
+        return out
+
+    @server.tool()
+    def episode_state(session_id: str) -> dict[str, Any]:
+        """Tick, returns so far, invalid-action counts and whether the episode is over."""
+        return session_of(session_id).state()
+
+    @server.tool()
+    def end_episode(session_id: str) -> dict[str, Any]:
+        """Close the session (sessions left open are closed after the server's idle limit)."""
+        store.close(session_of(session_id).id)
+        return {"closed": session_id}
+
+    return server
+
+
+class McpEndpoint:
+    """The ASGI app at ``/mcp``: the SDK's streamable HTTP transport behind a JSON-RPC probe answer."""
+
+    def __init__(self, server: MCPServer, limit: int) -> None:
+        # the server's other routes take any Host; a remote agent must reach this one too
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        self.sdk = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                              transport_security=security, max_request_body_size=limit)
+        self.handler = self.sdk.routes[0].app  # type: ignore[attr-defined]  # StreamableHTTPASGIApp
+        self.session_manager = server.session_manager
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.handler(scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await _jsonrpc_error(send, 413, f"Invalid Request: the body is over the limit of {self.limit} bytes")
+                return
+        error = _not_jsonrpc(bytes(body))
+        if error is not None:
+            await _jsonrpc_error(send, 200, error)  # as openenv-core's /mcp answers (its validator's probe)
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.handler(scope, replay, send)
+
+
+async def _jsonrpc_error(send: Send, status: int, message: str) -> None:
+    payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}})
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload.encode()})
+
+
+def _not_jsonrpc(body: bytes) -> str | None:
+    """Why a JSON object body is not a JSON-RPC 2.0 message (None: pass it on, the SDK answers the rest)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(value, dict) and value.get("jsonrpc") != "2.0":
+        return ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
+                '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call')
+    return None
+
+
+__all__ = ["INSTRUCTIONS", "McpEndpoint", "build_mcp"]
