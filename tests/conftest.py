@@ -35,6 +35,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
     "test_training_setup": ("rllib",),  # builds RLlib configs and envs
     "test_serving": ("server",),
+    "test_openenv": ("server",),  # openenv validate and its client against the serve command
+    "test_mcp": ("server",),  # the MCP SDK's client over streamable HTTP
     "test_play_browser": ("browser", "server"),
     "test_replay_browser": ("browser",),
     "test_tournament::test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows[ray]": ("ray",),
