@@ -206,6 +206,12 @@ class TrainArgs:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.resume is not None:  # the saved arguments pass the same checks before anything is written
+            run = run_folder(self)
+            try:
+                replace(_resumed_args(saved_args(run), self), resume=None, run_name=None).validate()
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"cannot resume {run}: {err}") from None
         if self.resume is None:
             for scenario in self.stages:
                 commons_arena.load_scenario(scenario)
@@ -475,13 +481,13 @@ def train(args: TrainArgs) -> Path:
 
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     args.validate()
-    if args.resume is not None and json.loads((args.resume / "args.json").read_text()).get("experiment") == "league":
+    if args.resume is not None and saved_args(args.resume)["experiment"] == "league":
         raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
     # ---- run folder (never another run's: a new one, or --resume), args, resume
     run = run_folder(args)
     state = RunState()
     if args.resume is not None:
-        args = _resumed_args(json.loads((run / "args.json").read_text()), args)
+        args = _resumed_args(saved_args(run), args)
         if (run / "state.json").is_file():  # absent if killed before the first evaluation
             state = RunState(**json.loads((run / "state.json").read_text()))
     else:
@@ -642,6 +648,30 @@ SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
 VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
+
+
+def saved_args(run: Path) -> dict[str, Any]:
+    """A run folder's ``args.json``, refused (ValueError) unless it is an object of TrainArgs' fields with
+    values of their types: a hand-made or damaged file stops ``--resume`` before anything is written."""
+    path = Path(run) / "args.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not JSON ({err}): not a run folder of `commons-arena train`") from None
+    defaults = {f.name: getattr(TrainArgs(), f.name) for f in fields(TrainArgs)}
+    unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else []
+    if not isinstance(saved, dict) or "experiment" not in saved or unknown:
+        what = f"unknown key(s) {unknown[:5]}" if unknown else "no \"experiment\"" if isinstance(saved, dict) \
+            else f"a JSON {type(saved).__name__}, not an object"
+        raise ValueError(f"{path} is not the arguments of a `commons-arena train` run: {what}")
+    for key, value in saved.items():
+        default = defaults[key]
+        kind = (int, float) if isinstance(default, float) else list if isinstance(default, tuple) else str \
+            if isinstance(default, Path) else type(default)
+        if default is not None and value is not None and (not isinstance(value, kind) or isinstance(value, bool) is not
+                                                          isinstance(default, bool)):
+            raise ValueError(f"{path}: {key} must be a {'list' if kind is list else type(default).__name__}, got {value!r:.60}")
+    return saved
 
 
 def _resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
