@@ -327,8 +327,8 @@ class Tournament:
                 raise UsageError(f"--db {db} is the roster file; choose another database")
         if db.exists():  # resumed: it must be a results database, not any file
             check_database(db)
-        else:
-            refuse_overwrite(db, force=False)  # its folder must exist
+        elif self.db is not None:
+            refuse_overwrite(db, force=False)  # a --db file's folder must exist (--out is created)
         # the folder's tables are rewritten: only the default database's own folder is resumed without --force
         if not (db.is_file() and _same_file(db, out / "results.sqlite")):
             refuse_overwrite(out, self.force, inputs=inputs, what="folder")
@@ -522,7 +522,7 @@ class Analyze:
 
         _seeds(self.first_seed, self.seeds)
         read_run(self.run_folder, self.checkpoint)  # a run folder with that checkpoint, or says what is missing
-        refuse_overwrite((self.out or self.run_folder / "analysis") / "analysis.md", self.force)
+        refuse_overwrite(self.out or self.run_folder / "analysis", self.force, what="folder")
 
     def run(self) -> list[Path]:
         from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
