@@ -122,9 +122,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)  # built once: per call costs
+
+
 def strict_json(text: str | bytes) -> Any:
-    """JSON as the standard defines it: no NaN, Infinity or numbers that overflow to them (ValueError)."""
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    """JSON as the standard defines it (UTF-8; no NaN, Infinity or numbers that overflow to them), else ValueError."""
+    return _STRICT.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
 
 
 def axis_labels(config: ScenarioConfig, seat: str, kind: str) -> tuple[str, ...]:
