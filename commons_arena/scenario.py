@@ -365,29 +365,29 @@ def _job_fit_problems(where: str, gpus: int, min_memory_gb: float, tiers: tuple[
 
 
 def _dependency_cycle(graph: Mapping[str, tuple[str, ...]]) -> list[str] | None:
-    """Return one cycle as a list of ids (first id repeated at the end), or None."""
-    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
-    stack: list[str] = []
+    """Return one cycle as a list of ids (first id repeated at the end), or None.
 
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, ()):
+    Depth-first with an explicit stack: a chain of MAX_LIST jobs each depending on the next
+    is as deep as the search goes, past Python's recursion limit."""
+    state: dict[str, int] = {}  # 1 = on the path, 2 = done
+    for root in graph:
+        if root in state:
+            continue
+        path: list[str] = [root]
+        todo: list[list[str]] = [list(graph.get(root, ()))]  # per node on the path: deps not yet visited
+        state[root] = 1
+        while path:
+            if not todo[-1]:
+                state[path.pop()] = 2
+                todo.pop()
+                continue
+            dep = todo[-1].pop(0)
             if state.get(dep) == 1:
-                return stack[stack.index(dep) :] + [dep]
+                return path[path.index(dep):] + [dep]
             if dep in graph and state.get(dep) is None:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
+                state[dep] = 1
+                path.append(dep)
+                todo.append(list(graph.get(dep, ())))
     return None
 
 

@@ -73,7 +73,10 @@ def recorded_actions(config: ScenarioConfig, named: Mapping[str, Mapping[str, An
         missing = [f.name for f in layout.fields if f.name not in parts]
         if missing:
             raise RecordingRefused(f"recorded action of {agent!r} lacks part(s) {missing}")
-        actions[agent] = np.concatenate([np.asarray(parts[f.name], dtype=np.int64).ravel() for f in layout.fields])
+        try:
+            actions[agent] = np.concatenate([np.asarray(parts[f.name], dtype=np.int64).ravel() for f in layout.fields])
+        except (OverflowError, TypeError, ValueError) as err:  # a number no action holds: cannot be checked
+            raise RecordingRefused(f"recorded action of {agent!r} is not integers of the action's shape: {err}") from None
     return actions
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
+import sqlite3
 import sys
 import traceback
 from collections.abc import Iterable
@@ -30,30 +32,60 @@ import numpy as np
 import tyro
 
 import commons_arena
-from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup, validate_seeds
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, MAX_SEED, validate_lineup, validate_seeds
 from experiments.training.args import TrainArgs
 
 PROG = "commons-arena"
 DEBUG_FLAG = "--debug"
-EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors
+EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors; `verify`: the recording cannot be checked
+EXIT_BUG = 3  # an error the command did not foresee (a traceback): never 1, which `verify` uses for "differs"
+MAX_SEEDS = 100_000  # episodes per scenario and policy in one command (evaluate, tournament flags, analyze)
 
 
 class UsageError(ValueError):
     """A command-line input that cannot work; the message names what to fix."""
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths are one file: by identity (device and inode: a hard link, a symlink, another
+    spelling), or by resolved name when the output does not exist yet."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == Path(b).resolve()
+
+
 def refuse_overwrite(path: Path, force: bool, inputs: Iterable[Path] = (), what: str = "file") -> None:
-    """Refuse to write ``path`` over an existing file (or a non-empty folder) unless ``force``,
-    and always refuse to write over one of the command's ``inputs``."""
+    """The one rule for every output path (see docs/limits.md).
+
+    Never one of the command's ``inputs`` (by file identity, with or without ``--force``); an
+    existing file, or a folder that holds anything, only with ``--force``; an output file's
+    folder must exist (nothing creates it silently); a folder output is a folder."""
     for source in inputs:
-        if path.resolve() == Path(source).resolve():
-            raise UsageError(f"{path} is also the input: writing there would destroy it; choose another output")
-    if path.is_dir() and what == "file":
-        raise UsageError(f"{path} is a folder; give a file name")
+        if _same_file(path, Path(source)):
+            raise UsageError(f"{path} is also the input {source}: writing there would destroy it; choose another "
+                             "output")
+    if what == "file":
+        if path.is_dir():
+            raise UsageError(f"{path} is a folder; give a file name")
+        if not path.parent.is_dir():
+            raise UsageError(f"the folder {path.parent} does not exist; create it first or choose another output")
+    elif path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file; give a folder for the output")
     exists = path.is_file() or (path.is_dir() and any(path.iterdir()))
     if exists and not force:
         kind = "holds files" if path.is_dir() else "exists"
         raise UsageError(f"{path} already {kind}; pass --force to overwrite, or choose another output")
+
+
+def check_number(flag: str, value: float, low: float, high: float) -> None:
+    """A flag's number: finite and in [low, high] (the bounds docs/limits.md lists), before any work."""
+    if isinstance(value, float) and not math.isfinite(value) or not low <= value <= high:
+        raise UsageError(f"{flag} must be a finite number in [{_num(low)}, {_num(high)}], got {value}")
+
+
+def _num(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 def _scenarios(names: tuple[str, ...]) -> list[str]:
@@ -61,10 +93,8 @@ def _scenarios(names: tuple[str, ...]) -> list[str]:
 
 
 def _seeds(first: int, count: int) -> list[int]:
-    if count < 1:
-        raise UsageError(f"--seeds must be at least 1, got {count}")
-    if first < 0:
-        raise UsageError(f"--first-seed must be non-negative, got {first}")
+    check_number("--seeds", count, 1, MAX_SEEDS)  # before the list is built
+    check_number("--first-seed", first, 0, MAX_SEED - count + 1)
     seeds = list(range(first, first + count))
     validate_seeds(seeds)
     return seeds
@@ -128,15 +158,15 @@ class Play:
     """overwrite an existing --record file"""
 
     def validate(self) -> None:
-        if self.seed < 0:
-            raise UsageError(f"--seed must be non-negative, got {self.seed}")
+        check_number("--seed", self.seed, 0, MAX_SEED)
         config = commons_arena.load_scenario(self.scenario)
         if self.population not in (None, "default"):
             from policies.population import Population
 
             Population.from_toml(self.population, config).build(config, env=commons_arena.parallel_env(config))
         if self.record is not None:
-            refuse_overwrite(self.record, self.force)
+            inputs = [Path(p) for p in (self.scenario, self.population) if p and Path(p).is_file()]
+            refuse_overwrite(self.record, self.force, inputs=inputs)
 
     def run(self) -> dict[str, dict[str, float]]:
         from policies.focal import FocalEnv
@@ -285,12 +315,23 @@ class Tournament:
     def validate(self) -> None:
         """The roster (every policy, background, scenario and checkpoint against every scenario), the
         workers, and the output: a folder of earlier tournament results is resumed, any other is refused."""
-        if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.workers is not None:
+            check_number("--workers", self.workers, 1, MAX_WORKERS)
+        check_number("--ray-min-seconds", self.ray_min_seconds, 0, 86_400)
         self._roster = self.build_roster()
-        db = self.db if self.db is not None else self.output() / "results.sqlite"
-        if not db.is_file():
-            refuse_overwrite(self.output(), self.force, what="folder")
+        out = self.output()
+        db = self.db if self.db is not None else out / "results.sqlite"
+        inputs = [self.roster] if self.roster is not None else []
+        for source in inputs:  # the roster is neither the database nor inside the folder rewritten
+            if _same_file(db, source):
+                raise UsageError(f"--db {db} is the roster file; choose another database")
+        if db.exists():  # resumed: it must be a results database, not any file
+            check_database(db)
+        elif self.db is not None:
+            refuse_overwrite(db, force=False)  # a --db file's folder must exist (--out is created)
+        # the folder's tables are rewritten: only the default database's own folder is resumed without --force
+        if not (db.is_file() and _same_file(db, out / "results.sqlite")):
+            refuse_overwrite(out, self.force, inputs=inputs, what="folder")
 
     def run(self):
         from experiments.evaluation.evaluate import markdown_table
@@ -314,6 +355,19 @@ class Tournament:
         for path in result.written:
             print(f"wrote {path}")
         return result
+
+
+MAX_WORKERS = 1024
+
+
+def check_database(path: Path) -> None:
+    """An existing ``--db`` must be a SQLite file (the first 16 bytes say so), never another kind of file."""
+    if not path.is_file():
+        raise UsageError(f"--db {path} is not a file")
+    with open(path, "rb") as fh:
+        header = fh.read(16)
+    if header and header != b"SQLite format 3\x00":
+        raise UsageError(f"--db {path} is not a results database (not SQLite); choose another file")
 
 
 @dataclass
@@ -351,6 +405,8 @@ class Replay:
     def validate(self) -> None:
         if not self.recording.is_file():
             raise UsageError(f"recording not found: {self.recording}")
+        if self.episode is not None:
+            check_number("--episode", self.episode, 0, 1_000_000)
         refuse_overwrite(self.target, self.force, inputs=[self.recording])
 
     def run(self) -> Path:
@@ -390,9 +446,9 @@ class Serve:
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be in [0, 65535], got {self.port}")
-        for name in ("max_sessions", "idle_seconds", "max_body_bytes"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        check_number("--max-sessions", self.max_sessions, 1, 10_000)
+        check_number("--idle-seconds", self.idle_seconds, 0.1, 7 * 86_400)
+        check_number("--max-body-bytes", self.max_body_bytes, 1024, 16 * 2**20)
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise UsageError(f"--log-level must be one of critical, error, warning, info, debug, trace; got {self.log_level}")
         config = commons_arena.load_scenario(self.scenario)
@@ -464,10 +520,9 @@ class Analyze:
     def validate(self) -> None:
         from experiments.evaluation.analysis import read_run
 
-        if self.seeds < 1 or self.first_seed < 0:
-            raise UsageError(f"--seeds must be at least 1 and --first-seed non-negative, got {self.seeds}, {self.first_seed}")
+        _seeds(self.first_seed, self.seeds)
         read_run(self.run_folder, self.checkpoint)  # a run folder with that checkpoint, or says what is missing
-        refuse_overwrite((self.out or self.run_folder / "analysis") / "analysis.md", self.force)
+        refuse_overwrite(self.out or self.run_folder / "analysis", self.force, what="folder")
 
     def run(self) -> list[Path]:
         from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
@@ -482,9 +537,9 @@ class Analyze:
 
 @dataclass
 class Verify:
-    """Re-play a recording from its seeds and recorded actions; exit 1 at the first tick that differs.
-
-    Refuses (exit 2) a recording whose scenario content or env version changed since."""
+    """Re-play a recording from its seeds and recorded actions. Exit 0: the same; 1: differs (the
+    first tick that does is printed); 2: cannot be checked (a recording whose scenario content or
+    env version changed since, or that is malformed)."""
 
     recording: tyro.conf.Positional[Path]
     """the .jsonl recording (e.g. tests/golden/standard.jsonl)"""
@@ -494,8 +549,13 @@ class Verify:
     def run(self) -> None:
         from commons_arena.verify import verify_recording
 
-        # a refused recording (RecordingRefused, a ValueError) exits 2 through main()
-        result = verify_recording(self.recording, self.scenario)
+        # a refused recording (RecordingRefused, a ValueError) exits 2 through main(); so does one whose
+        # lines cannot be played at all: exit 1 means only "re-played, and it differs"
+        try:
+            result = verify_recording(self.recording, self.scenario)
+        except (KeyError, IndexError, TypeError, AttributeError, ArithmeticError, RecursionError) as err:
+            raise UsageError(f"{self.recording}: cannot be checked: malformed recording ({type(err).__name__}: "
+                             f"{one_line(err)})") from None
         if not result.ok:
             print(f"DIFFERS: {self.recording}: {result.difference}")
             raise SystemExit(1)
@@ -562,8 +622,8 @@ def _usage_message(boxed: str) -> str:
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
-# What a user can cause and fix: reported as one line. Anything else is a bug: traceback.
-DOMAIN_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+# What a user can cause and fix: reported as one line. Anything else is a bug: traceback, exit 3.
+DOMAIN_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, sqlite3.DatabaseError)
 
 
 def one_line(exc: BaseException) -> str:
@@ -595,10 +655,14 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except Exception:  # a bug: the traceback, and an exit code no command gives a meaning to
+        traceback.print_exc()
+        print(f"{PROG}: internal error (a bug; please report it with the traceback above)", file=sys.stderr)
+        raise SystemExit(EXIT_BUG) from None
 
 
 if __name__ == "__main__":
     main()
 
 
-__all__ = ["DOMAIN_ERRORS", "Path", "UsageError", "main", "one_line", "refuse_overwrite"]
+__all__ = ["DOMAIN_ERRORS", "MAX_SEEDS", "Path", "UsageError", "check_number", "main", "one_line", "refuse_overwrite"]

@@ -20,10 +20,11 @@ Sidecar fields (``format_version`` 2)::
     scenario, scenario_hash      where it was trained (informative; fit is checked on spaces)
     observation_shape            the env observation shape of that agent
     action_nvec                  the env action space (MultiDiscrete nvec) of that agent
-    observation_scale            the network sees observation / scale (one finite positive
-                                 number per observation dimension)
+    observation_scale            the network sees observation / scale (one finite number in
+                                 [1e-3, 1e12] per observation dimension)
     action_codec                 null (the network outputs the env action) or
-                                 {"name": <policies.codecs.CODECS key>, "params": {...}}
+                                 {"name": <policies.codecs.CODECS key>, "params": {}} (no
+                                 codec takes parameters)
     history                      ticks of (scaled observation + codec features) the network
                                  sees, newest first (default 1; policies.learned.ModuleInterface)
     input_size                   the network's input width (default: the observation size;
@@ -67,6 +68,9 @@ MAX_SIDECAR_BYTES = 16 * 2**20
 MAX_LAYER_WIDTH = 65_536
 MAX_PARAMETERS = 64 * 2**20  # float32: 256 MiB
 MAX_LAYERS = 64
+# observation_scale entries: training writes max(|observation|, 1), and observations are at most the
+# scenarios' MAX_AMOUNT (1e9); outside these, observation / scale overflows or underflows float32
+MIN_SCALE, MAX_SCALE = 1e-3, 1e12
 
 Width = Annotated[int, Field(ge=1, le=MAX_LAYER_WIDTH)]
 
@@ -113,7 +117,8 @@ class NetworkSpec(_Strict):
 
 class Codec(_Strict):
     name: str = Field(min_length=1, max_length=100)
-    params: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=32)
+    # no codec takes parameters: a sidecar that gives some is refused here, not by a TypeError at load
+    params: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=0)
 
 
 class Sidecar(_Strict):
@@ -126,7 +131,8 @@ class Sidecar(_Strict):
     scenario_hash: str = Field(max_length=200)
     observation_shape: list[Width] = Field(min_length=1, max_length=1)
     action_nvec: list[Annotated[int, Field(ge=1, le=2**62)]] = Field(min_length=1, max_length=MAX_LAYER_WIDTH)
-    observation_scale: list[Annotated[float, Field(gt=0)]] = Field(max_length=MAX_LAYER_WIDTH)
+    observation_scale: list[Annotated[float, Field(ge=MIN_SCALE, le=MAX_SCALE, allow_inf_nan=False)]] = Field(
+        max_length=MAX_LAYER_WIDTH)
     action_codec: Codec | None
     history: Annotated[int, Field(ge=1, le=64)] = 1
     input_size: Width | None = None

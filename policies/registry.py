@@ -35,6 +35,7 @@ parameters raise ``ValueError`` naming the accepted ones.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -157,9 +158,24 @@ def make_policy(
         raise ValueError(
             f"policy {name!r} got unknown parameter(s) {sorted(unknown)}; it accepts {list(spec.params) or 'none'}"
         )
-    if spec.needs_env:
-        return spec.factory(config, agent, seed=seed, env=env, **params)
-    return spec.factory(config, agent, seed=seed, **params)
+    for key, value in params.items():
+        if value is not None and not _plain_number(value):
+            raise ValueError(f"policy {name!r} parameter {key} must be a finite number of magnitude at most "
+                             f"{MAX_PARAMETER:g}, got {value!r}")
+    try:
+        if spec.needs_env:
+            return spec.factory(config, agent, seed=seed, env=env, **params)
+        return spec.factory(config, agent, seed=seed, **params)
+    except (TypeError, ArithmeticError) as err:  # a value the policy cannot use: say which policy
+        raise ValueError(f"policy {name!r} with parameters {params}: {err}") from None
+
+
+MAX_PARAMETER = 1e6  # largest magnitude of a policy parameter (every one is a number: a factor, a level, ticks)
+
+
+def _plain_number(value: Any) -> bool:
+    """A finite int, float or bool within :data:`MAX_PARAMETER` (never a list, string or NaN)."""
+    return isinstance(value, int | float) and math.isfinite(value) and abs(value) <= MAX_PARAMETER
 
 
 def _population_problems(config: ScenarioConfig) -> list[str]:

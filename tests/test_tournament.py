@@ -363,8 +363,8 @@ def test_cli_bad_tournament_input_is_one_line(tmp_path, capsys):
     (other / "notes.txt").write_text("mine")
     for argv, match in [
         (["tournament", str(roster), "--seeds", "3"], "give a roster file or --seeds, not both"),
-        (["tournament", "--seeds", "0"], "--seeds must be at least 1"),
-        (["tournament", str(roster), "--workers", "0"], "--workers must be at least 1"),
+        (["tournament", "--seeds", "0"], "--seeds must be a finite number in [1, 100000]"),
+        (["tournament", str(roster), "--workers", "0"], "--workers must be a finite number in [1, 1024]"),
         (["tournament", str(bad)], f"roster {bad}: entrants.x: policy 'truthful' plays the team role"),
         (["tournament", str(tmp_path / "missing.toml")], "roster file not found"),
         (["tournament", str(roster), "--out", str(other)], "already holds files; pass --force"),

@@ -329,14 +329,22 @@ def _check_checkpoint(roster: Roster, entry: Entry, config: ScenarioConfig, agen
 
 
 def checkpoint_hash(checkpoint: str | Path) -> str:
-    """sha256 (first 16 hex) over every file of a checkpoint folder (relative path + bytes)."""
+    """sha256 (first 16 hex) over the sidecars ``learned:`` reads (relative path + bytes).
+
+    A sidecar records its weights' sha256 and loading checks it, so the sidecars identify
+    what plays; RLlib's own files beside them (pickles, optimizer state) are not read, and
+    each sidecar is capped at MAX_SIDECAR_BYTES: hashing costs milliseconds whatever the
+    folder holds."""
+    from policies.checkpoint_format import MAX_SIDECAR_BYTES, SIDECAR
+    from policies.policy_set import SET_DIR
+
     root = Path(checkpoint)
+    sidecars = [root / SIDECAR] if (root / SIDECAR).is_file() else sorted((root / SET_DIR).glob(f"*/{SIDECAR}"))
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+    for path in sidecars:
+        if path.stat().st_size > MAX_SIDECAR_BYTES:
+            raise RosterError(f"{path} is larger than {MAX_SIDECAR_BYTES // 2**20} MiB: not a policy sidecar")
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

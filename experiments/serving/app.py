@@ -30,11 +30,14 @@ body of ``/health``, ``/metadata``, ``/schema``, ``/reset``, ``/step`` and ``/st
 of openenv-core's response models (which forbid extra fields): what is ours beyond them is
 in ``observation.metadata`` or at ``/info``.
 
-Errors are JSON with a status that says whose fault it is: 400 malformed JSON, 404 unknown
-session, 409 step before reset or after the end, 413 body too large, 422 an invalid action
-or parameter (``error.field`` names the entry, ``error.allowed`` its range), 503 the server
+Errors are JSON with a status that says whose fault it is: 400 malformed JSON (also NaN,
+Infinity, a number that overflows, nesting deeper than :data:`MAX_JSON_DEPTH`, a binary
+WebSocket frame), 404 unknown session, 409 step before reset or after the end, 413 body
+too large, 422 an invalid action or parameter (``error.field`` names the entry, ``error.allowed`` its range), 503 the server
 is full. Over the WebSocket the same error is a frame ``{"type": "error", "data": {"code",
-"message", ...}}`` and the connection stays open. Nothing changes in the episode on an error.
+"message", ...}}`` and the connection stays open. Nothing changes in the episode on an error
+(a reset refused after the old table was released leaves the session waiting for a reset).
+Every limit, its value and its error are listed in ``docs/limits.md``.
 
 Environment steps are short (well under a millisecond) and run on the event loop itself:
 sessions never share an environment, and one thread means no locks.
@@ -45,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -60,7 +64,7 @@ import commons_arena
 from commons_arena.scenario import load_scenario
 from experiments.serving.briefing import seat_guide
 from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
-from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec
+from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec, strict_json
 
 ASSETS = Path(__file__).parent / "assets"
 # the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css)
@@ -106,8 +110,51 @@ OBSERVATION_EXTRAS = {
 }
 
 
+MAX_JSON_DEPTH = 32  # deepest nesting of a body or message; an action nests 3 deep
+
+
 def _error_response(err: ServeError) -> JSONResponse:
     return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status)
+
+
+def _internal(err: Exception) -> ServeError:
+    """What the client hears of an error the server did not foresee (a bug: the server log has the rest)."""
+    logging.getLogger("commons_arena.serve").error("unexpected error", exc_info=err)
+    return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
+                      "in the episode")
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests deeper than ``limit`` (iterative: a deep value cannot overflow the stack)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return False
+
+
+def loads(raw: str | bytes, what: str = "the body") -> Any:
+    """Client JSON → data, or a 400: strict JSON (no NaN or Infinity), at most :data:`MAX_JSON_DEPTH` deep.
+
+    The depth walk runs only when the text has more brackets than the limit (a step's
+    action has a handful), so the common request pays one ``count`` per bracket kind."""
+    try:
+        value = strict_json(raw)
+    except RecursionError:
+        value, deep = None, True
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err}") from None
+    else:
+        brackets = raw.count(b"[" if isinstance(raw, bytes) else "[") + raw.count(b"{" if isinstance(raw, bytes) else "{")
+        deep = brackets > MAX_JSON_DEPTH and _too_deep(value, MAX_JSON_DEPTH)
+    if deep:
+        raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels", limit=MAX_JSON_DEPTH)
+    return value
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -123,10 +170,7 @@ async def read_json(request: Request, limit: int) -> Any:
             raise ServeError(413, "PAYLOAD_TOO_LARGE", f"request body is over the limit of {limit} bytes", limit=limit)
     if not body.strip():
         return None
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ServeError(400, "INVALID_JSON", f"the body is not valid JSON: {err}") from None
+    return loads(bytes(body))
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -197,6 +241,8 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
                   docs_url=None, redoc_url=None)
     app.state.store = store
     app.add_exception_handler(ServeError, lambda request, err: _error_response(err))  # type: ignore[arg-type, return-value]
+    # a bug still answers in JSON (Starlette logs it); the tests hold that no request reaches this
+    app.add_exception_handler(Exception, lambda request, err: _error_response(_internal(err)))
     metadata, info = _metadata(), _info(settings, store)
 
     @app.get("/health")
@@ -230,8 +276,8 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         session = store.get(session_id) if session_id is not None else store.open("http")
         try:
             frame = session.reset(data)
-        except ServeError:
-            if session_id is None:  # a session opened by a refused request is not left behind
+        except BaseException:
+            if session_id is None:  # a session opened by a failed request is not left behind
                 store.close(session.id)
             raise
         return frame
@@ -321,14 +367,18 @@ async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, li
     try:
         while True:
             try:
-                raw = await ws.receive_text()
+                message = await ws.receive()
             except RuntimeError:  # closed by the watchdog
+                return
+            if message["type"] == "websocket.disconnect":
                 return
             session.last_active = time.monotonic()
             try:
-                reply = _handle_message(raw, session, limit)
+                reply = _handle_message(message.get("text"), session, limit)
             except ServeError as err:
                 reply = {"type": "error", "data": err.to_dict()}
+            except Exception as err:  # a bug must not drop the client's episode without a word  # noqa: BLE001
+                reply = {"type": "error", "data": _internal(err).to_dict()}
             if reply is None:  # "close"
                 await ws.close(code=1000)
                 return
@@ -347,13 +397,12 @@ async def _close_when_idle(ws: WebSocket, session: Session, idle: float) -> None
         await asyncio.sleep(left)
 
 
-def _handle_message(raw: str, session: Session, limit: int) -> dict[str, Any] | None:
+def _handle_message(raw: str | None, session: Session, limit: int) -> dict[str, Any] | None:
+    if raw is None:
+        raise ServeError(400, "INVALID_MESSAGE", "send text frames of JSON; binary frames are not read")
     if len(raw) > limit:
         raise ServeError(413, "PAYLOAD_TOO_LARGE", f"message of {len(raw)} characters is over the limit of {limit}")
-    try:
-        message = json.loads(raw)
-    except ValueError as err:
-        raise ServeError(400, "INVALID_JSON", f"the message is not valid JSON: {err}") from None
+    message = loads(raw, "the message")
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ServeError(400, "INVALID_MESSAGE", 'a message is {"type": "reset" | "step" | "state" | "close", "data": {...}}')
     kind, data = message["type"], message.get("data")

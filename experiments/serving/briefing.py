@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from experiments.serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action
+from experiments.serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action, strict_json
 
 ROLE_INTRO = {
     "allocator": (
@@ -251,51 +251,106 @@ def render_briefing(spec: SeatSpec, observation: dict[str, Any], reward: float |
     return "\n".join(lines)
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.S)
+MAX_TEXT_CHARS = 8_192
+"""longest text action (characters); a model's answer is a few hundred"""
+MAX_TEXT_DEPTH = 32
+"""deepest brace nesting scanned in a text action (an action nests 3 deep)"""
+MAX_TEXT_OBJECTS = 32
+"""most ``{...}`` groups looked at in a text action"""
+MAX_RESTARTS = 4  # unclosed braces the scanner steps past before it gives up
+_TOKEN = re.compile(r'[{}"]|```')  # what the scanner stops at
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*"', re.S)  # the rest of a JSON string: one way to match, linear
 
 
-def _objects(text: str) -> list[Any]:
-    """Every JSON object that starts at some ``{`` of ``text`` and decodes, outermost first."""
-    decoder, found, i = json.JSONDecoder(), list[Any](), 0
+def _spans(text: str, start: int, stop: int) -> list[tuple[int, int, bool]]:
+    """The outermost balanced ``{...}`` spans of ``text[start:stop]`` as (start, end, fenced), in one pass.
+
+    Quotes count only inside braces (prose may hold a stray one); a fence is a ``````` outside
+    braces. After an unclosed ``{`` the scan restarts past it (at most :data:`MAX_RESTARTS`
+    times). Nesting deeper than :data:`MAX_TEXT_DEPTH` is an error: the work stays linear."""
+    spans: list[tuple[int, int, bool]] = []
+    depth, opened, fenced, opened_fenced, restarts = 0, -1, False, False, 0
+    pos = start
     while True:
-        i = text.find("{", i)
-        if i < 0:
-            return found
+        match = _TOKEN.search(text, pos, stop)
+        if match is None:
+            if not depth or restarts == MAX_RESTARTS:
+                return spans
+            # an unclosed brace: what follows it may still hold the action
+            depth, pos, restarts = 0, opened + 1, restarts + 1
+            continue
+        token, pos = match.group(), match.end()
+        if depth == 0:
+            if token == "```":
+                fenced = not fenced
+            elif token == "{":
+                depth, opened, opened_fenced = 1, match.start(), fenced
+        elif token == '"':  # a string inside braces: skip to its end in one step
+            string = _STRING_REST.match(text, pos, stop)
+            pos = string.end() if string else stop
+        elif token == "{":
+            depth += 1
+            if depth > MAX_TEXT_DEPTH:
+                raise ActionError(f"the text nests braces deeper than {MAX_TEXT_DEPTH}; answer with one flat "
+                                  "JSON action", "text", code="UNPARSEABLE_TEXT")
+        elif token == "}":
+            depth -= 1
+            if depth == 0:
+                spans.append((opened, pos, opened_fenced))
+                if len(spans) > MAX_TEXT_OBJECTS:
+                    raise ActionError(f"the text holds more than {MAX_TEXT_OBJECTS} brace groups; answer with one "
+                                      "JSON action", "text", code="UNPARSEABLE_TEXT")
+
+
+def _objects(text: str, start: int, stop: int, levels: int = 2) -> list[tuple[dict[str, Any], bool]]:
+    """Every outermost JSON object of ``text[start:stop]`` that decodes, looking inside those that do not
+    (prose in braces around the action) ``levels`` deep: each level is one more linear pass."""
+    found: list[tuple[dict[str, Any], bool]] = []
+    for begin, end, fenced in _spans(text, start, stop):
         try:
-            value, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i += 1
+            value = strict_json(text[begin:end])
+        except ValueError:
+            if levels:
+                found += [(v, fenced or inner) for v, inner in _objects(text, begin + 1, end - 1, levels - 1)]
             continue
         if isinstance(value, dict):
-            found.append(value)
-        i = end
+            found.append((value, fenced))
+    return found
 
 
 def parse_text_action(spec: SeatSpec, text: Any) -> dict[str, Any]:
-    """The JSON action inside a model's free text (not yet range-checked), or ActionError."""
+    """The one JSON action inside a model's free text (not yet range-checked), or ActionError.
+
+    An object made of the seat's action parts is an action; other JSON (a plan, notes) is
+    ignored. Actions inside a ``````` fence win over actions outside one. Two different
+    actions are an error naming both: the server does not guess which one was meant."""
     if not isinstance(text, str):
         raise ActionError(f"a text action must be a string, got {type(text).__name__}", "text")
-    fenced = [m.group(1) for m in _FENCE.finditer(text)]
-    candidates = []
-    for block in fenced:
-        try:
-            value = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            candidates.append(value)
-    candidates += _objects(text)
+    if len(text) > MAX_TEXT_CHARS:
+        raise ActionError(f"the text has {len(text)} characters, over the limit of {MAX_TEXT_CHARS}", "text",
+                          code="TEXT_TOO_LONG")
+    candidates = _objects(text, 0, len(text))
     parts = {p.name for p in spec.actions}
-    # prefer an object made of action parts; an answer may mention other JSON first
-    for value in reversed(candidates):
-        if value and set(value) <= parts:
-            return value
+    actions = [(value, fenced) for value, fenced in candidates if value and set(value) <= parts]
+    if any(fenced for _, fenced in actions):
+        actions = [(value, fenced) for value, fenced in actions if fenced]
+    distinct: list[dict[str, Any]] = []
+    for value, _ in actions:
+        if value not in distinct:
+            distinct.append(value)
+    if len(distinct) == 1:
+        return distinct[0]
+    if len(distinct) > 1:
+        shown = " and ".join(json.dumps(v, separators=(",", ":"))[:200] for v in distinct[:2])
+        raise ActionError(f"the text holds {len(distinct)} different JSON actions ({shown}); answer with exactly "
+                          "one", "text", code="AMBIGUOUS_TEXT")
+    keys = sorted(set().union(*(v for v, _ in candidates))) if candidates else []
     raise ActionError(
         "no JSON action found in the text: answer with one JSON object with parts "
-        f"{sorted(parts)}" + (f"; objects found had keys {sorted(set().union(*candidates))}" if candidates else ""),
+        f"{sorted(parts)}" + (f"; objects found had keys {keys[:20]}" if keys else ""),
         "text",
         code="UNPARSEABLE_TEXT",
     )
 
 
-__all__ = ["ROLE_INTRO", "parse_text_action", "public_facts", "render_briefing"]
+__all__ = ["MAX_TEXT_CHARS", "MAX_TEXT_DEPTH", "MAX_TEXT_OBJECTS", "ROLE_INTRO", "parse_text_action", "public_facts", "render_briefing"]

@@ -121,28 +121,45 @@ class Table:
 
 
 class TablePool:
-    """Idle tables by (scenario content, population), reused by later sessions."""
+    """Idle tables by (scenario content, population), reused by later sessions.
 
-    def __init__(self, per_key: int = 16) -> None:
-        self.per_key = per_key
-        self._idle: dict[tuple[str, str], list[Table]] = {}
+    Clients choose populations, so the keys are theirs: at most ``total`` idle tables are
+    kept, the least recently returned dropped first; memory stays flat however many
+    different populations come and go."""
+
+    def __init__(self, per_key: int = 16, total: int = 64) -> None:
+        self.per_key, self.total = per_key, total
+        self._idle: dict[tuple[str, str], list[Table]] = {}  # oldest key first
+        self._count = 0
 
     def take(self, config: ScenarioConfig, population: Population) -> Table:
         resolved = population.resolve(config, strict=False)
         key = (config.content_hash, repr(sorted((a, e.policy, sorted(e.params.items())) for a, e in resolved.items())))
         idle = self._idle.get(key)
         if idle:
-            return idle.pop()
+            self._count -= 1
+            table = idle.pop()
+            if not idle:
+                del self._idle[key]
+            return table
         env = commons_arena.parallel_env(config)
         return Table(key, env, population.build(config, env=env, strict=False))
 
     def give_back(self, table: Table) -> None:
-        idle = self._idle.setdefault(table.key, [])
+        idle = self._idle.pop(table.key, [])
+        self._idle[table.key] = idle  # now the most recent key
         if len(idle) < self.per_key:
             idle.append(table)
+            self._count += 1
+        while self._count > self.total:
+            oldest = next(iter(self._idle))
+            self._idle[oldest].pop(0)
+            self._count -= 1
+            if not self._idle[oldest]:
+                del self._idle[oldest]
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._idle.values())
+        return self._count
 
 
 class _MemoryRecording(RecordEpisode):
@@ -201,15 +218,18 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
         if not isinstance(overrides, Mapping):
             raise _bad("population must be an object like {\"roles\": {\"team\": \"truthful\"}, "
                        "\"agents\": {\"broker\": \"fixed_price\"}}", "population")
+        if _names_learned(overrides):  # before anything reads a path: a client must not probe the disk
+            raise _bad("learned policies are chosen by the server's operator (serve --population), "
+                       "not in a reset request", "population")
         try:
             extra = Population.from_dict(overrides, source="in the reset request")
         except PopulationError as err:
             raise _bad(str(err), "population") from None
         # checkpoints are files on the server: only its operator chooses them
         entries = [Entry.parse(e, "population") for e in [*extra.agents.values(), *extra.roles.values()]]
-        if any(e.policy.startswith("learned:") for e in entries):
-            raise _bad("learned policies are chosen by the server's operator (serve --population), "
-                       "not in a reset request", "population")
+        if any(e.policy == "oracle" for e in entries):
+            raise _bad("the oracle (it reads hidden state and runs a solver for seconds per tick) is chosen by the "
+                       "server's operator (serve --population), not in a reset request", "population")
         # the client's roles replace the server's entries for those roles, its agents replace agents
         kept = {a: e for a, e in population.agents.items()
                 if a in config.agents and role_of(config, a) not in extra.roles}
@@ -230,6 +250,17 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
         raise ServeError(422, "INVALID_REQUEST", f"on_invalid must be one of {list(ON_INVALID)}, got {on_invalid!r}",
                          field="on_invalid", allowed=list(ON_INVALID))
     return Options(seed, episode_id, config, tuple(seats_list), population, flags["text"], flags["record"], on_invalid)
+
+
+def _names_learned(value: Any) -> bool:
+    """Whether any string in a client's (already depth-checked) JSON names a ``learned:`` checkpoint."""
+    if isinstance(value, str):
+        return value.strip().lower().startswith("learned:")
+    if isinstance(value, Mapping):
+        return any(_names_learned(k) or _names_learned(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_names_learned(v) for v in value)
+    return False
 
 
 # --------------------------------------------------------------------------- session
@@ -257,7 +288,11 @@ class Session:
     def reset(self, data: Mapping[str, Any]) -> dict[str, Any]:
         options = parse_options(data, self.settings)
         self._release()
-        table = self.pool.take(options.config, options.population)
+        try:
+            table = self.pool.take(options.config, options.population)
+        except ValueError as err:  # a policy parameter the policy refuses (make_policy names it)
+            self.options = None  # the session waits for a reset that works
+            raise _bad(f"population: {err}", "population") from None
         recorder = _MemoryRecording(table.env) if options.record else None
         # the focal/background substrate: the client's seats are focal, the table's other policies act inside
         self.env = FocalEnv(recorder or table.env, options.seats, table.policies)

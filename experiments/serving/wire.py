@@ -21,6 +21,7 @@ for two axes) in layout order otherwise. The labels of each axis are in the sche
 from __future__ import annotations
 
 import functools
+import json
 import math
 import struct
 from collections.abc import Mapping
@@ -102,10 +103,31 @@ class ActionError(ValueError):
 
 
 def _short(value: Any, limit: int = 80) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # JSON has no NaN or Infinity: the error body must still serialise
     if isinstance(value, bool | int | float | str) or value is None:
         return value if not isinstance(value, str) or len(value) <= limit else value[:limit] + "…"
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 reads as inf: no number of the game is that large
+        raise ValueError(f"{text[:40]} is out of range")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)  # built once: per call costs
+
+
+def strict_json(text: str | bytes) -> Any:
+    """JSON as the standard defines it (UTF-8; no NaN, Infinity or numbers that overflow to them), else ValueError."""
+    return _STRICT.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
 
 
 def axis_labels(config: ScenarioConfig, seat: str, kind: str) -> tuple[str, ...]:
@@ -446,4 +468,5 @@ __all__ = [
     "form_spec",
     "observation_schema",
     "seat_spec",
+    "strict_json",
 ]

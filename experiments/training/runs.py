@@ -96,10 +96,40 @@ def run_args(args: TrainArgs) -> TrainArgs:
     (:func:`resumed_args`)."""
     if args.resume is None:
         return args
-    saved = json.loads((run_folder(args) / "args.json").read_text())
-    if saved.get("experiment") == "league":
+    run = run_folder(args)
+    saved = saved_args(run)
+    if saved["experiment"] == "league":
         raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
-    return resumed_args(saved, args)
+    resumed = resumed_args(saved, args)
+    try:  # the saved arguments pass the same checks as flags, before anything is written
+        replace(resumed, resume=None, run_name=None).validate()
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"cannot resume {run}: {err}") from None
+    return resumed
+
+
+def saved_args(run: Path) -> dict[str, Any]:
+    """A run folder's ``args.json``, refused (ValueError) unless it is an object of TrainArgs' fields with
+    values of their types: a hand-made or damaged file stops ``--resume`` before anything is written."""
+    path = Path(run) / "args.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not JSON ({err}): not a run folder of `commons-arena train`") from None
+    defaults = {f.name: getattr(TrainArgs(), f.name) for f in fields(TrainArgs)}
+    unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else []
+    if not isinstance(saved, dict) or "experiment" not in saved or unknown:
+        what = f"unknown key(s) {unknown[:5]}" if unknown else "no \"experiment\"" if isinstance(saved, dict) \
+            else f"a JSON {type(saved).__name__}, not an object"
+        raise ValueError(f"{path} is not the arguments of a `commons-arena train` run: {what}")
+    for key, value in saved.items():
+        default = defaults[key]
+        kind = (int, float) if isinstance(default, float) else list if isinstance(default, tuple) else str \
+            if isinstance(default, Path) else type(default)
+        if default is not None and value is not None and (not isinstance(value, kind) or isinstance(value, bool) is not
+                                                          isinstance(default, bool)):
+            raise ValueError(f"{path}: {key} must be a {'list' if kind is list else type(default).__name__}, got {value!r:.60}")
+    return saved
 
 
 def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
@@ -126,4 +156,4 @@ def save_state(run: Path, state: RunState) -> None:
     (run / "history.json").write_text(json.dumps(state.history, indent=1))
 
 
-__all__ = ["RunState", "open_run", "run_args", "point_latest", "resumed_args", "run_folder", "save_state"]
+__all__ = ["RunState", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state", "saved_args"]

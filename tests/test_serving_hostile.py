@@ -1,0 +1,376 @@
+"""The server against a hostile client (issue 20): no stall, no leak, no probe, no 500, no silent close.
+
+One real uvicorn server per module; raw ``httpx`` and ``websockets`` send what no honest
+client would. The last test drives both doors with generated bodies and frames
+(hypothesis) while a second client watches ``/health``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.sync.client import connect
+
+from commons_arena.scenario import load_scenario
+from experiments.serving.app import MAX_JSON_DEPTH, running_server
+from experiments.serving.briefing import MAX_TEXT_CHARS, parse_text_action
+from experiments.serving.session import Limits, ServeSettings, SessionStore
+from experiments.serving.wire import ActionError, seat_spec
+
+LIMITS = Limits(max_sessions=8, idle_seconds=60.0, max_body_bytes=64 * 1024)
+
+
+@pytest.fixture(scope="module")
+def url():
+    with running_server(ServeSettings(limits=LIMITS)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def served():
+    """A server in its own process, as deployed: its event loop shares no interpreter lock with the test."""
+    process = subprocess.Popen([sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--max-sessions",
+                                str(LIMITS.max_sessions), "--log-level", "warning"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = process.stdout.readline().split()[2]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(base + "/health", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+        yield base, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def http(url):
+    with httpx.Client(base_url=url, timeout=20) as client:
+        yield client
+        assert client.get("/info").json()["sessions"] == 0, "a test left a session open"
+
+
+def ws_url(url: str) -> str:
+    return "ws" + url.removeprefix("http") + "/ws"
+
+
+def reset(http, **body) -> str:
+    response = http.post("/reset", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()["observation"]["metadata"]["session_id"]
+
+
+# ------------------------------------------------------------------ 1. one request stalls every session
+@pytest.mark.parametrize("text", [
+    "```{" * 16000,  # the issue's payload: over the length cap
+    ("```{" * 16000)[:MAX_TEXT_CHARS],  # the same at the cap: the scanner is linear
+    '{"a":' * 2000, "{ x " * 2000, '{"}' * 2000, "}{" * 4000,
+    "{" * 31 + '"' + '\\"' * 4000 + '" x' + "}" * 31,  # every nesting level a failing object
+    "{ x " * 31 + '{"request": [1, 0, 0]} ' + '"\\"' * 2000,  # unclosed braces, then strings
+])
+def test_text_action_costs_milliseconds(text):
+    spec = seat_spec(load_scenario("standard"), "search")
+    started = time.perf_counter()
+    with pytest.raises(ActionError):
+        parse_text_action(spec, text)
+    assert time.perf_counter() - started < 0.05
+
+
+def test_a_hostile_text_does_not_stall_health(served):
+    url, pid = served
+    http = httpx.Client(base_url=url, timeout=20)
+    sid = reset(http, seats="search", text=True)
+    slowest, costs, done = [], [], threading.Event()
+
+    def watch():
+        with httpx.Client(base_url=url, timeout=20) as watcher:
+            while not done.is_set():
+                started = time.perf_counter()
+                watcher.get("/health")
+                slowest.append(time.perf_counter() - started)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        while len(slowest) < 20:
+            payload = ("```{" * 16000)[:MAX_TEXT_CHARS + len(slowest) % 2]  # at the cap and just over it
+            cpu = _cpu_seconds(pid)
+            response = http.post("/step", json={"session_id": sid, "action": {"text": payload}})
+            costs.append(_cpu_seconds(pid) - cpu)
+            assert response.status_code == 422 and response.json()["error"]["code"] in ("TEXT_TOO_LONG",
+                                                                                       "UNPARSEABLE_TEXT")
+    finally:
+        done.set()
+        watcher.join()
+        http.post("/close", json={"session_id": sid})
+    assert max(costs) < 0.05, f"a text action cost the server {max(costs) * 1000:.0f} ms of CPU"
+    assert sorted(slowest)[len(slowest) // 2] < 0.1, f"/health waited {sorted(slowest)} s"  # wall time: the load counts
+
+
+def test_two_actions_in_one_answer_is_an_error_naming_both():
+    spec = seat_spec(load_scenario("standard"), "search")
+    with pytest.raises(ActionError) as err:
+        parse_text_action(spec, 'Either {"request": [1, 0, 0]} or maybe {"request": [2, 0, 0]}.')
+    assert err.value.code == "AMBIGUOUS_TEXT"
+    assert '{"request":[1,0,0]}' in err.value.message and '{"request":[2,0,0]}' in err.value.message
+    # the same action twice, or one in a fence beside prose, is one action
+    assert parse_text_action(spec, '{"request": [1, 0, 0]} i.e. {"request": [1, 0, 0]}') == {"request": [1, 0, 0]}
+    fenced = 'Not {"request": [3, 0, 0]} but\n```json\n{"request": [1, 0, 0]}\n```'
+    assert parse_text_action(spec, fenced) == {"request": [1, 0, 0]}
+    # a string holding braces and quotes is read as a string
+    assert parse_text_action(spec, 'x "y {"stance": "acc}\\"ept"}') == {"stance": 'acc}"ept'}
+
+
+# ------------------------------------------------------------------ 2. bad policy parameters
+@pytest.mark.parametrize("population", [
+    {"agents": {"allocator": {"policy": "edf", "pacing": "abc"}}},
+    {"roles": {"team": {"policy": "truthful", "bluff": [1, 2]}}},
+    {"roles": {"team": {"policy": "truthful", "bluff": 1e300}}},
+    {"roles": {"broker": {"policy": "fixed_price", "level": -5}}},
+    {"agents": {"allocator": {"policy": "oracle", "horizon": 0}}},
+    {"agents": {"allocator": {"policy": "oracle", "time_limit": 1000}}},  # a solver's seconds per tick
+])
+def test_bad_policy_parameters_are_422_and_release_the_slot(http, population):
+    for _ in range(LIMITS.max_sessions + 2):  # more than the server holds: a leaked slot would show as 503
+        response = http.post("/reset", json={"seats": ["search"], "population": population})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == "population"
+    assert http.get("/info").json()["sessions"] == 0
+
+
+def test_a_failed_reset_of_an_open_session_leaves_it_waiting_for_a_good_one(http):
+    sid = reset(http, seats="search")
+    bad = http.post("/reset", json={"session_id": sid, "seats": ["search"],
+                                    "population": {"roles": {"broker": {"policy": "fixed_price", "level": -5}}}})
+    assert bad.status_code == 422
+    assert http.post("/step", json={"session_id": sid, "action": {}}).status_code == 409  # not a half-built table
+    assert http.post("/reset", json={"session_id": sid, "seats": "search"}).status_code == 200
+    assert http.post("/step", json={"session_id": sid, "action": {}}).status_code == 200
+    http.post("/close", json={"session_id": sid})
+
+
+# ------------------------------------------------------------------ 3. memory under distinct parameters
+def test_distinct_populations_keep_memory_flat():
+    store = SessionStore(ServeSettings())
+
+    def churn(first, n):
+        for i in range(first, first + n):
+            session = store.open("http")
+            session.reset({"seed": i, "seats": "search",
+                           "population": {"roles": {"team": {"policy": "truthful", "bluff": 1 + i / 1000}}}})
+            store.close(session.id)
+
+    tracemalloc.start()  # before the warm-up: the pool's tables are then all traced
+    churn(0, 100)  # fill the pool to its bound
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    churn(100, 300)
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(store.pool) <= store.pool.total
+    assert grown < 1_000_000, f"{grown} bytes kept over 300 resets with distinct parameters"
+
+
+# ------------------------------------------------------------------ 4. learned: probes no path
+def test_learned_paths_are_refused_before_any_path_is_read(http, monkeypatch, tmp_path):
+    import policies.registry
+
+    def no_reading(name):
+        raise AssertionError(f"the server looked at {name}")
+
+    monkeypatch.setattr(policies.registry, "_learned_spec", no_reading)
+    answers = set()
+    for path in ("/etc", "/nonexistent", str(tmp_path), "/dev/zero"):
+        for population in ({"agents": {"allocator": f"learned:{path}"}},
+                           {"roles": {"team": {"policy": f"LEARNED:{path}"}}},
+                           {"agents": {"allocator": {"policy": f" learned:{path}", "pacing": 1}}}):
+            response = http.post("/reset", json={"seats": ["search"], "population": population})
+            assert response.status_code == 422
+            answers.add(response.json()["detail"])
+    assert len(answers) == 1, answers  # the answer says nothing about the path
+
+
+# ------------------------------------------------------------------ 5. 500s and dropped WebSockets
+def test_nan_infinity_and_deep_json_are_400_over_http(http):
+    sid = reset(http)
+    deep = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+    for body, code in [
+        (f'{{"session_id": "{sid}", "action": {{"buy": [NaN, 0, 0]}}}}', "INVALID_JSON"),
+        (f'{{"session_id": "{sid}", "action": {{"buy": [Infinity, 0, 0]}}}}', "INVALID_JSON"),
+        (f'{{"session_id": "{sid}", "action": {{"buy": [1e400, 0, 0]}}}}', "INVALID_JSON"),
+        (f'{{"session_id": "{sid}", "action": {deep}}}', "TOO_DEEP"),
+        (f'{{"session_id": "{sid}", "action": {{"text": {deep}}}}}', "TOO_DEEP"),
+        ("[" * 60000, "TOO_DEEP"),  # too deep for the parser itself
+    ]:
+        response = http.post("/step", content=body)
+        assert response.status_code == 400 and response.json()["error"]["code"] == code, response.text
+    assert http.get("/state", params={"session_id": sid}).json()["step_count"] == 0
+    http.post("/close", json={"session_id": sid})
+
+
+def test_hostile_frames_get_error_frames_and_the_episode_goes_on(url, http):
+    deep = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+    with connect(ws_url(url)) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"seed": 3}}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+        for frame, code in [(b"\x00\x01binary", "INVALID_MESSAGE"),
+                            ('{"type": "step", "data": {"buy": [NaN, 0, 0]}}', "INVALID_JSON"),
+                            ('{"type": "step", "data": {"buy": [-Infinity, 0, 0]}}', "INVALID_JSON"),
+                            ('{"type": "step", "data": ' + deep + "}", "TOO_DEEP"),
+                            ("[" * 60000, "TOO_DEEP")]:
+            ws.send(frame)
+            reply = json.loads(ws.recv(timeout=10))
+            assert reply["type"] == "error" and reply["data"]["code"] == code, reply
+        ws.send(json.dumps({"type": "step", "data": {}}))
+        reply = json.loads(ws.recv(timeout=10))
+        assert reply["type"] == "observation" and reply["data"]["observation"]["metadata"]["tick"] == 1
+
+
+# ------------------------------------------------------------------ the class: a fuzz of both doors
+JSON_LEAF = st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats() | st.text(max_size=40)
+JSON = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=30)
+NAMES = st.sampled_from(["allocator", "search", "broker", "team", "agents", "roles", "policy", "text", "buy",
+                         "grant", "request", "stance", "pacing", "bluff", "level", "horizon", "learned:/etc",
+                         "truthful", "edf", "fixed_price", "oracle", "seed", "seats", "population"])
+NAMED = st.recursive(JSON_LEAF | NAMES, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(NAMES, inner, max_size=4), max_leaves=30)
+RAW = (st.binary(max_size=200) | st.text(max_size=200)
+       | st.sampled_from(["NaN", "[" * 5000, '{"a":' * 40 + "1" + "}" * 40, "```{" * 3000, "1e999", "-Infinity"]))
+
+
+def _dumps(value) -> str:
+    return json.dumps(value)  # NaN and Infinity go out as JSON would not have them: the server must refuse
+
+
+@st.composite
+def http_request(draw):
+    kind = draw(st.sampled_from(["reset", "step", "step_text", "close", "state", "raw"]))
+    if kind == "reset":
+        body = draw(st.fixed_dictionaries({}, optional={"seed": JSON, "seats": NAMED, "population": NAMED,
+                                                        "text": JSON, "record": JSON, "scenario": NAMED,
+                                                        "on_invalid": JSON, "episode_id": JSON}))
+        return "POST", "/reset", _dumps(body)
+    if kind in ("step", "step_text"):
+        action = {"text": draw(st.text(alphabet='{}[]"\\`json: ,0123abc\n', max_size=300))} \
+            if kind == "step_text" else draw(NAMED)
+        return "POST", "/step", _dumps({"session_id": "SID", "action": action})
+    if kind == "close":
+        return "POST", "/close", _dumps({"session_id": draw(JSON)})
+    if kind == "state":
+        return "GET", "/state", {"session_id": draw(st.text(max_size=20))}
+    raw = draw(RAW)
+    return "POST", draw(st.sampled_from(["/reset", "/step", "/close"])), raw
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time process ``pid`` has used (user + system; Linux): unlike wall time, other processes' load
+    does not inflate it."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _resident_bytes(pid: int) -> int:
+    """The resident memory of process ``pid`` (Linux)."""
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class HealthWatch:
+    """A second client timing ``/health`` while the fuzz runs."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.times, self.done = url, [], threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=20) as client:
+            while not self.done.is_set():
+                started = time.perf_counter()
+                assert client.get("/health").status_code == 200
+                self.times.append(time.perf_counter() - started)
+                time.sleep(0.01)
+
+    def __enter__(self) -> HealthWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def test_fuzz_http_and_ws(served):
+    """Generated hostile bodies and frames: never a 500, never a close without a frame, /health
+    under 100 ms throughout, and afterwards no session left and no memory kept."""
+    url, pid = served
+    with httpx.Client(base_url=url, timeout=20) as http, HealthWatch(url) as watch:
+        sid = reset(http, seats="search", text=True, on_invalid="noop")
+        baseline, costs = None, []
+
+        @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(http_request())
+        def fuzz_http(request):
+            method, path, body = request
+            if method == "GET":
+                response = http.get(path, params=body)
+            else:
+                content = body.replace('"SID"', json.dumps(sid)) if isinstance(body, str) else body
+                cpu = _cpu_seconds(pid)
+                response = http.request(method, path, content=content)
+                costs.append((_cpu_seconds(pid) - cpu, content))
+            assert response.status_code < 500, (request, response.text)
+            assert response.headers["content-type"].startswith("application/json")
+            if response.status_code >= 400:
+                assert response.json()["error"]["code"]
+            elif path == "/reset":  # a session the fuzz opened: close it
+                http.post("/close", json={"session_id": response.json()["observation"]["metadata"]["session_id"]})
+
+        @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(st.one_of(RAW, NAMED.map(_dumps), st.fixed_dictionaries(
+            {"type": st.sampled_from(["reset", "step", "state", "bogus"]), "data": NAMED}).map(_dumps)))
+        def fuzz_ws(frame):
+            cpu = _cpu_seconds(pid)
+            ws.send(frame)
+            reply = json.loads(ws.recv(timeout=10))  # a frame, never a close
+            costs.append((_cpu_seconds(pid) - cpu, frame))
+            assert reply["type"] in ("observation", "state", "error"), reply
+            if reply["type"] == "error":
+                assert reply["data"]["code"] != "INTERNAL", reply
+
+        for _ in range(2):  # the second round measures memory after the first warmed every cache
+            fuzz_http()
+            with connect(ws_url(url), max_size=None) as ws:
+                ws.send(json.dumps({"type": "reset", "data": {"seats": "search", "text": True}}))
+                ws.recv(timeout=10)
+                fuzz_ws()
+            rss = _resident_bytes(pid)
+            baseline = baseline or rss
+        http.post("/close", json={"session_id": sid})
+        time.sleep(0.2)
+        assert http.get("/info").json()["sessions"] == 0
+    # the server's CPU per request bounds how long it can keep /health waiting, whatever else runs on the
+    # machine; the wall-clock times of /health also count the machine's load (shared CI cores)
+    cost, request = max(costs, key=lambda c: c[0])
+    assert cost < 0.1, f"one request cost the server {cost * 1000:.0f} ms of CPU: {request!r:.200}"
+    times = sorted(watch.times)
+    assert times[len(times) * 9 // 10] < 0.1, f"/health: 90th percentile {times[len(times) * 9 // 10] * 1000:.0f} ms"
+    assert rss - baseline < 30_000_000, f"memory grew {(rss - baseline) / 1e6:.1f} MB in the second round"
