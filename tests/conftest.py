@@ -35,6 +35,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
     "test_training_setup": ("rllib",),  # builds RLlib configs and envs
     "test_serving": ("server",),
+    "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
+    "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules
+    "test_cli_hostile::test_checkpoint_identity_reads_only_the_sidecar": ("rllib",),
     "test_openenv": ("server",),  # openenv validate and its client against the serve command
     "test_mcp": ("server",),  # the MCP SDK's client over streamable HTTP
     "test_play_browser": ("browser", "server"),
