@@ -11,12 +11,15 @@ tier); the broker's, its profit (its return) and the correlation of its mean pri
 with the demand it observed. The codes the learned seat chose (its module's action, before
 the codec) are counted, so the report can say which part is the codec and what is learned.
 
-Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed).
+Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed); the per-seed
+returns of every row to ``best_response_returns.json`` (``commons-arena exploit`` reads the
+best fixed code's from there).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ from policies.registry import available_policies, make_policy
 
 SELECTION_FIRST_SEED = 1000  # as experiments.evaluation.fixed_codes: where fixed codes are chosen
 LEARNED = "learned (best response)"
+RETURNS_FILE = "best_response_returns.json"  # policy -> {"seeds", "seat", "allocator"}: per-seed returns
 
 
 @dataclass
@@ -70,9 +74,9 @@ class Recorder:
                 if need > 0:
                     self.ratios[tier].append(float(declared) / float(need))
         code = getattr(self.policy, "last_module_action", None)
-        codec = getattr(self.policy, "codec", None)
-        if code is not None and codec is not None and hasattr(codec, "describe"):
-            self.codes[codec.describe(np.asarray(code))] += 1
+        describe = getattr(getattr(self.policy, "codec", None), "describe", None)  # team and broker codecs
+        if code is not None and describe is not None:
+            self.codes[describe(np.asarray(code))] += 1
         return action
 
     def tier_ratios(self) -> list[float]:
@@ -97,9 +101,9 @@ def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena:
 
 
 def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int], allocator: str = "allocator"
-              ) -> tuple[list[dict[str, Any]], dict[str, Recorder]]:
+              ) -> tuple[list[dict[str, Any]], dict[str, Recorder], dict[str, dict[str, list[float]]]]:
     """Each policy in the seat on ``seeds``: its return and the allocator's, paired with the first
-    (the learned seat), and what its recorder read."""
+    (the learned seat); what its recorder read; and the per-seed returns (policy -> seat / allocator)."""
     recorders = {name: Recorder(policy, arena.config, arena.seat) for name, policy in policies.items()}
     episodes = {name: arena.episodes(recorder, seeds) for name, recorder in recorders.items()}  # type: ignore[arg-type]
     seat_returns = {name: [e[arena.seat]["return"] for e in eps] for name, eps in episodes.items()}
@@ -117,17 +121,20 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
             row.update({f"declared/need {tier.name}": r
                         for tier, r in zip(arena.config.gpu_tiers, recorder.tier_ratios(), strict=True)})
         rows.append(row)
-    return rows, recorders
+    per_seed = {name: {"seeds": list(seeds), "seat": seat_returns[name], "allocator": allocator_returns[name]}
+                for name in policies}
+    return rows, recorders, per_seed
 
 
 def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
-           seeds: Sequence[int], selection: Sequence[int]) -> tuple[list[dict[str, Any]], str]:
-    """The report's rows and its markdown (see the module docstring)."""
+           seeds: Sequence[int], selection: Sequence[int]
+           ) -> tuple[list[dict[str, Any]], str, dict[str, dict[str, list[float]]]]:
+    """The report's rows, its markdown and the per-seed returns (see the module docstring)."""
     arena = Arena(config, None, seat, background)
     learned = make_policy(f"learned:{checkpoint}", config, seat)  # as anyone would load it
     policies = {LEARNED: learned, **contenders(config, seat, codec_name, arena, selection)}
-    rows, recorders = seat_rows(arena, policies, seeds)
-    return rows, markdown(config, seat, checkpoint, background, codec_name, seeds, rows, recorders[LEARNED])
+    rows, recorders, per_seed = seat_rows(arena, policies, seeds)
+    return rows, markdown(config, seat, checkpoint, background, codec_name, seeds, rows, recorders[LEARNED]), per_seed
 
 
 def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
@@ -168,9 +175,11 @@ def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Po
 
 def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population,
                  codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path) -> list[dict[str, Any]]:
-    """:func:`report`, written to ``out/best_response.{md,csv}`` and printed."""
-    rows, text = report(config, seat, checkpoint, background, codec_name, seeds, selection)
+    """:func:`report`, written to ``out/best_response.{md,csv}`` (the per-seed returns to
+    ``best_response_returns.json``) and printed."""
+    rows, text, per_seed = report(config, seat, checkpoint, background, codec_name, seeds, selection)
     (out / "best_response.md").write_text(text)
+    (out / RETURNS_FILE).write_text(json.dumps(per_seed))
     write_csv(rows, out / "best_response.csv")
     print(text)
     return rows
@@ -188,4 +197,4 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
-__all__ = ["LEARNED", "Recorder", "report", "selection_seeds", "write_report"]
+__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "report", "selection_seeds", "write_report"]
