@@ -20,7 +20,9 @@ The experiments, read top to bottom:
 The allocator acts through an action codec (``policies.codecs``; default ``need``:
 corrections to the ``planner``'s need estimates, starting from the zero correction, see
 :func:`~experiments.training.weights.favour_code`) and may see the last ``history``
-ticks stacked (``policies.learned.ModuleInterface``) or carry an LSTM (``use_lstm``).
+ticks stacked (``policies.learned.ModuleInterface``) or carry an LSTM (``use_lstm``). Learning
+teams and the broker act through their role's codec too (``bluff``, ``markup``; ``--seat-codec``,
+``seat_codecs.py``), each started at its zero code (truthful, demand_priced).
 
 Every ``eval_every`` iterations the current allocator module plays ``eval_seeds``
 held-out seeds (never used for training) outside RLlib; its normalised score
