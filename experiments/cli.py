@@ -386,6 +386,64 @@ class Train:
 
 
 @dataclass
+class Exploit:
+    """How exploitable each allocator is: train a best-response team (and broker) against it and
+    print what it takes, paired with 95% CIs, beside the best scripted policy (experiments/evaluation/exploit.py)."""
+
+    allocators: tuple[str, ...] = ("proportional", "planner", "best_fit")
+    """allocators to exploit (any scripted one, or 'learned:<checkpoint dir>')"""
+    scenarios: tuple[str, ...] = ("standard", "crisis")
+    """scenarios (names or TOML paths)"""
+    seat: str = "search"
+    """the team seat that learns to bluff"""
+    broker: bool = False
+    """also train a best-response broker against each allocator"""
+    iterations: int = 20
+    """training iterations per best response (reproducible budget)"""
+    minutes: float = 10.0
+    """wall-clock cap per best response (whichever of --iterations and --minutes comes first)"""
+    seeds: int = 100
+    """held-out seeds of every paired evaluation"""
+    first_seed: int = 700_000
+    """held-out seeds first_seed .. first_seed + seeds - 1 (training never plays seeds below 2**20)"""
+    out: Path = Path("results/exploit")
+    """output folder: exploit.md / .csv / .png and one folder per cell (its checkpoint plays as learned:)"""
+    force: bool = False
+    """write into an --out folder that already holds files"""
+    train: Annotated[TrainArgs, tyro.conf.arg(name="train")] = field(default_factory=lambda: _train_args())
+    """training settings of every best response (--train.lr, --train.seat-codec, ...; experiment, learners,
+    scenario, background, iterations, minutes, out and the report seeds are set per cell)"""
+
+    def validate(self) -> None:
+        if not self.allocators or not self.scenarios:
+            raise UsageError("--allocators and --scenarios need at least one name each")
+        if self.seeds < 2:
+            raise UsageError(f"--seeds must be at least 2 (a paired CI), got {self.seeds}")
+        if self.first_seed < 0:
+            raise UsageError(f"--first-seed must be non-negative, got {self.first_seed}")
+        self.train_args().validate()
+        for scenario in self.scenarios:
+            config = commons_arena.load_scenario(scenario)
+            if self.seat == "allocator" or self.seat not in config.agents:
+                raise UsageError(f"--seat must be a team or broker seat of {config.name!r} "
+                                 f"({[a for a in config.agents if a != 'allocator']}), got {self.seat!r}")
+        refuse_overwrite(self.out, self.force, what="folder")
+
+    def train_args(self) -> TrainArgs:
+        from dataclasses import replace
+
+        return replace(self.train, iterations=self.iterations, minutes=self.minutes, report_seeds=self.seeds,
+                       report_first_seed=self.first_seed)
+
+    def run(self):
+        from experiments.evaluation.exploit import exploit
+
+        seats = [self.seat, *(["broker"] if self.broker and self.seat != "broker" else [])]
+        return exploit(self.scenarios, self.allocators, seats, _seeds(self.first_seed, self.seeds),
+                       self.train_args(), self.out)
+
+
+@dataclass
 class Replay:
     """Turn a recording (JSON lines from RecordEpisode) into one self-contained HTML page."""
 
@@ -568,6 +626,7 @@ Subcommand = (
     | Annotated[Evaluate, tyro.conf.subcommand("evaluate")]
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
+    | Annotated[Exploit, tyro.conf.subcommand("exploit")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
     | Annotated[Analyze, tyro.conf.subcommand("analyze")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]

@@ -28,9 +28,10 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import markdown_table, mean_ci95, paired_difference
 from policies.base import Policy
-from policies.codecs import BluffTeamCodec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
+from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
 from policies.population import Population, run_episode
 from policies.registry import make_policy
 
@@ -40,17 +41,25 @@ PARTS = ("reproduction", "team", "broker")
 
 
 class Arena:
-    """One scenario, one allocator, the default background: a seat's return per seed for any policy in it."""
+    """One scenario, one allocator, the default background (or ``background``, e.g. a roster):
+    a seat's return per seed for any policy in it."""
 
-    def __init__(self, scenario: str, allocator: str, seat: str) -> None:
+    def __init__(self, scenario: str | ScenarioConfig, allocator: str | None, seat: str,
+                 background: Population | None = None) -> None:
         self.env = commons_arena.parallel_env(scenario)
         self.config, self.seat = self.env.config, seat
-        background = Population.default(self.config).with_agent(ALLOCATOR, allocator)
-        self.policies = dict(background.build(self.config, env=self.env))
+        population = background if background is not None else Population.default(self.config)
+        if allocator is not None:
+            population = population.with_agent(ALLOCATOR, allocator)
+        self.policies = dict(population.build(self.config, env=self.env, strict=False))
+
+    def episodes(self, policy: Policy, seeds: Sequence[int]) -> list[dict[str, dict[str, float]]]:
+        """Every agent's episode summary per seed, ``policy`` in the seat (the same seeds pair them)."""
+        policies = {**self.policies, self.seat: policy}
+        return [run_episode(self.env, policies, seed) for seed in seeds]
 
     def returns(self, policy: Policy, seeds: Sequence[int]) -> np.ndarray:
-        policies = {**self.policies, self.seat: policy}
-        return np.array([run_episode(self.env, policies, seed)[self.seat]["return"] for seed in seeds])
+        return np.array([episode[self.seat]["return"] for episode in self.episodes(policy, seeds)])
 
     def scripted(self, name: str, seeds: Sequence[int]) -> np.ndarray:
         return self.returns(make_policy(name, self.config, self.seat), seeds)
@@ -84,6 +93,20 @@ def reproduction(scenarios: Sequence[str], allocators: Sequence[str], seeds: Seq
                                    broker.scripted(name, seeds), scenario=scenario, allocator=allocator,
                                    seat=BROKER, scripted=name))
     return rows
+
+
+def uniform_codes(codec: Codec) -> list[np.ndarray]:
+    """Every fixed code of a team or broker codec with one choice on every tier: ``bluff``'s
+    48 (factor x stance), ``bluff_per_tier``'s 48 with the same factor on each tier,
+    ``markup``'s 300 (margin x slope x crisis premium x supply)."""
+    if isinstance(codec, BluffTeamCodec):
+        tiers = codec.n_tiers if isinstance(codec, PerTierBluffTeamCodec) else 1
+        return [np.array([f] * tiers + [s]) for f, s in
+                itertools.product(range(len(codec.FACTORS)), range(len(codec.STANCE_RULES)))]
+    if isinstance(codec, MarkupBrokerCodec):
+        return [codec.code(*choice) for choice in
+                itertools.product(codec.MARGINS, codec.SLOPES, codec.CRISIS_LEVELS, codec.SUPPLY)]
+    raise ValueError(f"codec {codec.name!r} has no fixed-code search (team and broker codecs do)")
 
 
 def best_code(arena: Arena, codec_name: str, codes: Sequence[np.ndarray], seeds: Sequence[int]) -> tuple[np.ndarray, float]:

@@ -317,10 +317,13 @@ def _check_checkpoint(roster: Roster, entry: Entry, config: ScenarioConfig, agen
     if not entry.policy.startswith("learned:"):
         return
     from policies.learned import check_fits, read_sidecar
+    from policies.policy_set import is_policy_set, member_for
 
     checkpoint = entry.policy.removeprefix("learned:")
     try:
-        check_fits(read_sidecar(checkpoint), config, agent, checkpoint)
+        # a multi-seat run's checkpoint is a policy set: the member that would play this seat must fit
+        member = member_for(checkpoint, config, agent) if is_policy_set(checkpoint) else checkpoint
+        check_fits(read_sidecar(member), config, agent, member)
     except ValueError as err:
         raise RosterError(f"roster {roster.source}: {where}: {err}") from None
 

@@ -25,14 +25,17 @@ SWITCHING = ("allocator_curriculum", "allocator_mixed", "league")
 @dataclass
 class TrainArgs:
     experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "seats_ppo", "selfplay",
-                        "league"] = "allocator_ppo"
+                        "league", "best_response"] = "allocator_ppo"
     """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
     elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
     seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
     (seat plan: experiments/training/seats.py); league: a team learns against a mix of scripted teams
-    and frozen snapshots of itself (experiments/training/league.py)"""
+    and frozen snapshots of itself (experiments/training/league.py); best_response: the one --learners seat (a
+    team, or the broker) learns against a frozen --background, then reports against every scripted policy of its
+    role on --report-seeds held-out seeds (experiments/training/best_response.py)"""
     learners: tuple[str, ...] = ("allocator",)
-    """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team)"""
+    """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team);
+    best_response: the one seat that learns (a team's name, or broker)"""
     team_modules: Literal["shared", "per_team"] = "shared"
     """learning teams share one module (their identity appended to the observation) or get one each"""
     background: Annotated[Path | None, tyro.conf.arg(aliases=("--population",))] = None
@@ -84,6 +87,10 @@ class TrainArgs:
     planner's need estimates (then the planner plans), 'residual' corrects the planner's
     grants, 'absolute' chooses every grant, 'relative' grants shares of each team's demand;
     'none' outputs the env action itself"""
+    seat_codec: tuple[str, ...] = ()
+    """action codecs of learning seats as KEY=CODEC, by seat or role (search=bluff_per_tier team=bluff
+    broker=markup; none = raw actions); a learning team or broker named nowhere uses its role's default
+    (team: bluff, broker: markup; docs/codecs.md); --action-codec stays the allocator's"""
     zero_bias: float = 3.0
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
@@ -107,6 +114,13 @@ class TrainArgs:
     """curriculum: training episodes' normalised score (smoothed) that promotes to the next stage"""
     promote_after: int = 5
     """curriculum: at least this many iterations on a stage before promotion"""
+    report_seeds: int = 100
+    """best_response: held-out seeds of the final report (report_first_seed ..); never trained on or used to
+    pick the checkpoint"""
+    report_first_seed: int = 600_000
+    """best_response: first seed of the final report"""
+    selection_seeds: int = 30
+    """best_response: seeds (1000 ..) on which the codec's best fixed code is chosen before the report plays it"""
     out: Path = Path("runs")
     """parent folder of the run folder"""
     run_name: str | None = None
@@ -153,6 +167,9 @@ class TrainArgs:
             (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
             (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (self.report_seeds >= 2, f"--report-seeds must be at least 2 (a paired CI), got {self.report_seeds}"),
+            (self.report_first_seed >= 0, f"--report-first-seed must be non-negative, got {self.report_first_seed}"),
+            (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),

@@ -111,6 +111,12 @@ ALL_ROLES = ("allocator", "team", "broker")
 
 def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
     """The learning seats an experiment trains: the allocator alone, the named ones, or all."""
+    if experiment == "best_response":  # one team or the broker against a frozen background
+        seats = SeatPlan.build(config, learners, team_modules).seats
+        if len(seats) != 1 or seats[0] == "allocator":
+            raise ValueError(f"--experiment best_response trains one team or the broker: name it with --learners "
+                             f"(one of {[a for a in config.agents if a != 'allocator']}), got {list(learners)}")
+        return SeatPlan.build(config, seats, "per_team")
     if experiment != "seats_ppo" and tuple(learners) != ("allocator",):
         raise ValueError(f"--learners is for --experiment seats_ppo; {experiment} decides its learners itself")
     if experiment in ("allocator_ppo", "allocator_curriculum", "allocator_mixed"):

@@ -23,6 +23,7 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import SWITCHING, TrainArgs
 from experiments.training.heldout import References, anchor_means, cached_reference_returns
+from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
 from policies.focal import FocalEnv
 from policies.learned import observation_scale
@@ -43,7 +44,7 @@ class RunSetup:
     plan: SeatPlan
     background: Population  # the seats that do not learn (a roster or the scenario's own)
     scripted_in_env: bool  # the background plays inside the env (else as RLlib modules)
-    codecs: Mapping[str, str]  # learning seat -> action codec (only the allocator acts through one)
+    codecs: Mapping[str, str]  # learning seat -> action codec (raw seats absent; seat_codecs.py)
     histories: Mapping[str, int]  # learning seat -> ticks of observation its module sees
     eval_seeds: tuple[int, ...]  # held-out: never trained on
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
@@ -77,7 +78,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
         # a curriculum, a mix or a league switches populations (or members): those play in the env
         scripted_in_env=args.scripted_in_env or args.experiment in SWITCHING,
-        codecs={ALLOCATOR: args.codec} if args.codec and learns else {},
+        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=args.experiment == "league"),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
     )

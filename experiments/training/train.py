@@ -10,6 +10,9 @@ The experiments, read top to bottom:
   (the seat plan and module sharing in ``seats.py``).
 * ``league``: the shared team module learns against scripted teams and frozen snapshots of
   itself (``experiments/training/league.py``).
+* ``best_response``: one team or the broker (``--learners``) learns against a frozen
+  background, then is reported beside every scripted policy of its role and its codec's
+  best fixed code on held-out seeds (``best_response.py``).
 * ``allocator_mixed``: every training episode plays one of ``standard``, ``elevated``,
   ``crisis`` at random (each with its own population); held-out evaluations play all
   three and the run keeps the checkpoint with the best mean score over them.
@@ -17,7 +20,9 @@ The experiments, read top to bottom:
 The allocator acts through an action codec (``policies.codecs``; default ``need``:
 corrections to the ``planner``'s need estimates, starting from the zero correction, see
 :func:`~experiments.training.weights.favour_code`) and may see the last ``history``
-ticks stacked (``policies.learned.ModuleInterface``) or carry an LSTM (``use_lstm``).
+ticks stacked (``policies.learned.ModuleInterface``) or carry an LSTM (``use_lstm``). Learning
+teams and the broker act through their role's codec too (``bluff``, ``markup``; ``--seat-codec``,
+``seat_codecs.py``), each started at its zero code (truthful, demand_priced).
 
 Every ``eval_every`` iterations the current allocator module plays ``eval_seeds``
 held-out seeds (never used for training) outside RLlib; its normalised score
@@ -63,6 +68,7 @@ from experiments.training.export import keep_best, save_checkpoint, seat_network
 from experiments.training.heldout import allocator_reports, describe, evaluate
 from experiments.training.reporting import Reporter, plot, scalars
 from experiments.training.runs import RunState, open_run, run_args, save_state
+from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.weights import favour_zero_code
 
@@ -76,7 +82,7 @@ def train(args: TrainArgs) -> Path:
     setup = measure(replace(setup, args=args), run)  # observation scales, held-out references
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)
-    print(f"learning: {setup.plan.describe()}")
+    print(f"learning: {setup.plan.describe()}; codecs: {codec_summary(setup.codecs, setup.plan)}")
 
     # ---- Ray: a cluster if asked for, else local with what this machine has
     address = args.address or os.environ.get("RAY_ADDRESS")
@@ -127,9 +133,21 @@ def train(args: TrainArgs) -> Path:
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
     reporter.close()
     algo.stop()
+    if args.experiment == "best_response":  # the learned seat beside everything scripted in its seat
+        best_response_report(setup, run)
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
     print(f"use one as: learned:{run / 'best'}")
     return checkpoint
+
+
+def best_response_report(setup: RunSetup, run: Path) -> None:
+    """``best_response.{md,csv}`` in the run folder (experiments/training/best_response.py)."""
+    from experiments.training.best_response import selection_seeds, write_report
+
+    args, seat = setup.args, setup.plan.seats[0]
+    seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))
+    write_report(setup.stages[0], seat, run / "best", setup.background, setup.codecs.get(seat), seeds,
+                 selection_seeds(args.selection_seeds), run)
 
 
 def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, result: dict[str, Any],

@@ -1,4 +1,4 @@
-"""Weight surgery on a built algorithm: start the allocator at its codec's base policy.
+"""Weight surgery on a built algorithm: start each coded learning seat at its codec's zero code.
 
 The learner's module is changed and its weights are pushed to every env runner.
 """
@@ -10,19 +10,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from commons_arena.enums import ALLOCATOR
 from experiments.training.setup import RunSetup
 from policies.codecs import make_codec
 
 
 def favour_zero_code(algo: Any, setup: RunSetup) -> None:
-    """Start from the codec's base policy: its zero code gets ``zero_bias`` more logit."""
-    codec_name = setup.codecs.get(ALLOCATOR)
-    if not codec_name or setup.args.zero_bias == 0:
+    """Start every coded module from its codec's base policy (the allocator's ``need``: the
+    planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced): its zero
+    code gets ``zero_bias`` more logit. A module's seats share one codec (``seat_codecs``)."""
+    if setup.args.zero_bias == 0:
         return
-    codec = make_codec(codec_name, setup.stages[0])
-    if codec.zero_code is not None:
-        favour_code(algo, ALLOCATOR, codec.nvec, codec.zero_code, setup.args.zero_bias)
+    for module, seats in setup.plan.modules.items():
+        codec_name = setup.codecs.get(seats[0])
+        if not codec_name:
+            continue
+        codec = make_codec(codec_name, setup.stages[0], seats[0])
+        if codec.zero_code is not None:
+            favour_code(algo, module, codec.nvec, codec.zero_code, setup.args.zero_bias)
 
 
 def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:

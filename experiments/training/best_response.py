@@ -1,0 +1,200 @@
+"""The report of ``--experiment best_response``: what one learning seat (a team, or the broker)
+takes against a frozen background, beside everything scripted that could sit in its seat.
+
+On held-out report seeds (``--report-seeds``, from ``--report-first-seed``: never trained on,
+never used to pick the checkpoint), the checkpoint plays its seat through ``learned:`` (what
+anyone else would load), and so does every scripted policy of its role and the codec's best
+fixed code (chosen on ``--selection-seeds`` other seeds, so its figure is not inflated by the
+choice), each paired with the learned seat on the same seeds (95% Student-t CI). A team's
+row also gives its declared / true need per tier (the mean over ticks with need on that
+tier); the broker's, its profit (its return) and the correlation of its mean price level
+with the demand it observed. The codes the learned seat chose (its module's action, before
+the codec) are counted, so the report can say which part is the codec and what is learned.
+
+Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed); the per-seed
+returns of every row to ``best_response_returns.json`` (``commons-arena exploit`` reads the
+best fixed code's from there).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commons_arena.enums import BROKER
+from commons_arena.scenario import ScenarioConfig
+from commons_arena.spaces import action_layout, observation_layout, role_of
+from experiments.evaluation.evaluate import markdown_table, paired_difference
+from experiments.evaluation.fixed_codes import Arena, best_code, uniform_codes
+from policies.base import Policy
+from policies.codecs import DEFAULT_CODECS, CodedPolicy, make_codec
+from policies.population import Population
+from policies.registry import available_policies, make_policy
+
+SELECTION_FIRST_SEED = 1000  # as experiments.evaluation.fixed_codes: where fixed codes are chosen
+LEARNED = "learned (best response)"
+RETURNS_FILE = "best_response_returns.json"  # policy -> {"seeds", "seat", "allocator"}: per-seed returns
+
+
+@dataclass
+class Recorder:
+    """A policy in the seat, recording what the report reads from each tick: a team's
+    declaration against its true need per tier, a broker's price level against the demand
+    it saw, and a learned module's code (its action before the codec)."""
+
+    policy: Policy
+    config: ScenarioConfig
+    seat: str
+    ratios: list[list[float]] = field(default_factory=list)  # per tier: declared / need on ticks with need
+    prices: list[tuple[float, float]] = field(default_factory=list)  # (demand seen, mean price level)
+    codes: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.observed = observation_layout(self.config, self.seat)
+        self.acted = action_layout(self.config, self.seat)
+        self.ratios = [[] for _ in self.config.gpu_tiers]
+
+    def reset(self, seed: int | None = None) -> None:
+        self.policy.reset(seed)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        action = self.policy.act(observation)
+        seen, done = self.observed.view(np.asarray(observation)), self.acted.view(np.asarray(action))
+        if self.seat == BROKER:
+            self.prices.append((float(seen["demand"].sum()), float(np.mean(done["price_level"]))))
+        else:
+            for tier, (need, declared) in enumerate(zip(seen["need"], done["request"], strict=True)):
+                if need > 0:
+                    self.ratios[tier].append(float(declared) / float(need))
+        code = getattr(self.policy, "last_module_action", None)
+        describe = getattr(getattr(self.policy, "codec", None), "describe", None)  # team and broker codecs
+        if code is not None and describe is not None:
+            self.codes[describe(np.asarray(code))] += 1
+        return action
+
+    def tier_ratios(self) -> list[float]:
+        return [float(np.mean(r)) if r else float("nan") for r in self.ratios]
+
+    def price_correlation(self) -> float:
+        if len(self.prices) < 2:
+            return float("nan")
+        demand, level = (np.asarray(v) for v in zip(*self.prices, strict=True))
+        return float(np.corrcoef(demand, level)[0, 1]) if demand.std() > 0 and level.std() > 0 else float("nan")
+
+
+def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena: Arena,
+               selection: Sequence[int]) -> dict[str, Policy]:
+    """Every scripted policy of the seat's role, and the codec's best fixed code on ``selection``."""
+    role = role_of(config, seat)
+    out: dict[str, Policy] = {name: make_policy(name, config, seat) for name in available_policies(role)}
+    codec = make_codec(codec_name or DEFAULT_CODECS[role], config, seat)
+    code, _ = best_code(arena, codec.name, uniform_codes(codec), selection)
+    out[f"best fixed {codec.name} code: {codec.describe(code)}"] = CodedPolicy(codec, code)
+    return out
+
+
+def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int], allocator: str = "allocator"
+              ) -> tuple[list[dict[str, Any]], dict[str, Recorder], dict[str, dict[str, list[float]]]]:
+    """Each policy in the seat on ``seeds``: its return and the allocator's, paired with the first
+    (the learned seat); what its recorder read; and the per-seed returns (policy -> seat / allocator)."""
+    recorders = {name: Recorder(policy, arena.config, arena.seat) for name, policy in policies.items()}
+    episodes = {name: arena.episodes(recorder, seeds) for name, recorder in recorders.items()}  # type: ignore[arg-type]
+    seat_returns = {name: [e[arena.seat]["return"] for e in eps] for name, eps in episodes.items()}
+    allocator_returns = {name: [e[allocator]["return"] for e in eps] for name, eps in episodes.items()}
+    first = next(iter(policies))
+    rows = []
+    for name, recorder in recorders.items():
+        diff, ci = paired_difference(seat_returns[first], seat_returns[name])
+        row: dict[str, Any] = {"policy": name, "return": float(np.mean(seat_returns[name])),
+                               "learned_minus_this": diff, "ci95": ci,
+                               "allocator_return": float(np.mean(allocator_returns[name]))}
+        if arena.seat == BROKER:
+            row["price_demand_corr"] = recorder.price_correlation()
+        else:
+            row.update({f"declared/need {tier.name}": r
+                        for tier, r in zip(arena.config.gpu_tiers, recorder.tier_ratios(), strict=True)})
+        rows.append(row)
+    per_seed = {name: {"seeds": list(seeds), "seat": seat_returns[name], "allocator": allocator_returns[name]}
+                for name in policies}
+    return rows, recorders, per_seed
+
+
+def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
+           seeds: Sequence[int], selection: Sequence[int]
+           ) -> tuple[list[dict[str, Any]], str, dict[str, dict[str, list[float]]]]:
+    """The report's rows, its markdown and the per-seed returns (see the module docstring)."""
+    arena = Arena(config, None, seat, background)
+    learned = make_policy(f"learned:{checkpoint}", config, seat)  # as anyone would load it
+    policies = {LEARNED: learned, **contenders(config, seat, codec_name, arena, selection)}
+    rows, recorders, per_seed = seat_rows(arena, policies, seeds)
+    return rows, markdown(config, seat, checkpoint, background, codec_name, seeds, rows, recorders[LEARNED]), per_seed
+
+
+def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
+             seeds: Sequence[int], rows: Sequence[Mapping[str, Any]], learned: Recorder) -> str:
+    allocator = background.resolve(config, strict=False).get("allocator")
+    scripted = [r for r in rows[1:] if not r["policy"].startswith("best fixed")]
+    fixed = [r for r in rows if r["policy"].startswith("best fixed")]
+    beaten = [r["policy"] for r in rows[1:] if r["learned_minus_this"] - r["ci95"] > 0]
+    lost = [r["policy"] for r in rows[1:] if r["learned_minus_this"] + r["ci95"] < 0]
+    total = sum(learned.codes.values()) or 1
+    fixed_names = ", ".join(f"`{r['policy']}`" for r in fixed)
+    chosen = ", ".join(f"{code} {n / total:.0%}" for code, n in learned.codes.most_common(5))
+    lines = [
+        f"# Best response: `{seat}` on `{config.name}`",
+        "",
+        f"Checkpoint `learned:{checkpoint}` in the `{seat}` seat (codec `{codec_name or 'none (raw actions)'}`), "
+        f"the other seats the frozen background (allocator: `{allocator.policy if allocator else '?'}`). "
+        f"{len(seeds)} held-out seeds {seeds[0]}..{seeds[-1]}; every row plays the same seeds, "
+        "`learned_minus_this` is the learned seat's return minus the row's (paired, ± 95% CI).",
+        "",
+        markdown_table([dict(r) for r in rows]),
+        "",
+        "## What is the codec and what is learned",
+        "",
+        f"Codes the learned seat chose (share of its ticks): {chosen or 'n/a (raw actions)'}.",
+        "",
+        "A fixed code plays one codec choice every tick: every scripted policy of this role is one "
+        "(docs/codecs.md), and the best of them on selection seeds is the row "
+        f"{fixed_names}. What the codec gives a learner for free is everything a fixed "
+        "code reaches; what the learner adds is only what it gains over the best fixed code (switching codes "
+        "tick by tick on what it observes).",
+        "",
+        f"Beaten (CI above 0): {', '.join(beaten) or 'none'}. Beats the learned seat (CI below 0): "
+        f"{', '.join(lost) or 'none'}. Scripted policies compared: {len(scripted)}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population,
+                 codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path) -> list[dict[str, Any]]:
+    """:func:`report`, written to ``out/best_response.{md,csv}`` (the per-seed returns to
+    ``best_response_returns.json``) and printed."""
+    rows, text, per_seed = report(config, seat, checkpoint, background, codec_name, seeds, selection)
+    (out / "best_response.md").write_text(text)
+    (out / RETURNS_FILE).write_text(json.dumps(per_seed))
+    write_csv(rows, out / "best_response.csv")
+    print(text)
+    return rows
+
+
+def write_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def selection_seeds(count: int) -> list[int]:
+    return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
+
+
+__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "report", "selection_seeds", "write_report"]
