@@ -34,6 +34,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_league": ("rllib", "ray"),
     "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
     "test_training_setup": ("rllib",),  # builds RLlib configs and envs
+    "test_negotiation_training": ("rllib", "ray"),  # best responses and exploit, trained
     "test_serving": ("server",),
     "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
     "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules
