@@ -219,8 +219,9 @@ def _entry(value: Any, where: str, role: str) -> Entry:
         spec = policy_spec(entry.policy)
     except ValueError as err:
         raise PopulationError(f"{where}: {err}") from None
-    if spec.role != role:
-        raise PopulationError(f"{where}: policy {entry.policy!r} plays the {spec.role} role, not {role} (the focal seat)")
+    if not spec.plays(role):  # a multi-seat checkpoint plays every role it holds
+        raise PopulationError(f"{where}: policy {entry.policy!r} plays the {'/'.join(spec.roles)} role, not {role} "
+                              "(the focal seat)")
     unknown = set(entry.params) - set(spec.params)
     if unknown:
         raise PopulationError(f"{where}: policy {entry.policy!r} has no parameter(s) {sorted(unknown)}; it accepts {list(spec.params)}")
@@ -317,10 +318,12 @@ def _check_checkpoint(roster: Roster, entry: Entry, config: ScenarioConfig, agen
     if not entry.policy.startswith("learned:"):
         return
     from policies.learned import check_fits, read_sidecar
+    from policies.policy_set import is_policy_set, member_for
 
     checkpoint = entry.policy.removeprefix("learned:")
-    try:
-        check_fits(read_sidecar(checkpoint), config, agent, checkpoint)
+    try:  # a multi-seat checkpoint: the member that would play this seat
+        policy = member_for(checkpoint, config, agent) if is_policy_set(checkpoint) else checkpoint
+        check_fits(read_sidecar(policy), config, agent, policy)
     except ValueError as err:
         raise RosterError(f"roster {roster.source}: {where}: {err}") from None
 
