@@ -13,6 +13,7 @@ one that was killed, and ``python -m experiments.training.aggregate <parent>`` r
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +36,29 @@ def seed_args(args: TrainArgs, parent: Path, seed: int) -> TrainArgs:
     return replace(args, seed=seed, out=parent, run_name=f"s{seed}")
 
 
+RAY_START_ATTEMPTS = 3
+
+
+def start_ray(args: TrainArgs, attempts: int = RAY_START_ATTEMPTS) -> None:
+    """A local Ray for all the seeds (``train`` then reuses it), tried ``attempts`` times: on a
+    loaded machine Ray gives its raylet 30 s to register and fails the whole command otherwise
+    (seen at load average 20-36 on 2 cores). A cluster address (``--address``, $RAY_ADDRESS) is
+    left to ``train``."""
+    import ray
+
+    if args.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
+        return
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", num_cpus=os.cpu_count())
+            return
+        except Exception as err:  # Ray raises a bare Exception for the startup timeout
+            ray.shutdown()
+            if attempt == attempts:
+                raise RuntimeError(f"Ray did not start in {attempts} attempts: {err}") from err
+            print(f"Ray did not start ({err}); trying again ({attempt + 1}/{attempts})")
+
+
 def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 100) -> Path:
     """Train ``args`` once per seed, in turn, then write the aggregate report; returns the parent."""
     from experiments.training.aggregate import aggregate
@@ -48,6 +72,7 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     write_experiment(parent / "experiment.toml", replace(args, seed=seeds[0]))
     (parent / "seeds.json").write_text(json.dumps({"train_seeds": list(seeds)}))
     print(f"{len(seeds)} training seeds, in turn, under {parent}")
+    start_ray(args)
     for seed in seeds:
         print(f"---- training seed {seed}")
         train(seed_args(args, parent, seed))
@@ -55,4 +80,4 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     return parent
 
 
-__all__ = ["parent_folder", "seed_args", "train_seeds"]
+__all__ = ["parent_folder", "seed_args", "start_ray", "train_seeds"]
