@@ -3,10 +3,14 @@ and two runs of the same file and seed give identical weights."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import commons_arena
@@ -22,7 +26,7 @@ from experiments.training.config_file import (
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 SHIPPED = sorted(CONFIGS.glob("*.toml"))
-TINY = dict(iterations=2, eval_every=1, eval_seeds=2, train_batch_size=128, minibatch_size=64, num_epochs=2,
+TINY = dict(iterations=2, eval_every=2, eval_seeds=2, train_batch_size=128, minibatch_size=64, num_epochs=2,
             num_envs_per_env_runner=4, hidden=(16, 16), quiet=True)
 
 
@@ -110,17 +114,37 @@ def test_cli_refuses_a_bad_file_in_one_line(tmp_path, capsys, monkeypatch):
     assert "\n" not in err and "train.gama: Extra inputs are not permitted" in err
 
 
-def test_same_file_and_seed_give_identical_weights_and_the_run_writes_its_file(ray_session, tmp_path):
-    from experiments.training.train import train
+def _weights(checkpoint: Path) -> dict[str, dict[str, np.ndarray]]:
+    from safetensors.numpy import load_file
+
+    return {p.parent.name: load_file(p) for p in sorted(checkpoint.glob("**/arena_policy.safetensors"))}
+
+
+def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path):
+    """Two runs of one experiment file (the main job's experiment), each in its own Python
+    process with another string-hash seed, give the same weights bit for bit; another seed
+    does not. (Self-play, several RLlib modules, is not yet reproducible: docs/training.md.)"""
+    import ray
 
     path = tmp_path / "tiny.toml"
     path.write_text(experiment_text(TrainArgs(experiment="allocator_mixed", out=tmp_path, **TINY)))
-    weights = []
-    for name in ("first", "second"):
-        checkpoint = train(replace(load_experiment(path), run_name=name))
-        weights.append((checkpoint / "arena_policy.safetensors").read_bytes())
-        rerun = load_experiment(checkpoint.parent / "experiment.toml")  # the run's own file reruns it
-        assert rerun == load_experiment(path)
-    assert weights[0] == weights[1]
-    other = train(replace(load_experiment(path), run_name="seed1", seed=1))
-    assert (other / "arena_policy.safetensors").read_bytes() != weights[0]  # the comparison can fail
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+    def run(name: str, hash_seed: str, *flags: str) -> dict[str, dict[str, np.ndarray]]:
+        done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "--config", str(path), "--run-name", name,
+                               *flags], env={**env, "PYTHONHASHSEED": hash_seed}, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return _weights(tmp_path / name / "checkpoint")
+
+    first, second = run("first", "1"), run("second", "2")
+    assert set(first) == {"checkpoint"}
+    for seat, tensors in first.items():
+        assert set(tensors) == set(second[seat])
+        assert all(np.array_equal(tensors[k], second[seat][k]) for k in tensors), f"{seat} differs between the runs"
+    # the run's own experiment.toml holds the same experiment (rerun it with --config <run>/experiment.toml)
+    assert load_experiment(tmp_path / "first" / "experiment.toml") == load_experiment(path)
+    other = run("seed1", "1", "--seed", "1")  # the comparison can fail
+    assert any(not np.array_equal(first[seat][k], other[seat][k]) for seat in first for k in first[seat])
