@@ -3,10 +3,11 @@
 Each seed trains in turn, in its own run folder ``<parent>/s<seed>`` under one parent
 (``<out>/<experiment>-<scenario>-seeds<0-1-2>``, numbered ``-2``, ``-3``, ... when taken),
 then :func:`experiments.training.aggregate.aggregate` writes the report across them into the
-parent. In turn, not side by side: on this project's 2-core machine one run already keeps
-both cores busy (sampling in the driver, ``torch_threads=1``, the held-out evaluations), so
-two at once only share them and each takes twice as long (docs/training.md has the
-measurement). Each seed's run folder is an ordinary run: ``--resume <parent>/s1`` continues
+parent. In turn, not side by side: a run samples and updates in its driver (about one core),
+so an idle 2-core machine could run two at once, but this project's shared machine is already
+oversubscribed (load average 13-36 while the seeds ran), where a second process only takes a
+larger share from other jobs (docs/training.md). Ray starts once for all the seeds, with
+retries (:func:`start_ray`). Each seed's run folder is an ordinary run: ``--resume <parent>/s1`` continues
 one that was killed, and ``python -m experiments.training.aggregate <parent>`` redoes the report.
 """
 
