@@ -100,8 +100,26 @@ def _seeds(first: int, count: int) -> list[int]:
     return seeds
 
 
+# The values of `train --config FILE` (read before parsing): the defaults its flags override.
+_train_defaults: TrainArgs | None = None
+
+
 def _train_args() -> TrainArgs:
-    return TrainArgs()
+    return _train_defaults if _train_defaults is not None else TrainArgs()
+
+
+def _config_path(args: list[str]) -> Path | None:
+    """The experiment file of a ``train --config FILE`` command line (None for any other)."""
+    if not args or args[0] != "train":
+        return None
+    for i, token in enumerate(args):
+        if token.startswith("--config="):
+            return Path(token.split("=", 1)[1])
+        if token == "--config":
+            if i + 1 >= len(args):
+                raise UsageError("--config needs an experiment file (TOML)")
+            return Path(args[i + 1])
+    return None
 
 
 @dataclass
@@ -375,11 +393,28 @@ class Train:
     """Train seats with RLlib (allocator, any --learners, selfplay, league; see experiments/training/train.py)."""
 
     args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=lambda: _train_args())
+    config: Path | None = None
+    """experiment file (TOML; experiments/configs/, or a run's experiment.toml): its values, then the flags
+    given beside it"""
+    train_seeds: tuple[int, ...] = ()
+    """train once per seed, in turn, each in its own run folder under one parent, then an aggregate
+    report across them (docs/training.md)"""
+    compare_seeds: int = 100
+    """with --train-seeds: held-out episodes per tier of the seeds' paired comparison with every scripted allocator
+    (0: none)"""
 
     def validate(self) -> None:
         self.args.validate()
+        if len(set(self.train_seeds)) != len(self.train_seeds) or any(s < 0 for s in self.train_seeds):
+            raise UsageError(f"--train-seeds must be distinct non-negative seeds, got {list(self.train_seeds)}")
+        if self.train_seeds and self.args.resume is not None:
+            raise UsageError("--train-seeds starts new runs; --resume continues one (resume each seed's folder)")
 
     def run(self):
+        if self.train_seeds:
+            from experiments.training.seeds import train_seeds
+
+            return train_seeds(self.args, self.train_seeds, self.compare_seeds)
         from experiments.training.train import train
 
         return train(self.args)
@@ -700,6 +735,16 @@ def main(argv: list[str] | None = None) -> None:
     debug = DEBUG_FLAG in args or os.environ.get("COMMONS_ARENA_DEBUG") == "1"
     args = [a for a in args if a != DEBUG_FLAG]
     np.set_printoptions(precision=3, suppress=True)
+    global _train_defaults
+    try:
+        config = _config_path(args)
+        if config is not None:
+            from experiments.training.config_file import load_experiment
+
+            _train_defaults = load_experiment(config)
+    except DOMAIN_ERRORS as exc:
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(EXIT_DOMAIN_ERROR) from None
     command = _parse(args, debug)
     try:
         validate = getattr(command, "validate", None)

@@ -85,6 +85,26 @@ def test_every_seat_learns_and_the_checkpoint_plays_every_seat(selfplay_checkpoi
     assert state["iterations"] == 1
 
 
+def test_a_multi_seat_checkpoint_is_an_entrant_in_any_seat_it_holds(selfplay_checkpoint):
+    """Issue 18: the roster checked the spec's first role (allocator) and refused the set for a team seat."""
+    from experiments.evaluation.evaluate import validate_lineup
+    from experiments.evaluation.roster import roster_from_dict
+
+    name = f"learned:{selfplay_checkpoint}"
+    for seat in ("teams", "search", "broker"):
+        roster = roster_from_dict({"seat": seat, "scenarios": ["standard"], "seeds": [1],
+                                   "entrants": {"learned": name, "scripted": "truthful" if seat != "broker" else "fixed_price"}})
+        assert [p.entry.policy for p in roster.entrants][0] == name
+    validate_lineup(["standard"], [name], [1])  # and as an allocator
+    team_only = selfplay_checkpoint.parent.parent / "team-only"
+    import shutil
+
+    shutil.copytree(selfplay_checkpoint, team_only, ignore=shutil.ignore_patterns("allocator", "broker"))
+    with pytest.raises(ValueError, match="plays the team role, not allocator"):
+        roster_from_dict({"seat": "allocator", "scenarios": ["standard"], "seeds": [1],
+                          "entrants": {"learned": f"learned:{team_only}"}})
+
+
 def test_folding_the_team_identity_is_exact():
     """A shared module exported per team gives the module's own logits on what the seat's
     ModuleInterface feeds it (observation + identity)."""

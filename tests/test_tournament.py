@@ -338,6 +338,28 @@ def test_beating_only_weak_entrants_is_not_ranked_first():
     assert mixture == pytest.approx([0, 1, 0, 0]) and rates.argmax() == 1
 
 
+def test_ratings_agree_with_the_win_matrix_whatever_the_order_of_the_cells():
+    """Issue 18: openskill, fed the cells in table order, rated first a team that lost most of its
+    pairwise comparisons but won the last block of cells (it is an online filter: the last
+    matches weigh most). The rating is now the mean over seeded orders of the cells."""
+    from experiments.evaluation.metagame import _openskill
+
+    players = ["a", "b", "c", "d", "late"]
+    rng = np.random.default_rng(3)
+    cells = 120
+    steady = np.array([4.0, 3.0, 2.0, 1.0]) + rng.normal(0, 0.1, (cells, 4))
+    wins_late = np.arange(cells) >= 0.7 * cells  # first in the last 30 % of the cells, last before
+    table = np.column_stack([steady, np.where(wins_late, 10.0, -10.0)])
+    assert np.mean(table[:, 4:5] > table[:, :4], axis=0) == pytest.approx([0.3] * 4, abs=0.01)  # loses 70 % to each
+    ratings, firsts = _openskill(players, table)
+    order = sorted(players, key=lambda p: ratings[p].ordinal(), reverse=True)
+    assert order == ["a", "b", "c", "d", "late"] and firsts["late"] == 36
+    early, _ = _openskill(players, table[::-1])  # the same cells, the winning block first
+    assert [early[p].mu for p in players] == pytest.approx([ratings[p].mu for p in players], abs=3.0)
+    again, _ = _openskill(players, table)
+    assert [again[p].mu for p in players] == [ratings[p].mu for p in players]  # seeded: the same table, the same ratings
+
+
 def test_match_ranks_share_ties():
     assert match_ranks([3.0, 5.0, 3.0, 1.0]) == [2, 1, 2, 4]
 

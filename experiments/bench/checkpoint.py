@@ -21,6 +21,7 @@ test: it takes a minute or two per scenario on two cores (the oracle's MILPs dom
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,21 +62,32 @@ class Args:
 def compare(checkpoint: str | Path, scenarios: tuple[str, ...], seeds: list[int],
             scripted: tuple[str, ...] = BASELINE_ALLOCATORS, progress: bool = True) -> list[dict[str, Any]]:
     """One row per (scenario, scripted allocator): the learned one's paired difference to it."""
-    learned = f"{LEARNED_PREFIX}{checkpoint}"
-    result = evaluate(scenarios, [*scripted, learned], seeds, misreport=False, progress=progress)
+    rows = compare_many({"learned": checkpoint}, scenarios, seeds, scripted, progress)
+    return [{k: v for k, v in row.items() if k != "checkpoint"} for row in rows]
+
+
+def compare_many(checkpoints: Mapping[str, str | Path], scenarios: Sequence[str], seeds: list[int],
+                 scripted: tuple[str, ...] = BASELINE_ALLOCATORS, progress: bool = True) -> list[dict[str, Any]]:
+    """:func:`compare` for several checkpoints (label -> folder) on the same seeds, in one
+    evaluation (the scripted allocators and the anchors play once): one row per (checkpoint,
+    scenario, scripted allocator), labelled ``checkpoint``."""
+    learned = {label: f"{LEARNED_PREFIX}{path}" for label, path in checkpoints.items()}
+    result = evaluate(scenarios, [*scripted, *learned.values()], seeds, misreport=False, progress=progress)
     rows = []
-    for scenario in scenarios:
-        returns = {a: allocator_returns(result.episodes[(scenario, a)]) for a in (RANDOM, ORACLE, learned, *scripted)}
-        means = {a: float(np.mean(r)) for a, r in returns.items()}
-        score = normalised_score(means[learned], means[RANDOM], means[ORACLE])
-        for rival in scripted:
-            diff, ci = paired_difference(returns[learned], returns[rival])
-            rows.append({
-                "scenario": scenario, "versus": rival, "episodes": len(seeds),
-                "learned_score": score, "learned_ratio": plain_ratio(means[learned], means[ORACLE]),
-                "versus_score": normalised_score(means[rival], means[RANDOM], means[ORACLE]),
-                "diff": diff, "diff_ci95": ci, "beats": bool(diff - ci > 0),
-            })
+    for label, entrant in learned.items():
+        for scenario in scenarios:
+            returns = {a: allocator_returns(result.episodes[(scenario, a)])
+                       for a in (RANDOM, ORACLE, entrant, *scripted)}
+            means = {a: float(np.mean(r)) for a, r in returns.items()}
+            score = normalised_score(means[entrant], means[RANDOM], means[ORACLE])
+            for rival in scripted:
+                diff, ci = paired_difference(returns[entrant], returns[rival])
+                rows.append({
+                    "checkpoint": label, "scenario": scenario, "versus": rival, "episodes": len(seeds),
+                    "learned_score": score, "learned_ratio": plain_ratio(means[entrant], means[ORACLE]),
+                    "versus_score": normalised_score(means[rival], means[RANDOM], means[ORACLE]),
+                    "diff": diff, "diff_ci95": ci, "beats": bool(diff - ci > 0),
+                })
     return rows
 
 

@@ -31,7 +31,7 @@ from tqdm import tqdm
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.recording import RecordEpisode
-from experiments.viewing.plots import mean_ci
+from experiments.evaluation.statistics import mean_ci
 from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population, run_episode
 
@@ -174,8 +174,8 @@ def validate_lineup(scenarios: Sequence[str], allocators: Sequence[str], seeds: 
     configs = [commons_arena.load_scenario(s) for s in scenarios]
     for name in allocators:
         spec = policy_spec(name)
-        if spec.role != ALLOCATOR:
-            raise ValueError(f"{name!r} is a {spec.role} policy, not an allocator; allocators: "
+        if not spec.plays(ALLOCATOR):
+            raise ValueError(f"{name!r} is a {'/'.join(spec.roles)} policy, not an allocator; allocators: "
                              f"{', '.join(available_policies(ALLOCATOR))}, learned:<checkpoint>")
         if name.startswith("learned:"):
             for config in configs:  # loads the weights and checks the spaces of every scenario

@@ -8,9 +8,11 @@ All of it is computed from the stored episode rows of one roster:
   each a mean with its 95% Student-t CI over the seeds;
 * the **win matrix**: how often the row player's focal return beats the column player's
   in the same cell (scenario, background, seed), ties counting one half;
-* **ratings**: openskill's Plackett-Luce model, one match per cell in a fixed order, every
-  player ranked by focal return (``mu``, ``sigma``, and ``mu - 3 sigma`` as a
-  conservative rating);
+* **ratings**: openskill's Plackett-Luce model, one match per cell, every player ranked by
+  focal return (``mu``, ``sigma``, and ``mu - 3 sigma`` as a conservative rating), averaged
+  over seeded random orders of the cells: openskill is an online filter whose last matches
+  weigh most, and in the order of the table (scenario, background, seed) it once rated first
+  a team that lost most of its pairwise comparisons (:func:`_openskill`);
 * two **meta-game rankings** (Nash averaging, Balduzzi et al. 2018, *Re-evaluating
   evaluation*), each the maximin of a zero-sum game solved as a linear programme with
   ``scipy.optimize.linprog`` (HiGHS, shipped with scipy; no extra dependency):
@@ -194,21 +196,40 @@ def aggregate(roster: Roster, rows: Sequence[Mapping[str, Any]]) -> Aggregates:
     return out
 
 
-def _openskill(players: Sequence[str], table: np.ndarray) -> tuple[dict[str, Any], dict[str, int]]:
-    """Plackett-Luce ratings over the cells in order; first places per player."""
+RATING_ORDERS = 16  # orders of the cells the openskill ratings are averaged over
+
+
+def _openskill(players: Sequence[str], table: np.ndarray, orders: int = RATING_ORDERS
+               ) -> tuple[dict[str, Any], dict[str, int]]:
+    """Plackett-Luce ratings, the mean over ``orders`` seeded shuffles of the cells; first places per player.
+
+    openskill is an online filter: each match moves the ratings, and its dynamics factor
+    (tau) keeps sigma from shrinking, so the last matches weigh most. Fed the cells in table
+    order (scenario, then background, then seed) a player that wins only in the last
+    background came out rated first although it lost most of its pairwise comparisons
+    (issue 18). The cells of a tournament are exchangeable, so the rating here is the mean
+    ``mu`` and ``sigma`` over random orders (seeded: the same table always gives the same
+    ratings); it then agrees with the win matrix on who is stronger."""
     from openskill.models import PlackettLuce
 
     model = PlackettLuce()
-    ratings = {p: model.rating(name=p) for p in players}
     firsts = dict.fromkeys(players, 0)
-    for returns in table:
-        ranks = match_ranks([float(x) for x in returns])
+    ranks_of = [match_ranks([float(x) for x in returns]) for returns in table]
+    for ranks in ranks_of:
         for p, r in zip(players, ranks, strict=True):
             firsts[p] += r == 1
-        if len(players) > 1:
-            rated = model.rate([[ratings[p]] for p in players], ranks=ranks)
-            ratings = {p: team[0] for p, team in zip(players, rated, strict=True)}
-    return ratings, firsts
+    if len(players) < 2:
+        return {p: model.rating(name=p) for p in players}, firsts
+    rng = np.random.default_rng(0)
+    mus, sigmas = np.zeros(len(players)), np.zeros(len(players))
+    for _ in range(orders):
+        ratings = [model.rating(name=p) for p in players]
+        for cell in rng.permutation(len(ranks_of)):
+            ratings = [team[0] for team in model.rate([[r] for r in ratings], ranks=ranks_of[cell])]
+        mus += [r.mu for r in ratings]
+        sigmas += [r.sigma for r in ratings]
+    return {p: model.rating(mu=mu / orders, sigma=sigma / orders, name=p)
+            for p, mu, sigma in zip(players, mus, sigmas, strict=True)}, firsts
 
 
 __all__ = ["Aggregates", "aggregate", "match_ranks", "nash_win_rates", "plain_ratio", "zero_sum_nash"]

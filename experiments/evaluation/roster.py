@@ -219,8 +219,9 @@ def _entry(value: Any, where: str, role: str) -> Entry:
         spec = policy_spec(entry.policy)
     except ValueError as err:
         raise PopulationError(f"{where}: {err}") from None
-    if spec.role != role:
-        raise PopulationError(f"{where}: policy {entry.policy!r} plays the {spec.role} role, not {role} (the focal seat)")
+    if not spec.plays(role):  # a multi-seat checkpoint plays every role it holds
+        raise PopulationError(f"{where}: policy {entry.policy!r} plays the {'/'.join(spec.roles)} role, not {role} "
+                              "(the focal seat)")
     unknown = set(entry.params) - set(spec.params)
     if unknown:
         raise PopulationError(f"{where}: policy {entry.policy!r} has no parameter(s) {sorted(unknown)}; it accepts {list(spec.params)}")

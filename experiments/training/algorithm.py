@@ -129,7 +129,7 @@ def build_algorithm_config(
         # A remote learner would need its own CPU; on 2 cores the driver does the update.
         .learners(num_learners=0)
         .multi_agent(
-            policies=set(specs),
+            policies=list(specs),  # a list: a set would order the modules (and their seeded init) by string hash
             policy_mapping_fn=mapping_fn or plan.mapping_fn(),
             policies_to_train=list(plan.modules),
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.training.args import LATEST, TrainArgs
+from experiments.training.config_file import write_experiment
 
 # On resume the saved run's arguments win, except these, which belong to this session.
 SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
@@ -147,6 +148,7 @@ def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
         args = replace(args, run_name=run.name)
         run.mkdir(parents=True, exist_ok=False)
     (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
+    write_experiment(run / "experiment.toml", args)  # `train --config <run>/experiment.toml` reruns it
     point_latest(run)
     return run, args, state
 

@@ -5,7 +5,7 @@
 * :func:`learning_curve` — a training metric against iterations or timesteps, with the
   baselines (random, heuristics, oracle) as labelled horizontal lines.
 * :func:`heatmap` — a labelled matrix (the tournament's cross-play and win matrices).
-* :func:`mean_ci` — the mean and confidence interval used by both (Student's t).
+* ``mean_ci`` (from :mod:`experiments.evaluation.statistics`) — the interval used by both.
 
 Each function writes one PNG and returns its path; the figure is closed afterwards.
 """
@@ -14,32 +14,20 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from scipy import stats
+
+from experiments.evaluation.statistics import mean_ci
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 Y_CANDIDATES = ("score", "normalised_score", "return_mean", "episode_return_mean", "return", "reward")
 X_CANDIDATES = ("timesteps", "env_steps", "iteration", "step")
-
-
-def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, low, high)``: Student-t interval of the mean; ``low == high == mean`` for
-    fewer than two finite values."""
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size < 2:
-        return mean, mean, mean
-    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return mean, mean - half, mean + half
 
 
 def aggregate(rows: Sequence[Mapping[str, Any]], value: str = "score", category: str = "scenario",

@@ -1,0 +1,208 @@
+"""The report across training seeds (``commons-arena train --train-seeds ...`` writes it).
+
+Reads the seeds' run folders under one parent (each ``<parent>/s<seed>``) and writes into
+the parent:
+
+* ``aggregate.md`` / ``aggregate.json``: the final held-out normalised score of every seed
+  (per tier for a mix), their mean and IQM with percentile-bootstrap 95 % CIs across seeds
+  (:mod:`experiments.evaluation.statistics`), and the paired comparison of every seed's
+  ``best`` checkpoint with every scripted allocator on fresh held-out seeds
+  (:func:`experiments.bench.checkpoint.compare_many`): per seed its mean difference, pooled
+  over seeds their mean with a bootstrap CI across seeds, and the spread (min, max).
+* ``vs_scripted.csv``: the comparison's rows, one per (seed, tier, scripted allocator).
+* ``learning_curves.png``: the held-out score against iterations, the mean over seeds with
+  a band from the lowest to the highest seed (per tier for a mix).
+
+    python -m experiments.training.aggregate runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100
+
+With three seeds a bootstrap CI is no wider than the seeds' range: read it as how far the
+figure moves between these seeds, not as the spread of all training runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.evaluation.statistics import bootstrap_ci, iqm, iqm_of
+
+COMPARE_FIRST_SEED = 7000  # as the main job's comparison: away from training's 900000.. and the tournament's 5000..
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    seed: int
+    folder: Path
+    args: dict[str, Any]
+    history: list[dict[str, Any]]
+    final: dict[str, dict[str, Any]]  # tier -> held-out report (final_scores.json), may be empty
+
+
+def seed_runs(parent: Path) -> list[SeedRun]:
+    """The parent's run folders (those with an ``args.json`` and a ``history.json``), by seed."""
+    runs = []
+    for folder in sorted(p for p in Path(parent).iterdir() if p.is_dir() and not p.is_symlink()):
+        if not (folder / "args.json").is_file() or not (folder / "history.json").is_file():
+            continue
+        args = json.loads((folder / "args.json").read_text())
+        final_path = folder / "final_scores.json"
+        final = json.loads(final_path.read_text()) if final_path.is_file() else {}
+        runs.append(SeedRun(int(args["seed"]), folder, args, json.loads((folder / "history.json").read_text()), final))
+    if not runs:
+        raise ValueError(f"no finished run folders in {parent} (each needs args.json and history.json)")
+    return sorted(runs, key=lambda r: r.seed)
+
+
+def tiers(run: SeedRun) -> list[str]:
+    """The scenarios the run is judged on: every tier of a mix, else the last row's scenario."""
+    last = run.history[-1]
+    mixed = [k.removeprefix("score/") for k in last if k.startswith("score/")]
+    return mixed or [str(last["scenario"])]
+
+
+def final_scores(run: SeedRun) -> dict[str, float]:
+    """Tier -> the run's final held-out normalised score (``final_scores.json``, else the last
+    evaluation), and ``mean`` over tiers for a mix."""
+    last = run.history[-1]
+    names = tiers(run)
+    if run.final:
+        scores = {t: float(run.final[t]["score"]) for t in names if t in run.final}
+    elif len(names) > 1:
+        scores = {t: float(last[f"score/{t}"]) for t in names}
+    else:
+        scores = {names[0]: float(last["score"])}
+    if len(scores) > 1:
+        scores["mean"] = float(np.mean(list(scores.values())))
+    return scores
+
+
+def across_seeds(values: list[float]) -> dict[str, Any]:
+    """Mean and IQM with bootstrap 95 % CIs, and the range, of one figure over seeds."""
+    mean, mean_low, mean_high = bootstrap_ci(values)
+    middle, iqm_low, iqm_high = bootstrap_ci(values, iqm_of)
+    return {"values": values, "mean": mean, "mean_ci": [mean_low, mean_high], "iqm": middle,
+            "iqm_ci": [iqm_low, iqm_high], "min": float(np.min(values)), "max": float(np.max(values))}
+
+
+def score_table(runs: list[SeedRun]) -> dict[str, dict[str, Any]]:
+    per_seed = [final_scores(r) for r in runs]
+    names = [k for k in per_seed[0] if all(k in s for s in per_seed)]
+    return {name: across_seeds([s[name] for s in per_seed]) for name in names}
+
+
+def pooled_comparison(rows: list[dict[str, Any]], seeds: list[int]) -> list[dict[str, Any]]:
+    """Per (tier, scripted allocator): each training seed's mean paired difference, their
+    mean with a bootstrap CI across seeds, and the spread."""
+    pooled = []
+    keys = dict.fromkeys((r["scenario"], r["versus"]) for r in rows)
+    for scenario, rival in keys:
+        mine = {r["checkpoint"]: r for r in rows if r["scenario"] == scenario and r["versus"] == rival}
+        diffs = [float(mine[f"s{s}"]["diff"]) for s in seeds]
+        stats = across_seeds(diffs)
+        pooled.append({"scenario": scenario, "versus": rival, "per_seed": diffs,
+                       "per_seed_ci95": [float(mine[f"s{s}"]["diff_ci95"]) for s in seeds],
+                       "mean": stats["mean"], "mean_ci": stats["mean_ci"], "iqm": iqm(diffs),
+                       "min": stats["min"], "max": stats["max"],
+                       "seeds_above": sum(bool(mine[f"s{s}"]["beats"]) for s in seeds)})
+    return pooled
+
+
+def curve_rows(runs: list[SeedRun]) -> dict[str, list[dict[str, Any]]]:
+    """Tier (or ``score``) -> rows of iteration, mean score over seeds and its min-max band,
+    at the iterations every seed evaluated."""
+    key_names = {t: f"score/{t}" for t in tiers(runs[0])} if len(tiers(runs[0])) > 1 else {"score": "score"}
+    common = set.intersection(*({row["iteration"] for row in r.history} for r in runs))
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for label, key in key_names.items():
+        rows = []
+        for iteration in sorted(common):
+            values = [next(row[key] for row in r.history if row["iteration"] == iteration) for r in runs]
+            rows.append({"iteration": iteration, "score": float(np.mean(values)),
+                         "score_low": float(np.min(values)), "score_high": float(np.max(values))})
+        curves[f"{label} (mean of {len(runs)} seeds, band: min-max)"] = rows
+    return curves
+
+
+def _fmt_ci(stats: dict[str, Any], key: str) -> str:
+    low, high = stats[f"{key}_ci"]
+    return f"{stats[key]:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: list[dict[str, Any]],
+             compare_seeds: int) -> str:
+    seeds = [r.seed for r in runs]
+    head = runs[0].args
+    lines = [f"# {head['experiment']} over training seeds {', '.join(map(str, seeds))}", "",
+             f"Iterations per seed: {', '.join(str(r.history[-1]['iteration']) for r in runs)}; "
+             "minutes: " + ", ".join(f"{r.history[-1]['minutes']:.1f}" for r in runs) + ".", "",
+             "## Final held-out normalised score", "",
+             "CIs: percentile bootstrap (95 %) across training seeds; with a few seeds no wider than their range.", "",
+             "| tier | " + " | ".join(f"seed {s}" for s in seeds) + " | mean [95% CI] | IQM [95% CI] |",
+             "|---|" + "---|" * len(seeds) + "---|---|"]
+    for name, stats in scores.items():
+        lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in stats["values"])
+                     + f" | {_fmt_ci(stats, 'mean')} | {stats['iqm']:.3f} |")
+    if pooled:
+        lines += ["", f"## Paired difference to every scripted allocator ({compare_seeds} fresh held-out episodes per tier, "
+                  f"seeds {COMPARE_FIRST_SEED}..)", "",
+                  "Each seed's `best` checkpoint minus the scripted allocator, episode by episode; per seed its mean "
+                  "(± its 95% t-interval over episodes); pooled: the mean over training seeds with a bootstrap CI "
+                  "across them, and the spread (min..max). `above`: seeds whose own interval lies above zero.", "",
+                  "| tier | versus | " + " | ".join(f"seed {s}" for s in seeds)
+                  + " | mean over seeds [95% CI] | min..max | above |",
+                  "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
+        for row in pooled:
+            per_seed = " | ".join(f"{d:+.2f} ± {c:.2f}" for d, c in zip(row["per_seed"], row["per_seed_ci95"], strict=True))
+            low, high = row["mean_ci"]
+            lines.append(f"| {row['scenario']} | {row['versus']} | {per_seed} | {row['mean']:+.2f} [{low:+.2f}, {high:+.2f}] "
+                         f"| {row['min']:+.2f}..{row['max']:+.2f} | {row['seeds_above']}/{len(seeds)} |")
+    else:
+        lines += ["", "No paired comparison with the scripted allocators: the allocator does not learn in this run."]
+    return "\n".join(lines) + "\n"
+
+
+def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) -> Path:
+    """Write the report across the parent's seed runs; returns ``aggregate.md``."""
+    from experiments.bench.checkpoint import compare_many
+    from experiments.viewing.plots import learning_curve
+
+    parent = Path(parent)
+    runs = seed_runs(parent)
+    scores = score_table(runs)
+    learns_allocator = "allocator" in runs[0].args.get("learners", ()) or runs[0].args["experiment"].startswith("allocator")
+    pooled: list[dict[str, Any]] = []
+    if learns_allocator and compare_seeds > 0:
+        checkpoints = {f"s{r.seed}": r.folder / "best" for r in runs}
+        episodes = list(range(COMPARE_FIRST_SEED, COMPARE_FIRST_SEED + compare_seeds))
+        rows = compare_many(checkpoints, tiers(runs[0]), episodes, progress=progress)
+        with open(parent / "vs_scripted.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        pooled = pooled_comparison(rows, [r.seed for r in runs])
+    learning_curve(curve_rows(runs), None, parent / "learning_curves.png", y="score", x="iteration",
+                   title="held-out normalised score over training seeds")
+    (parent / "aggregate.json").write_text(json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
+                                                       "vs_scripted": pooled}, indent=1))
+    path = parent / "aggregate.md"
+    path.write_text(markdown(runs, scores, pooled, compare_seeds))
+    print(path.read_text())
+    return path
+
+
+if __name__ == "__main__":
+    import tyro
+
+    def main(parent: tyro.conf.Positional[Path], compare_seeds: int = 100) -> None:
+        """Redo the report across the training seeds' runs under PARENT."""
+        aggregate(parent, compare_seeds, progress=True)
+
+    tyro.cli(main)
+
+
+__all__ = ["SeedRun", "aggregate", "across_seeds", "curve_rows", "final_scores", "pooled_comparison", "seed_runs"]

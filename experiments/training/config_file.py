@@ -1,0 +1,175 @@
+"""Experiment files: a training run as a TOML file another lab can rerun.
+
+``commons-arena train --config FILE.toml`` reads one; every run writes its own
+(``<run>/experiment.toml``, beside ``args.json``), so ``--config <run>/experiment.toml``
+reruns it. Flags given with ``--config`` override the file's values. The layout::
+
+    [train]                 # every field of TrainArgs (experiments/training/args.py), by its name
+    experiment = "allocator_mixed"
+    seed = 0
+    iterations = 40         # the budget: iterations are the reproducible unit
+    minutes = 60.0          # a cap on the wall clock
+    ...
+
+    [scenarios]             # every scenario the run plays, by name and content hash
+    standard = "3f1c..."    # a scenario whose content changed since is refused (both hashes named)
+
+    [background]            # only with train.background: the roster file's sha256
+    sha256 = "..."
+
+Validated like scenarios and rosters: unknown keys are refused with their path
+(``train.lrr: Extra inputs are not permitted``), values are checked by type and then by
+``TrainArgs.validate``. A key left out takes today's default; the files this module writes
+hold every field, so a default that changes later cannot change a rerun.
+
+Light on purpose (the CLI imports it at start-up): pydantic and the scenario loader, no Ray or torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tomllib
+import typing
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+import commons_arena
+from experiments.training.args import TrainArgs
+
+# Not part of an experiment: where and how this session runs (refused in a file, never written).
+SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
+HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
+          "# (flags given beside --config override its values; docs/training.md)\n")
+
+
+class ExperimentFileError(ValueError):
+    """An experiment file that cannot be used; the message names the key to fix."""
+
+
+def _train_section() -> type[BaseModel]:
+    """A pydantic model of TrainArgs' fields (types from its annotations, defaults from it)."""
+    hints = typing.get_type_hints(TrainArgs, include_extras=False)
+    defaults = TrainArgs()
+    spec: dict[str, Any] = {f.name: (hints[f.name], getattr(defaults, f.name))
+                            for f in fields(TrainArgs) if f.name not in SESSION_FIELDS}
+    return create_model("TrainSection", __config__=ConfigDict(extra="forbid"), **spec)
+
+
+class _Background(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sha256: str
+
+
+def _file_model() -> type[BaseModel]:
+    return create_model("ExperimentFile", __config__=ConfigDict(extra="forbid"),
+                        train=(_train_section(), ...), scenarios=(dict[str, str], ...),
+                        background=(_Background | None, None))
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
+    return "; ".join(dict.fromkeys(lines))
+
+
+def scenario_hashes(args: TrainArgs) -> dict[str, str]:
+    """Every scenario the run plays (its stages), name -> content hash."""
+    return {name: commons_arena.load_scenario(name).content_hash for name in args.stages}
+
+
+def file_hash(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
+    """The arguments an experiment file's contents describe, checked (see the module docstring)."""
+    try:
+        model = _file_model().model_validate(data)
+    except ValidationError as err:
+        raise ExperimentFileError(f"invalid experiment file {source}: {_format(err)}") from None
+    args = TrainArgs(**dict(model.train))  # type: ignore[attr-defined]
+    try:
+        args.validate()
+    except ValueError as err:
+        raise ExperimentFileError(f"invalid experiment file {source}: train: {err}") from None
+    listed: dict[str, str] = model.scenarios  # type: ignore[attr-defined]
+    if set(listed) != set(args.stages):
+        raise ExperimentFileError(
+            f"invalid experiment file {source}: scenarios must list exactly the scenarios the run plays "
+            f"({', '.join(args.stages)}), got {', '.join(listed) or 'none'}")
+    for name, recorded in listed.items():
+        current = commons_arena.load_scenario(name).content_hash
+        if current != recorded:
+            raise ExperimentFileError(
+                f"invalid experiment file {source}: scenarios.{name}: the scenario changed since the file was "
+                f"written (file: {recorded}, now: {current}); rerun with the scenario as it was, or update the hash")
+    background = model.background  # type: ignore[attr-defined]
+    if (background is None) != (args.background is None):
+        raise ExperimentFileError(f"invalid experiment file {source}: background.sha256 goes with train.background "
+                                  "(both or neither)")
+    if background is not None and args.background is not None:
+        current = file_hash(args.background)
+        if current != background.sha256:
+            raise ExperimentFileError(
+                f"invalid experiment file {source}: background.sha256: {args.background} changed since the file "
+                f"was written (file: {background.sha256}, now: {current})")
+    return args
+
+
+def load_experiment(path: str | Path) -> TrainArgs:
+    """Read and check an experiment file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExperimentFileError(f"no experiment file at {path}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ExperimentFileError(f"invalid experiment file {path}: not TOML ({err})") from None
+    return args_from_dict(data, str(path))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def experiment_text(args: TrainArgs) -> str:
+    """The experiment file of ``args``: every field (but :data:`SESSION_FIELDS` and unset ones,
+    which TOML cannot hold), the scenarios' hashes and the background's."""
+    lines = [HEADER, "[train]"]
+    for f in fields(TrainArgs):
+        value = getattr(args, f.name)
+        if f.name in SESSION_FIELDS:
+            continue
+        if value is None:
+            lines.append(f"# {f.name}: not set")
+            continue
+        lines.append(f"{f.name} = {_toml_value(value)}")
+    lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
+    lines += [f"{name} = {_toml_value(digest)}" for name, digest in scenario_hashes(args).items()]
+    if args.background is not None:
+        lines += ["", "[background]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(args.background))}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_experiment(path: Path, args: TrainArgs) -> Path:
+    path.write_text(experiment_text(args))
+    return path
+
+
+__all__ = ["ExperimentFileError", "SESSION_FIELDS", "args_from_dict", "experiment_text",
+           "load_experiment", "scenario_hashes", "write_experiment"]
