@@ -97,8 +97,6 @@ def run_args(args: TrainArgs) -> TrainArgs:
     if args.resume is None:
         return args
     saved = json.loads((run_folder(args) / "args.json").read_text())
-    if saved.get("experiment") == "league":
-        raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
     return resumed_args(saved, args)
 
 

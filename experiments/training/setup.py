@@ -24,6 +24,7 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import SWITCHING, TrainArgs
 from experiments.training.heldout import References, anchor_means, cached_reference_returns
 from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
+from policies.codecs import DEFAULT_CODECS
 from policies.focal import FocalEnv
 from policies.learned import observation_scale
 from policies.population import Population
@@ -77,10 +78,22 @@ def resolve(args: TrainArgs) -> RunSetup:
         background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
         # a curriculum, a mix or a league switches populations (or members): those play in the env
         scripted_in_env=args.scripted_in_env or args.experiment in SWITCHING,
-        codecs={ALLOCATOR: args.codec} if args.codec and learns else {},
+        codecs=seat_codecs(args, plan),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
     )
+
+
+def seat_codecs(args: TrainArgs, plan: SeatPlan) -> dict[str, str]:
+    """Learning seat -> action codec: the allocator's ``--action-codec``; in self-play every
+    other seat acts through its role's default codec too (``policies.codecs.DEFAULT_CODECS``:
+    teams ``bluff``, the broker ``markup``), so that every seat chooses strategies, not raw counts."""
+    codecs = {ALLOCATOR: args.codec} if args.codec and ALLOCATOR in plan.seats else {}
+    if args.experiment == "selfplay":
+        for seat, module in plan.module_of.items():
+            if seat != ALLOCATOR:
+                codecs[seat] = DEFAULT_CODECS[plan.roles[module]]
+    return codecs
 
 
 def background_population(path: Path | None, config: ScenarioConfig) -> Population:
