@@ -19,6 +19,11 @@ CURRICULUM = ("standard", "elevated", "crisis")
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
 # The experiments whose background switches while they run (a curriculum stage, a tier of the
 # mix, a league's members): their background always plays inside the env.
+ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
+# In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
+# greedy action never left the zero code in 6.5 minutes on crisis (+0.00 ± 0.00 against planner);
+# at 1.0 it did within 4 iterations, no worse than planner (docs/training.md, "Self-play").
+SELFPLAY_ZERO_BIAS = 1.0
 SWITCHING = ("allocator_curriculum", "allocator_mixed", "league")
 
 
@@ -84,9 +89,10 @@ class TrainArgs:
     planner's need estimates (then the planner plans), 'residual' corrects the planner's
     grants, 'absolute' chooses every grant, 'relative' grants shares of each team's demand;
     'none' outputs the env action itself"""
-    zero_bias: float = 3.0
+    zero_bias: float | None = None
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
-    other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
+    other choice of each sub-action; 0 leaves RLlib's initialisation alone. Default 3.0; 1.0 in
+    selfplay, where at 3.0 the greedy allocator never left planner (docs/training.md)"""
     history: int = 1
     """ticks of observation the module sees, stacked newest first (1 = this tick only)"""
     use_lstm: bool = False
@@ -152,7 +158,8 @@ class TrainArgs:
             (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
             (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
-            (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (math.isfinite(self.favour_strength) and self.favour_strength >= 0,
+             f"--zero-bias must be >= 0, got {self.zero_bias}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),
@@ -170,6 +177,13 @@ class TrainArgs:
     @property
     def mixed(self) -> bool:
         return self.experiment == "allocator_mixed"
+
+    @property
+    def favour_strength(self) -> float:
+        """``--zero-bias``, or its default for this experiment."""
+        if self.zero_bias is not None:
+            return self.zero_bias
+        return SELFPLAY_ZERO_BIAS if self.experiment == "selfplay" else ZERO_BIAS
 
     @property
     def codec(self) -> str | None:

@@ -16,13 +16,14 @@ from policies.codecs import make_codec
 
 
 def favour_zero_code(algo: Any, setup: RunSetup) -> None:
-    """Start from the codec's base policy: its zero code gets ``zero_bias`` more logit."""
+    """Start from the codec's base policy: its zero code gets ``--zero-bias`` more logit
+    (``TrainArgs.favour_strength``: 3, or 1 in self-play)."""
     codec_name = setup.codecs.get(ALLOCATOR)
-    if not codec_name or setup.args.zero_bias == 0:
+    if not codec_name or setup.args.favour_strength == 0:
         return
     codec = make_codec(codec_name, setup.stages[0])
     if codec.zero_code is not None:
-        favour_code(algo, ALLOCATOR, codec.nvec, codec.zero_code, setup.args.zero_bias)
+        favour_code(algo, ALLOCATOR, codec.nvec, codec.zero_code, setup.args.favour_strength)
 
 
 def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:
