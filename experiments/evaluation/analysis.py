@@ -253,7 +253,8 @@ def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str,
     """The trained seat's return minus each reference's in the same seat and seeds (paired CI)."""
     trained = seat_returns(config, joint_population(info), seat, seeds)
     references: dict[str, str] = {}
-    if (info.run / UNTRAINED).is_dir():
+    untrained = info.run / UNTRAINED  # an LSTM run keeps only its evaluation there (no data-only export yet)
+    if (untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir():
         references["untrained network"] = f"learned:{(info.run / UNTRAINED).resolve()}"
     references.update({name: name for name in REFERENCES[role]})
     rows = [{"seat": seat, "policy": "trained", "return": float(np.mean(trained)), "trained_minus": 0.0, "ci95": 0.0}]

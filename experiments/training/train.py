@@ -158,6 +158,7 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     results, _ = evaluate(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
            **results}
+    (run / UNTRAINED).mkdir(parents=True, exist_ok=True)  # an LSTM module writes no data-only policy there
     (run / UNTRAINED / "heldout.json").write_text(json.dumps(row, indent=1))
     print(f"  untrained (iteration 0) on held-out seeds: return {row['eval_return']:.2f}, "
           f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))
