@@ -599,8 +599,8 @@ class Analyze:
 
     run_folder: tyro.conf.Positional[Path]
     """the run folder `commons-arena train` wrote"""
-    checkpoint: Literal["checkpoint", "best"] = "checkpoint"
-    """which of the run's checkpoints: 'checkpoint' (latest) or 'best'"""
+    checkpoint: Literal["checkpoint", "best", "iteration_0"] = "checkpoint"
+    """which of the run's checkpoints: 'checkpoint' (latest), 'best' or 'iteration_0' (untrained)"""
     seeds: int = 10
     """held-out episodes per comparison"""
     first_seed: int = 700_000

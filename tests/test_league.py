@@ -73,13 +73,91 @@ def test_a_snapshot_acts_like_its_source_on_the_next_iteration(ray_session):
         algo.stop()
 
 
-def test_league_run_adds_snapshots_when_the_learner_beats_the_mix(ray_session, tmp_path):
-    """Margin -inf: every `snapshot_gap` iterations a snapshot joins; the log says so."""
+class _Seat:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def get_return(self) -> float:
+        return self.value
+
+
+class _Episode:
+    """The parts of a MultiAgentEpisode the league reads."""
+
+    def __init__(self, returns: dict[str, float], modules: dict[str, str], custom_data: dict | None = None) -> None:
+        self.agent_episodes = {seat: _Seat(v) for seat, v in returns.items()}
+        self.modules = modules
+        self.custom_data = custom_data or {}
+
+    def module_for(self, seat: str) -> str:
+        return self.modules[seat]
+
+
+def test_the_margin_counts_each_seat_the_learner_played_once_and_can_refuse():
+    """The learner plays two seats (its own and one as a member of its mix): per seat it earns
+    75 against the mix's 70, under the 10 % margin. RLlib's per-module sum (150) would pass."""
+    modules = {"search": "team", "robotics": "team", "safety": "scripted_truthful"}
+    earlier = _Episode({"search": 40.0, "robotics": 20.0, "safety": 30.0}, modules)  # a previous chunk
+    episode = _Episode({"search": 60.0, "robotics": 30.0, "safety": 40.0}, modules)
+    returns = league.seat_returns(episode, [earlier], TEAMS)
+    assert returns == {"team": [100.0, 50.0], "scripted_truthful": [70.0]}
+    means = {m: float(np.mean(v)) for m, v in returns.items()}
+    assert league.learner_beats_mix(means, 0.1) == (False, 75.0, 70.0)
+    assert league.learner_beats_mix({"team": 150.0, "scripted_truthful": 70.0}, 0.1)[0]  # the old, summed reading
+
+
+def test_matchups_are_drawn_from_the_episode_seed():
+    pool = ["team", "scripted_truthful", "scripted_greedy_bluffer", "team_v1"]
+
+    def matchup(episode) -> tuple[str, ...]:
+        return tuple(league.league_mapping(pool, TEAMS, seat, episode) for seat in TEAMS)
+
+    class Env:
+        episode_seed = 123
+
+    by_env = matchup(_Episode({}, {}, {league.EPISODE_ENV: Env()}))
+    by_seed = matchup(_Episode({}, {}, {league.EPISODE_SEED: 123}))
+    assert by_env == by_seed  # the same seed, however it is known, gives the same matchup
+    seen = [matchup(_Episode({}, {}, {league.EPISODE_SEED: seed})) for seed in range(200)]
+    assert all(sum(1 for seat, m in zip(TEAMS, row, strict=True)
+                   if m == "team" and league._draw(str(seed), 3) == TEAMS.index(seat)) == 1
+               for seed, row in enumerate(seen))  # exactly one seat is the learner's own
+    assert {m for row in seen for m in row} == set(pool)  # every member plays
+    assert len(set(seen)) > 10
+    assert league.league_mapping(pool, TEAMS, "allocator", _Episode({}, {})) == "allocator"
+
+
+def test_league_run_snapshots_play_through_learned_pay_off_and_resume(ray_session, tmp_path):
+    """Margin -inf: every iteration a snapshot joins; each is written as data-only policies
+    that `learned:` plays, the snapshots' payoff matrix is in the run folder, and the run resumes."""
+    from policies.population import Population, run_episode
+
     checkpoint = train(TrainArgs(out=tmp_path, run_name="lg", experiment="league", iterations=2, snapshot_margin=-1e9,
                                  snapshot_gap=1, **TINY))
-    log = [json.loads(line) for line in (checkpoint.parent / "league.json").read_text().splitlines()]
+    run = checkpoint.parent
+    log = [json.loads(line) for line in (run / "league.json").read_text().splitlines()]
     assert [row["snapshot"] for row in log] == ["team_v1", "team_v2"]
     assert log[-1]["mix"] == ["team", "scripted_truthful", "scripted_greedy_bluffer", "team_v1", "team_v2"]
+    assert all(row["learner_return"] == row["seat_returns"]["team"] for row in log)  # per seat, as the rule reads
     assert {p.name for p in (checkpoint / "policies").iterdir()} == set(TEAMS)
-    with pytest.raises(ValueError, match="cannot be resumed"):
-        train(TrainArgs(resume=checkpoint.parent, iterations=1))
+    assert {p.name for p in (run / "iteration_0" / "policies").iterdir()} == set(TEAMS)  # the untrained teams
+
+    config = commons_arena.load_scenario("standard")
+    env = commons_arena.parallel_env(config)
+    population = Population.default(config)
+    for team in TEAMS:
+        population = population.with_agent(team, f"learned:{run / 'snapshots' / 'team_v1' / 'policies' / team}")
+    result = run_episode(env, population.build(config, env=env), 3)
+    assert set(TEAMS) <= set(result)
+
+    payoff = json.loads((run / "league_payoff.json").read_text())
+    assert payoff["snapshots"] == ["team_v1", "team_v2"]
+    assert np.asarray(payoff["payoff"]).shape == (2, 2) and np.isfinite(payoff["payoff"]).all()
+    assert sum(payoff["nash"].values()) == pytest.approx(1.0)
+    assert (run / "league_tournament" / "results.sqlite").is_file()  # played through the tournament core
+
+    train(TrainArgs(resume=run, iterations=1))
+    resumed = [json.loads(line) for line in (run / "league.json").read_text().splitlines()][-1]
+    assert resumed["iteration"] == 3
+    assert resumed["mix"][:5] == log[-1]["mix"] and resumed["snapshot"] == "team_v3"
+    assert "team_v2" in resumed["seat_returns"]  # the restored snapshots play

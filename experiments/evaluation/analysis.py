@@ -15,6 +15,19 @@ and plays held-out seeds (never used in training) through the focal/background s
 * **a learned broker**: its price level against the demand it sees (correlation, and the
   mean price level per demand bin), beside the scripted ``demand_priced`` broker.
 
+**Learning or design** (every run): each learning seat's held-out return in its own seat
+(the other learning seats as the checkpoint plays them) beside reference rows on the same
+seeds: the **untrained network** (``<run>/iteration_0``, written before the first update),
+and the role's scripted references (allocator ``planner``, ``proportional``; team
+``truthful``, ``greedy_bluffer``; broker ``demand_priced``), each as a paired difference with
+its 95% CI; for a learned team the row against ``truthful`` is its **misreport gain**. The
+codes its module chooses on those episodes are counted: an allocator choosing its codec's
+zero code on ≥ ``PLAYS_BASE`` of ticks *plays planner*, a seat whose code never changes plays
+one fixed code of its codec (a scripted strategy by design). The summary's **credit** line
+says, per seat, whether learning shows (trained beats untrained, CI above 0) and which of
+its behaviour is the codec's or a scripted part's. Curves: every learning seat's held-out
+return over training, from iteration 0.
+
 Writes ``<run>/analysis/analysis.png`` (one panel per part), ``analysis.md`` and
 ``analysis.json``.
 
@@ -35,7 +48,13 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
-from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, markdown_table, mean_ci95, play_many
+from experiments.evaluation.evaluate import (
+    BASELINE_ALLOCATORS,
+    markdown_table,
+    mean_ci95,
+    paired_difference,
+    play_many,
+)
 from policies.base import Policy, UniformRandomPolicy
 from policies.focal import FocalEnv
 from policies.population import Population
@@ -139,6 +158,7 @@ class RunInfo:
     learned: list[str]  # learning seats
     history: list[dict[str, Any]]
     background: Population
+    untrained: dict[str, Any] | None = None  # iteration_0's held-out evaluation row
 
     @property
     def policy(self) -> str:
@@ -161,7 +181,9 @@ def read_run(run: Path, checkpoint: str = "checkpoint") -> RunInfo:
     scenario = history[-1]["scenario"] if history else args["scenario"]
     config = commons_arena.load_scenario(scenario)
     background = Population.from_toml(args["background"], config) if args.get("background") else Population.default(config)
-    return RunInfo(run, folder.resolve(), scenario, learned, history, background)
+    untrained_path = run / UNTRAINED / "heldout.json"
+    untrained = json.loads(untrained_path.read_text()) if untrained_path.is_file() else None
+    return RunInfo(run, folder.resolve(), scenario, learned, history, background, untrained)
 
 
 def joint_population(info: RunInfo, **replace: str) -> Population:
@@ -174,16 +196,120 @@ def joint_population(info: RunInfo, **replace: str) -> Population:
     return population
 
 
+UNTRAINED = "iteration_0"  # the run's checkpoint before the first update (experiments.training.train)
+PLAYS_BASE = 0.95  # share of ticks on the zero code from which a seat "plays" its codec's base policy
+REFERENCES = {"allocator": ("planner", "proportional"), "team": ("truthful", "greedy_bluffer"),
+              "broker": ("demand_priced",)}
+
+
+class Recording:
+    """A learned policy that keeps the code (the module's own action) of every tick."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy, self.codes = policy, []
+
+    def reset(self, seed: int | None = None) -> None:
+        self.policy.reset(seed)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        action = self.policy.act(observation)
+        self.codes.append(tuple(int(x) for x in np.asarray(self.policy.last_module_action).ravel()))
+        return action
+
+
+def seat_returns(config: ScenarioConfig, population: Population, seat: str, seeds: Sequence[int]) -> list[float]:
+    env = commons_arena.parallel_env(config)
+    policies = population.build(config, env=env, strict=False)
+    return [play_traced(env, policies, seed).returns[seat] for seed in seeds]
+
+
+def code_usage(config: ScenarioConfig, population: Population, seat: str, seeds: Sequence[int]) -> dict[str, Any]:
+    """The codes the seat's learned policy chooses on ``seeds``: the share of ticks on its
+    codec's zero code and on its most frequent code (described by the codec when it can)."""
+    env = commons_arena.parallel_env(config)
+    policies = population.build(config, env=env, strict=False)
+    learned = policies[seat]
+    codec = getattr(learned, "codec", None)
+    recording = Recording(learned)
+    policies[seat] = recording  # type: ignore[assignment]
+    for seed in seeds:
+        play_traced(env, policies, seed)
+    codes = recording.codes
+    counts: dict[tuple[int, ...], int] = {}
+    for code in codes:
+        counts[code] = counts.get(code, 0) + 1
+    top, top_n = max(counts.items(), key=lambda kv: kv[1])
+    zero = None if codec is None or codec.zero_code is None else tuple(int(x) for x in codec.zero_code)
+    describe = getattr(codec, "describe", None)
+    return {"seat": seat, "codec": getattr(codec, "name", "") or "raw", "ticks": len(codes),
+            "distinct_codes": len(counts),
+            "zero_code_share": float("nan") if zero is None else counts.get(zero, 0) / len(codes),
+            "top_code": describe(np.asarray(top)) if describe else str(list(top)),
+            "top_code_is_zero": top == zero, "top_code_share": top_n / len(codes)}
+
+
+def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str,
+                  seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The trained seat's return minus each reference's in the same seat and seeds (paired CI)."""
+    trained = seat_returns(config, joint_population(info), seat, seeds)
+    references: dict[str, str] = {}
+    untrained = info.run / UNTRAINED  # an LSTM run keeps only its evaluation there (no data-only export yet)
+    if (untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir():
+        references["untrained network"] = f"learned:{(info.run / UNTRAINED).resolve()}"
+    references.update({name: name for name in REFERENCES[role]})
+    rows = [{"seat": seat, "policy": "trained", "return": float(np.mean(trained)), "trained_minus": 0.0, "ci95": 0.0}]
+    for name, policy in references.items():
+        values = seat_returns(config, joint_population(info, **{seat: policy}), seat, seeds)
+        diff, ci = paired_difference(trained, values)
+        rows.append({"seat": seat, "policy": name, "return": float(np.mean(values)), "trained_minus": diff, "ci95": ci})
+    return rows
+
+
+def credit(seat: str, rows: Sequence[Mapping[str, Any]], usage: Mapping[str, Any]) -> str:
+    """One line: does learning show for ``seat``, and what comes from the codec or a scripted part."""
+    untrained = next((r for r in rows if r["policy"] == "untrained network"), None)
+    if untrained is None:
+        learned = "no untrained checkpoint to compare with (a run from before iteration_0 was kept)"
+    elif untrained["trained_minus"] - untrained["ci95"] > 0:
+        learned = (f"learning shows: {untrained['trained_minus']:+.2f} ± {untrained['ci95']:.2f} over the untrained "
+                   f"network")
+    else:
+        learned = (f"no learning shows: {untrained['trained_minus']:+.2f} ± {untrained['ci95']:.2f} against the "
+                   f"untrained network")
+    if usage["zero_code_share"] == usage["zero_code_share"] and usage["zero_code_share"] >= PLAYS_BASE:
+        design = (f"its codec's zero code on {usage['zero_code_share']:.0%} of ticks: it plays the codec's base policy "
+                  f"({'planner' if seat == ALLOCATOR else usage['top_code']}), by design, not by learning")
+    elif usage["distinct_codes"] == 1:
+        design = f"one fixed code ({usage['top_code']}) on every tick: a fixed strategy of the `{usage['codec']}` codec"
+    else:
+        design = (f"{usage['distinct_codes']} distinct codes, the most frequent ({usage['top_code']}) on "
+                  f"{usage['top_code_share']:.0%} of ticks")
+    return f"**{seat}**: {learned}; {design}."
+
+
 def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> dict[str, Any]:
     info = read_run(run, checkpoint)
     config = commons_arena.load_scenario(info.scenario)
     teams = [t for t in config.team_names if t in info.learned]
     report: dict[str, Any] = {"run": str(info.run), "checkpoint": str(info.checkpoint), "scenario": info.scenario,
                               "learned": info.learned, "seeds": [seeds[0], seeds[-1]]}
+    report["learning"] = []
+    report["codes"] = []
+    report["credit"] = []
+    for seat in info.learned:
+        role = "team" if seat in config.team_names else seat
+        rows = learning_rows(config, info, seat, role, seeds)
+        usage = code_usage(config, joint_population(info), seat, seeds)
+        report["learning"] += rows
+        report["codes"].append(usage)
+        report["credit"].append(credit(seat, rows, usage))
+    start = [info.untrained] if info.untrained else []
+    report["returns_over_training"] = [{"env_steps": r["env_steps"], **r["returns"]}
+                                       for r in [*start, *info.history] if "returns" in r]
     if teams:
         report["teams_over_training"] = [
             {"env_steps": row["env_steps"], **{t: row["declared_to_need"].get(t, float("nan")) for t in teams}}
-            for row in info.history if "declared_to_need" in row
+            for row in [*start, *info.history] if "declared_to_need" in row
         ]
         allocators = [*BASELINE_ALLOCATORS, *(["learned"] if ALLOCATOR in info.learned else [])]
         rows = []
@@ -197,7 +323,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
         report["teams_reference"] = reference_ratios(config, info.background, seeds)
     if ALLOCATOR in info.learned:
         grants = []
-        for name, policy in (("learned", info.policy), ("proportional", "proportional")):
+        for name, policy in (("learned", info.policy), ("planner", "planner"), ("proportional", "proportional")):
             traces = play_many_traced(config, info.background.with_agent(ALLOCATOR, policy), seeds)
             grants.append({"allocator": name,
                            "slope_on_declared": slope([p for t in traces for p in t.on_declared]),
@@ -205,7 +331,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
                            "allocator_return": float(np.mean([t.returns[ALLOCATOR] for t in traces]))})
         report["allocator_grants"] = grants
         gains = []
-        for name, policy in (("learned", info.policy), ("proportional", "proportional")):
+        for name, policy in (("learned", info.policy), ("planner", "planner"), ("proportional", "proportional")):
             for team in config.team_names:
                 bluff = [e[team]["return"] for e in play_many(info.scenario, policy, seeds, {team: "greedy_bluffer"})]
                 truth = [e[team]["return"] for e in play_many(info.scenario, policy, seeds, {team: "truthful"})]
@@ -236,6 +362,13 @@ def summary_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Analysis of {report['run']}", "",
              f"Checkpoint `{report['checkpoint']}` on `{report['scenario']}`; learning seats: "
              f"{', '.join(report['learned'])}; held-out seeds {report['seeds'][0]}–{report['seeds'][1]}.", ""]
+    if report.get("credit"):
+        lines += ["## Learning or design?", "", *[f"- {line}" for line in report["credit"]], "",
+                  "Each learning seat in its own seat (the other learning seats as the checkpoint plays them), "
+                  "against the untrained network (iteration 0) and the role's scripted references on the same seeds: "
+                  "trained minus reference, paired, 95% CI (for a team, the row against `truthful` is its misreport "
+                  "gain):", "", markdown_table(report["learning"]), "",
+                  "The codes each learned module chooses on those episodes:", "", markdown_table(report["codes"]), ""]
     if "teams_vs_allocators" in report:
         lines += ["## Do learned teams over-declare?", "",
                   "Declared ÷ true need (GPUs summed over each episode, tick 0 excluded); above 1 is over-declaring.", ""]
@@ -259,10 +392,11 @@ def summary_markdown(report: dict[str, Any]) -> str:
                   markdown_table(report["allocator_grants"]), "",
                   "Misreport gain (team return as greedy_bluffer minus as truthful, others fixed):", "",
                   markdown_table(report["misreport_gain"]), ""]
-        learned = [g["misreport_gain"] for g in report["misreport_gain"] if g["allocator"] == "learned"]
-        prop = [g["misreport_gain"] for g in report["misreport_gain"] if g["allocator"] == "proportional"]
-        lines += [f"Mean misreport gain: learned **{np.mean(learned):.2f}**, proportional **{np.mean(prop):.2f}** "
-                  f"({'below' if np.mean(learned) < np.mean(prop) else 'not below'} proportional's).", ""]
+        gain = {name: float(np.mean([g["misreport_gain"] for g in report["misreport_gain"] if g["allocator"] == name]))
+                for name in ("learned", "planner", "proportional")}
+        lines += [f"Mean misreport gain: learned **{gain['learned']:.2f}**, planner **{gain['planner']:.2f}**, "
+                  f"proportional **{gain['proportional']:.2f}** (a learned allocator that plays planner has planner's).",
+                  ""]
     if "broker_pricing" in report:
         lines += ["## The learned broker's prices", "",
                   "Correlation of the price level it posts with the demand it sees, and the mean level per demand bin:", ""]
@@ -278,8 +412,8 @@ def figure(report: dict[str, Any], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = [k for k in ("teams_vs_allocators", "teams_over_training", "allocator_grants", "broker_pricing")
-              if report.get(k)]
+    panels = [k for k in ("returns_over_training", "teams_vs_allocators", "teams_over_training", "allocator_grants",
+                          "broker_pricing") if report.get(k)]
     columns = min(2, max(1, len(panels)))
     rows_of_panels = max(1, -(-len(panels) // columns))
     fig = Figure(figsize=(7 * columns, 4.8 * rows_of_panels), dpi=100)
@@ -301,6 +435,14 @@ def figure(report: dict[str, Any], path: Path) -> Path:
                 ax.axhline(mean, color="grey", linewidth=1.0, linestyle=style, label=f"{ref['teams']} teams ({mean:.2f})")
             ax.set_xticks(np.arange(len(allocators)) + 0.4 - width / 2, allocators, rotation=30, ha="right")
             ax.set_title("learned teams: declared / true need, per allocator")
+            ax.legend(fontsize=8)
+        elif key == "returns_over_training":
+            rows = report[key]
+            for seat in [k for k in rows[-1] if k != "env_steps"]:
+                ax.plot([r["env_steps"] for r in rows if seat in r], [r[seat] for r in rows if seat in r], marker="o",
+                        markersize=3, label=seat)
+            ax.set_xlabel("env steps (0: the untrained network)")
+            ax.set_title("every learning seat: held-out return over training")
             ax.legend(fontsize=8)
         elif key == "teams_over_training":
             rows = report[key]
@@ -333,4 +475,4 @@ def figure(report: dict[str, Any], path: Path) -> Path:
     return path
 
 
-__all__ = ["Trace", "analyze", "declared_to_need", "play_traced", "price_response", "slope", "write_analysis"]
+__all__ = ["Trace", "analyze", "code_usage", "credit", "learning_rows", "declared_to_need", "play_traced", "price_response", "slope", "write_analysis"]

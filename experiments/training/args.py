@@ -19,6 +19,15 @@ CURRICULUM = ("standard", "elevated", "crisis")
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
 # The experiments whose background switches while they run (a curriculum stage, a tier of the
 # mix, a league's members): their background always plays inside the env.
+ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
+# In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
+# greedy action never left the zero code in 6.5 minutes on crisis (+0.00 ± 0.00 against planner);
+# at 1.0 it did within 4 iterations, no worse than planner (docs/training.md, "Self-play").
+SELFPLAY_ZERO_BIAS = 1.0
+# A best response starts from no favoured code: at 3.0 a team best response on crisis against
+# proportional still played truthful on 100% of ticks after 11 iterations (+0 over truthful);
+# at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
+BEST_RESPONSE_ZERO_BIAS = 0.0
 SWITCHING = ("allocator_curriculum", "allocator_mixed", "league")
 
 
@@ -91,9 +100,10 @@ class TrainArgs:
     """action codecs of learning seats as KEY=CODEC, by seat or role (search=bluff_per_tier team=bluff
     broker=markup; none = raw actions); a learning team or broker named nowhere uses its role's default
     (team: bluff, broker: markup; docs/codecs.md); --action-codec stays the allocator's"""
-    zero_bias: float = 3.0
+    zero_bias: float | None = None
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
-    other choice of each sub-action; 0 leaves RLlib's initialisation alone"""
+    other choice of each sub-action; 0 leaves RLlib's initialisation alone. Default 3.0; 0 in
+    best_response and 1.0 in selfplay, where at 3.0 the learner never left it (args.py constants)"""
     history: int = 1
     """ticks of observation the module sees, stacked newest first (1 = this tick only)"""
     use_lstm: bool = False
@@ -166,7 +176,8 @@ class TrainArgs:
             (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
             (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
-            (math.isfinite(self.zero_bias) and self.zero_bias >= 0, f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (math.isfinite(self.favour_strength) and self.favour_strength >= 0,
+             f"--zero-bias must be >= 0, got {self.zero_bias}"),
             (self.report_seeds >= 2, f"--report-seeds must be at least 2 (a paired CI), got {self.report_seeds}"),
             (self.report_first_seed >= 0, f"--report-first-seed must be non-negative, got {self.report_first_seed}"),
             (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),
@@ -187,6 +198,15 @@ class TrainArgs:
     @property
     def mixed(self) -> bool:
         return self.experiment == "allocator_mixed"
+
+    @property
+    def favour_strength(self) -> float:
+        """``--zero-bias``, or its default for this experiment."""
+        if self.zero_bias is not None:
+            return self.zero_bias
+        if self.experiment == "best_response":
+            return BEST_RESPONSE_ZERO_BIAS
+        return SELFPLAY_ZERO_BIAS if self.experiment == "selfplay" else ZERO_BIAS
 
     @property
     def codec(self) -> str | None:

@@ -102,6 +102,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._in_env = bool(cfg.get("scripted_in_env", False))
         self._background = cfg.get("background")
         self._seeds = np.random.default_rng()
+        self.episode_seed: int | None = None  # the seed of the episode being played
         self._envs: dict[str, tuple[Any, Any, dict[str, Any]]] = {}  # scenario key -> (arena, seats, interfaces)
         self._next_scenario: Scenario | None = None
         self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
@@ -176,6 +177,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         elif self._mix:
             self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
         episode_seed = int(self._seeds.integers(*TRAINING_SEEDS))
+        self.episode_seed = episode_seed  # a league draws its matchup from it (experiments.training.league)
         obs, infos = self.seats.reset(seed=episode_seed, options=options)
         for interface in self._interfaces.values():
             interface.reset()

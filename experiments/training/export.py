@@ -46,15 +46,37 @@ def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], se
     """RLlib's full state (pickles: only ``--resume`` reads them) plus the data-only files
     ``learned:`` reads; ``config`` names a scenario whose spaces the networks fit."""
     algo.save_to_path(str(checkpoint))
+    save_policies(checkpoint, networks, setup, config)
+
+
+def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> None:
+    """The data-only files ``learned:<folder>`` reads: one allocator as a single policy, several
+    learning seats as a policy set (``<folder>/policies/<seat>/``)."""
     if setup.plan.seats != [ALLOCATOR]:
         for seat, network in networks.items():
-            save_policy(checkpoint / SET_DIR / seat, network, config, seat, setup.scales[seat],
+            save_policy(folder / SET_DIR / seat, network, config, seat, setup.scales[seat],
                         codec=setup.codecs.get(seat), history=setup.histories.get(seat, 1))
     elif isinstance(networks[ALLOCATOR], PolicyNetwork):
-        save_policy(checkpoint, networks[ALLOCATOR], config, ALLOCATOR, setup.scales[ALLOCATOR],
+        save_policy(folder, networks[ALLOCATOR], config, ALLOCATOR, setup.scales[ALLOCATOR],
                     codec=setup.codecs.get(ALLOCATOR), history=setup.histories.get(ALLOCATOR, 1))
     else:
         print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
+
+
+def save_untrained(algo: Any, setup: RunSetup, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
+    """``<run>/iteration_0/``: every learning seat's data-only policy before the first update
+    (the untrained reference ``analyze`` and the learning curve compare with); returns the networks."""
+    networks = seat_networks(algo, setup.plan)
+    save_policies(folder, networks, setup, config)
+    return networks
+
+
+def save_snapshot(algo: Any, setup: RunSetup, module_id: str, folder: Path, config: ScenarioConfig) -> None:
+    """A league snapshot (a frozen copy of the shared team module) as a policy set, one
+    identity-folded policy per team seat: ``learned:<folder>/policies/<team>`` plays it."""
+    snapshot_plan = SeatPlan({seat: module_id for seat in setup.plan.seats}, setup.plan.identity,
+                             {module_id: "team"})
+    save_policies(folder, seat_networks(algo, snapshot_plan), setup, config)
 
 
 def keep_best(checkpoint: Path, best: Path) -> None:
@@ -62,4 +84,4 @@ def keep_best(checkpoint: Path, best: Path) -> None:
     shutil.copytree(checkpoint, best)
 
 
-__all__ = ["keep_best", "save_checkpoint", "seat_networks"]
+__all__ = ["keep_best", "save_checkpoint", "save_policies", "save_snapshot", "save_untrained", "seat_networks"]

@@ -72,22 +72,51 @@ class Reporter:
 
 
 def plot(history: list[dict[str, Any]], anchors: Mapping[str, Mapping[str, float]], path: Path,
-         allocator: bool = True) -> None:
+         allocator: bool = True, untrained: Mapping[str, Any] | None = None) -> None:
     """The learning curve: the allocator's held-out normalised score beside the baselines', or
-    each learning seat's held-out return."""
+    (several learning seats) each seat's held-out return and each learning team's declared /
+    true need, every curve starting at its iteration-0 (untrained) value when the run kept it."""
     scenario = history[-1]["scenario"]
-    if not allocator:  # each learning seat's held-out return
-        runs = {seat: [{"env_steps": r["env_steps"], "return": r["returns"][seat]} for r in history]
-                for seat in history[-1]["returns"]}
-        learning_curve(runs, None, path, y="return",
-                       title=f"{scenario}: learning seats' mean return on held-out seeds (playing together)")
+    start = [dict(untrained)] if untrained else []
+    if not allocator or "returns" in history[-1]:
+        seats_figure([*start, *history], path, f"{scenario}: learning seats on held-out seeds (playing together)")
         return
     tiers = [scenario] if scenario in anchors else list(anchors)  # a mix: baselines' mean score over its tiers
     baselines = {b: float(np.mean([normalised_score(anchors[t][b], anchors[t]["random"], anchors[t]["oracle"])
                                    for t in tiers])) for b in BASELINE_ALLOCATORS}
     title = f"{scenario if scenario in anchors else 'mean of ' + ', '.join(tiers)}: held-out normalised score"
-    learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in history]},
+    learning_curve({"learned allocator": [{"env_steps": r["env_steps"], "score": r["score"]} for r in [*start, *history]]},
                    baselines, path, title=title)
 
 
-__all__ = ["Reporter", "plot", "scalars"]
+def seats_figure(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
+    """Two panels over env steps: every learning seat's held-out return, and every learning
+    team's declared / true need; the iteration-0 point (env steps 0) is drawn hollow."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = [r for r in rows if "returns" in r]
+    ratios = [r for r in rows if r.get("declared_to_need")]
+    fig = Figure(figsize=(12 if ratios else 7, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    panels = [("returns", "mean return (held-out)"), *([("declared_to_need", "declared / true need")] if ratios else [])]
+    for k, (key, label) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        for seat in rows[-1].get(key, {}):
+            points = [(r["env_steps"], r[key][seat]) for r in rows if seat in r.get(key, {})]
+            xs, ys = zip(*points, strict=True)
+            line = ax.plot(xs, ys, marker="o", markersize=3, label=seat)[0]
+            if points[0][0] == 0:  # the untrained checkpoint
+                ax.plot([0], [ys[0]], marker="o", markersize=8, markerfacecolor="none", color=line.get_color())
+        if key == "declared_to_need":
+            ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xlabel("env steps (hollow: iteration 0, untrained)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+__all__ = ["Reporter", "plot", "scalars", "seats_figure"]

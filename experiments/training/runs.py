@@ -99,8 +99,6 @@ def run_args(args: TrainArgs) -> TrainArgs:
         return args
     run = run_folder(args)
     saved = saved_args(run)
-    if saved["experiment"] == "league":
-        raise ValueError("a league run cannot be resumed: its snapshots are added while it runs; start a new run")
     resumed = resumed_args(saved, args)
     try:  # the saved arguments pass the same checks as flags, before anything is written
         replace(resumed, resume=None, run_name=None).validate()

@@ -61,10 +61,11 @@ import ray
 import torch
 
 from commons_arena.enums import ALLOCATOR
+from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
 from experiments.training.callbacks import set_scenario_everywhere
-from experiments.training.export import keep_best, save_checkpoint, seat_networks
+from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
 from experiments.training.heldout import allocator_reports, describe, evaluate
 from experiments.training.reporting import Reporter, plot, scalars
 from experiments.training.runs import RunState, open_run, run_args, save_state
@@ -92,9 +93,15 @@ def train(args: TrainArgs) -> Path:
     algo = build_algorithm(setup, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
+        if args.experiment == "league":  # the snapshots' modules must exist before their weights load
+            mix, since = league.last_mix(run, state.iterations)
+            league.restore_mix(algo, mix, setup.plan.seats, since)
         algo.restore_from_path(str(checkpoint))
+        if args.experiment == "league":
+            league.push_weights(algo, [m for m in getattr(algo, "_league_pool", []) if m.startswith(league.SNAPSHOT_PREFIX)])
     else:
         favour_zero_code(algo, setup)
+        keep_untrained(algo, setup, run)
     if not args.mixed:
         set_scenario_everywhere(algo, setup.stages[state.stage])
     reporter = Reporter(run, args.quiet)
@@ -117,6 +124,9 @@ def train(args: TrainArgs) -> Path:
         if result.get("curriculum_stage", state.stage) != state.stage:
             state.stage = result["curriculum_stage"]
             print(f"  promoted to {args.stages[state.stage]}")
+        snapshot = result.get("league", {}).get("snapshot")
+        if snapshot:  # a frozen copy of the learner joined the mix: learned: plays it from here
+            save_snapshot(algo, setup, snapshot, run / league.SNAPSHOTS / snapshot, setup.stages[0])
         values = scalars(result)
         reporter.iteration(state, result, values, elapsed / 60)
         due = state.iterations % args.eval_every == 0
@@ -135,6 +145,10 @@ def train(args: TrainArgs) -> Path:
     algo.stop()
     if args.experiment == "best_response":  # the learned seat beside everything scripted in its seat
         best_response_report(setup, run)
+    if args.experiment == "league" and (run / league.SNAPSHOTS).is_dir():
+        payoff = league.payoff_matrix(run, setup.stages[0], setup.eval_seeds)
+        print(f"league payoff matrix ({len(payoff['snapshots'])} snapshots) and Nash mixture: "
+              f"{run / 'league_payoff.json'}; Nash {payoff['nash']}")
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
     print(f"use one as: learned:{run / 'best'}")
     return checkpoint
@@ -148,6 +162,29 @@ def best_response_report(setup: RunSetup, run: Path) -> None:
     seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))
     write_report(setup.stages[0], seat, run / "best", setup.background, setup.codecs.get(seat), seeds,
                  selection_seeds(args.selection_seeds), run)
+
+
+UNTRAINED = "iteration_0"
+
+
+def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
+    """``<run>/iteration_0/``: the learning seats' data-only policies before the first update
+    and their held-out evaluation (``heldout.json``, a history row at 0 env steps): the
+    untrained reference of the learning curve and of ``commons-arena analyze``."""
+    scenarios = setup.stages if setup.args.mixed else (setup.stages[0],)
+    networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
+    results, _ = evaluate(setup, networks, scenarios)
+    row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
+           **results}
+    (run / UNTRAINED).mkdir(parents=True, exist_ok=True)  # an LSTM module writes no data-only policy there
+    (run / UNTRAINED / "heldout.json").write_text(json.dumps(row, indent=1))
+    print(f"  untrained (iteration 0) on held-out seeds: return {row['eval_return']:.2f}, "
+          f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))
+
+
+def untrained_row(run: Path) -> dict[str, Any] | None:
+    path = run / UNTRAINED / "heldout.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, result: dict[str, Any],
@@ -178,7 +215,8 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
         state.best_score = row["score"]
         keep_best(run / "checkpoint", run / "best")
     save_state(run, state)
-    plot(state.history, setup.anchors, run / "learning_curve.png", allocator=setup.allocator_learns)
+    plot(state.history, setup.anchors, run / "learning_curve.png", allocator=setup.allocator_learns,
+         untrained=untrained_row(run))
 
 
 __all__ = ["TrainArgs", "train"]

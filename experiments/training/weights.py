@@ -18,7 +18,7 @@ def favour_zero_code(algo: Any, setup: RunSetup) -> None:
     """Start every coded module from its codec's base policy (the allocator's ``need``: the
     planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced): its zero
     code gets ``zero_bias`` more logit. A module's seats share one codec (``seat_codecs``)."""
-    if setup.args.zero_bias == 0:
+    if setup.args.favour_strength == 0:
         return
     for module, seats in setup.plan.modules.items():
         codec_name = setup.codecs.get(seats[0])
@@ -26,7 +26,7 @@ def favour_zero_code(algo: Any, setup: RunSetup) -> None:
             continue
         codec = make_codec(codec_name, setup.stages[0], seats[0])
         if codec.zero_code is not None:
-            favour_code(algo, module, codec.nvec, codec.zero_code, setup.args.zero_bias)
+            favour_code(algo, module, codec.nvec, codec.zero_code, setup.args.favour_strength)
 
 
 def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:
