@@ -49,6 +49,7 @@ hard carbon cap cuts; it prices a soft cap's kg once its pace would exceed the c
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,19 @@ def deflate(declared: int, bluff: float, ceiling: int | None = None) -> int:
     return min(candidates, key=lambda n: (abs(int(inflate(n, bluff)) - declared), abs(n - guess)))
 
 
+# (declared, bluff, ceiling) -> deflate(...): a handful of distinct arguments per episode,
+# each an exact integer function of them (memoised: the planner asks every tick)
+_deflate = functools.lru_cache(maxsize=65_536)(deflate)
+
+
+def reachable_by(d: int) -> np.ndarray:
+    """Per factor of ``BLUFF_GRID``: is ``d = ceil(n x factor)`` for some integer ``n``?"""
+    if d not in _REACHABLE:
+        counts = inflate(np.outer(BLUFF_GRID, np.arange(1, d + 2)), 1.0)  # factor x need
+        _REACHABLE[d] = (counts == d).any(axis=1)
+    return _REACHABLE[d]
+
+
 class InflationBelief:
     """Posterior (log weights over ``BLUFF_GRID``) of one team's inflation factor."""
 
@@ -105,16 +119,10 @@ class InflationBelief:
     def factor(self) -> float:
         return float(BLUFF_GRID[int(np.argmax(self.log_w))])
 
-    def _reachable_by(self, d: int) -> np.ndarray:
-        if d not in _REACHABLE:
-            counts = inflate(np.outer(BLUFF_GRID, np.arange(1, d + 2)), 1.0)  # factor x need
-            _REACHABLE[d] = (counts == d).any(axis=1)
-        return _REACHABLE[d]
-
     def saw_declaration(self, declared: np.ndarray, ceiling: np.ndarray) -> None:
         for d, top in zip(declared.tolist(), ceiling.tolist(), strict=True):
             if 0 < d < top:  # a count at the ceiling may have been cut: no evidence
-                self.log_w += np.where(self._reachable_by(int(d)), 0.0, UNREACHABLE)
+                self.log_w += np.where(reachable_by(int(d)), 0.0, UNREACHABLE)
 
     def saw_revealed_pair(self, need: np.ndarray, declared: np.ndarray, ceiling: np.ndarray) -> None:
         """``declared`` was made in the tick whose true need was ``need`` (revealed)."""
@@ -183,6 +191,13 @@ class PlannerAllocator(ScriptedPolicy):
         self._w = config.rewards.allocator
         # the most a team may request per tier (requests are cut to owned + spot inventory)
         self._ceiling = np.array([t.owned + t.spot_inventory for t in tiers], dtype=np.int64)
+        # tier, declared count (0 .. the largest ceiling) -> what the declaration adds to the
+        # log-weights: UNREACHABLE for each factor no need maps to d; 0.0 where it says nothing
+        # (d = 0, or at the tier's ceiling: a count there may have been cut)
+        self._unreachable = np.array([
+            [np.where(reachable_by(d) | (not 0 < d < top), 0.0, UNREACHABLE) for d in range(int(self._ceiling.max(initial=0)) + 1)]
+            for top in self._ceiling.tolist()
+        ]).reshape(len(tiers), -1, len(BLUFF_GRID))
         super().__init__(config, agent, seed)
         T = self.n_tiers
         self._by_memory = sorted(range(T), key=lambda k: (self._memory[k], k))
@@ -198,6 +213,10 @@ class PlannerAllocator(ScriptedPolicy):
 
     def clear(self) -> None:
         self.beliefs = [self._prior(a) for a in getattr(self, "_archetype", [])]
+        # one row per team; each belief keeps a view of its row (observe updates all at once)
+        self._log_w = np.stack([b.log_w for b in self.beliefs]) if self.beliefs else np.zeros((0, len(BLUFF_GRID)))
+        for belief, row in zip(self.beliefs, self._log_w, strict=True):
+            belief.log_w = row
         self._seen: _Seen | None = None
         self.last_estimate: np.ndarray | None = None
 
@@ -209,37 +228,45 @@ class PlannerAllocator(ScriptedPolicy):
 
     # ------------------------------------------------------------------ belief
     def observe(self, obs: np.ndarray) -> np.ndarray:
-        """Update the inflation beliefs with this observation; return the need estimate (teams x tiers)."""
+        """Update the inflation beliefs with this observation; return the need estimate (teams x tiers).
+
+        Every team at once: the teams' log-weights are the rows of one array (each belief's
+        ``log_w`` a view of its row), and each row receives the same additions in the same
+        order as :class:`InflationBelief`'s methods make them one team at a time (a tier's
+        declaration, then a revealed pair's, then an audit), so the result is bit for bit
+        theirs (tests/test_planner_identical.py). Teams without evidence add 0.0.
+        """
         declared = self.field(obs, "declared").astype(np.int64)
         revealed = self.field(obs, "revealed") > 0.5
         revealed_need = self.field(obs, "revealed_need").astype(np.int64)
         credibility = self.field(obs, "credibility").astype(np.float64)
         audits = float(self.field(obs, "shocks_seen")[int(ShockKind.COMPLIANCE_AUDIT)])
         prev = self._seen
-        for i, belief in enumerate(self.beliefs):
-            belief.saw_declaration(declared[i], self._ceiling)
-            if prev is not None and prev.revealed[i]:
-                # the declaration seen now was made in the tick whose need was revealed then
-                belief.saw_revealed_pair(prev.revealed_need[i], declared[i], self._ceiling)
-            if prev is not None and audits > prev.audits and prev.credibility[i] >= self._bluff_loss:
-                exposed = prev.credibility[i] - credibility[i] >= self._bluff_loss - 1e-6
-                belief.saw_audit(int(prev.declared[i].sum()), exposed, self._tolerance)
+        log_w, top = self._log_w, self._ceiling
+        counts = np.minimum(declared, self._unreachable.shape[1] - 1)
+        for k in range(self.n_tiers):
+            log_w += self._unreachable[k, counts[:, k]]
+        if prev is not None and prev.revealed.any():
+            # the declaration seen now was made in the tick whose need was revealed then
+            for k in range(self.n_tiers):
+                hit = np.minimum(inflate(prev.revealed_need[:, k, None] * BLUFF_GRID, 1.0), top[k]) == declared[:, k, None]
+                log_w += np.where(hit | ~prev.revealed[:, None], 0.0, MISMATCH)
+        if prev is not None and audits > prev.audits:
+            for i, belief in enumerate(self.beliefs):
+                if prev.credibility[i] >= self._bluff_loss:
+                    exposed = prev.credibility[i] - credibility[i] >= self._bluff_loss - 1e-6
+                    belief.saw_audit(int(prev.declared[i].sum()), exposed, self._tolerance)
         self._seen = _Seen(declared, revealed, revealed_need, credibility, audits)
-        estimate = np.zeros_like(declared)
-        for i, belief in enumerate(self.beliefs):
-            if revealed[i]:
-                estimate[i] = revealed_need[i]
-            else:
-                b = belief.factor
-                estimate[i] = self._deflate_row(declared[i], b)
-        self.last_estimate = estimate
-        return estimate
-
-    def _deflate_row(self, declared: np.ndarray, bluff: float) -> list[int]:
         # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a
         # little headroom catches jobs that arrived since
-        bluff = 1.0 + (1.0 - self.margin) * (bluff - 1.0)
-        return [deflate(int(d), bluff, top) for d, top in zip(declared.tolist(), self._ceiling.tolist(), strict=True)]
+        estimate = revealed_need.copy()
+        tops = top.tolist()
+        for i, g in enumerate(np.argmax(log_w, axis=1).tolist()):
+            if not revealed[i]:
+                bluff = 1.0 + (1.0 - self.margin) * (float(BLUFF_GRID[g]) - 1.0)
+                estimate[i] = [_deflate(d, bluff, c) for d, c in zip(declared[i].tolist(), tops, strict=True)]
+        self.last_estimate = estimate
+        return estimate
 
     # ------------------------------------------------------------------ plan
     def decide(self, obs: np.ndarray) -> list[int]:
@@ -333,4 +360,4 @@ class PlannerAllocator(ScriptedPolicy):
         return [self._w.carbon * p * intensity for p in self._power]
 
 
-__all__ = ["BLUFF_GRID", "InflationBelief", "PlannerAllocator", "deflate", "inflate"]
+__all__ = ["BLUFF_GRID", "InflationBelief", "PlannerAllocator", "deflate", "inflate", "reachable_by"]

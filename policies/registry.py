@@ -108,8 +108,9 @@ def available_policies(role: str | None = None) -> list[str]:
 def _learned_spec(name: str) -> PolicySpec:
     from policies.learned import LEARNED_PREFIX, LearnedPolicy, read_sidecar
     from policies.policy_set import is_policy_set, member_for, set_roles
+    from policies.shipping import local_path
 
-    checkpoint = name.removeprefix(LEARNED_PREFIX)
+    checkpoint = local_path(name.removeprefix(LEARNED_PREFIX))  # shipped to this node as bytes, or as written
     if is_policy_set(checkpoint):  # one policy per seat of a multi-seat run: any role it holds
         roles = set_roles(checkpoint)
 

@@ -48,6 +48,7 @@ def main(args: Args) -> None:
     algo = build_algorithm(setup)
     rows = []
     iterations = args.train.iterations or 5
+    sampled = 0
     for i in range(args.warmup + iterations):
         env_before = env_seconds(algo)
         start = time.perf_counter()
@@ -55,13 +56,17 @@ def main(args: Args) -> None:
         wall = time.perf_counter() - start
         env = env_seconds(algo) - env_before
         sample = float(result.get("timers", {}).get("env_runner_sampling_timer", np.nan))
+        steps = int(result.get("num_env_steps_sampled_lifetime", 0)) - sampled  # what the runners really sampled
+        sampled += steps
         if i >= args.warmup:
-            rows.append((wall, sample, env))
-            print(f"iter {i - args.warmup + 1}: {wall:5.2f} s wall, sampling {sample:5.2f} s, inside the env {env:5.2f} s")
-    wall, sample, env = (float(np.mean(c)) for c in zip(*rows, strict=True))
-    steps = args.train.train_batch_size
-    print(f"mean: {wall:.2f} s/iteration ({steps / wall:,.0f} env steps/s), sampling {sample:.2f} s, "
-          f"env {env:.2f} s = {env / sample:.0%} of sampling, {env / wall:.0%} of the iteration")
+            rows.append((wall, sample, env, steps))
+            print(f"iter {i - args.warmup + 1}: {wall:5.2f} s wall, {steps} env steps, sampling {sample:5.2f} s, "
+                  f"inside the env {env:5.2f} s")
+    wall, sample, env, per_iteration = (float(np.mean(c)) for c in zip(*rows, strict=True))
+    rate = per_iteration / wall
+    print(f"mean: {wall:.2f} s/iteration, {rate:,.0f} env steps/s = {600 * rate:,.0f} per 10 min; "
+          f"sampling {sample:.2f} s, env {env:.2f} s = {env / sample:.0%} of sampling, {env / wall:.0%} of the iteration "
+          f"(load average {os.getloadavg()[0]:.1f}: the machine's other work slows every figure)")
     algo.stop()
     ray.shutdown()
 

@@ -40,11 +40,13 @@ from typing import Any
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.cluster import start_ray
 from experiments.evaluation.metagame import Aggregates, aggregate
 from experiments.evaluation.roster import Player, Roster, RosterError, focal_agents, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from policies.base import Policy, UniformRandomPolicy
 from policies.population import Population, run_episode
+from policies.shipping import PackedCheckpoint, install, pack_all
 
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x
 # 5 agents; the oracle solves a MILP each tick, ~12 ms; a learned module ~0.3 ms per call).
@@ -204,6 +206,22 @@ def play_batch_streaming(batch: Sequence[Group], flush_seconds: float) -> Iterat
         yield pending
 
 
+def policy_names(groups: Sequence[Group]) -> list[str]:
+    """Every policy the groups' players and backgrounds name (``learned:`` ones are shipped)."""
+    names = []
+    for group in groups:
+        names.append(group.player.entry.policy)
+        names.extend(entry.policy for entry in group.background.resolve(group.config, strict=False).values())
+    return names
+
+
+def play_shipped_batch(batch: Sequence[Group], checkpoints: Sequence[PackedCheckpoint],
+                       flush_seconds: float) -> Iterator[list[EpisodeResult]]:
+    """A Ray task: install the shipped checkpoints on this node, then :func:`play_batch_streaming`."""
+    install(checkpoints)
+    yield from play_batch_streaming(batch, flush_seconds)
+
+
 def run_in_process(groups: Sequence[Group]) -> Iterator[EpisodeResult]:
     yield from play_batch(groups)
 
@@ -212,18 +230,17 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
     """Yield episodes as Ray tasks finish them (streaming generators, several batches per worker)."""
     import ray
 
-    started = not ray.is_initialized()  # a Ray we start, we stop; one already running (a notebook, tests) stays
-    if started:
-        # A cluster address (or RAY_ADDRESS) joins it; otherwise a local Ray with `workers` CPUs.
-        if address or os.environ.get("RAY_ADDRESS"):
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-        else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # A cluster address (or RAY_ADDRESS) joins it, shipping the code; otherwise a local Ray with
+    # `workers` CPUs. A Ray we start, we stop; one already running (a notebook, tests) stays.
+    started = start_ray(address, num_cpus=workers)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        parts = batches(groups, max(1, min(workers, cpus)))
+        # the learned players' checkpoints go to the nodes as bytes, once (ray.put), not as paths
+        checkpoints = ray.put(pack_all(policy_names(groups)))
         # learned policies set torch to one thread themselves
-        task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_batch_streaming)
-        pending: list[Any] = [task.remote(batch, FLUSH_SECONDS) for batch in batches(groups, max(1, min(workers, cpus)))]
+        task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_shipped_batch)
+        pending: list[Any] = [task.remote(batch, checkpoints, FLUSH_SECONDS) for batch in parts]
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for generator in ready:

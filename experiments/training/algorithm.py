@@ -29,6 +29,7 @@ from experiments.training.env import ArenaRLlibEnv, Scenario
 from experiments.training.scripted import PolicyFactory, ScriptedRLModule, registered_policy, row_tagging_connector
 from experiments.training.seats import SeatPlan
 from experiments.training.setup import RunSetup
+from policies.shipping import pack_all
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,8 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     env_config: dict[str, Any] = {
         "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats},
         "background": setup.background.to_dict(),
+        # its `learned:` checkpoints as bytes: env runners on other nodes cannot read the driver's paths
+        "checkpoints": pack_all(e.policy for c in setup.stages for e in setup.background.resolve(c, strict=False).values()),
         "action_codec": dict(setup.codecs),
         "history": dict(setup.histories),
         # by scenario hash: lets the metrics callback report a normalised score per episode

@@ -25,6 +25,7 @@ from commons_arena.scenario import ScenarioConfig
 from policies.focal import FocalEnv
 from policies.learned import ModuleInterface
 from policies.population import Population
+from policies.shipping import install
 
 # A scenario as the env config carries it: parsed once by the run's setup (a ScenarioConfig,
 # pickled to the env runners as data) or a shipped scenario's name (tests, stand-in envs).
@@ -98,6 +99,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
         # the others (faster), and a curriculum switch or a mix brings each scenario's
         # population along (RLModules keep the first). ``background`` is a Population as a
         # dict (``Population.to_dict()``); default: the scenario's own population.
+        # `learned:` background checkpoints arrive as bytes (policies.shipping): this runner's
+        # node may not see the driver's disk; installed before any policy is built
+        install(cfg.get("checkpoints", ()))
         self._learned = list(cfg.get("learned_agents", []))
         self._in_env = bool(cfg.get("scripted_in_env", False))
         self._background = cfg.get("background")

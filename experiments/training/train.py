@@ -51,16 +51,15 @@ more than the seat plan, its pieces in ``algorithm.build_algorithm``.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 
 from commons_arena.enums import ALLOCATOR
+from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
@@ -86,10 +85,8 @@ def train(args: TrainArgs) -> Path:
     print(f"learning: {setup.plan.describe()}; codecs: {codec_summary(setup.codecs, setup.plan)}")
 
     # ---- Ray: a cluster if asked for, else local with what this machine has
-    address = args.address or os.environ.get("RAY_ADDRESS")
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 **({} if address else {"num_cpus": os.cpu_count()}))
+    # (on a cluster the code ships to the nodes; the background's checkpoints travel in the env config)
+    start_ray(args.address)
     algo = build_algorithm(setup, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
