@@ -34,6 +34,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_league": ("rllib", "ray"),
     "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
     "test_training_setup": ("rllib",),  # builds RLlib configs and envs
+    "test_cluster_shipping::test_code_and_checkpoints_reach_nodes_that_share_no_disk": ("ray",),  # a two-node cluster
+    "test_cluster_shipping::test_a_packed_checkpoint_plays_where_its_folder_is_gone": ("rllib",),
+    "test_cluster_shipping::test_damaged_bytes_are_refused": ("rllib",),
     "test_experiment_files::test_same_file_and_seed_give_identical_weights_in_fresh_processes": ("rllib",),
     "test_train_seeds::test_train_seeds_runs_each_seed_in_its_folder_and_reports": ("rllib",),
     "test_negotiation_training": ("rllib", "ray"),  # best responses and exploit, trained
