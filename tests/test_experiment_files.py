@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import tomllib
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,7 @@ def test_a_file_holds_every_field_and_reads_back_as_the_same_arguments():
     data = as_data(args)
     assert set(data["train"]) == {f.name for f in fields(TrainArgs)} - set(SESSION_FIELDS) - {"background"}
     assert data["scenarios"] == {n: commons_arena.load_scenario(n).content_hash for n in ("standard", "elevated", "crisis")}
-    assert args_from_dict(data) == args
+    assert args_from_dict(data) == replace(args, zero_bias=args.favour_strength)  # the default, pinned
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -100,7 +100,7 @@ def test_cli_flags_override_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(training, "train", lambda args: seen.append(args))
     monkeypatch.setattr(cli, "_train_defaults", None)
     cli.main(["train", "--config", str(path), "--num-epochs", "5", "--iterations", "2"])
-    assert seen == [TrainArgs(experiment="allocator_mixed", lr=1e-3, num_epochs=5, iterations=2)]
+    assert seen == [TrainArgs(experiment="allocator_mixed", lr=1e-3, num_epochs=5, iterations=2, zero_bias=3.0)]
 
 
 def test_cli_refuses_a_bad_file_in_one_line(tmp_path, capsys, monkeypatch):

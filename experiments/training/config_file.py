@@ -155,6 +155,8 @@ def experiment_text(args: TrainArgs) -> str:
         value = getattr(args, f.name)
         if f.name in SESSION_FIELDS:
             continue
+        if f.name == "zero_bias" and value is None:  # the experiment's default, pinned: a later default must not move a rerun
+            value = args.favour_strength
         if value is None:
             lines.append(f"# {f.name}: not set")
             continue
