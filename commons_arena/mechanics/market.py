@@ -51,11 +51,14 @@ def repair_purchases(
         # Most expensive first; stable for equal prices by preferring the higher index.
         by_price = sorted(range(len(fixed)), key=lambda i: (prices[i], i), reverse=True)
         for tier in by_price:
-            if cost > budget + 1e-9 and prices[tier] <= 0:  # free units do not lower the cost: all go
+            if cost <= budget + 1e-9:  # within budget: the cheaper tiers keep what they have
+                break
+            if prices[tier] <= 0:  # free units do not lower the cost: all go
                 budget_cut, fixed[tier] = budget_cut + fixed[tier], 0
                 continue
             # thousands of units: cut all but the last few at once (the loop below is one unit per step)
-            bulk = min(fixed[tier], int((cost - budget) / prices[tier]) - 2) if prices[tier] > 0 else 0
+            # (capped before int(): over a subnormal price the quotient is inf)
+            bulk = int(min((cost - budget) / prices[tier], fixed[tier] + 2.0)) - 2 if prices[tier] > 0 else 0
             if bulk > 64:
                 fixed[tier] -= bulk
                 cost -= bulk * prices[tier]
