@@ -7,7 +7,7 @@ parent. In turn, not side by side: a run samples and updates in its driver (abou
 so an idle 2-core machine could run two at once, but this project's shared machine is already
 oversubscribed (load average 13-36 while the seeds ran), where a second process only takes a
 larger share from other jobs (docs/training.md). Ray starts once for all the seeds, with
-retries (:func:`start_ray`). Each seed's run folder is an ordinary run: ``--resume <parent>/s1`` continues
+retries (:func:`start_local_ray`). Each seed's run folder is an ordinary run: ``--resume <parent>/s1`` continues
 one that was killed, and ``python -m experiments.training.aggregate <parent>`` redoes the report.
 """
 
@@ -40,18 +40,20 @@ def seed_args(args: TrainArgs, parent: Path, seed: int) -> TrainArgs:
 RAY_START_ATTEMPTS = 3
 
 
-def start_ray(args: TrainArgs, attempts: int = RAY_START_ATTEMPTS) -> None:
+def start_local_ray(args: TrainArgs, attempts: int = RAY_START_ATTEMPTS) -> None:
     """A local Ray for all the seeds (``train`` then reuses it), tried ``attempts`` times: on a
     loaded machine Ray gives its raylet 30 s to register and fails the whole command otherwise
     (seen at load average 20-36 on 2 cores). A cluster address (``--address``, $RAY_ADDRESS) is
     left to ``train``."""
     import ray
 
+    from experiments.cluster import start_ray  # the one way Ray is started; this only adds retries
+
     if args.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
         return
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", num_cpus=os.cpu_count())
+            start_ray(None)
             return
         except Exception as err:  # Ray raises a bare Exception for the startup timeout
             ray.shutdown()
@@ -73,7 +75,7 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     write_experiment(parent / "experiment.toml", replace(args, seed=seeds[0]))
     (parent / "seeds.json").write_text(json.dumps({"train_seeds": list(seeds)}))
     print(f"{len(seeds)} training seeds, in turn, under {parent}")
-    start_ray(args)
+    start_local_ray(args)
     for seed in seeds:
         print(f"---- training seed {seed}")
         train(seed_args(args, parent, seed))
@@ -81,4 +83,4 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     return parent
 
 
-__all__ = ["parent_folder", "seed_args", "start_ray", "train_seeds"]
+__all__ = ["parent_folder", "seed_args", "start_local_ray", "train_seeds"]
