@@ -34,6 +34,7 @@ import tyro
 import commons_arena
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, MAX_SEED, validate_lineup, validate_seeds
 from experiments.training.args import TrainArgs
+from experiments.training.hash_seed import pin_hash_seed
 
 PROG = "commons-arena"
 DEBUG_FLAG = "--debug"
@@ -731,6 +732,8 @@ def one_line(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse, validate, run; domain errors exit 2 with one line on stderr (see the module docstring)."""
+    if argv is None:  # the whole process is this command: training pins the string-hash seed first
+        pin_hash_seed(next((a for a in sys.argv[1:] if not a.startswith("-")), None))
     args = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in args or os.environ.get("COMMONS_ARENA_DEBUG") == "1"
     args = [a for a in args if a != DEBUG_FLAG]

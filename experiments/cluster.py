@@ -32,8 +32,16 @@ def code_packages() -> list[ModuleType]:
 
 
 def runtime_env() -> dict[str, Any]:
-    """Ray's ``runtime_env`` that puts this checkout's packages on every worker's path."""
-    return {"py_modules": code_packages()}
+    """Ray's ``runtime_env`` that puts this checkout's packages on every worker's path and pins
+    the workers' string-hash seed (experiments/training/hash_seed.py says why)."""
+    return {"py_modules": code_packages(), **hash_seed_env()}
+
+
+def hash_seed_env() -> dict[str, Any]:
+    """The part of a ``runtime_env`` that gives Ray workers the training hash seed."""
+    from experiments.training.hash_seed import TRAINING_HASH_SEED
+
+    return {"env_vars": {"PYTHONHASHSEED": TRAINING_HASH_SEED}}
 
 
 def start_ray(address: str | None, num_cpus: int | None = None, **kwargs: Any) -> bool:
@@ -51,8 +59,8 @@ def start_ray(address: str | None, num_cpus: int | None = None, **kwargs: Any) -
     if where:
         ray.init(address=where, runtime_env=runtime_env(), **quiet)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, **quiet)
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, runtime_env=hash_seed_env(), **quiet)
     return True
 
 
-__all__ = ["cluster_address", "code_packages", "runtime_env", "start_ray"]
+__all__ = ["cluster_address", "code_packages", "hash_seed_env", "runtime_env", "start_ray"]
