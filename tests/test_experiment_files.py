@@ -83,13 +83,14 @@ def test_a_changed_scenario_is_refused_naming_both_hashes():
         args_from_dict(data)
 
 
-def test_a_changed_background_is_refused(tmp_path):
+@pytest.mark.parametrize("field", ["background", "mix_background"])
+def test_a_changed_background_is_refused(tmp_path, field):
     roster = tmp_path / "bg.toml"
-    roster.write_text('[roles]\nallocator = "planner"\n')
-    data = as_data(TrainArgs(experiment="seats_ppo", learners=("team",), background=roster))
-    assert args_from_dict(data).background == roster
-    roster.write_text('[roles]\nallocator = "proportional"\n')
-    with pytest.raises(ExperimentFileError, match=r"background.sha256: .*changed since"):
+    roster.write_text('[agents]\nsearch = "truthful"\n')
+    data = as_data(TrainArgs(experiment="allocator_ppo", **{field: roster}))
+    assert getattr(args_from_dict(data), field) == roster
+    roster.write_text('[agents]\nsearch = "greedy_bluffer"\n')
+    with pytest.raises(ExperimentFileError, match=rf"^invalid experiment file .*: {field}.sha256: .*changed since"):
         args_from_dict(data)
 
 
