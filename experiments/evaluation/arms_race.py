@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.evaluate import markdown_table, paired_difference
+from experiments.evaluation.evaluate import markdown_table, mean_ci95
 from experiments.evaluation.exploit import TEAM_BASE, Cell, train_best_response
 from experiments.evaluation.roster import roster_from_dict
 from experiments.evaluation.store import ResultStore
@@ -97,8 +97,9 @@ def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, 
     return {key: [returns[s] for s in seeds] for key, returns in by_seed.items()}
 
 
-def difference_row(measure: str, scenario: str, values: Sequence[float]) -> dict[str, Any]:
-    mean, ci95 = paired_difference(list(values), [0.0] * len(values))
+def difference_row(measure: str, scenario: str, values: Sequence[float] | np.ndarray) -> dict[str, Any]:
+    """One row: the mean of per-seed differences and its 95% CI."""
+    mean, ci95 = mean_ci95([float(v) for v in values])
     return {"measure": measure, "scenario": scenario, "mean": mean, "ci95": ci95, "low": mean - ci95,
             "high": mean + ci95, "seeds": len(values)}
 

@@ -68,9 +68,9 @@ class _Background(BaseModel):
 
 
 def _file_model() -> type[BaseModel]:
+    rosters: dict[str, Any] = {name: (_Background | None, None) for name in ROSTER_FIELDS}
     return create_model("ExperimentFile", __config__=ConfigDict(extra="forbid"),
-                        train=(_train_section(), ...), scenarios=(dict[str, str], ...),
-                        **{name: (_Background | None, None) for name in ROSTER_FIELDS})
+                        train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
 
 
 def _format(err: ValidationError) -> str:
