@@ -124,7 +124,7 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused_naming_the_flag(tmp_p
 def test_a_team_checkpoint_cannot_start_the_allocator(tmp_path):
     from experiments.training.setup import resolve
 
-    with pytest.raises(ValueError, match="not found|arena_policy"):
+    with pytest.raises(ValueError, match="^--init-from learned:.*arena_policy.json is missing"):
         resolve(TrainArgs(init_from=f"learned:{tmp_path / 'nothing'}"))
     checkpoint = fake_allocator(tmp_path / "a1")
     with pytest.raises(ValueError, match="allocator learning alone"):

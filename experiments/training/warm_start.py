@@ -42,7 +42,10 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
     from policies.learned import ModuleInterface, check_fits, read_sidecar
 
     where = f"--init-from {spec}"
-    meta = read_sidecar(checkpoint_dir(spec))  # CheckpointError (a ValueError) says what is wrong
+    try:
+        meta = read_sidecar(checkpoint_dir(spec))
+    except ValueError as err:  # a CheckpointError: what is wrong with the folder
+        raise ValueError(f"{where}: {err}") from None
     if meta["role"] != ALLOCATOR:
         raise ValueError(f"{where}: a {meta['role']} policy; --init-from starts the allocator")
     for config in stages:
