@@ -121,7 +121,7 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused_naming_the_flag(tmp_p
         check_warm_start(f"learned:{checkpoint}", [commons_arena.load_scenario("crisis")], **settings)
 
 
-def test_a_team_checkpoint_cannot_start_the_allocator(tmp_path):
+def test_init_from_is_refused_without_a_checkpoint_or_outside_an_allocator_run(tmp_path):
     from experiments.training.setup import resolve
 
     with pytest.raises(ValueError, match="^--init-from learned:.*arena_policy.json is missing"):
