@@ -24,7 +24,7 @@ import sqlite3
 import sys
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -480,6 +480,71 @@ class Exploit:
 
 
 @dataclass
+class ArmsRace:
+    """The arms race, two rounds: a best-response bluffer against an allocator, then the allocator
+    continued against that bluffer (in a share of episodes); paired report (experiments/evaluation/arms_race.py)."""
+
+    allocator: str = "planner"
+    """round 1's allocator A1: a scripted one, or 'learned:<checkpoint dir>' (round 2 continues its weights)"""
+    scenario: str = "crisis"
+    """where the bluffer learns and its gain is measured"""
+    seat: str = "search"
+    """the team seat of the bluffer"""
+    round1_iterations: int = 40
+    """training iterations of the bluffer B1 (reproducible budget)"""
+    round2_iterations: int = 60
+    """training iterations of the allocator A2"""
+    minutes: float = 15.0
+    """wall-clock cap of each round's training (whichever of the iterations and this comes first)"""
+    share: float = 0.5
+    """share of round 2's training episodes in which B1 plays the seat (the rest: each scenario's own population)"""
+    seeds: int = 100
+    """held-out seeds of every paired comparison"""
+    first_seed: int = 720_000
+    """held-out seeds first_seed .. first_seed + seeds - 1 (training never plays seeds below 2**20)"""
+    out: Path = Path("results/arms_race")
+    """output folder: arms_race.md / .csv / .png / .json, round1/, round2/, play/"""
+    force: bool = False
+    """write into an --out folder that already holds files"""
+    round1_lr: float = 1e-3
+    """the bluffer's learning rate (a best response from a uniform start: docs/negotiation.md)"""
+    round2_experiment: Literal["allocator_ppo", "allocator_mixed", "allocator_curriculum"] = "allocator_mixed"
+    """how the allocator continues: on --scenario alone, or on every tier (the main job's experiment)"""
+    train: Annotated[TrainArgs, tyro.conf.arg(name="train")] = field(default_factory=lambda: _train_args())
+    """training settings of both rounds (--train.seat-codec, --train.num-envs-per-env-runner, ...; experiment,
+    learners, scenario, backgrounds, budgets and out are set per round; a learned A1's codec, history and
+    hidden sizes are taken from its checkpoint)"""
+
+    def validate(self) -> None:
+        if self.round1_iterations < 1 or self.round2_iterations < 1:
+            raise UsageError("--round1-iterations and --round2-iterations must be at least 1")
+        if not 0 < self.share < 1:
+            raise UsageError(f"--share must be strictly between 0 and 1, got {self.share}")
+        if self.seeds < 2:
+            raise UsageError(f"--seeds must be at least 2 (a paired CI), got {self.seeds}")
+        validate_lineup([self.scenario], [self.allocator], _seeds(self.first_seed, self.seeds))
+        config = commons_arena.load_scenario(self.scenario)
+        if self.seat not in config.team_names:
+            raise UsageError(f"--seat must be a team seat of {config.name!r} ({list(config.team_names)}), got {self.seat!r}")
+        for args in self.rounds():
+            args.validate()
+        refuse_overwrite(self.out, self.force, what="folder")
+
+    def rounds(self) -> tuple[TrainArgs, TrainArgs]:
+        return (replace(self.train, lr=self.round1_lr, iterations=self.round1_iterations, minutes=self.minutes,
+                        report_seeds=self.seeds, report_first_seed=self.first_seed),
+                replace(self.train, experiment=self.round2_experiment, iterations=self.round2_iterations,
+                        minutes=self.minutes))
+
+    def run(self):
+        from experiments.evaluation.arms_race import arms_race
+
+        round1, round2 = self.rounds()
+        return arms_race(self.allocator, self.scenario, self.seat, _seeds(self.first_seed, self.seeds), round1, round2,
+                         self.share, self.out)
+
+
+@dataclass
 class Replay:
     """Turn a recording (JSON lines from RecordEpisode) into one self-contained HTML page."""
 
@@ -663,6 +728,7 @@ Subcommand = (
     | Annotated[Tournament, tyro.conf.subcommand("tournament")]
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Exploit, tyro.conf.subcommand("exploit")]
+    | Annotated[ArmsRace, tyro.conf.subcommand("arms-race")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
     | Annotated[Analyze, tyro.conf.subcommand("analyze")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]

@@ -31,6 +31,8 @@ TINY = dict(iterations=2, eval_every=2, eval_seeds=2, train_batch_size=128, mini
             num_envs_per_env_runner=4, hidden=(16, 16), quiet=True)
 
 
+UNSET_PATHS = {"background", "mix_background", "init_from"}  # optional paths: a file leaves them out when unset
+
 def as_data(args: TrainArgs) -> dict:
     return tomllib.loads(experiment_text(args))
 
@@ -38,7 +40,7 @@ def as_data(args: TrainArgs) -> dict:
 def test_a_file_holds_every_field_and_reads_back_as_the_same_arguments():
     args = TrainArgs(experiment="allocator_mixed", lr=1e-3, hidden=(32, 8), iterations=7, vf_clip=float("inf"))
     data = as_data(args)
-    assert set(data["train"]) == {f.name for f in fields(TrainArgs)} - set(SESSION_FIELDS) - {"background"}
+    assert set(data["train"]) == {f.name for f in fields(TrainArgs)} - set(SESSION_FIELDS) - UNSET_PATHS
     assert data["scenarios"] == {n: commons_arena.load_scenario(n).content_hash for n in ("standard", "elevated", "crisis")}
     assert args_from_dict(data) == replace(args, zero_bias=args.favour_strength)  # the default, pinned
 
@@ -48,7 +50,7 @@ def test_shipped_files_load_and_hold_every_hyperparameter(path, monkeypatch):
     monkeypatch.chdir(CONFIGS.parents[1])  # their paths are relative to the repository root
     args = load_experiment(path)
     written = set(tomllib.loads(path.read_text())["train"])
-    missing = {f.name for f in fields(TrainArgs)} - set(SESSION_FIELDS) - written - {"background"}
+    missing = {f.name for f in fields(TrainArgs)} - set(SESSION_FIELDS) - written - UNSET_PATHS
     assert not missing, f"{path.name} lacks {sorted(missing)}: add them (a default that changes must not change a rerun)"
     assert args.iterations is not None  # the budget is iterations; minutes only caps it
 
@@ -82,13 +84,14 @@ def test_a_changed_scenario_is_refused_naming_both_hashes():
         args_from_dict(data)
 
 
-def test_a_changed_background_is_refused(tmp_path):
+@pytest.mark.parametrize("field", ["background", "mix_background"])
+def test_a_changed_background_is_refused(tmp_path, field):
     roster = tmp_path / "bg.toml"
-    roster.write_text('[roles]\nallocator = "planner"\n')
-    data = as_data(TrainArgs(experiment="seats_ppo", learners=("team",), background=roster))
-    assert args_from_dict(data).background == roster
-    roster.write_text('[roles]\nallocator = "proportional"\n')
-    with pytest.raises(ExperimentFileError, match=r"background.sha256: .*changed since"):
+    roster.write_text('[agents]\nsearch = "truthful"\n')
+    data = as_data(TrainArgs(experiment="allocator_ppo", **{field: roster}))
+    assert getattr(args_from_dict(data), field) == roster
+    roster.write_text('[agents]\nsearch = "greedy_bluffer"\n')
+    with pytest.raises(ExperimentFileError, match=rf"^invalid experiment file .*: {field}.sha256: .*changed since"):
         args_from_dict(data)
 
 

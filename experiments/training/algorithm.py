@@ -158,11 +158,13 @@ def build_algorithm(setup: RunSetup, stage: int = 0) -> Algorithm:
 def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     """The RLlib config of the run: its experiment's pieces, resources and learning settings."""
     args, plan, first = setup.args, setup.plan, setup.stages[0]
+    backgrounds = [setup.background, *([setup.mix_background] if setup.mix_background else [])]
     env_config: dict[str, Any] = {
         "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats},
         "background": setup.background.to_dict(),
         # its `learned:` checkpoints as bytes: env runners on other nodes cannot read the driver's paths
-        "checkpoints": pack_all(e.policy for c in setup.stages for e in setup.background.resolve(c, strict=False).values()),
+        "checkpoints": pack_all(e.policy for c in setup.stages for b in backgrounds
+                                for e in b.resolve(c, strict=False).values()),
         "action_codec": dict(setup.codecs),
         "history": dict(setup.histories),
         # by scenario hash: lets the metrics callback report a normalised score per episode
@@ -172,6 +174,8 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     league_parts: dict[str, Any] = {}
     if args.mixed:
         env_config["scenarios"] = list(setup.stages)
+    if setup.mix_background is not None:  # drawn per training episode (experiments.training.env)
+        env_config["background_mix"] = {"background": setup.mix_background.to_dict(), "share": args.mix_share}
     if args.experiment == "allocator_curriculum":
         env_config["curriculum"] = {"stages": list(setup.stages), "promote_at": args.promote_at,
                                     "min_iterations": args.promote_after, "stage": stage}

@@ -50,6 +50,12 @@ class TrainArgs:
     background: Annotated[Path | None, tyro.conf.arg(aliases=("--population",))] = None
     """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
     default: the scenario's own population (--population, as play and serve call it, is the same flag)"""
+    mix_background: Path | None = None
+    """a second roster (scripted or learned:<dir> entries, the rest each scenario's own population) that
+    replaces --background in a --mix-share of training episodes, drawn per episode (e.g. a frozen best
+    response in one team seat: the arms race, docs/negotiation.md); held-out evaluations play --background"""
+    mix_share: float = 0.5
+    """share of training episodes played with --mix-background"""
     league_scripted: tuple[str, ...] = ("truthful", "greedy_bluffer")
     """league: the scripted team policies in the mix (beside the learner and its snapshots)"""
     snapshot_margin: float = 0.1
@@ -104,6 +110,10 @@ class TrainArgs:
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone. Default 3.0; 0 in
     best_response and 1.0 in selfplay, where at 3.0 the learner never left it (args.py constants)"""
+    init_from: str | None = None
+    """start the learning allocator from a data-only checkpoint's policy (learned:<dir>) instead of its
+    codec's zero code: its weights and observation scale; the value function starts fresh. Refused unless
+    its codec, history, hidden sizes and spaces are the run's (experiments/training/warm_start.py)"""
     history: int = 1
     """ticks of observation the module sees, stacked newest first (1 = this tick only)"""
     use_lstm: bool = False
@@ -181,6 +191,8 @@ class TrainArgs:
             (self.report_seeds >= 2, f"--report-seeds must be at least 2 (a paired CI), got {self.report_seeds}"),
             (self.report_first_seed >= 0, f"--report-first-seed must be non-negative, got {self.report_first_seed}"),
             (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),
+            (math.isfinite(self.mix_share) and 0 < self.mix_share < 1,
+             f"--mix-share must be strictly between 0 and 1, got {self.mix_share}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),

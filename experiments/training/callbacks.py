@@ -16,11 +16,12 @@ from typing import Any
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from commons_arena.enums import ALLOCATOR
-from experiments.training.env import Scenario
+from experiments.training.env import MIX_INFO, Scenario
 
 # Where the allocator's custom metrics land: result["env_runners"][<this>][<term>].
 REWARD_TERMS_KEY = "allocator_reward_terms"
 EPISODE_TOTALS_KEY = "allocator_episode"
+MIX_SHARE_KEY = "mix_background_share"  # share of the training episodes that played the mix background
 
 
 class RewardTermsCallback(RLlibCallback):
@@ -66,6 +67,8 @@ class RewardTermsCallback(RLlibCallback):
             metrics_logger.log_value((REWARD_TERMS_KEY, term), total, reduce="mean", window=window)
         final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
         totals = final.get("episode", {})
+        if MIX_INFO in final:
+            metrics_logger.log_value(MIX_SHARE_KEY, float(final[MIX_INFO]), reduce="mean", window=window)
         for key, value in totals.items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
         # Normalised score of this training episode, against the random/oracle means of the

@@ -16,6 +16,8 @@ reruns it. Flags given with ``--config`` override the file's values. The layout:
 
     [background]            # only with train.background: the roster file's sha256
     sha256 = "..."
+    [mix_background]        # only with train.mix_background: the same for that roster
+    sha256 = "..."
 
 Validated like scenarios and rosters: unknown keys are refused with their path
 (``train.lrr: Extra inputs are not permitted``), values are checked by type and then by
@@ -42,6 +44,7 @@ from experiments.training.args import TrainArgs
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
+ROSTER_FIELDS = ("background", "mix_background")  # roster files whose sha256 the file records
 HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
           "# (flags given beside --config override its values; docs/training.md)\n")
 
@@ -65,9 +68,9 @@ class _Background(BaseModel):
 
 
 def _file_model() -> type[BaseModel]:
+    rosters: dict[str, Any] = {name: (_Background | None, None) for name in ROSTER_FIELDS}
     return create_model("ExperimentFile", __config__=ConfigDict(extra="forbid"),
-                        train=(_train_section(), ...), scenarios=(dict[str, str], ...),
-                        background=(_Background | None, None))
+                        train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
 
 
 def _format(err: ValidationError) -> str:
@@ -109,16 +112,17 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
             raise ExperimentFileError(
                 f"invalid experiment file {source}: scenarios.{name}: the scenario changed since the file was "
                 f"written (file: {recorded}, now: {current}); rerun with the scenario as it was, or update the hash")
-    background = model.background  # type: ignore[attr-defined]
-    if (background is None) != (args.background is None):
-        raise ExperimentFileError(f"invalid experiment file {source}: background.sha256 goes with train.background "
-                                  "(both or neither)")
-    if background is not None and args.background is not None:
-        current = file_hash(args.background)
-        if current != background.sha256:
-            raise ExperimentFileError(
-                f"invalid experiment file {source}: background.sha256: {args.background} changed since the file "
-                f"was written (file: {background.sha256}, now: {current})")
+    for name in ROSTER_FIELDS:
+        recorded, roster = getattr(model, name), getattr(args, name)
+        if (recorded is None) != (roster is None):
+            raise ExperimentFileError(f"invalid experiment file {source}: {name}.sha256 goes with train.{name} "
+                                      "(both or neither)")
+        if recorded is not None and roster is not None:
+            current = file_hash(roster)
+            if current != recorded.sha256:
+                raise ExperimentFileError(
+                    f"invalid experiment file {source}: {name}.sha256: {roster} changed since the file "
+                    f"was written (file: {recorded.sha256}, now: {current})")
     return args
 
 
@@ -163,8 +167,9 @@ def experiment_text(args: TrainArgs) -> str:
         lines.append(f"{f.name} = {_toml_value(value)}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
     lines += [f"{name} = {_toml_value(digest)}" for name, digest in scenario_hashes(args).items()]
-    if args.background is not None:
-        lines += ["", "[background]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(args.background))}"]
+    for name in ROSTER_FIELDS:
+        if getattr(args, name) is not None:
+            lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 

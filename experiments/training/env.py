@@ -46,6 +46,8 @@ def scenario_key(scenario: Scenario) -> str:
     return scenario if isinstance(scenario, str) else scenario.content_hash
 
 
+MIX_INFO = "mix_background"  # in every seat's infos of a run with a background mix: 1.0 if this episode plays it
+
 TRAINING_SEEDS = (2**20, 2**31 - 1)  # [low, high) of training episode seeds; evaluations use seeds below
 
 
@@ -69,7 +71,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
     codec, ``history`` agent -> stacked ticks, and for seats of a shared module
     ``seat_identity`` agent -> [index, size] of their appended one-hot identity, see
     ``experiments.training.seats``), built per scenario because codecs read the scenario's
-    public parameters.
+    public parameters. ``background_mix`` (``{"background": Population.to_dict(), "share": p}``)
+    replaces the background by that one in a share ``p`` of episodes, drawn per episode
+    (:attr:`mix_background_played`, and ``infos[seat]["mix_background"]`` 1.0 / 0.0 so a
+    callback can count them).
 
     Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
     ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
@@ -105,9 +110,14 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._learned = list(cfg.get("learned_agents", []))
         self._in_env = bool(cfg.get("scripted_in_env", False))
         self._background = cfg.get("background")
+        mix = cfg.get("background_mix")
+        self._mix_background = None if not mix else mix["background"]
+        self._mix_share = 0.0 if not mix else float(mix["share"])
+        self.mix_background_played = False  # this episode plays the mix background
         self._seeds = np.random.default_rng()
         self.episode_seed: int | None = None  # the seed of the episode being played
-        self._envs: dict[str, tuple[Any, Any, dict[str, Any]]] = {}  # scenario key -> (arena, seats, interfaces)
+        # (scenario key, mix background?) -> (arena, seats, interfaces)
+        self._envs: dict[tuple[str, bool], tuple[Any, Any, dict[str, Any]]] = {}
         self._next_scenario: Scenario | None = None
         self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
         for other in self._mix[1:]:
@@ -128,14 +138,17 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Dict(act_spaces)
 
-    def _use(self, scenario: Scenario) -> None:
-        """Play ``scenario`` from now on (its arena, focal env and interfaces are built once)."""
-        key = scenario_key(scenario)
+    def _use(self, scenario: Scenario, mix_background: bool = False) -> None:
+        """Play ``scenario`` (with the mix background) from now on (its arena, focal env and
+        interfaces are built once)."""
+        self._scenario = scenario
+        key = (scenario_key(scenario), mix_background)
         if key not in self._envs:
             par_env = self._make(scenario=scenario, **self._env_kwargs)
             if self._in_env:
                 config = par_env.config
-                background = Population.from_dict(self._background) if self._background else Population.default(config)
+                chosen = self._mix_background if mix_background else self._background
+                background = Population.from_dict(chosen) if chosen else Population.default(config)
                 seats = FocalEnv(par_env, self._learned, background)
             else:
                 seats = FocalEnv(par_env, par_env.possible_agents, {})
@@ -180,13 +193,22 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self._next_scenario = None
         elif self._mix:
             self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
+        if self._mix_background is not None:  # drawn only when there is one: other runs' seeds stay as they were
+            self.mix_background_played = bool(self._seeds.random() < self._mix_share)
+            self._use(self._scenario, self.mix_background_played)
         episode_seed = int(self._seeds.integers(*TRAINING_SEEDS))
         self.episode_seed = episode_seed  # a league draws its matchup from it (experiments.training.league)
         obs, infos = self.seats.reset(seed=episode_seed, options=options)
         for interface in self._interfaces.values():
             interface.reset()
         self.agents = list(self.seats.agents)
-        return self._module_view(obs), infos
+        return self._module_view(obs), self._tag(infos)
+
+    def _tag(self, infos: MultiAgentDict) -> MultiAgentDict:
+        if self._mix_background is None:
+            return infos
+        played = float(self.mix_background_played)
+        return {a: {**info, MIX_INFO: played} for a, info in infos.items()}
 
     def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
         """Keep the raw observations (codecs decode with them); learned agents get their
@@ -218,7 +240,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
         float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
-        return self._module_view(obs), float_rewards, terminateds, truncateds, infos
+        return self._module_view(obs), float_rewards, terminateds, truncateds, self._tag(infos)
 
     def render(self) -> Any:
         return self.par_env.render()

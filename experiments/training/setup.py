@@ -25,6 +25,7 @@ from experiments.training.args import SWITCHING, TrainArgs
 from experiments.training.heldout import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
+from experiments.training.warm_start import check_warm_start, warm_scale
 from policies.focal import FocalEnv
 from policies.learned import observation_scale
 from policies.population import Population
@@ -43,6 +44,7 @@ class RunSetup:
     stages: tuple[ScenarioConfig, ...]  # args.stages parsed, same order
     plan: SeatPlan
     background: Population  # the seats that do not learn (a roster or the scenario's own)
+    mix_background: Population | None  # replaces `background` in a share of training episodes (args.mix_share)
     scripted_in_env: bool  # the background plays inside the env (else as RLlib modules)
     codecs: Mapping[str, str]  # learning seat -> action codec (raw seats absent; seat_codecs.py)
     histories: Mapping[str, int]  # learning seat -> ticks of observation its module sees
@@ -71,11 +73,19 @@ def resolve(args: TrainArgs) -> RunSetup:
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
+    if args.init_from is not None:
+        if plan.seats != [ALLOCATOR] or args.use_lstm:
+            raise ValueError(f"--init-from starts the allocator learning alone (no LSTM); {args.experiment} trains "
+                             f"{plan.seats}")
+        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden)
+    if args.mix_background is not None and not args.scripted_in_env:
+        raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
     return RunSetup(
         args=args,
         stages=stages,
         plan=plan,
         background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
+        mix_background=None if args.mix_background is None else background_population(args.mix_background, stages[0]),
         # a curriculum, a mix or a league switches populations (or members): those play in the env
         scripted_in_env=args.scripted_in_env or args.experiment in SWITCHING,
         codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=args.experiment == "league"),
@@ -135,6 +145,8 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
                   for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
         scales = fit_scales(setup)
+        if setup.args.init_from is not None:  # the checkpoint's weights were trained on its own scale
+            scales[ALLOCATOR] = warm_scale(setup.args.init_from)
         scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
     if references_path.is_file():

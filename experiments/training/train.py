@@ -63,13 +63,14 @@ from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
-from experiments.training.callbacks import set_scenario_everywhere
+from experiments.training.callbacks import MIX_SHARE_KEY, set_scenario_everywhere
 from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
 from experiments.training.heldout import allocator_reports, describe, evaluate
 from experiments.training.reporting import Reporter, plot, scalars
 from experiments.training.runs import RunState, open_run, run_args, save_state
 from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
+from experiments.training.warm_start import load_warm_start
 from experiments.training.weights import favour_zero_code
 
 
@@ -97,7 +98,10 @@ def train(args: TrainArgs) -> Path:
         if args.experiment == "league":
             league.push_weights(algo, [m for m in getattr(algo, "_league_pool", []) if m.startswith(league.SNAPSHOT_PREFIX)])
     else:
-        favour_zero_code(algo, setup)
+        if args.init_from is not None:  # the allocator continues a checkpoint's policy (warm_start.py)
+            load_warm_start(algo, setup.plan.module_of[ALLOCATOR], args.init_from)
+        else:
+            favour_zero_code(algo, setup)
         keep_untrained(algo, setup, run)
     if not args.mixed:
         set_scenario_everywhere(algo, setup.stages[state.stage])
@@ -179,6 +183,13 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
           f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))
 
 
+def mix_share(result: dict[str, Any]) -> dict[str, float]:
+    """``train_mix_share``: the share of the smoothing window's training episodes that played
+    ``--mix-background`` (absent without one)."""
+    share = result.get("env_runners", {}).get(MIX_SHARE_KEY)
+    return {} if share is None else {"train_mix_share": float(share)}
+
+
 def untrained_row(run: Path) -> dict[str, Any] | None:
     path = run / UNTRAINED / "heldout.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -199,6 +210,7 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
     scenario = "mixed" if setup.args.mixed else scenarios[0].name
     row = {"iteration": state.iterations, "env_steps": state.env_steps, "scenario": scenario,
            "train_return": train_return, **({"league": result["league"]} if "league" in result else {}),
+           **mix_share(result),
            **{k: v for k, v in results.items() if k not in ("eval_return", "score")},
            "minutes": state.seconds / 60, "eval_return": results["eval_return"], "score": results["score"]}
     state.history.append(row)
