@@ -11,13 +11,12 @@ import pytest
 from commons_arena.recording import read_recording
 from experiments.evaluation.evaluate import (
     evaluate,
-    mean_ci95,
     normalised_score,
-    paired_difference,
     plain_ratio,
     versus_best,
     write_tables,
 )
+from experiments.evaluation.statistics import mean_ci95, paired_difference
 
 SEEDS = [11, 12, 13]
 

@@ -22,6 +22,7 @@ from ray.tune.registry import register_env
 
 import commons_arena
 from commons_arena.scenario import ScenarioConfig
+from experiments.seeds import SEED_RANGES
 from policies.focal import FocalEnv
 from policies.learned import ModuleInterface
 from policies.population import Population
@@ -46,7 +47,8 @@ def scenario_key(scenario: Scenario) -> str:
     return scenario if isinstance(scenario, str) else scenario.content_hash
 
 
-TRAINING_SEEDS = (2**20, 2**31 - 1)  # [low, high) of training episode seeds; evaluations use seeds below
+# [low, high) of training episode seeds; every evaluation range lies below (experiments/seeds.py)
+TRAINING_SEEDS = (SEED_RANGES["training"].first, SEED_RANGES["training"].stop)
 
 
 class ArenaRLlibEnv(MultiAgentEnv):
