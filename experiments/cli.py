@@ -32,7 +32,8 @@ import numpy as np
 import tyro
 
 import commons_arena
-from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, MAX_SEED, validate_lineup, validate_seeds
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
+from experiments.seeds import MAX_SEED, SEED_RANGES, validate_seeds
 from experiments.training.args import TrainArgs
 from experiments.training.hash_seed import pin_hash_seed
 
@@ -217,11 +218,11 @@ class Play:
         return summary
 
     def _background(self, env):
-        from policies.base import UniformRandomPolicy
+        from policies.base import uniform_random_policies
         from policies.population import Population
 
         if self.population is None:
-            return {agent: UniformRandomPolicy(env.action_space(agent).nvec) for agent in env.possible_agents}
+            return uniform_random_policies(env, env.possible_agents)
         if self.population == "default":
             return Population.default(env.config)
         return Population.from_toml(self.population, env.config)
@@ -239,8 +240,8 @@ class Evaluate:
     allocator is 'learned:<checkpoint dir>'"""
     seeds: int = 20
     """number of seeds"""
-    first_seed: int = 1000
-    """seeds are first_seed .. first_seed + seeds - 1"""
+    first_seed: int = SEED_RANGES["evaluate"].first
+    """seeds are first_seed .. first_seed + seeds - 1 (default: the evaluate range, experiments/seeds.py)"""
     misreport: bool = True
     """also compute each team's misreport gain (greedy_bluffer minus truthful)"""
     out: Path = Path("results/evaluation")
@@ -255,7 +256,8 @@ class Evaluate:
         refuse_overwrite(self.out, self.force, what="folder")
 
     def run(self):
-        from experiments.evaluation.evaluate import evaluate, markdown_table, write_tables
+        from experiments.evaluation.evaluate import evaluate, write_tables
+        from experiments.evaluation.tables import markdown_table
 
         scenarios, seeds = _scenarios(self.scenarios), _seeds(self.first_seed, self.seeds)
         for name in scenarios:
@@ -293,7 +295,8 @@ class Tournament:
     seeds: int | None = None
     """without a roster: matches per scenario (default 20)"""
     first_seed: int | None = None
-    """without a roster: held-out seeds first_seed .. first_seed + seeds - 1 (default 5000; training never uses them)"""
+    """without a roster: held-out seeds first_seed .. first_seed + seeds - 1 (default 5000, the tournament range of
+    experiments/seeds.py; training never uses them)"""
     out: Path | None = None
     """output folder (default results/tournament, or results/tournament/<roster name> with a roster)"""
     db: Path | None = None
@@ -322,7 +325,8 @@ class Tournament:
             if given:
                 raise UsageError(f"give a roster file or {', '.join(given)}, not both (the roster names its own)")
             return load_roster(self.roster)
-        seeds = _seeds(5000 if self.first_seed is None else self.first_seed, 20 if self.seeds is None else self.seeds)
+        first = SEED_RANGES["tournament"].first if self.first_seed is None else self.first_seed
+        seeds = _seeds(first, 20 if self.seeds is None else self.seeds)
         return flag_roster(_scenarios(self.scenarios or ("standard", "elevated", "crisis")),
                            list(self.allocators if self.allocators is not None else BASELINE_ALLOCATORS), seeds)
 
@@ -353,7 +357,8 @@ class Tournament:
             refuse_overwrite(out, self.force, inputs=inputs, what="folder")
 
     def run(self):
-        from experiments.evaluation.evaluate import markdown_table
+        from experiments.evaluation.engine import PlayOptions
+        from experiments.evaluation.tables import markdown_table
         from experiments.evaluation.tournament import run_tournament
 
         roster = getattr(self, "_roster", None) or self.build_roster()  # main() validated it already
@@ -362,9 +367,9 @@ class Tournament:
             print(f"scenario {cfg.name}: hash {cfg.content_hash}")
         print(f"{roster.seat} seat: {len(roster.players)} players x {len(roster.scenarios)} scenarios x "
               f"{len(roster.backgrounds)} backgrounds x {len(roster.seeds)} seeds = {roster.episodes} episodes")
-        result = run_tournament(roster, out, db=self.db, workers=self.workers, address=self.address,
-                                allow_changed=self.allow_changed, progress=self.progress,
-                                ray_min_seconds=self.ray_min_seconds)
+        options = PlayOptions(workers=self.workers, address=self.address, allow_changed=self.allow_changed,
+                              progress=self.progress, ray_min_seconds=self.ray_min_seconds)
+        result = run_tournament(roster, out, db=self.db, options=options)
         if result.play.played:
             print(f"played {result.play.played} episodes in {result.play.seconds:.1f} s "
                   f"({result.play.episodes_per_second:.0f} episodes/s, {result.play.mode}) into {result.store}")
@@ -440,8 +445,8 @@ class Exploit:
     """wall-clock cap per best response (whichever of --iterations and --minutes comes first)"""
     seeds: int = 100
     """held-out seeds of every paired evaluation"""
-    first_seed: int = 700_000
-    """held-out seeds first_seed .. first_seed + seeds - 1 (training never plays seeds below 2**20)"""
+    first_seed: int = SEED_RANGES["exploit"].first
+    """held-out seeds first_seed .. first_seed + seeds - 1 (the exploit range of experiments/seeds.py)"""
     out: Path = Path("results/exploit")
     """output folder: exploit.md / .csv / .png and one folder per cell (its checkpoint plays as learned:)"""
     force: bool = False
@@ -500,8 +505,8 @@ class ArmsRace:
     """share of round 2's training episodes in which B1 plays the seat (the rest: each scenario's own population)"""
     seeds: int = 100
     """held-out seeds of every paired comparison"""
-    first_seed: int = 720_000
-    """held-out seeds first_seed .. first_seed + seeds - 1 (training never plays seeds below 2**20)"""
+    first_seed: int = SEED_RANGES["arms_race"].first
+    """held-out seeds first_seed .. first_seed + seeds - 1 (experiments/seeds.py)"""
     out: Path = Path("results/arms_race")
     """output folder: arms_race.md / .csv / .png / .json, round1/, round2/, play/"""
     force: bool = False
@@ -669,8 +674,8 @@ class Analyze:
     """which of the run's checkpoints: 'checkpoint' (latest), 'best' or 'iteration_0' (untrained)"""
     seeds: int = 10
     """held-out episodes per comparison"""
-    first_seed: int = 700_000
-    """held-out seeds first_seed .. first_seed + seeds - 1 (training never uses them)"""
+    first_seed: int = SEED_RANGES["exploit"].first
+    """held-out seeds first_seed .. first_seed + seeds - 1 (the exploit range of experiments/seeds.py)"""
     out: Path | None = None
     """output folder (default: <run>/analysis)"""
     force: bool = False

@@ -12,6 +12,7 @@ fields by name and clips every action into the agent's ``MultiDiscrete`` space.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -109,3 +110,10 @@ class UniformRandomPolicy:
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         return self.rng.integers(0, self.nvec)
+
+
+def uniform_random_policies(env: Any, agents: Iterable[str]) -> dict[str, Policy]:
+    """A :class:`UniformRandomPolicy` for each of ``agents`` over its action space in ``env``: the one
+    place a seat is made to act uniformly at random (``play`` without a population, a tournament's
+    ``random`` anchor in a team or broker seat, analysis's scale of random teams)."""
+    return {agent: UniformRandomPolicy(env.action_space(agent).nvec) for agent in agents}

@@ -213,9 +213,9 @@ def test_checkpoint_that_does_not_fit_names_both(checkpoint, tmp_path):
 
 
 def test_corrections_benchmark_reads_what_a_need_checkpoint_played(tmp_path):
-    """experiments.bench.corrections: recording a need-codec checkpoint's corrections does not
+    """experiments.evaluation.corrections: recording a need-codec checkpoint's corrections does not
     change its play, and the recorded mean at tick 0 is the module's own tick-0 correction."""
-    from experiments.bench.corrections import CorrectionRecorder, mean_corrections
+    from experiments.evaluation.corrections import CorrectionRecorder, mean_corrections
     from policies.learned import ModuleInterface
 
     env = commons_arena.parallel_env("crisis")

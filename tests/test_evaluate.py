@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,13 +12,12 @@ import pytest
 from commons_arena.recording import read_recording
 from experiments.evaluation.evaluate import (
     evaluate,
-    mean_ci95,
     normalised_score,
-    paired_difference,
     plain_ratio,
     versus_best,
     write_tables,
 )
+from experiments.evaluation.statistics import mean_ci95, paired_difference
 
 SEEDS = [11, 12, 13]
 
@@ -111,3 +111,30 @@ def test_evaluation_runs_are_recorded(result):
     recorded = [e["summary"]["episode_info"]["allocator"]["return"] for e in episodes]
     played = [e["allocator"]["return"] for e in res.episodes[("standard", "edf")]]
     assert recorded == pytest.approx(played)
+
+
+def test_tables_have_one_writer():
+    """Every CSV and markdown table of experiments/ is written by experiments/evaluation/tables.py
+    (bench/serve.py prints its rows live, one per load level as it finishes: a progress printout)."""
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    writers = {"tables.py"}
+    live = {"serve.py"}
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name not in writers:
+            assert "csv." not in text, f"{path}: writes CSV itself; use experiments.evaluation.tables"
+        if path.name not in writers | live:
+            assert '"|---' not in text and "'|---" not in text, f"{path}: builds a markdown table; use markdown_table"
+
+
+def test_markdown_table_formats_numbers_one_way(tmp_path):
+    from experiments.evaluation.tables import markdown_table, write_table
+
+    rows = [{"name": "a", "small": 1.23456, "large": 123.456, "missing": float("nan"), "count": 3, "text": "+1.0 ± 2"}]
+    assert markdown_table(rows).splitlines() == [
+        "| name | small | large | missing | count | text |", "|---|---|---|---|---|---|",
+        "| a | 1.235 | 123.5 | nan | 3 | +1.0 ± 2 |"]
+    assert write_table([], tmp_path, "empty") == []
+    csv_path, md_path = write_table(rows, tmp_path, "t", preamble="# T\n\n")
+    assert csv_path.read_text().splitlines()[0] == "name,small,large,missing,count,text"
+    assert md_path.read_text().startswith("# T\n\n| name |")

@@ -161,7 +161,7 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
 
 def test_bluffers_declare_more_than_truthful_teams():
     """The analysis measures what it claims: greedy bluffers' declared/need ratio exceeds truthful teams'."""
-    from experiments.evaluation.analysis import declared_to_need, play_many_traced, slope
+    from experiments.evaluation.traces import declared_to_need, play_many_traced, slope
 
     config = commons_arena.load_scenario("standard")
     seeds = range(3)

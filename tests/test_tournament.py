@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +18,19 @@ import pytest
 
 import commons_arena
 from experiments.cli import main
+from experiments.evaluation.engine import (
+    QUIET,
+    batches,
+    choose_workers,
+    group_seconds,
+    missing_groups,
+    play_roster,
+)
 from experiments.evaluation.evaluate import evaluate
 from experiments.evaluation.metagame import match_ranks, nash_win_rates, zero_sum_nash
 from experiments.evaluation.roster import RosterError, load_roster, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
-from experiments.evaluation.tournament import (
-    batches,
-    choose_workers,
-    flag_roster,
-    group_seconds,
-    missing_groups,
-    play_roster,
-    run_tournament,
-)
+from experiments.evaluation.tournament import flag_roster, run_tournament
 from tests.test_cli_errors import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ roles = { team = "greedy_bluffer" }
 def allocator_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("allocator")
     roster = load_roster(write(out / "roster.toml", ALLOCATOR_ROSTER))
-    return roster, run_tournament(roster, out, progress=False, log=lambda *_: None), out
+    return roster, run_tournament(roster, out, options=QUIET), out
 
 
 # --------------------------------------------------------------------------- rosters
@@ -169,7 +170,7 @@ def test_other_seats(tmp_path):
     for seat, entrants in (("search", ["truthful", "greedy_bluffer"]), ("teams", ["truthful", "safety_first"]),
                            ("broker", ["demand_priced", "fixed_price"])):
         roster = roster_from_dict({"seat": seat, "scenarios": ["standard"], "seeds": [3, 4], "entrants": entrants})
-        result = run_tournament(roster, tmp_path / seat, progress=False, log=lambda *_: None)
+        result = run_tournament(roster, tmp_path / seat, options=QUIET)
         scores = {row["player"]: row for row in result.aggregates.scores}
         assert set(scores) == {*entrants, "random"}
         assert scores["random"]["score"] == pytest.approx(0.0)
@@ -180,7 +181,7 @@ def test_the_focal_seat_is_the_players(tmp_path):
     """A background's entry for the focal seat never plays: the focal agents are the player's."""
     roster = roster_from_dict({"seat": "search", "scenarios": ["standard"], "seeds": [5], "entrants": ["truthful"],
                                "backgrounds": {"b": {"agents": {"search": "greedy_bluffer"}}}})
-    result = run_tournament(roster, tmp_path, progress=False, log=lambda *_: None)
+    result = run_tournament(roster, tmp_path, options=QUIET)
     with ResultStore(result.store) as store:
         row = next(r for r in store.rows() if r["player"] == "truthful")
     env = commons_arena.parallel_env(scenario="standard")
@@ -213,7 +214,7 @@ def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
 def test_ray_batches_store_the_same_rows(ray_session, allocator_run, tmp_path):
     roster, result, _ = allocator_run
     with ResultStore(tmp_path / "ray.sqlite") as store:
-        report = play_roster(roster, store, workers=2, ray_min_seconds=0.0, progress=False, log=lambda *_: None)
+        report = play_roster(roster, store, replace(QUIET, workers=2, ray_min_seconds=0.0))
     assert report.mode == "ray x2" and report.played == roster.episodes
     assert stored(tmp_path / "ray.sqlite") == stored(result.store)
 
@@ -236,30 +237,30 @@ def test_rerun_plays_only_missing_rows(allocator_run, tmp_path):
     with sqlite3.connect(result.store) as src, sqlite3.connect(db) as dst:
         src.backup(dst)
         dst.execute("DELETE FROM episodes WHERE player = 'edf' AND seed = 12")
-    again = run_tournament(roster, tmp_path, db=db, progress=False, log=lambda *_: None)
+    again = run_tournament(roster, tmp_path, db=db, options=QUIET)
     assert again.play.played == 2 and again.play.already_stored == roster.episodes - 2
     assert stored(db) == stored(result.store)
-    assert run_tournament(roster, tmp_path, db=db, progress=False, log=lambda *_: None).play.played == 0
+    assert run_tournament(roster, tmp_path, db=db, options=QUIET).play.played == 0
 
 
 def test_a_changed_scenario_is_refused_unless_allowed(tmp_path, tiny, write_scenario):
     path = write_scenario(tiny, filename="tiny.toml")
     data = {"scenarios": [str(path)], "seeds": [1, 2], "entrants": ["edf"], "anchors": {"high": "best_fit"}}
-    run_tournament(roster_from_dict(data), tmp_path / "out", progress=False, log=lambda *_: None)
+    run_tournament(roster_from_dict(data), tmp_path / "out", options=QUIET)
     tiny["budget"] = 25.0
     write_scenario(tiny, filename="tiny.toml")
     changed = roster_from_dict(data)
     with pytest.raises(ChangedError, match="scenario 'tiny' is now .*--allow-changed"):
-        run_tournament(changed, tmp_path / "out", progress=False, log=lambda *_: None)
-    result = run_tournament(changed, tmp_path / "out", allow_changed=True, progress=False, log=lambda *_: None)
+        run_tournament(changed, tmp_path / "out", options=QUIET)
+    result = run_tournament(changed, tmp_path / "out", options=replace(QUIET, allow_changed=True))
     assert result.play.played == 3 * 2
     assert len(stored(result.store)) == 2 * 3 * 2  # the old rows stay; the tables use the new ones
     assert {row["episodes"] for row in result.aggregates.scores} == {2}
-    again = run_tournament(changed, tmp_path / "out", progress=False, log=lambda *_: None)  # accepted once: no flag
+    again = run_tournament(changed, tmp_path / "out", options=QUIET)  # accepted once: no flag
     assert again.play.played == 0
     tiny["budget"] = 20.0  # back to the first version: its rows are still there
     write_scenario(tiny, filename="tiny.toml")
-    assert run_tournament(roster_from_dict(data), tmp_path / "out", progress=False, log=lambda *_: None).play.played == 0
+    assert run_tournament(roster_from_dict(data), tmp_path / "out", options=QUIET).play.played == 0
 
 
 KILL_ROSTER = """
@@ -276,7 +277,7 @@ def uninterrupted(tmp_path_factory):
     """The kill test's roster and the rows of its uninterrupted, in-process run."""
     out = tmp_path_factory.mktemp("whole")
     roster_path = write(out / "kill.toml", KILL_ROSTER)
-    whole = run_tournament(load_roster(roster_path), out, workers=1, progress=False, log=lambda *_: None)
+    whole = run_tournament(load_roster(roster_path), out, options=replace(QUIET, workers=1))
     return roster_path, stored(whole.store)
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from experiments.evaluation.engine import QUIET
 from experiments.evaluation.roster import RosterError, roster_from_dict
 from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
@@ -135,7 +136,7 @@ def test_learned_checkpoints_in_a_tournament(trained, tmp_path):
     """A checkpoint as an entrant and inside a background; one that does not fit, or that changed, is refused."""
     checkpoint = tmp_path / "ckpt"
     shutil.copytree(trained, checkpoint)
-    quiet = {"progress": False, "log": lambda *_: None}
+    quiet = {"options": QUIET}
     roster = {"scenarios": ["standard"], "seeds": [1, 2], "entrants": {"ppo": f"learned:{checkpoint}", "edf": "edf"},
               "backgrounds": {"default": {}, "bluffers": {"roles": {"team": "greedy_bluffer"}}}}
     result = run_tournament(roster_from_dict(roster), tmp_path / "a", **quiet)

@@ -21,14 +21,14 @@ import os
 import sqlite3
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tyro
 
+from experiments.evaluation.engine import QUIET, play_roster
 from experiments.evaluation.roster import Roster, roster_from_dict
 from experiments.evaluation.store import ResultStore
-from experiments.evaluation.tournament import play_roster
 from policies.registry import available_policies
 
 
@@ -59,12 +59,11 @@ def main(args: Args) -> dict[str, float]:
     roster = scripted_roster(args.scenario, args.seeds)
     print(f"{roster.episodes} scripted episodes on {args.scenario} ({len(roster.players)} allocators x {args.seeds} "
           f"seeds); {os.cpu_count()} CPUs on this machine")
-    quiet = lambda *_: None  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
         one, many = Path(tmp) / "one.sqlite", Path(tmp) / "ray.sqlite"
         cpu = time.process_time()
         with ResultStore(one) as store:
-            single = play_roster(roster, store, workers=1, progress=False, log=quiet)
+            single = play_roster(roster, store, replace(QUIET, workers=1))
         single_cpu = time.process_time() - cpu
         start = time.perf_counter()
         ray.init(num_cpus=args.ray_workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -74,7 +73,7 @@ def main(args: Args) -> dict[str, float]:
         startup = time.perf_counter() - start
         cpu = time.process_time()
         with ResultStore(many) as store:
-            parallel = play_roster(roster, store, workers=args.ray_workers, ray_min_seconds=0.0, progress=False, log=quiet)
+            parallel = play_roster(roster, store, replace(QUIET, workers=args.ray_workers, ray_min_seconds=0.0))
         driver_cpu = time.process_time() - cpu
         ray.shutdown()
         identical = _rows(one) == _rows(many)

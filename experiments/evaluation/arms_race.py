@@ -38,11 +38,13 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.evaluate import markdown_table, mean_ci95
+from experiments.evaluation.engine import QUIET, planned_keys
 from experiments.evaluation.exploit import TEAM_BASE, Cell, train_best_response
 from experiments.evaluation.roster import roster_from_dict
+from experiments.evaluation.statistics import mean_ci95
 from experiments.evaluation.store import ResultStore
-from experiments.evaluation.tournament import _write_table, planned_keys, run_tournament
+from experiments.evaluation.tables import markdown_table, write_table
+from experiments.evaluation.tournament import run_tournament
 from experiments.training.args import CURRICULUM, TrainArgs
 from experiments.training.warm_start import LEARNED_PREFIX, checkpoint_dir
 
@@ -87,7 +89,7 @@ def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, 
     roster = roster_from_dict({"name": name, "seat": seat, "scenarios": list(scenarios), "seeds": list(seeds),
                                "entrants": dict(entrants), "backgrounds": {k: dict(v) for k, v in backgrounds.items()},
                                "anchors": dict(anchors or {})}, source=f"arms race: {name}")
-    result = run_tournament(roster, folder, workers=1, progress=False, log=lambda *_: None)
+    result = run_tournament(roster, folder, options=replace(QUIET, workers=1))
     with ResultStore(result.store) as store:
         rows = store.rows(planned_keys(roster))
     by_seed: dict[tuple[str, str, str], dict[int, float]] = {}
@@ -146,7 +148,7 @@ def write_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta:
     """``arms_race.{csv,md,png,json}`` in ``out``."""
     from experiments.viewing.plots import score_bars
 
-    written = _write_table(rows, out, "arms_race")
+    written = write_table(rows, out, "arms_race")
     (out / "arms_race.md").write_text(
         "# The arms race, two rounds\n\n"
         f"A1 = `{meta['allocator']}`; B1 = `learned:{meta['bluffer']}` (best response in `{meta['seat']}` on "

@@ -12,14 +12,15 @@ and the episode statistics. A second table gives each team's **misreport gain**:
     commons-arena evaluate --scenarios standard deadline_crunch --allocators proportional edf --seeds 20
 
 Writes ``<out>/evaluation.csv``, ``evaluation.md``, ``misreport.csv``, ``misreport.md`` and a
-score plot ``scores.png``. The mean-and-CI arithmetic is done by numpy/scipy; the progress
-bar is tqdm.
+score plot ``scores.png``. Each (scenario, allocator) run is one :class:`~experiments.evaluation.engine.Group`
+of the engine (the allocator in the allocator seat, the scenario's own population around
+it): the same episodes a tournament plays on the same seeds. This module is the lineup
+and the aggregates (statistics: :mod:`experiments.evaluation.statistics`; tables:
+:mod:`experiments.evaluation.tables`); the progress bar is tqdm.
 """
 
 from __future__ import annotations
 
-import csv
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +31,14 @@ from tqdm import tqdm
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from commons_arena.recording import RecordEpisode
-from experiments.evaluation.statistics import mean_ci
+from experiments.evaluation.engine import Group, play_episodes
+from experiments.evaluation.roster import Player
+from experiments.evaluation.statistics import mean_ci95, paired_difference
+from experiments.evaluation.store import EpisodeKey
+from experiments.evaluation.tables import write_table
+from experiments.seeds import validate_seeds
 from policies.allocators import SCRIPTED_ALLOCATORS
-from policies.population import Population, run_episode
+from policies.population import Entry, Population
 
 RANDOM, ORACLE, PLANNER = "random", "oracle", "planner"
 # the scripted allocators a learned one is held to, random aside (it anchors the score like
@@ -62,12 +67,7 @@ TABLE_COLUMNS = (
     "justified_escalations",
 )
 STAT_COLUMNS = TABLE_COLUMNS[10:]
-
-
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t confidence interval (0 for one value)."""
-    mean, _, high = mean_ci(values, 0.95)
-    return mean, high - mean
+Episodes = dict[tuple[str, ...], list[dict[str, dict[str, float]]]]  # (scenario, allocator[, team, style]) -> episodes
 
 
 def normalised_score(reward: float, random_reward: float, oracle_reward: float) -> float:
@@ -79,13 +79,6 @@ def plain_ratio(reward: float, oracle_reward: float) -> float:
     """``R / R_oracle``: the metric the compute-commons source system quoted (nan when the
     oracle's return is 0; meaningless when it is negative, which the normalised score is not)."""
     return float("nan") if abs(oracle_reward) < 1e-9 else reward / oracle_reward
-
-
-def paired_difference(returns: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
-    """Mean and 95% CI half-width of ``returns - other``, seed by seed (same seeds, same order)."""
-    if len(returns) != len(other):
-        raise ValueError(f"paired difference needs the same seeds: {len(returns)} vs {len(other)} episodes")
-    return mean_ci95(np.subtract(returns, other).tolist())
 
 
 def best_other(returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str], besides: str) -> str | None:
@@ -115,7 +108,7 @@ class EvaluationResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     episode_scores: list[dict[str, Any]] = field(default_factory=list)  # one row per episode
     misreport: list[dict[str, Any]] = field(default_factory=list)
-    episodes: dict[tuple[str, str], list[dict[str, dict[str, float]]]] = field(default_factory=dict)
+    episodes: Episodes = field(default_factory=dict)
 
 
 def play_many(
@@ -127,15 +120,14 @@ def play_many(
 ) -> list[dict[str, dict[str, float]]]:
     """One episode per seed with ``allocator`` against the scenario's background population;
     ``record`` writes them all to one JSONL recording (``commons-arena replay`` shows it)."""
-    base = commons_arena.parallel_env(scenario=scenario)
-    population = Population.default(base.config).with_agent(ALLOCATOR, allocator)
+    config = commons_arena.load_scenario(scenario)
+    background = Population.default(config)
     for agent, policy in (overrides or {}).items():
-        population = population.with_agent(agent, policy)
-    policies = population.build(base.config, env=base)  # built once, reset per episode
-    env = base if record is None else RecordEpisode(base, record)
-    episodes = [run_episode(env, policies, seed) for seed in seeds]
-    env.close()
-    return episodes
+        background = background.with_agent(agent, policy)
+    keys = tuple(EpisodeKey(ALLOCATOR, config.name, config.content_hash, "default", "", allocator, "", seed)
+                 for seed in seeds)
+    group = Group(config, ALLOCATOR, background, Player(allocator, Entry(allocator)), keys, record=record)
+    return [episode for _, episode, _ in play_episodes(group)]
 
 
 def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
@@ -148,18 +140,6 @@ def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, 
     for column in STAT_COLUMNS:
         row[column] = float(np.mean([e[column] for e in alloc]))
     return row
-
-
-MAX_SEED = 2**63 - 1
-
-
-def validate_seeds(seeds: Sequence[int]) -> None:
-    """At least one seed, each a non-negative int (what ``reset(seed=...)`` accepts)."""
-    if len(seeds) == 0:
-        raise ValueError("no seeds to play: ask for at least one (--seeds 1 or more)")
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int | np.integer) or not 0 <= s <= MAX_SEED]
-    if bad:
-        raise ValueError(f"seeds must be integers in [0, 2**63 - 1], got {bad[:3]}")
 
 
 def validate_lineup(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequence[int]) -> None:
@@ -196,6 +176,38 @@ def score_row(
     return row
 
 
+def score_rows(scenario: str, lineup: Sequence[str], seeds: Sequence[int],
+               episodes: Episodes) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The evaluation table's rows of ``scenario`` (one per allocator of ``lineup``, random and
+    oracle among them) and the per-episode normalised scores."""
+    anchors = {a: summarise(scenario, a, episodes[(scenario, a)])["reward_mean"] for a in (RANDOM, ORACLE)}
+    returns = {a: allocator_returns(episodes[(scenario, a)]) for a in lineup}
+    rows, scores = [], []
+    for allocator in lineup:
+        rows.append(score_row(summarise(scenario, allocator, episodes[(scenario, allocator)]), anchors, returns))
+        for seed, episode in zip(seeds, episodes[(scenario, allocator)], strict=True):
+            scores.append({
+                "scenario": scenario, "policy": allocator, "seed": seed,
+                "score": normalised_score(episode[ALLOCATOR]["return"], anchors[RANDOM], anchors[ORACLE]),
+            })
+    return rows, scores
+
+
+def misreport_rows(scenarios: Sequence[str], allocators: Sequence[str], episodes: Episodes) -> list[dict[str, Any]]:
+    """Each team's misreport gain: its return as ``greedy_bluffer`` minus as ``truthful``, paired by seed."""
+    rows = []
+    for scenario in scenarios:
+        for allocator in allocators:
+            for team in commons_arena.load_scenario(scenario).team_names:
+                bluff = [e[team]["return"] for e in episodes[(scenario, allocator, team, "greedy_bluffer")]]
+                truth = [e[team]["return"] for e in episodes[(scenario, allocator, team, "truthful")]]
+                gain, ci = paired_difference(bluff, truth)
+                rows.append({"scenario": scenario, "allocator": allocator, "team": team,
+                             "bluff_return": float(np.mean(bluff)), "truthful_return": float(np.mean(truth)),
+                             "misreport_gain": gain, "gain_ci95": ci})
+    return rows
+
+
 def evaluate(
     scenarios: Sequence[str],
     allocators: Sequence[str],
@@ -226,49 +238,16 @@ def evaluate(
             name = f"{scenario}__{allocator}".replace("/", "_").replace(":", "_")
             result.episodes[key] = run(scenario, allocator, seeds, overrides, record=record_dir / f"{name}.jsonl")
         else:
-            result.episodes[key] = run(scenario, allocator, seeds, overrides)  # type: ignore[index]
+            result.episodes[key] = run(scenario, allocator, seeds, overrides)
         bar.update()
     bar.close()
     for scenario in scenarios:
-        anchors = {a: summarise(scenario, a, result.episodes[(scenario, a)])["reward_mean"] for a in (RANDOM, ORACLE)}
-        returns = {a: allocator_returns(result.episodes[(scenario, a)]) for a in lineup}
-        for allocator in lineup:
-            result.rows.append(
-                score_row(summarise(scenario, allocator, result.episodes[(scenario, allocator)]), anchors, returns)
-            )
-            for seed, episode in zip(seeds, result.episodes[(scenario, allocator)], strict=True):
-                result.episode_scores.append({
-                    "scenario": scenario, "policy": allocator, "seed": seed,
-                    "score": normalised_score(episode[ALLOCATOR]["return"], anchors[RANDOM], anchors[ORACLE]),
-                })
+        rows, scores = score_rows(scenario, lineup, seeds, result.episodes)
+        result.rows += rows
+        result.episode_scores += scores
     if misreport:
-        for scenario in scenarios:
-            for allocator in allocators:
-                for team in commons_arena.load_scenario(scenario).team_names:
-                    bluff = [e[team]["return"] for e in result.episodes[(scenario, allocator, team, "greedy_bluffer")]]
-                    truth = [e[team]["return"] for e in result.episodes[(scenario, allocator, team, "truthful")]]
-                    gain, ci = mean_ci95(np.subtract(bluff, truth))
-                    result.misreport.append(
-                        {"scenario": scenario, "allocator": allocator, "team": team,
-                         "bluff_return": float(np.mean(bluff)), "truthful_return": float(np.mean(truth)),
-                         "misreport_gain": gain, "gain_ci95": ci}
-                    )
+        result.misreport = misreport_rows(scenarios, allocators, result.episodes)
     return result
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-    return str(value)
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def write_tables(result: EvaluationResult, out: Path, plot: bool = True) -> list[Path]:
@@ -280,12 +259,5 @@ def write_tables(result: EvaluationResult, out: Path, plot: bool = True) -> list
 
         written.append(score_bars(result.episode_scores, out / "scores.png", title="normalised score (random 0, oracle 1)"))
     for name, rows in (("evaluation", result.rows), ("misreport", result.misreport)):
-        if not rows:
-            continue
-        with open(out / f"{name}.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        (out / f"{name}.md").write_text(markdown_table(rows) + "\n")
-        written += [out / f"{name}.csv", out / f"{name}.md"]
+        written += write_table(rows, out, name)
     return written

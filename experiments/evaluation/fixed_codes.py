@@ -29,14 +29,16 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.evaluate import markdown_table, mean_ci95, paired_difference
+from experiments.evaluation.statistics import mean_ci95, paired_difference
+from experiments.evaluation.tables import markdown_table
+from experiments.seeds import first_seed
 from policies.base import Policy
 from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
 from policies.population import Population, run_episode
 from policies.registry import make_policy
 
-REPORT_SEEDS = range(0, 30)  # the figures in docs/codecs.md
-SELECTION_SEEDS = range(1000, 1030)  # where the best fixed code is chosen
+REPORT_SEEDS = range(first_seed("codes_report"), first_seed("codes_report") + 30)  # the figures in docs/codecs.md
+SELECTION_SEEDS = range(first_seed("evaluate"), first_seed("evaluate") + 30)  # where the best fixed code is chosen
 PARTS = ("reproduction", "team", "broker")
 
 
@@ -164,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reproduction-seeds", type=int, default=10)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which measurements to run")
     args = parser.parse_args(argv)
-    report = range(args.seeds)
+    report = range(REPORT_SEEDS.start, REPORT_SEEDS.start + args.seeds)
     selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.seeds)
     started = time.perf_counter()
     if "reproduction" in args.parts:

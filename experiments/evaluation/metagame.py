@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evaluation.evaluate import STAT_COLUMNS, mean_ci95, normalised_score, plain_ratio
+from experiments.evaluation.evaluate import STAT_COLUMNS, normalised_score, plain_ratio
 from experiments.evaluation.roster import Roster
+from experiments.evaluation.statistics import mean_ci95
 
 
 def match_ranks(returns: Sequence[float]) -> list[int]:

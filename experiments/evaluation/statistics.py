@@ -2,6 +2,8 @@
 
 * :func:`mean_ci` — the mean and its Student-t interval (episodes of one evaluation: many,
   roughly normal per-seed returns).
+* :func:`mean_ci95` — its mean and 95 % half-width, the ``± ci95`` of every table;
+  :func:`paired_difference` — the same of per-seed differences (two policies on the same seeds).
 * :func:`iqm` — the interquartile mean (Agarwal et al. 2021, "Deep RL at the edge of the
   statistical precipice"): the mean of the middle 50 %, robust to one runaway seed.
 * :func:`bootstrap_ci` — a percentile bootstrap interval of any statistic across a few
@@ -17,7 +19,7 @@ imports this module (through the evaluation engine) at start-up.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -41,6 +43,19 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[f
 
     half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return mean, mean - half, mean + half
+
+
+def mean_ci95(values: Iterable[float | None]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% Student-t confidence interval (0 for one value)."""
+    mean, _, high = mean_ci(values, 0.95)
+    return mean, high - mean
+
+
+def paired_difference(returns: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+    """Mean and 95% CI half-width of ``returns - other``, seed by seed (same seeds, same order)."""
+    if len(returns) != len(other):
+        raise ValueError(f"paired difference needs the same seeds: {len(returns)} vs {len(other)} episodes")
+    return mean_ci95(np.subtract(returns, other).tolist())
 
 
 def iqm(values: Iterable[float | None]) -> float:
@@ -79,4 +94,4 @@ def iqm_of(sample: np.ndarray) -> float:
     return iqm(sample.tolist())
 
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_ci", "iqm", "iqm_of", "mean_ci"]
+__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_ci", "iqm", "iqm_of", "mean_ci", "mean_ci95", "paired_difference"]

@@ -7,7 +7,7 @@ the parent:
   (per tier for a mix), their mean and IQM with percentile-bootstrap 95 % CIs across seeds
   (:mod:`experiments.evaluation.statistics`), and the paired comparison of every seed's
   ``best`` checkpoint with every scripted allocator on fresh held-out seeds
-  (:func:`experiments.bench.checkpoint.compare_many`): per seed its mean difference, pooled
+  (:func:`experiments.evaluation.checkpoint.compare_many`): per seed its mean difference, pooled
   over seeds their mean with a bootstrap CI across seeds, and the spread (min, max).
 * ``vs_scripted.csv``: the comparison's rows, one per (seed, tier, scripted allocator).
 * ``learning_curves.png``: the held-out score against iterations, the mean over seeds with
@@ -21,7 +21,6 @@ figure moves between these seeds, not as the spread of all training runs.
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from experiments.evaluation.statistics import bootstrap_ci, iqm, iqm_of
+from experiments.evaluation.tables import markdown_table, write_csv
+from experiments.seeds import first_seed
 
-COMPARE_FIRST_SEED = 7000  # as the main job's comparison: away from training's 900000.. and the tournament's 5000..
+COMPARE_FIRST_SEED = first_seed("compare")  # as the main job's comparison (experiments/seeds.py)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,16 @@ def _fmt_ci(stats: dict[str, Any], key: str) -> str:
     return f"{stats[key]:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def pooled_row(row: dict[str, Any], seeds: list[int]) -> dict[str, str]:
+    """One row of the pooled comparison, its cells formatted (differences with signs, ± per-seed CI)."""
+    low, high = row["mean_ci"]
+    per_seed = {f"seed {s}": f"{d:+.2f} ± {c:.2f}"
+                for s, d, c in zip(seeds, row["per_seed"], row["per_seed_ci95"], strict=True)}
+    return {"tier": row["scenario"], "versus": row["versus"], **per_seed,
+            "mean over seeds [95% CI]": f"{row['mean']:+.2f} [{low:+.2f}, {high:+.2f}]",
+            "min..max": f"{row['min']:+.2f}..{row['max']:+.2f}", "above": f"{row['seeds_above']}/{len(seeds)}"}
+
+
 def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: list[dict[str, Any]],
              compare_seeds: int) -> str:
     seeds = [r.seed for r in runs]
@@ -142,25 +153,16 @@ def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: lis
              "minutes: " + ", ".join(f"{r.history[-1]['minutes']:.1f}" for r in runs) + ".", "",
              "## Final held-out normalised score", "",
              "CIs: percentile bootstrap (95 %) across training seeds; with a few seeds no wider than their range.", "",
-             "| tier | " + " | ".join(f"seed {s}" for s in seeds) + " | mean [95% CI] | IQM [95% CI] |",
-             "|---|" + "---|" * len(seeds) + "---|---|"]
-    for name, stats in scores.items():
-        lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in stats["values"])
-                     + f" | {_fmt_ci(stats, 'mean')} | {stats['iqm']:.3f} |")
+             markdown_table([{"tier": name, **{f"seed {s}": f"{v:.3f}" for s, v in zip(seeds, stats["values"], strict=True)},
+                              "mean [95% CI]": _fmt_ci(stats, "mean"), "IQM [95% CI]": f"{stats['iqm']:.3f}"}
+                             for name, stats in scores.items()])]
     if pooled:
         lines += ["", f"## Paired difference to every scripted allocator ({compare_seeds} fresh held-out episodes per tier, "
                   f"seeds {COMPARE_FIRST_SEED}..)", "",
                   "Each seed's `best` checkpoint minus the scripted allocator, episode by episode; per seed its mean "
                   "(± its 95% t-interval over episodes); pooled: the mean over training seeds with a bootstrap CI "
                   "across them, and the spread (min..max). `above`: seeds whose own interval lies above zero.", "",
-                  "| tier | versus | " + " | ".join(f"seed {s}" for s in seeds)
-                  + " | mean over seeds [95% CI] | min..max | above |",
-                  "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
-        for row in pooled:
-            per_seed = " | ".join(f"{d:+.2f} ± {c:.2f}" for d, c in zip(row["per_seed"], row["per_seed_ci95"], strict=True))
-            low, high = row["mean_ci"]
-            lines.append(f"| {row['scenario']} | {row['versus']} | {per_seed} | {row['mean']:+.2f} [{low:+.2f}, {high:+.2f}] "
-                         f"| {row['min']:+.2f}..{row['max']:+.2f} | {row['seeds_above']}/{len(seeds)} |")
+                  markdown_table([pooled_row(row, seeds) for row in pooled])]
     else:
         lines += ["", "No paired comparison with the scripted allocators: the allocator does not learn in this run."]
     return "\n".join(lines) + "\n"
@@ -168,7 +170,7 @@ def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: lis
 
 def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) -> Path:
     """Write the report across the parent's seed runs; returns ``aggregate.md``."""
-    from experiments.bench.checkpoint import compare_many
+    from experiments.evaluation.checkpoint import compare_many
     from experiments.viewing.plots import learning_curve
 
     parent = Path(parent)
@@ -180,10 +182,7 @@ def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) ->
         checkpoints = {f"s{r.seed}": r.folder / "best" for r in runs}
         episodes = list(range(COMPARE_FIRST_SEED, COMPARE_FIRST_SEED + compare_seeds))
         rows = compare_many(checkpoints, tiers(runs[0]), episodes, progress=progress)
-        with open(parent / "vs_scripted.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, parent / "vs_scripted.csv")
         pooled = pooled_comparison(rows, [r.seed for r in runs])
     learning_curve(curve_rows(runs), None, parent / "learning_curves.png", y="score", x="iteration",
                    title="held-out normalised score over training seeds")

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from experiments.seeds import first_seed
+
 CURRICULUM = ("standard", "elevated", "crisis")
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
 # The experiments whose background switches while they run (a curriculum stage, a tier of the
@@ -128,7 +130,7 @@ class TrainArgs:
     """iterations between held-out evaluations (and checkpoints)"""
     eval_seeds: int = 20
     """held-out episodes per evaluation"""
-    eval_first_seed: int = 900_000
+    eval_first_seed: int = first_seed("training_eval")
     """held-out seeds are eval_first_seed .. + eval_seeds - 1"""
     promote_at: float = 0.6
     """curriculum: training episodes' normalised score (smoothed) that promotes to the next stage"""
@@ -137,10 +139,10 @@ class TrainArgs:
     report_seeds: int = 100
     """best_response: held-out seeds of the final report (report_first_seed ..); never trained on or used to
     pick the checkpoint"""
-    report_first_seed: int = 600_000
+    report_first_seed: int = first_seed("best_response_report")
     """best_response: first seed of the final report"""
     selection_seeds: int = 30
-    """best_response: seeds (1000 ..) on which the codec's best fixed code is chosen before the report plays it"""
+    """best_response: seeds (the evaluate range, experiments/seeds.py) on which the codec's best fixed code is chosen before the report plays it"""
     out: Path = Path("runs")
     """parent folder of the run folder"""
     run_name: str | None = None

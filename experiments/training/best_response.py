@@ -18,7 +18,6 @@ best fixed code's from there).
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -31,14 +30,16 @@ import numpy as np
 from commons_arena.enums import BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout, role_of
-from experiments.evaluation.evaluate import markdown_table, paired_difference
 from experiments.evaluation.fixed_codes import Arena, best_code, uniform_codes
+from experiments.evaluation.statistics import paired_difference
+from experiments.evaluation.tables import markdown_table, write_csv
+from experiments.seeds import SEED_RANGES
 from policies.base import Policy
 from policies.codecs import DEFAULT_CODECS, CodedPolicy, make_codec
 from policies.population import Population
 from policies.registry import available_policies, make_policy
 
-SELECTION_FIRST_SEED = 1000  # as experiments.evaluation.fixed_codes: where fixed codes are chosen
+SELECTION_FIRST_SEED = SEED_RANGES["evaluate"].first  # as experiments.evaluation.fixed_codes: where fixed codes are chosen
 LEARNED = "learned (best response)"
 RETURNS_FILE = "best_response_returns.json"  # policy -> {"seeds", "seat", "allocator"}: per-seed returns
 
@@ -183,14 +184,6 @@ def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background
     write_csv(rows, out / "best_response.csv")
     print(text)
     return rows
-
-
-def write_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def selection_seeds(count: int) -> list[int]:

@@ -22,6 +22,7 @@ from ray.tune.registry import register_env
 
 import commons_arena
 from commons_arena.scenario import ScenarioConfig
+from experiments.seeds import SEED_RANGES
 from policies.focal import FocalEnv
 from policies.learned import ModuleInterface
 from policies.population import Population
@@ -48,7 +49,8 @@ def scenario_key(scenario: Scenario) -> str:
 
 MIX_INFO = "mix_background"  # in every seat's infos of a run with a background mix: 1.0 if this episode plays it
 
-TRAINING_SEEDS = (2**20, 2**31 - 1)  # [low, high) of training episode seeds; evaluations use seeds below
+# [low, high) of training episode seeds; every evaluation range lies below (experiments/seeds.py)
+TRAINING_SEEDS = (SEED_RANGES["training"].first, SEED_RANGES["training"].stop)
 
 
 class ArenaRLlibEnv(MultiAgentEnv):

@@ -18,16 +18,16 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.analysis import declared_to_need, play_traced
 from experiments.evaluation.evaluate import (
     BASELINE_ALLOCATORS,
     allocator_returns,
     best_other,
     normalised_score,
-    paired_difference,
     plain_ratio,
     play_many,
 )
+from experiments.evaluation.statistics import paired_difference
+from experiments.evaluation.traces import declared_to_need, play_traced
 from policies.learned import LearnedPolicy, ModuleInterface
 from policies.population import Population, run_episode
 

@@ -261,6 +261,9 @@ def payoff_matrix(run: Path, config: ScenarioConfig, seeds: Sequence[int], focal
     ``focal`` (default the first team), the column snapshot every other team seat, the rest the
     scenario's own population; entry = the row's mean return. The Nash mixture is that of the
     symmetric zero-sum game ``A - Aᵀ`` (``metagame.zero_sum_nash``)."""
+    from dataclasses import replace
+
+    from experiments.evaluation.engine import QUIET
     from experiments.evaluation.metagame import zero_sum_nash
     from experiments.evaluation.roster import roster_from_dict
     from experiments.evaluation.tournament import run_tournament
@@ -277,8 +280,8 @@ def payoff_matrix(run: Path, config: ScenarioConfig, seeds: Sequence[int], focal
         "entrants": {s: f"learned:{folder / s / SET_DIR / focal}" for s in snapshots},
         "backgrounds": {s: {"agents": {t: f"learned:{folder / s / SET_DIR / t}" for t in others}} for s in snapshots},
     })
-    result = run_tournament(roster, run / "league_tournament", progress=False, ray_min_seconds=float("inf"),
-                            log=lambda *_: None)
+    options = replace(QUIET, ray_min_seconds=float("inf"))  # in-process: the training run holds the CPUs
+    result = run_tournament(roster, run / "league_tournament", options=options)
     means = {(r["player"], r["background"]): r["return_mean"] for r in result.aggregates.scores}
     payoff = np.array([[means[(a, b)] for b in snapshots] for a in snapshots])
     mixture, _, _ = zero_sum_nash(payoff - payoff.T)

@@ -15,15 +15,14 @@ per scenario:
    ``per-tick gap on grants`` (the same correction added to the grants, as the ``residual``
    codec would).
 
-    python -m experiments.bench.need_gap --train 200 --test 30
+    python -m experiments.evaluation.need_gap --train 200 --test 30
 
 Prints one markdown table; ``--out`` also writes it as CSV.
 """
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,9 @@ import tyro
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.evaluate import markdown_table, paired_difference
+from experiments.evaluation.statistics import paired_difference
+from experiments.evaluation.tables import markdown_table, write_csv
+from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import AllocatorCodec
 from policies.planner import PlannerAllocator
@@ -45,9 +46,9 @@ class Args:
     scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
     """scenarios to measure"""
     train: int = 200
-    """episodes (seeds 100 ..) that measure the average gap"""
+    """episodes (the ``measure`` seed range, 100 ..) that measure the average gap"""
     test: int = 30
-    """held-out episodes (seeds 7000 ..) that compare the variants with the planner"""
+    """held-out episodes (the ``compare`` seed range, 7000 ..) that compare the variants with the planner"""
     out: Path | None = None
     """write the table as CSV here too"""
 
@@ -87,7 +88,7 @@ class PlannerVariant:
         return np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
 
 
-def returns(scenario: str, seeds: range, rule: NeedRule | None = None,
+def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
             on_grants: np.ndarray | None = None) -> tuple[np.ndarray, PlannerVariant]:
     env = commons_arena.parallel_env(scenario=scenario)
     policies = dict(Population.default(env.config).build(env.config, env=env))
@@ -96,7 +97,7 @@ def returns(scenario: str, seeds: range, rule: NeedRule | None = None,
     return result, variant
 
 
-def measure(scenario: str, train: range, test: range) -> list[dict[str, Any]]:
+def measure(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
     _, recorder = returns(scenario, train)
     bias = np.clip(np.rint(recorder.gap / np.maximum(recorder.count, 1)[:, None, None]), -2, 2).astype(np.int64)
     planner, _ = returns(scenario, test)
@@ -120,14 +121,11 @@ def measure(scenario: str, train: range, test: range) -> list[dict[str, Any]]:
 
 def main(args: Args) -> None:
     rows = [row for s in args.scenarios
-            for row in measure(s, range(100, 100 + args.train), range(7000, 7000 + args.test))]
+            for row in measure(s, SEED_RANGES["measure"].seeds(args.train), SEED_RANGES["compare"].seeds(args.test))]
     print(markdown_table(rows))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, args.out)
 
 
 if __name__ == "__main__":

@@ -6,40 +6,34 @@ scenario the learned allocator's normalised score and plain ratio, and its paire
 difference (mean ± 95% CI over the seeds) to *every* scripted allocator. The verdict per
 scenario is "beats all" when every difference is > 0 with its CI above zero.
 
-    python -m experiments.bench.checkpoint runs/allocator_mixed-mixed-s0/best --seeds 100 --first-seed 7000
+    python -m experiments.evaluation.checkpoint runs/allocator_mixed-mixed-s0/best --seeds 100 --first-seed 7000
 
 The main job uses 100 seeds per tier: on ``standard`` the learned allocator's lead over
 ``planner`` is about +8 return with a per-seed standard deviation near 30, so 30 seeds give
 a 95% interval of about ±11 (the lead shows on some blocks of 30 seeds, not on others)
 and 100 seeds about ±5.
 
-Training evaluates on seeds 900000.. and the tournament uses 5000..: any other range is
-held out from both. Writes ``<out>/checkpoint_vs_scripted.{csv,md}``. A benchmark, not a
-test: it takes a minute or two per scenario on two cores (the oracle's MILPs dominate).
+The seeds are the ``compare`` range of :data:`experiments.seeds.SEED_RANGES`: held out from
+training, from its evaluation (which chose ``best``) and from the tournament. The scores
+are ``commons-arena evaluate``'s rows (one evaluation plays every allocator once); this
+module only adds the paired difference to each scripted allocator. Writes
+``<out>/checkpoint_vs_scripted.{csv,md}``. An evaluation, not a test: it takes a minute or two per
+scenario on two cores (the oracle's MILPs dominate).
 """
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import tyro
 
-from experiments.evaluation.evaluate import (
-    BASELINE_ALLOCATORS,
-    ORACLE,
-    RANDOM,
-    allocator_returns,
-    evaluate,
-    markdown_table,
-    normalised_score,
-    paired_difference,
-    plain_ratio,
-)
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, evaluate
+from experiments.evaluation.statistics import paired_difference
+from experiments.evaluation.tables import markdown_table, write_table
+from experiments.seeds import SEED_RANGES
 from policies.learned import LEARNED_PREFIX
 
 
@@ -51,8 +45,8 @@ class Args:
     """scenarios to play"""
     seeds: int = 100
     """seeds per scenario (at least 30)"""
-    first_seed: int = 7000
-    """seeds are first_seed .. first_seed + seeds - 1 (keep them away from training's 900000..)"""
+    first_seed: int = SEED_RANGES["compare"].first
+    """seeds are first_seed .. first_seed + seeds - 1 (keep them out of training's ranges, experiments/seeds.py)"""
     scripted: tuple[str, ...] = BASELINE_ALLOCATORS
     """scripted allocators to compare with"""
     out: Path = Path("results/checkpoint")
@@ -74,18 +68,17 @@ def compare_many(checkpoints: Mapping[str, str | Path], scenarios: Sequence[str]
     learned = {label: f"{LEARNED_PREFIX}{path}" for label, path in checkpoints.items()}
     result = evaluate(scenarios, [*scripted, *learned.values()], seeds, misreport=False, progress=progress)
     rows = []
+    table = {(row["scenario"], row["allocator"]): row for row in result.rows}  # evaluate's scores
     for label, entrant in learned.items():
         for scenario in scenarios:
-            returns = {a: allocator_returns(result.episodes[(scenario, a)])
-                       for a in (RANDOM, ORACLE, entrant, *scripted)}
-            means = {a: float(np.mean(r)) for a, r in returns.items()}
-            score = normalised_score(means[entrant], means[RANDOM], means[ORACLE])
+            mine = table[(scenario, entrant)]
             for rival in scripted:
-                diff, ci = paired_difference(returns[entrant], returns[rival])
+                diff, ci = paired_difference(allocator_returns(result.episodes[(scenario, entrant)]),
+                                             allocator_returns(result.episodes[(scenario, rival)]))
                 rows.append({
                     "checkpoint": label, "scenario": scenario, "versus": rival, "episodes": len(seeds),
-                    "learned_score": score, "learned_ratio": plain_ratio(means[entrant], means[ORACLE]),
-                    "versus_score": normalised_score(means[rival], means[RANDOM], means[ORACLE]),
+                    "learned_score": mine["score"], "learned_ratio": mine["ratio"],
+                    "versus_score": table[(scenario, rival)]["score"],
                     "diff": diff, "diff_ci95": ci, "beats": bool(diff - ci > 0),
                 })
     return rows
@@ -101,17 +94,13 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def main(args: Args) -> None:
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    seeds = SEED_RANGES["compare"].seeds(args.seeds, args.first_seed)
     rows = compare(args.checkpoint, args.scenarios, seeds, args.scripted)
     print(markdown_table(rows))
     for scenario, verdict in verdicts(rows).items():
         print(f"{scenario}: {verdict}")
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "checkpoint_vs_scripted.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (args.out / "checkpoint_vs_scripted.md").write_text(markdown_table(rows) + "\n")
+    write_table(rows, args.out, "checkpoint_vs_scripted")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ For a checkpoint whose codec corrects the planner (``need``: its need estimates;
 scenario's population and prints, per tick, the mean correction per (team, tier) — the
 ticks where every mean is below 0.05 in size are left out.
 
-    python -m experiments.bench.corrections runs/allocator_mixed-mixed-s0/best --seeds 30
+    python -m experiments.evaluation.corrections runs/allocator_mixed-mixed-s0/best --seeds 30
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import tyro
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import ResidualPlannerCodec
 from policies.learned import LearnedPolicy
@@ -32,7 +33,7 @@ class Args:
     """scenarios to play"""
     seeds: int = 30
     """episodes per scenario"""
-    first_seed: int = 7000
+    first_seed: int = SEED_RANGES["compare"].first
     """seeds are first_seed .. first_seed + seeds - 1"""
 
 

@@ -1,0 +1,345 @@
+"""The one engine: it plays episodes and stores them as rows.
+
+Every evaluation is a roster and an aggregate over what this module plays: the
+``tournament`` command (:mod:`experiments.evaluation.tournament`), ``evaluate`` and its
+misreport table (:mod:`experiments.evaluation.evaluate`, whose runs are :class:`Group`\\ s
+played by :func:`play_group`), the checkpoint comparison (an ``evaluate`` lineup) and
+``exploit`` (a tournament per cell). A :class:`Group` is one player in the focal seat of one
+scenario x background, on some seeds: its policies are built once (:func:`focal_policies`,
+the one place a uniformly random seat is made) and reset per episode by
+:func:`policies.population.run_episode`, so the same seed gives the same episode whichever
+command plays it.
+
+**Rows** go to the SQLite store (:mod:`experiments.evaluation.store`), one committed
+transaction per episode as it finishes (:func:`play_roster`); a rerun plays only the
+missing rows, and a scenario, checkpoint or background whose content changed since is
+refused unless ``allow_changed``.
+
+**Parallelism**: with more than one worker the missing episodes are packed into batches
+(consecutive seeds of one player, scenario and background stay together, so policies are
+built once per batch) and run as Ray tasks, each a streaming generator so that every
+episode reaches the store as soon as it is played. Ray starts locally with ``workers``
+CPUs, or joins ``address`` / ``RAY_ADDRESS``. Ray's start-up (seconds, more on a busy
+machine) costs more than it saves on a small tournament, so below ``ray_min_seconds`` of
+estimated single-core work the episodes are played in-process whatever ``workers`` says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import commons_arena
+from commons_arena.recording import RecordEpisode
+from commons_arena.scenario import ScenarioConfig
+from experiments.cluster import start_ray
+from experiments.evaluation.roster import Player, Roster, focal_agents
+from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
+from policies.base import Policy, uniform_random_policies
+from policies.population import Population, run_episode
+from policies.shipping import PackedCheckpoint, install, pack_all
+
+# Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x
+# 5 agents; the oracle solves a MILP each tick, ~12 ms; a learned module ~0.3 ms per call).
+SECONDS_PER_AGENT_TICK = 7e-5
+ORACLE_SECONDS_PER_TICK = 1.2e-2
+LEARNED_SECONDS_PER_AGENT_TICK = 4e-4
+RAY_MIN_SECONDS = 15.0  # below this much estimated work, Ray's start-up (4-15 s here) is not worth it
+FLUSH_SECONDS = 0.1  # a Ray worker hands on its finished episodes this often
+BATCHES_PER_WORKER = 3  # a few batches per worker balance uneven batches without much per-task overhead
+
+
+@dataclass(frozen=True)
+class Group:
+    """Episodes of one player on one scenario x background: its policies are built once."""
+
+    config: ScenarioConfig
+    seat: str
+    background: Population
+    player: Player
+    keys: tuple[EpisodeKey, ...]
+    record: Path | None = None  # write the group's episodes to this JSONL recording (in-process only)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    key: EpisodeKey
+    policy: str
+    focal_return: float
+    episode: str  # JSON of every agent's infos["episode"], encoded where it was played
+    wall_seconds: float
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def planned_keys(roster: Roster) -> list[EpisodeKey]:
+    """Every episode the roster asks for, in a fixed order (scenario, background, player, seed)."""
+    return [
+        EpisodeKey(roster.seat, config.name, config.content_hash, background, roster.background_hashes[background],
+                   player.name, roster.player_hashes[player.name], seed)
+        for config in roster.scenarios
+        for background in roster.backgrounds
+        for player in roster.players
+        for seed in roster.seeds
+    ]
+
+
+def check_unchanged(roster: Roster, store: ResultStore, allow_changed: bool) -> None:
+    """Refuse to mix results of a changed scenario, background or checkpoint with the stored ones."""
+    current = {
+        "scenario": {c.name: c.content_hash for c in roster.scenarios},
+        "background": dict(roster.background_hashes),
+        "player": dict(roster.player_hashes),
+    }
+    problems = []
+    for column, hashes in current.items():
+        for name, stored in store.changed(roster.seat, column, hashes).items():
+            problems.append(f"{column} {name!r} is now {hashes[name]}, the store has results for {', '.join(stored)}")
+    if problems and not allow_changed:
+        raise ChangedError(
+            f"{store.path}: " + "; ".join(problems) + ". Its content changed since those episodes were played; "
+            "pass --allow-changed to play the new version beside the old rows (the tables use the new one), "
+            "or use another --out."
+        )
+
+
+def missing_groups(roster: Roster, done: set[tuple[Any, ...]]) -> list[Group]:
+    by_name = {c.name: c for c in roster.scenarios}
+    players = {p.name: p for p in roster.players}
+    groups: dict[tuple[str, str, str], list[EpisodeKey]] = {}
+    for key in planned_keys(roster):
+        if key.as_tuple() not in done:
+            groups.setdefault((key.scenario, key.background, key.player), []).append(key)
+    return [Group(by_name[s], roster.seat, roster.backgrounds[b], players[p], tuple(keys))
+            for (s, b, p), keys in groups.items()]
+
+
+def episode_seconds(config: ScenarioConfig, seat: str, player: Player, background: Population) -> float:
+    """A rough single-core estimate of one episode's cost, to decide whether Ray pays off."""
+    agents = focal_agents(seat, config)
+    entries = focal_population(background, agents, player).resolve(config).values()
+    policies = [e.policy for e in entries]
+    learned = sum(1 for p in policies if p.startswith("learned:"))
+    return config.max_ticks * (len(config.agents) * SECONDS_PER_AGENT_TICK
+                               + ORACLE_SECONDS_PER_TICK * policies.count("oracle")
+                               + LEARNED_SECONDS_PER_AGENT_TICK * learned)
+
+
+def group_seconds(group: Group) -> float:
+    return len(group.keys) * episode_seconds(group.config, group.seat, group.player, group.background)
+
+
+def batches(groups: Sequence[Group], workers: int) -> list[list[Group]]:
+    """Split the work into about ``BATCHES_PER_WORKER x workers`` batches of similar estimated cost."""
+    costs = [group_seconds(g) for g in groups]
+    target = max(sum(costs) / (workers * BATCHES_PER_WORKER), 1e-9)
+    out: list[list[Group]] = [[]]
+    load = 0.0
+    for group, cost in zip(groups, costs, strict=True):
+        per_episode = cost / len(group.keys)
+        keys = list(group.keys)
+        while keys:
+            room = max(1, round((target - load) / per_episode))
+            take, keys = keys[:room], keys[room:]
+            out[-1].append(Group(group.config, group.seat, group.background, group.player, tuple(take)))
+            load += per_episode * len(take)
+            if load >= target - per_episode / 2:  # closer to the target than one more episode would get
+                out.append([])
+                load = 0.0
+    return [b for b in out if b]
+
+
+# --------------------------------------------------------------------------- playing
+
+
+def focal_population(background: Population, agents: Sequence[str], player: Player) -> Population:
+    """The background with every focal agent played by ``player`` (uniform random: left to the caller)."""
+    population = background
+    if not player.uniform_random:
+        for agent in agents:
+            population = population.with_agent(agent, player.entry.policy, **dict(player.entry.params))
+    return population
+
+
+def focal_policies(group: Group, env: Any) -> dict[str, Policy]:
+    """Every seat's policy for ``group``: the background, and the player in the focal seat (built
+    once, reset per episode); a uniformly random player acts through :func:`policies.base.uniform_random_policies`."""
+    agents = focal_agents(group.seat, group.config)
+    policies: dict[str, Policy] = focal_population(group.background, agents, group.player).build(group.config, env=env)
+    if group.player.uniform_random:
+        policies.update(uniform_random_policies(env, agents))
+    return policies
+
+
+def play_episodes(group: Group) -> Iterator[tuple[EpisodeKey, dict[str, dict[str, float]], float]]:
+    """Play a group's episodes in order: ``(key, every agent's infos["episode"], wall seconds)`` each,
+    as soon as it is finished."""
+    base = commons_arena.parallel_env(scenario=group.config)
+    policies = focal_policies(group, base)
+    env = base if group.record is None else RecordEpisode(base, group.record)
+    for key in group.keys:
+        start = time.perf_counter()
+        episode = run_episode(env, policies, key.seed)
+        yield key, episode, time.perf_counter() - start
+    env.close()
+
+
+def play_group(group: Group) -> Iterator[EpisodeResult]:
+    """:func:`play_episodes` as results for the store (the focal seat's mean return, the episode as JSON)."""
+    agents = focal_agents(group.seat, group.config)
+    policy = json.dumps({"policy": group.player.entry.policy, **dict(group.player.entry.params)}, sort_keys=True)
+    for key, episode, seconds in play_episodes(group):
+        focal = sum(episode[a]["return"] for a in agents) / len(agents)
+        yield EpisodeResult(key, policy, float(focal), json.dumps(episode, sort_keys=True), seconds)
+
+
+def play_batch(batch: Sequence[Group]) -> Iterator[EpisodeResult]:
+    for group in batch:
+        yield from play_group(group)
+
+
+def play_batch_streaming(batch: Sequence[Group], flush_seconds: float) -> Iterator[list[EpisodeResult]]:
+    """:func:`play_batch`, handed on in small lists: every ``flush_seconds`` rather than per
+    episode, so that Ray's per-item cost stays small next to a few-millisecond episode."""
+    pending: list[EpisodeResult] = []
+    last = time.perf_counter()
+    for result in play_batch(batch):
+        pending.append(result)
+        if time.perf_counter() - last >= flush_seconds:
+            yield pending
+            pending, last = [], time.perf_counter()
+    if pending:
+        yield pending
+
+
+def policy_names(groups: Sequence[Group]) -> list[str]:
+    """Every policy the groups' players and backgrounds name (``learned:`` ones are shipped)."""
+    names = []
+    for group in groups:
+        names.append(group.player.entry.policy)
+        names.extend(entry.policy for entry in group.background.resolve(group.config, strict=False).values())
+    return names
+
+
+def play_shipped_batch(batch: Sequence[Group], checkpoints: Sequence[PackedCheckpoint],
+                       flush_seconds: float) -> Iterator[list[EpisodeResult]]:
+    """A Ray task: install the shipped checkpoints on this node, then :func:`play_batch_streaming`."""
+    install(checkpoints)
+    yield from play_batch_streaming(batch, flush_seconds)
+
+
+def run_in_process(groups: Sequence[Group]) -> Iterator[EpisodeResult]:
+    yield from play_batch(groups)
+
+
+def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> Iterator[EpisodeResult]:
+    """Yield episodes as Ray tasks finish them (streaming generators, several batches per worker)."""
+    import ray
+
+    # A cluster address (or RAY_ADDRESS) joins it, shipping the code; otherwise a local Ray with
+    # `workers` CPUs. A Ray we start, we stop; one already running (a notebook, tests) stays.
+    started = start_ray(address, num_cpus=workers)
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        parts = batches(groups, max(1, min(workers, cpus)))
+        # the learned players' checkpoints go to the nodes as bytes, once (ray.put), not as paths
+        checkpoints = ray.put(pack_all(policy_names(groups)))
+        # learned policies set torch to one thread themselves
+        task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_shipped_batch)
+        pending: list[Any] = [task.remote(batch, checkpoints, FLUSH_SECONDS) for batch in parts]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for generator in ready:
+                try:
+                    ref = next(generator)
+                except StopIteration:
+                    continue
+                yield from ray.get(ref)
+                pending.append(generator)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@dataclass
+class PlayReport:
+    planned: int
+    already_stored: int
+    played: int = 0
+    seconds: float = 0.0
+    mode: str = "in-process"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def episodes_per_second(self) -> float:
+        return self.played / self.seconds if self.seconds > 0 else float("nan")
+
+
+def choose_workers(groups: Sequence[Group], workers: int | None, address: str | None,
+                   ray_min_seconds: float) -> tuple[int, str]:
+    """How many workers to use, and why (a sentence for the log)."""
+    requested = workers if workers is not None else (os.cpu_count() or 1)
+    if requested <= 1:
+        return 1, "one worker: in-process"
+    estimate = sum(group_seconds(g) for g in groups)
+    if estimate < ray_min_seconds:
+        return 1, (f"about {estimate:.1f} s of single-core work, below --ray-min-seconds {ray_min_seconds:g}: "
+                   "in-process (starting Ray would cost more than it saves)")
+    where = f"the Ray cluster at {address or os.environ.get('RAY_ADDRESS')}" if (address or os.environ.get("RAY_ADDRESS")) else "local Ray"
+    return requested, f"about {estimate:.1f} s of single-core work: {requested} workers on {where}"
+
+
+@dataclass(frozen=True)
+class PlayOptions:
+    """How a roster is played (not what): forwarded unchanged from the command line through
+    :func:`experiments.evaluation.tournament.run_tournament` to :func:`play_roster`."""
+
+    workers: int | None = None  # parallel workers (None: every CPU); 1 plays in-process without Ray
+    address: str | None = None  # a Ray cluster to join (RAY_ADDRESS does the same); None: a local Ray
+    allow_changed: bool = False  # play a changed scenario / checkpoint / background beside its old rows
+    progress: bool = True  # show the progress bar
+    ray_min_seconds: float = RAY_MIN_SECONDS  # below this much estimated work, play in-process
+    log: Callable[..., Any] = print  # where the one-line notes go
+
+
+DEFAULT_OPTIONS = PlayOptions()
+QUIET = PlayOptions(progress=False, log=lambda *_: None)  # for callers that report themselves
+
+
+def play_roster(roster: Roster, store: ResultStore, options: PlayOptions = DEFAULT_OPTIONS) -> PlayReport:
+    """Play every missing episode of ``roster`` into ``store``."""
+    from tqdm import tqdm
+
+    workers, address, log = options.workers, options.address, options.log
+    check_unchanged(roster, store, options.allow_changed)
+    done = store.existing(roster.seat)
+    planned = planned_keys(roster)
+    groups = missing_groups(roster, done)
+    todo = sum(len(g.keys) for g in groups)
+    report = PlayReport(planned=len(planned), already_stored=len(planned) - todo)
+    if report.already_stored:
+        log(f"{report.already_stored} of {len(planned)} episodes already in {store.path}: playing the other {todo}")
+    if not todo:
+        return report
+    n, why = choose_workers(groups, workers, address, options.ray_min_seconds)
+    log(why)
+    report.mode = "in-process" if n == 1 else f"ray x{n}"
+    results = run_in_process(groups) if n == 1 else run_on_ray(groups, n, address)
+    start = time.perf_counter()
+    with tqdm(total=todo, desc="tournament", unit="ep", disable=not options.progress, smoothing=0.1) as bar:
+        for result in results:
+            if store.append(result.key, result.policy, result.focal_return, result.episode, result.wall_seconds):
+                report.played += 1
+            bar.update()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+__all__ = ["DEFAULT_OPTIONS", "QUIET", "EpisodeResult", "Group", "PlayOptions", "PlayReport", "focal_policies", "planned_keys",
+           "play_episodes", "play_group", "play_roster"]
