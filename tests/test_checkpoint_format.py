@@ -19,8 +19,9 @@ import pytest
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError, load_network, network_from_rl_module
+from policies.focal import run_episode
 from policies.learned import CODECS, LearnedPolicy, read_sidecar, save_policy
-from policies.population import Population, run_episode
+from policies.population import Population
 from policies.registry import make_policy, policy_spec
 
 torch = pytest.importorskip("torch")

@@ -30,7 +30,8 @@ from experiments.serving.client import (
 )
 from experiments.serving.session import Limits, ServeSettings
 from experiments.serving.wire import decode_observation, seat_spec
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.population import Population
 from policies.registry import make_policy
 
 LIMITS = Limits(max_sessions=6, idle_seconds=60.0, max_body_bytes=4096)

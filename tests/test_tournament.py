@@ -184,7 +184,8 @@ def test_the_focal_seat_is_the_players(tmp_path):
     with ResultStore(result.store) as store:
         row = next(r for r in store.rows() if r["player"] == "truthful")
     env = commons_arena.parallel_env(scenario="standard")
-    from policies.population import Population, run_episode
+    from policies.focal import run_episode
+    from policies.population import Population
 
     direct = run_episode(env, Population(agents={"search": "truthful"}), 5)
     assert row["episode"]["search"]["return"] == pytest.approx(direct["search"]["return"])

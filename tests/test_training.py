@@ -21,8 +21,9 @@ from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError
+from policies.focal import run_episode
 from policies.learned import LearnedPolicy, convert_pickled_checkpoint, module_dir, read_sidecar
-from policies.population import Population, run_episode
+from policies.population import Population
 from policies.registry import make_policy
 
 pytestmark = pytest.mark.timeout(600)

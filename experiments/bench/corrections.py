@@ -20,8 +20,8 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from policies import Population
 from policies.codecs import ResidualPlannerCodec
+from policies.focal import run_episode
 from policies.learned import LearnedPolicy
-from policies.population import run_episode
 
 
 @dataclass

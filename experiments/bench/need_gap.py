@@ -36,8 +36,8 @@ from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.evaluate import markdown_table, paired_difference
 from policies import Population
 from policies.codecs import AllocatorCodec
+from policies.focal import run_episode
 from policies.planner import PlannerAllocator
-from policies.population import run_episode
 
 
 @dataclass

@@ -33,7 +33,8 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.recording import RecordEpisode
 from experiments.evaluation.statistics import mean_ci
 from policies.allocators import SCRIPTED_ALLOCATORS
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.population import Population
 
 RANDOM, ORACLE, PLANNER = "random", "oracle", "planner"
 # the scripted allocators a learned one is held to, random aside (it anchors the score like

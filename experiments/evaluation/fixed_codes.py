@@ -32,7 +32,8 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import markdown_table, mean_ci95, paired_difference
 from policies.base import Policy
 from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.population import Population
 from policies.registry import make_policy
 
 REPORT_SEEDS = range(0, 30)  # the figures in docs/codecs.md

@@ -6,7 +6,7 @@
 The flag form is a roster with the allocator seat, the scenarios' default backgrounds and
 the given allocators. Each cell is played by every player (entrants and the score's
 anchors) from the same seed, so their results are paired. Episodes go through
-:func:`policies.population.run_episode` with policies built once per (scenario,
+:func:`policies.focal.run_episode` with policies built once per (scenario,
 background, player) and reset per episode, so a tournament row equals the
 ``commons-arena evaluate`` episode on the same seed.
 
@@ -45,7 +45,8 @@ from experiments.evaluation.metagame import Aggregates, aggregate
 from experiments.evaluation.roster import Player, Roster, RosterError, focal_agents, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from policies.base import Policy, UniformRandomPolicy
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.population import Population
 from policies.shipping import PackedCheckpoint, install, pack_all
 
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x

@@ -28,8 +28,9 @@ from experiments.evaluation.evaluate import (
     plain_ratio,
     play_many,
 )
+from policies.focal import run_episode
 from policies.learned import LearnedPolicy, ModuleInterface
-from policies.population import Population, run_episode
+from policies.population import Population
 
 if TYPE_CHECKING:  # setup.py imports this module
     from experiments.training.setup import RunSetup
