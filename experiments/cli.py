@@ -585,7 +585,7 @@ class ConvertCheckpoint:
             )
 
     def run(self) -> Path:
-        from policies.learned import convert_pickled_checkpoint
+        from experiments.training.rl_modules import convert_pickled_checkpoint
 
         path = convert_pickled_checkpoint(self.checkpoint)
         print(f"wrote {path} and {path.with_suffix('.safetensors')}; use it as learned:{self.checkpoint}")

@@ -112,7 +112,7 @@ def test_folding_the_team_identity_is_exact():
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from policies.checkpoint_format import network_from_rl_module
+    from experiments.training.rl_modules import network_from_rl_module
 
     spec = PPOConfig().get_default_rl_module_spec()
     config = commons_arena.load_scenario("standard")
