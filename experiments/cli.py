@@ -554,9 +554,9 @@ class Serve:
             Population.from_toml(self.population, config)
 
     def run(self) -> None:
-        from experiments.serving.app import bind, make_server
-        from experiments.serving.session import Limits, ServeSettings
         from policies.population import Population
+        from serving.app import bind, make_server
+        from serving.session import Limits, ServeSettings
 
         population = Population.from_toml(self.population, self.scenario) if self.population else None
         settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population,

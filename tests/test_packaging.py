@@ -26,7 +26,7 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     assets = {f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "css", "js")}
     assert assets <= set(names), "the replay page's asset files are package data"
     # the play page's files ship beside the server that serves them
-    assert {f"experiments/serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
+    assert {f"serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
     # unpacked on its own (no checkout beside it), the package finds and validates them all
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from commons_arena.scenario import load_scenario
-from experiments.serving.app import MAX_JSON_DEPTH, running_server
-from experiments.serving.briefing import MAX_TEXT_CHARS, parse_text_action
-from experiments.serving.session import Limits, ServeSettings, SessionStore
-from experiments.serving.wire import ActionError, seat_spec
+from serving.app import MAX_JSON_DEPTH, running_server
+from serving.briefing import MAX_TEXT_CHARS, parse_text_action
+from serving.session import Limits, ServeSettings, SessionStore
+from serving.wire import ActionError, seat_spec
 
 LIMITS = Limits(max_sessions=8, idle_seconds=60.0, max_body_bytes=64 * 1024)
 

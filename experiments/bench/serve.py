@@ -172,7 +172,7 @@ def churn(base: str, pid: int, count: int, timeout: float) -> dict[str, float]:
 
 def in_process(args: Args) -> dict[str, float]:
     """Steps/s of what one session does per step, without the wire: the seat's action + the background."""
-    from experiments.serving.wire import decode_action, seat_spec
+    from serving.wire import decode_action, seat_spec
 
     env = FocalEnv.from_scenario(args.scenario, focal=[args.seat])
     action = decode_action(seat_spec(env.config, args.seat), ACTION)

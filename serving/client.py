@@ -39,8 +39,10 @@ from typing import Any
 import numpy as np
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from experiments.serving.briefing import parse_text_action, render_briefing
-from experiments.serving.wire import (
+from policies.base import Policy
+from policies.focal import policy_seed
+from serving.briefing import parse_text_action, render_briefing
+from serving.wire import (
     ActionError,
     decode_action,
     decode_observation,
@@ -48,8 +50,6 @@ from experiments.serving.wire import (
     encode_observation,
     seat_spec,
 )
-from policies.base import Policy
-from policies.focal import policy_seed
 
 
 class ServerError(RuntimeError):
