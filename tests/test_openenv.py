@@ -47,7 +47,7 @@ def url():
 
 def test_openenv_validate_passes_against_the_serve_command():
     """``openenv validate --url`` (openenv's CLI, as a user runs it) against ``commons-arena serve``."""
-    server = subprocess.Popen([sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--log-level",
+    server = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0", "--log-level",
                                "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = server.stdout.readline()

@@ -353,7 +353,7 @@ def test_remote_policy_in_a_population(tmp_path):
 # ------------------------------------------------------------------ the command line
 def test_serve_command_starts_a_server(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--seats", "broker", "--max-sessions", "3",
+        [sys.executable, "-m", "commands", "serve", "--port", "0", "--seats", "broker", "--max-sessions", "3",
          "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

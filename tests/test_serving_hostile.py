@@ -40,7 +40,7 @@ def url():
 @pytest.fixture(scope="module")
 def served():
     """A server in its own process, as deployed: its event loop shares no interpreter lock with the test."""
-    process = subprocess.Popen([sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--max-sessions",
+    process = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0", "--max-sessions",
                                 str(LIMITS.max_sessions), "--log-level", "warning"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

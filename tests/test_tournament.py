@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from experiments.cli import main
+from commands.cli import main
 from experiments.evaluation.evaluate import evaluate
 from experiments.evaluation.metagame import match_ranks, nash_win_rates, zero_sum_nash
 from experiments.evaluation.roster import RosterError, load_roster, roster_from_dict
@@ -288,7 +288,7 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, t
     roster_path, expected = uninterrupted
     total = len(expected)  # 5 players x 2 scenarios x 12 seeds = 120
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "experiments.cli", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
+    cmd = [sys.executable, "-m", "commands", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     target = random.Random().randint(20, total // 2)  # a random moment: after this many stored episodes
     proc = subprocess.Popen([*cmd, "--workers", workers, "--ray-min-seconds", "0"], env=env,

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_arguments_and_the_cli_import_without_rllib():
-    code = ("import sys, experiments.training.args, experiments.cli; "
+    code = ("import sys, experiments.training.args, commands.cli; "
             "print(sorted(m for m in ('ray', 'torch', 'ray.rllib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
@@ -30,7 +30,7 @@ def test_the_arguments_and_the_cli_import_without_rllib():
 
 @pytest.mark.parametrize("flag", ["--population", "--background"])
 def test_population_is_the_background_flag(flag):
-    from experiments.cli import Train
+    from commands.cli import Train
 
     parsed = tyro.cli(Train, args=[flag, "roster.toml"])
     assert parsed.args.background == Path("roster.toml")

@@ -65,7 +65,7 @@ ACTION = {"grant": {"search": {"small": 1, "medium": 1}, "robotics": {"medium": 
 
 def start_server(args: Args, max_sessions: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--scenario", args.scenario,
+        [sys.executable, "-m", "commands", "serve", "--port", "0", "--scenario", args.scenario,
          "--seats", args.seat, "--max-sessions", str(max_sessions), "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
