@@ -21,8 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_arguments_and_the_cli_import_without_rllib():
+    """`commons-arena --help` (and any command that needs neither) starts without RLlib, torch,
+    and without matplotlib or scipy (the dashboard and the oracle import them when used)."""
     code = ("import sys, experiments.training.args, commands.cli; "
-            "print(sorted(m for m in ('ray', 'torch', 'ray.rllib') if m in sys.modules))")
+            "print(sorted(m for m in ('ray', 'torch', 'ray.rllib', 'matplotlib', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]"
