@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from experiments import cli
+from commands import cli
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import (
     SESSION_FIELDS,
