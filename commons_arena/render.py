@@ -14,7 +14,8 @@ The dashboard (one frame per call, ``H x W x 3`` uint8) shows, for the last play
 Frames are drawn from the same tick records as a recording (see ``recording.py``), so a
 recorded episode can be turned back into frames with :func:`frames_from_recording`.
 The figure is built once per environment (matplotlib's Agg canvas, no display) and
-redrawn per frame. A live env's frames come from its public :class:`TickReport`
+redrawn per frame; matplotlib is imported when the first dashboard is built, so making an
+env (or starting the command line) does not pay for it. A live env's frames come from its public :class:`TickReport`
 (``env.last_tick``) and state; time series need one ``render()`` per tick, and a skipped
 tick leaves a gap.
 """
@@ -26,9 +27,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from commons_arena.recording import header_record, read_recording, tick_record
 from commons_arena.scenario import ScenarioConfig
@@ -82,6 +80,9 @@ class Dashboard:
     only updates their data, which keeps a frame well under 100 ms."""
 
     def __init__(self, size: tuple[float, float] = FRAME_SIZE, dpi: int = FRAME_DPI) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
         self.fig = Figure(figsize=size, dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
         grid = self.fig.add_gridspec(2, 3, left=0.05, right=0.96, top=0.9, bottom=0.08, hspace=0.42, wspace=0.36)
@@ -130,6 +131,8 @@ class Dashboard:
 
     # ------------------------------------------------------------- layout (once per scenario)
     def _build(self, header: Mapping[str, Any]) -> None:
+        from matplotlib.ticker import MaxNLocator
+
         for ax in self.fig.axes:
             ax.cla()
             ax.set_axis_on()

@@ -9,7 +9,8 @@ Importing this package registers the Gymnasium id ``commons_arena/SingleAgent-v0
 from __future__ import annotations
 
 from policies.base import Policy, ScriptedPolicy
-from policies.population import Population, PopulationError, run_episode
+from policies.focal import run_episode
+from policies.population import Population, PopulationError
 from policies.registry import available_policies, make_policy
 from policies.single_agent import ENV_ID, SingleAgentEnv
 

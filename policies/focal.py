@@ -21,7 +21,7 @@ The one seeding rule
 
 With no focal seats the whole population is background: ``agents`` is empty and
 :attr:`FocalEnv.episode_over` says when to stop calling ``step({})`` (this is how
-:func:`~policies.population.run_episode` plays). The arena's full per-step output for every
+:func:`run_episode` plays). The arena's full per-step output for every
 seat stays readable: :attr:`seat_observations`, :attr:`seat_rewards`, :attr:`seat_infos`,
 and the joint action of the last step, :attr:`seat_actions` (analyses read them).
 Time spent in the arena and in each background policy is summed in :attr:`env_seconds` and
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pettingzoo import ParallelEnv
@@ -40,9 +40,7 @@ from pettingzoo import ParallelEnv
 from commons_arena.arena import ArenaEnv
 from commons_arena.scenario import ScenarioConfig
 from policies.base import Policy
-
-if TYPE_CHECKING:  # population.py plays its episodes through this module
-    from policies.population import Population
+from policies.population import Population, PopulationError
 
 
 def policy_seed(seed: int | None, seat_index: int) -> int | None:
@@ -71,8 +69,6 @@ class FocalEnv(ParallelEnv):
         focal: Sequence[str],
         background: Population | Mapping[str, Policy] | None = None,
     ) -> None:
-        from policies.population import Population, PopulationError
-
         self.env = env
         self.arena: ArenaEnv = getattr(env, "unwrapped", env)
         self.config: ScenarioConfig = self.arena.config
@@ -199,4 +195,27 @@ class FocalEnv(ParallelEnv):
         raise NotImplementedError("the arena has no global state array; use arena.hidden_state() (privileged)")
 
 
-__all__ = ["FocalEnv", "policy_seed"]
+def run_episode(
+    env: ArenaEnv,
+    population: Population | Mapping[str, Policy],
+    seed: int | None,
+    strict: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Play one episode of ``env`` from ``reset(seed=seed)``; return ``infos[agent]["episode"]`` per agent.
+
+    ``population`` is a :class:`Population` (its policies are built for ``env``) or
+    already-built policies by agent id (reused: each is ``reset`` here). Every seat is
+    background in a :class:`FocalEnv`, so every policy is seeded by the one
+    rule (:func:`policy_seed` of the episode seed and its seat) and the episode is a
+    function of ``seed`` alone.
+    """
+    unwrapped = getattr(env, "unwrapped", env)
+    if isinstance(population, Population):
+        population = population.build(unwrapped.config, env=unwrapped, strict=strict)
+    episode = FocalEnv(env, (), population)
+    episode.reset(seed=seed)
+    infos = episode.play_out()
+    return {agent: info["episode"] for agent, info in infos.items()}
+
+
+__all__ = ["FocalEnv", "policy_seed", "run_episode"]

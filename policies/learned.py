@@ -15,9 +15,8 @@ Use it anywhere a scripted policy goes, by the name ``learned:<checkpoint dir>``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -198,20 +197,29 @@ def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpo
         )
 
 
+class GreedyNetwork(Protocol):
+    """What a :class:`LearnedPolicy` plays: a network's greedy action per (scaled) input."""
+
+    def reset(self) -> None: ...
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray: ...
+
+
 class LearnedPolicy:
     """Greedy actions of a trained network: ``argmax`` of each MultiDiscrete sub-space.
 
     Build it from a data-only checkpoint with :meth:`load`, or around a live network with the
-    constructor: a :class:`PolicyNetwork` or (training-time evaluation) an RLlib module, behind
-    the :class:`ModuleInterface` it was trained with."""
+    constructor: anything with ``reset()`` and ``greedy(obs) -> int64 array`` (a
+    :class:`PolicyNetwork`; in training's held-out evaluation also a recurrent RLlib module
+    behind ``experiments.training.rl_modules.ModuleActor``), behind the
+    :class:`ModuleInterface` it was trained with."""
 
-    def __init__(self, module: Any, interface: ModuleInterface) -> None:
+    def __init__(self, module: GreedyNetwork, interface: ModuleInterface) -> None:
         import torch
 
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
         self.module = module
         self.interface = interface
-        self._state: Any = None  # a recurrent RLlib module's state (None: the initial one)
         self.last_module_action: np.ndarray | None = None  # the module's own action (before the codec) of the last tick
 
     @property
@@ -240,58 +248,14 @@ class LearnedPolicy:
     def reset(self, seed: int | None = None) -> None:
         """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
         self.interface.reset()
-        self._state = None
-        if isinstance(self.module, PolicyNetwork):
-            self.module.reset()
+        self.module.reset()
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         observation = np.asarray(observation, dtype=np.float32)
         module_input = self.interface.observe(observation)
-        if isinstance(self.module, PolicyNetwork):
-            action = self.module.greedy(module_input)
-        elif self.module.is_stateful():
-            action, self._state = module_action(self.module, module_input, self._state)
-        else:
-            action = module_action(self.module, module_input)
+        action = self.module.greedy(module_input)
         self.last_module_action = action
         return self.interface.act(observation, action)
-
-
-def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
-    """Greedy action of an RLModule for one observation, as an int64 array (MultiDiscrete).
-
-    Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
-    sub-spaces) from ``forward_inference``; the module's own inference distribution turns
-    them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
-    A recurrent module (``use_lstm``) takes and returns its ``state`` (``None``: the
-    initial state); it is then called with a batch of one sequence of one step, and the
-    result is ``(action, state)``.
-    """
-    import torch
-    from ray.rllib.core.columns import Columns
-
-    obs = np.asarray(obs, dtype=np.float32)
-    expected = getattr(module.observation_space, "shape", None)
-    if obs.shape != expected:
-        raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
-    stateful = module.is_stateful()
-    with torch.no_grad():
-        if stateful:
-            if state is None:
-                state = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
-            batch = {Columns.OBS: torch.from_numpy(obs[None, None]), Columns.STATE_IN: state}
-        else:
-            batch = {Columns.OBS: torch.from_numpy(obs[None])}
-        out = module.forward_inference(batch)
-        if Columns.ACTIONS in out:
-            action = out[Columns.ACTIONS]
-        else:
-            logits = out[Columns.ACTION_DIST_INPUTS]
-            dist = module.get_inference_action_dist_cls().from_logits(logits.reshape(1, -1))
-            action = dist.to_deterministic().sample()
-    action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
-    action = action.reshape(1, -1)[0].astype(np.int64)
-    return (action, out[Columns.STATE_OUT]) if stateful else action
 
 
 def observation_scale(samples: np.ndarray) -> np.ndarray:
@@ -303,61 +267,18 @@ def observation_scale(samples: np.ndarray) -> np.ndarray:
     return np.maximum(np.abs(samples).max(axis=0), 1.0).astype(np.float32)
 
 
-def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
-    """Write the data-only files for an old (format 1) checkpoint, from its RLlib pickles.
-
-    This UNPICKLES the checkpoint's module files, which can run any code they contain: call it
-    only on a checkpoint you trust (one you trained). ``commons-arena convert-checkpoint DIR
-    --i-trust-this-checkpoint`` is the command-line form. The old files stay; ``learned:``
-    reads only the new ones from then on.
-    """
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    from policies.checkpoint_format import network_from_rl_module
-
-    checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
-    path = checkpoint / SIDECAR
-    if not path.is_file():
-        raise CheckpointError(f"{checkpoint} has no {SIDECAR}: not a commons_arena checkpoint")
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        old_format = isinstance(old, dict) and "format_version" not in old
-        fields = {k: old[k] for k in ("agent", "scenario", "scenario_hash", "observation_shape", "action_nvec",
-                                      "observation_scale")} if old_format else {}
-    except (ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path} is not a format-1 sidecar: {exc}") from None
-    if not old_format:
-        raise CheckpointError(f"{checkpoint} is already in the data-only format (format_version {old.get('format_version')})")
-    source = module_dir(checkpoint, fields["agent"])
-    if not source.is_dir():
-        raise CheckpointError(f"checkpoint {checkpoint} has no module {fields['agent']!r} (looked in {source})")
-    module = RLModule.from_checkpoint(source)
-    module.eval()
-    network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
-    codec = old.get("action_codec")
-    fields |= {
-        "env": "commons_arena_v0",
-        "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
-        "action_codec": {"name": codec, "params": {}} if codec else None,
-        "history": int(old.get("history", 1)),
-        "input_size": network.input_size,  # codec features and history widen it past the observation
-    }
-    return write_checkpoint(checkpoint, fields, network)
-
-
 __all__ = [
     "CODECS",
     "LEARNED_PREFIX",
     "SIDECAR",
     "CheckpointError",
+    "GreedyNetwork",
     "LearnedPolicy",
     "ModuleInterface",
     "PolicyNetwork",
     "RelativeAllocatorCodec",
     "check_fits",
-    "convert_pickled_checkpoint",
     "make_codec",
-    "module_action",
     "observation_scale",
     "read_sidecar",
     "save_policy",

@@ -73,8 +73,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csr_array
 
 from commons_arena.enums import ALLOCATOR, CarbonMode
 from commons_arena.mechanics import carbon, shocks
@@ -173,6 +171,9 @@ class _Builder:
         self.rhi.append(hi)
 
     def solve(self, time_limit: float, mip_gap: float):
+        from scipy.optimize import Bounds, LinearConstraint, milp  # here: scipy.optimize costs ~1 s at start-up
+        from scipy.sparse import csr_array
+
         n = len(self.cost)
         constraints = None
         if self.rlo:

@@ -1,4 +1,4 @@
-"""Populations: which policy plays which agent, and one episode played by them.
+"""Populations: which policy plays which agent (the roster; :mod:`policies.focal` plays them).
 
 A :class:`Population` is scenario-independent: it names policies per *role*
 (``allocator``, ``team``, ``broker``) and/or per *agent id*, each optionally with
@@ -26,8 +26,8 @@ and in Python::
     Population.from_toml("roster.toml")        # .to_toml() writes it back
 
 Unknown policies, policies of the wrong role, unknown roles and (by default) agent ids the
-scenario does not have are errors that say what is known. :func:`run_episode` plays one
-seeded episode and returns each agent's ``infos[agent]["episode"]`` summary.
+scenario does not have are errors that say what is known.
+:func:`policies.focal.run_episode` plays one seeded episode of a population.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from commons_arena.arena import ArenaEnv
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.base import Policy
-from policies.focal import FocalEnv, policy_seed
 from policies.registry import ROLES, available_policies, make_policy, policy_spec
 
 FALLBACK = {"allocator": "proportional", "broker": "demand_priced"}  # teams: their archetype
@@ -247,27 +246,4 @@ def _toml(value: Any) -> str:
     raise PopulationError(f"cannot write {value!r} to a roster")
 
 
-def run_episode(
-    env: ArenaEnv,
-    population: Population | Mapping[str, Policy],
-    seed: int | None,
-    strict: bool = True,
-) -> dict[str, dict[str, float]]:
-    """Play one episode of ``env`` from ``reset(seed=seed)``; return ``infos[agent]["episode"]`` per agent.
-
-    ``population`` is a :class:`Population` (its policies are built for ``env``) or
-    already-built policies by agent id (reused: each is ``reset`` here). Every seat is
-    background in a :class:`~policies.focal.FocalEnv`, so every policy is seeded by the one
-    rule (:func:`policy_seed` of the episode seed and its seat) and the episode is a
-    function of ``seed`` alone.
-    """
-    unwrapped = getattr(env, "unwrapped", env)
-    if isinstance(population, Population):
-        population = population.build(unwrapped.config, env=unwrapped, strict=strict)
-    episode = FocalEnv(env, (), population)
-    episode.reset(seed=seed)
-    infos = episode.play_out()
-    return {agent: info["episode"] for agent, info in infos.items()}
-
-
-__all__ = ["Entry", "Population", "PopulationError", "policy_seed", "run_episode"]
+__all__ = ["Entry", "Population", "PopulationError"]

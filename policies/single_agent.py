@@ -20,7 +20,7 @@ others            a :class:`~policies.population.Population` (default: the
 It is the one-seat case of :class:`~policies.focal.FocalEnv` (the others are its
 background), so seeding is the substrate's one rule: ``reset(seed=s)`` seeds the arena with
 ``s`` and every other agent's policy from ``s`` and its seat (as
-:func:`~policies.population.run_episode` does); a reset without a seed draws the next
+:func:`~policies.focal.run_episode` does); a reset without a seed draws the next
 episode seed from the env's ``np_random``.
 """
 

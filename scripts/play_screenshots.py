@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from experiments.serving.app import running_server
-from experiments.serving.session import ServeSettings
+from serving.app import running_server
+from serving.session import ServeSettings
 from tests.browser import chromium
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

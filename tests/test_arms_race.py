@@ -171,7 +171,7 @@ def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_pat
 
 
 def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsys):
-    from experiments.cli import main
+    from commands.cli import main
 
     out = tmp_path / "race"
     main(["arms-race", "--allocator", "planner", "--scenario", "crisis", "--seat", "search",

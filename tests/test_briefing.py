@@ -8,8 +8,8 @@ import re
 import pytest
 
 import commons_arena
-from experiments.serving.briefing import EPISODE_STATS, REWARD_TERMS, render_briefing, seat_guide
-from experiments.serving.wire import decode_action, encode_observation, seat_spec
+from serving.briefing import EPISODE_STATS, REWARD_TERMS, render_briefing, seat_guide
+from serving.wire import decode_action, encode_observation, seat_spec
 
 CONFIG = commons_arena.load_scenario("standard")
 

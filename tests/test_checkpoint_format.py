@@ -18,9 +18,11 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError, load_network, network_from_rl_module
+from experiments.training.rl_modules import module_action, network_from_rl_module
+from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError, load_network
+from policies.focal import run_episode
 from policies.learned import CODECS, LearnedPolicy, read_sidecar, save_policy
-from policies.population import Population, run_episode
+from policies.population import Population
 from policies.registry import make_policy, policy_spec
 
 torch = pytest.importorskip("torch")
@@ -75,8 +77,6 @@ def checkpoint(tmp_path) -> Path:
 
 def test_exported_network_acts_exactly_like_the_rllib_module(tmp_path):
     """Every layer kind the exporter knows, checked against the module's own greedy action."""
-    from policies.learned import module_action
-
     for kwargs in ({"activation": "tanh"}, {"activation": "relu", "layernorm": True, "hidden": (8,)}):
         module = rllib_module(6, [3, 4, 2], **kwargs)
         network = network_from_rl_module(module, [3, 4, 2])

@@ -3,7 +3,6 @@ any work, and never overwrites a file without --force."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from commands.cli import main, one_line
 from commons_arena.enums import ALLOCATOR
-from experiments.cli import main, one_line
 from tests.conftest import TINY, toml_dumps
 
 
@@ -146,7 +145,7 @@ def test_multi_line_reports_become_one_line():
 def test_the_installed_command_exits_2_with_one_line_and_no_traceback(tmp_path):
     """The real entry point, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    script = "from experiments.cli import main; main()"
+    script = "from commands.cli import main; main()"
     for argv in (["evaluate", "--seeds", "-3"],):
         done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,
                               cwd=tmp_path, timeout=120)
@@ -155,22 +154,8 @@ def test_the_installed_command_exits_2_with_one_line_and_no_traceback(tmp_path):
         assert done.stdout == ""
 
 
-def test_python_m_replay_matches_the_cli(tmp_path, write_scenario, capsys):
-    """`python -m experiments.viewing.replay` is the same command: same default output, same refusals."""
-    from experiments.viewing import replay
-
-    record = tmp_path / "r.jsonl"
-    assert run_cli(capsys, "play", "--scenario", str(write_scenario(TINY)), "--quiet", "--record", str(record))[0] == 0
-    replay.main([str(record)])
-    assert record.with_suffix(".html").is_file()
-    with pytest.raises(SystemExit) as done:
-        replay.main([str(record), "-o", str(record)])
-    assert done.value.code == 2
-    assert json.loads(record.read_text().splitlines()[0])  # the recording is untouched
-
-
 def test_tyro_reports_reduce_to_their_first_sentence():
-    from experiments.cli import _usage_message
+    from commands.cli import _usage_message
 
     boxed = "╭─ Value error ──╮\n│ Error parsing --seeds: bad │\n│ ─────── │\n│ Argument helptext: │\n╰────╯\n"
     plain = " Value error   \n ------------ \n  Error parsing --seeds: bad  \n  ---------\n  Argument helptext:\n"

@@ -397,43 +397,6 @@ def test_a_copied_or_pickled_env_plays_on_identically() -> None:
             assert twin.step(action)[1] == expected
 
 
-def test_the_package_has_no_import_cycle() -> None:
-    """No commons_arena module imports, even lazily or for types only, one that imports it back."""
-    import ast
-    import pkgutil
-
-    root = Path(commons_arena.__file__).parent
-    files = {"commons_arena": root / "__init__.py"}
-    for info in pkgutil.walk_packages([str(root)], "commons_arena."):
-        path = root.joinpath(*info.name.split(".")[1:])
-        files[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
-    graph: dict[str, set[str]] = {}
-    for module, path in files.items():
-        imports = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "commons_arena":
-                for alias in node.names:  # `from commons_arena import rewards` imports a module
-                    sub = f"{node.module}.{alias.name}"
-                    imports.add(sub if sub in files else node.module)
-            elif isinstance(node, ast.Import):
-                imports |= {a.name for a in node.names if a.name.split(".")[0] == "commons_arena"}
-        graph[module] = imports - {module}
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in graph.get(start, ()):
-            if nxt == goal:
-                return True
-            if nxt not in seen:
-                seen.add(nxt)
-                if reaches(nxt, goal, seen):
-                    return True
-        return False
-
-    # the package's own __init__ imports its public modules; every other module is a leaf of it
-    cycles = [m for m in graph if m != "commons_arena" and reaches(m, m, set())]
-    assert not cycles, f"import cycles through {cycles}"
-
-
 def test_import_commons_arena_env_is_not_the_function() -> None:
     """``commons_arena.env`` is the AEC factory; the env class's module is ``commons_arena.arena``."""
     import importlib

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from experiments import cli
+from commands import cli
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import (
     SESSION_FIELDS,
@@ -139,7 +139,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
 
     def run(name: str, hash_seed: str, *flags: str) -> dict[str, dict[str, np.ndarray]]:
-        done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "--config", str(path), "--run-name", name,
+        done = subprocess.run([sys.executable, "-m", "commands", "train", "--config", str(path), "--run-name", name,
                                *flags], env={**env, "PYTHONHASHSEED": hash_seed}, capture_output=True, text=True,
                               timeout=900)
         assert done.returncode == 0, done.stderr[-2000:]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import commons_arena
+from commands.cli import Play
 from commons_arena.enums import ALLOCATOR
-from experiments.cli import Play
 from policies import Population, run_episode
 from policies.base import UniformRandomPolicy
 from policies.focal import FocalEnv, policy_seed

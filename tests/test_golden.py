@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import commons_arena
+from commands.cli import main
 from commons_arena.verify import RecordingRefused, verify_recording
-from experiments.cli import main
 from tests.golden.make import golden_path
 
 SCENARIOS = commons_arena.list_scenarios()

@@ -130,7 +130,8 @@ def test_matchups_are_drawn_from_the_episode_seed():
 def test_league_run_snapshots_play_through_learned_pay_off_and_resume(ray_session, tmp_path):
     """Margin -inf: every iteration a snapshot joins; each is written as data-only policies
     that `learned:` plays, the snapshots' payoff matrix is in the run folder, and the run resumes."""
-    from policies.population import Population, run_episode
+    from policies.focal import run_episode
+    from policies.population import Population
 
     checkpoint = train(TrainArgs(out=tmp_path, run_name="lg", experiment="league", iterations=2, snapshot_margin=-1e9,
                                  snapshot_gap=1, **TINY))

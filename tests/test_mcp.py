@@ -10,11 +10,12 @@ import pytest
 from mcp import Client
 
 import commons_arena
-from experiments.serving.app import running_server
-from experiments.serving.session import ServeSettings
-from experiments.serving.wire import decode_observation, encode_action, seat_spec
-from policies.population import Population, policy_seed, run_episode
+from policies.focal import policy_seed, run_episode
+from policies.population import Population
 from policies.registry import make_policy
+from serving.app import running_server
+from serving.session import ServeSettings
+from serving.wire import decode_observation, encode_action, seat_spec
 
 
 @pytest.fixture(scope="module")

@@ -236,7 +236,7 @@ def test_module_interface_with_team_and_broker_codecs():
 
 def save_untrained(folder: Path, config, agent: str, codec: str | None) -> Path:
     """An untrained RLlib default module for ``agent`` behind ``codec``, saved the way training saves."""
-    from policies.checkpoint_format import network_from_rl_module
+    from experiments.training.rl_modules import network_from_rl_module
     from tests.test_checkpoint_format import rllib_module
 
     size = observation_layout(config, agent).size

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import commons_arena
+from commands.cli import main
 from commons_arena.enums import ALLOCATOR, BROKER
-from experiments.cli import main
 from experiments.training.seat_codecs import parse_seat_codecs, seat_codecs
 from experiments.training.seats import SeatPlan, plan_for
 from experiments.training.train import TrainArgs, train

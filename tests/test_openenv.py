@@ -31,11 +31,12 @@ from openenv.core.env_server.types import (
 from websockets.sync.client import connect
 
 import commons_arena
-from experiments.serving.app import running_server
-from experiments.serving.session import ServeSettings
-from experiments.serving.wire import decode_observation, encode_action, seat_spec
-from policies.population import Population, policy_seed, run_episode
+from policies.focal import policy_seed, run_episode
+from policies.population import Population
 from policies.registry import make_policy
+from serving.app import running_server
+from serving.session import ServeSettings
+from serving.wire import decode_observation, encode_action, seat_spec
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def url():
 
 def test_openenv_validate_passes_against_the_serve_command():
     """``openenv validate --url`` (openenv's CLI, as a user runs it) against ``commons-arena serve``."""
-    server = subprocess.Popen([sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--log-level",
+    server = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0", "--log-level",
                                "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = server.stdout.readline()

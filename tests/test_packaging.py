@@ -26,7 +26,11 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     assets = {f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "css", "js")}
     assert assets <= set(names), "the replay page's asset files are package data"
     # the play page's files ship beside the server that serves them
-    assert {f"experiments/serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
+    assert {f"serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
+    # the front door: the console script is the command line's package, shipped beside the others
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "commons-arena = commands.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert {"commands/cli.py", "serving/app.py", "policies/focal.py", "experiments/training/train.py"} <= set(names)
     # unpacked on its own (no checkout beside it), the package finds and validates them all
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
@@ -38,6 +42,9 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     assert int(subprocess.run([sys.executable, "-c", page], cwd=tmp_path, env=env, check=True, capture_output=True,
                               text=True).stdout) > 5000
     assert hashes == {n: commons_arena.load_scenario(n).content_hash for n in commons_arena.list_scenarios()}
+    listed = subprocess.run([sys.executable, "-m", "commands", "scenarios"], cwd=tmp_path, env=env, check=True,
+                            capture_output=True, text=True).stdout
+    assert [line.split()[0] for line in listed.splitlines() if line[:1].strip()] == commons_arena.list_scenarios()
     assert str(target) in subprocess.run(
         [sys.executable, "-c", "import commons_arena; print(commons_arena.__file__)"],
         cwd=tmp_path, env=env, check=True, capture_output=True, text=True,

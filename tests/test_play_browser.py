@@ -24,10 +24,10 @@ import pytest
 
 import commons_arena
 from commons_arena.recording import read_recording
-from experiments.serving.app import running_server
-from experiments.serving.briefing import EPISODE_STATS, REWARD_TERMS
-from experiments.serving.session import ServeSettings
-from experiments.serving.wire import seat_spec
+from serving.app import running_server
+from serving.briefing import EPISODE_STATS, REWARD_TERMS
+from serving.session import ServeSettings
+from serving.wire import seat_spec
 from tests.browser import chromium
 
 
@@ -250,5 +250,5 @@ def test_page_shows_hostile_text_as_text(chrome, tiny, write_scenario):
         title = chrome.execute_script("return document.getElementById('scenario').options[0].title")
         assert title == hostile
         assert chrome.execute_script("return document.querySelectorAll('img, #scenario script').length") == 0
-    source = (Path(__file__).parents[1] / "experiments/serving/assets/play.js").read_text()
+    source = (Path(__file__).parents[1] / "serving/assets/play.js").read_text()
     assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source

@@ -19,7 +19,7 @@ from commons_arena.spaces import observation_layout
 from policies import Population, PopulationError, available_policies, make_policy, run_episode
 from policies.allocators import water_fill
 from policies.base import Policy, ScriptedPolicy
-from policies.population import policy_seed
+from policies.focal import policy_seed
 from policies.registry import policy_spec
 from policies.teams import ARCHETYPE_PROFILES
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from experiments.cli import main
+from commands.cli import main
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.callbacks import foreach_sampling_runner, set_scenario_everywhere
@@ -90,7 +90,7 @@ def test_a_league_snapshots_with_a_remote_runner(ray_session, tmp_path):
 def _cli(*argv: str, address: str) -> subprocess.CompletedProcess[str]:
     # Its own process: the test session may hold a local Ray already (conftest's ray_session).
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ""}
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *argv, "--address", address],
+    return subprocess.run([sys.executable, "-m", "commands", *argv, "--address", address],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=400)
 
 

@@ -12,8 +12,9 @@ import re
 import pytest
 
 import commons_arena
+from commands.cli import main
 from commons_arena.recording import RecordEpisode
-from experiments.viewing.replay import main, write_replay
+from experiments.viewing.replay import write_replay
 from tests.browser import chromium
 
 
@@ -59,11 +60,11 @@ def test_script_like_text_in_the_data_is_escaped(recording, tmp_path):
 
 def test_main_writes_the_page(recording, tmp_path, capsys):
     out = tmp_path / "one.html"
-    main([str(recording), "-o", str(out), "--episode", "1"])
+    main(["replay", str(recording), "-o", str(out), "--episode", "1"])
     data = re.search(r'id="replay-data">(.*?)</script>', out.read_text(), re.S).group(1)
     assert [e["header"]["seed"] for e in json.loads(data)["episodes"]] == [1]
     with pytest.raises(SystemExit) as done:
-        main([str(recording), "-o", str(tmp_path / "two.html"), "--episode", "9"])
+        main(["replay", str(recording), "-o", str(tmp_path / "two.html"), "--episode", "9"])
     assert done.value.code == 2
     assert "out of range" in capsys.readouterr().err
 

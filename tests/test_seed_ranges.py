@@ -26,7 +26,7 @@ def test_ranges_tile_without_overlap_and_training_is_above_every_other():
 
 def test_default_counts_fit_their_range():
     """The defaults a command plays stay inside its block (a larger --seeds may reach the next)."""
-    from experiments.cli import Analyze, Evaluate, Exploit
+    from commands.cli import Analyze, Evaluate, Exploit
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.training.args import TrainArgs
 
@@ -39,7 +39,7 @@ def test_default_counts_fit_their_range():
 
 
 def test_every_command_reads_the_table():
-    from experiments.cli import Analyze, Evaluate, Exploit, Tournament
+    from commands.cli import Analyze, Evaluate, Exploit, Tournament
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.evaluation.corrections import Args as CorrectionsArgs
     from experiments.evaluation.fixed_codes import REPORT_SEEDS, SELECTION_SEEDS
@@ -82,7 +82,8 @@ def _seed_constants(path: Path) -> list[str]:
 
 
 def test_no_seed_constant_outside_the_table():
-    offenders = [hit for path in sorted((ROOT / "experiments").rglob("*.py")) if path.name != "seeds.py"
+    offenders = [hit for package in ("experiments", "commands", "serving")
+                 for path in sorted((ROOT / package).rglob("*.py")) if path.name != "seeds.py"
                  for hit in _seed_constants(path)]
     assert offenders == [], f"seed constants outside experiments/seeds.py: {offenders}"
 

@@ -112,7 +112,7 @@ def test_folding_the_team_identity_is_exact():
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from policies.checkpoint_format import network_from_rl_module
+    from experiments.training.rl_modules import network_from_rl_module
 
     spec = PPOConfig().get_default_rl_module_spec()
     config = commons_arena.load_scenario("standard")
@@ -140,7 +140,7 @@ def test_policy_set_names_what_it_holds_when_a_seat_is_missing(ray_session, tmp_
 
 
 def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint, capsys):
-    from experiments.cli import Analyze
+    from commands.cli import Analyze
 
     run = selfplay_checkpoint.parent
     history = json.loads((run / "history.json").read_text())

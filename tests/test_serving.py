@@ -19,8 +19,11 @@ from websockets.sync.client import connect
 
 import commons_arena
 from commons_arena.recording import RecordEpisode, read_recording
-from experiments.serving.app import create_app, running_server
-from experiments.serving.client import (
+from policies.focal import run_episode
+from policies.population import Population
+from policies.registry import make_policy
+from serving.app import create_app, running_server
+from serving.client import (
     ArenaClient,
     RemotePolicy,
     ServerError,
@@ -28,10 +31,8 @@ from experiments.serving.client import (
     play_episode,
     policy_agent,
 )
-from experiments.serving.session import Limits, ServeSettings
-from experiments.serving.wire import decode_observation, seat_spec
-from policies.population import Population, run_episode
-from policies.registry import make_policy
+from serving.session import Limits, ServeSettings
+from serving.wire import decode_observation, seat_spec
 
 LIMITS = Limits(max_sessions=6, idle_seconds=60.0, max_body_bytes=4096)
 
@@ -352,7 +353,7 @@ def test_remote_policy_in_a_population(tmp_path):
 # ------------------------------------------------------------------ the command line
 def test_serve_command_starts_a_server(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--seats", "broker", "--max-sessions", "3",
+        [sys.executable, "-m", "commands", "serve", "--port", "0", "--seats", "broker", "--max-sessions", "3",
          "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -383,7 +384,7 @@ def test_sessions_come_and_go_without_growth():
     """Opening and closing many sessions keeps no session and at most a bounded pool of idle tables."""
     import tracemalloc
 
-    from experiments.serving.session import SessionStore
+    from serving.session import SessionStore
 
     store = SessionStore(ServeSettings())
 

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from commons_arena.scenario import load_scenario
-from experiments.serving.app import MAX_JSON_DEPTH, running_server
-from experiments.serving.briefing import MAX_TEXT_CHARS, parse_text_action
-from experiments.serving.session import Limits, ServeSettings, SessionStore
-from experiments.serving.wire import ActionError, seat_spec
+from serving.app import MAX_JSON_DEPTH, running_server
+from serving.briefing import MAX_TEXT_CHARS, parse_text_action
+from serving.session import Limits, ServeSettings, SessionStore
+from serving.wire import ActionError, seat_spec
 
 LIMITS = Limits(max_sessions=8, idle_seconds=60.0, max_body_bytes=64 * 1024)
 
@@ -40,7 +40,7 @@ def url():
 @pytest.fixture(scope="module")
 def served():
     """A server in its own process, as deployed: its event loop shares no interpreter lock with the test."""
-    process = subprocess.Popen([sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--max-sessions",
+    process = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0", "--max-sessions",
                                 str(LIMITS.max_sessions), "--log-level", "warning"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

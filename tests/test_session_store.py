@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.serving.session import Limits, ServeError, ServeSettings, SessionStore
+from serving.session import Limits, ServeError, ServeSettings, SessionStore
 
 
 def test_idle_http_sessions_close_past_the_limit_and_not_before():

@@ -63,7 +63,7 @@ def test_same_as_the_population_playing_itself():
     expected = run_episode(commons_arena.parallel_env(scenario), population, seed)["allocator"]
     view = SingleAgentEnv(scenario, agent="allocator", population=population)
     mine = population.build(view.config)["allocator"]
-    from policies.population import policy_seed
+    from policies.focal import policy_seed
 
     mine.reset(policy_seed(seed, 0))
     obs, _ = view.reset(seed=seed)

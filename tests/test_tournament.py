@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from experiments.cli import main
+from commands.cli import main
 from experiments.evaluation.engine import (
     QUIET,
     batches,
@@ -185,7 +185,8 @@ def test_the_focal_seat_is_the_players(tmp_path):
     with ResultStore(result.store) as store:
         row = next(r for r in store.rows() if r["player"] == "truthful")
     env = commons_arena.parallel_env(scenario="standard")
-    from policies.population import Population, run_episode
+    from policies.focal import run_episode
+    from policies.population import Population
 
     direct = run_episode(env, Population(agents={"search": "truthful"}), 5)
     assert row["episode"]["search"]["return"] == pytest.approx(direct["search"]["return"])
@@ -288,7 +289,7 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, t
     roster_path, expected = uninterrupted
     total = len(expected)  # 5 players x 2 scenarios x 12 seeds = 120
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "experiments.cli", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
+    cmd = [sys.executable, "-m", "commands", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     target = random.Random().randint(20, total // 2)  # a random moment: after this many stored episodes
     proc = subprocess.Popen([*cmd, "--workers", workers, "--ray-min-seconds", "0"], env=env,

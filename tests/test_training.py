@@ -20,10 +20,12 @@ from experiments.evaluation.engine import QUIET
 from experiments.evaluation.roster import RosterError, roster_from_dict
 from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
+from experiments.training.rl_modules import convert_pickled_checkpoint
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError
-from policies.learned import LearnedPolicy, convert_pickled_checkpoint, module_dir, read_sidecar
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.learned import LearnedPolicy, module_dir, read_sidecar
+from policies.population import Population
 from policies.registry import make_policy
 
 pytestmark = pytest.mark.timeout(600)

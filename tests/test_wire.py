@@ -10,8 +10,8 @@ import pytest
 
 import commons_arena
 from commons_arena.scenario import load_scenario
-from experiments.serving.briefing import parse_text_action, render_briefing
-from experiments.serving.wire import (
+from serving.briefing import parse_text_action, render_briefing
+from serving.wire import (
     ActionError,
     action_schema,
     decode_action,

@@ -8,7 +8,7 @@ with three kinds of players:
 
 * ``random``: uniformly random actions from a generator seeded apart from the env;
 * ``population``: the scenario's scripted background population (its ``[population]``
-  table), seeded as :func:`policies.population.run_episode` seeds it;
+  table), seeded as :func:`policies.focal.run_episode` seeds it;
 * ``oracle``: the same population with the privileged oracle allocator (one seed), so
   that the oracle's reading of the rules is pinned too.
 
@@ -71,7 +71,8 @@ def _actor(env, player: str, seed: int) -> Callable[[dict[str, np.ndarray]], dic
     if player == "random":
         rng = np.random.default_rng(seed + 10_000)
         return lambda obs: {a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}
-    from policies.population import Population, policy_seed
+    from policies.focal import policy_seed
+    from policies.population import Population
 
     population = Population.default(env.config)
     if player == "oracle":

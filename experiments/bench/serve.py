@@ -65,7 +65,7 @@ ACTION = {"grant": {"search": {"small": 1, "medium": 1}, "robotics": {"medium": 
 
 def start_server(args: Args, max_sessions: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "serve", "--port", "0", "--scenario", args.scenario,
+        [sys.executable, "-m", "commands", "serve", "--port", "0", "--scenario", args.scenario,
          "--seats", args.seat, "--max-sessions", str(max_sessions), "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
@@ -172,7 +172,7 @@ def churn(base: str, pid: int, count: int, timeout: float) -> dict[str, float]:
 
 def in_process(args: Args) -> dict[str, float]:
     """Steps/s of what one session does per step, without the wire: the seat's action + the background."""
-    from experiments.serving.wire import decode_action, seat_spec
+    from serving.wire import decode_action, seat_spec
 
     env = FocalEnv.from_scenario(args.scenario, focal=[args.seat])
     action = decode_action(seat_spec(env.config, args.seat), ACTION)

@@ -21,8 +21,8 @@ from commons_arena.enums import ALLOCATOR
 from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import ResidualPlannerCodec
+from policies.focal import run_episode
 from policies.learned import LearnedPolicy
-from policies.population import run_episode
 
 
 @dataclass

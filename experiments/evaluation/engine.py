@@ -41,7 +41,8 @@ from experiments.cluster import start_ray
 from experiments.evaluation.roster import Player, Roster, focal_agents
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from policies.base import Policy, uniform_random_policies
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.population import Population
 from policies.shipping import PackedCheckpoint, install, pack_all
 
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x

@@ -34,7 +34,8 @@ from experiments.evaluation.tables import markdown_table
 from experiments.seeds import first_seed
 from policies.base import Policy
 from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
-from policies.population import Population, run_episode
+from policies.focal import run_episode
+from policies.population import Population
 from policies.registry import make_policy
 
 REPORT_SEEDS = range(first_seed("codes_report"), first_seed("codes_report") + 30)  # the figures in docs/codecs.md

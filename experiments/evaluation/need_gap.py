@@ -37,8 +37,8 @@ from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import AllocatorCodec
+from policies.focal import run_episode
 from policies.planner import PlannerAllocator
-from policies.population import run_episode
 
 
 @dataclass

@@ -6,7 +6,7 @@
 The flag form is a roster with the allocator seat, the scenarios' default backgrounds and
 the given allocators. Each cell is played by every player (entrants and the score's
 anchors) from the same seed, so their results are paired. Episodes go through
-:func:`policies.population.run_episode` with policies built once per (scenario,
+:func:`policies.focal.run_episode` with policies built once per (scenario,
 background, player) and reset per episode, so a tournament row equals the
 ``commons-arena evaluate`` episode on the same seed.
 

@@ -17,23 +17,24 @@ from typing import Any
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.training.rl_modules import ModuleActor, network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
 from experiments.training.setup import RunSetup
-from policies.checkpoint_format import PolicyNetwork, network_from_rl_module
+from policies.checkpoint_format import PolicyNetwork
 from policies.learned import save_policy
 from policies.policy_set import SET_DIR
 
 
 def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
     """Learning seat -> the data-only greedy network of its module (identity folded in); a
-    recurrent module, which that format cannot hold yet, is returned as itself."""
+    recurrent module, which that format cannot hold yet, is played through a :class:`ModuleActor`."""
     out: dict[str, Any] = {}
     for module_id, seats in plan.modules.items():
         module = algo.get_module(module_id)
         if module.is_stateful():
             if any(seat in plan.identity for seat in seats):
                 raise ValueError(f"module {module_id!r} is recurrent: its seat identity cannot be folded in")
-            out.update(dict.fromkeys(seats, module))
+            out.update(dict.fromkeys(seats, ModuleActor(module)))
             continue
         network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
         for seat in seats:

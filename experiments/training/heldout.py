@@ -1,17 +1,14 @@
 """Held-out evaluation of a training run, outside RLlib (seeds training never plays).
 
-The reference allocators' per-seed returns on the held-out seeds (random, oracle and the
-scripted baselines: the anchors of the normalised score ``(R - R_random) / (R_oracle -
-R_random)``), the learned allocator alone against each scenario's own population, and the
+Against the reference allocators' returns on the held-out seeds (:mod:`references`, read
+once by the run's setup): the learned allocator alone against each scenario's own population, and the
 learning seats playing together (a multi-seat run), each greedy, as the checkpoint stores them.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -20,46 +17,16 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import (
     BASELINE_ALLOCATORS,
-    allocator_returns,
     best_other,
     normalised_score,
     plain_ratio,
-    play_many,
 )
 from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.traces import declared_to_need, play_traced
+from experiments.training.setup import RunSetup
+from policies.focal import run_episode
 from policies.learned import LearnedPolicy, ModuleInterface
-from policies.population import Population, run_episode
-
-if TYPE_CHECKING:  # setup.py imports this module
-    from experiments.training.setup import RunSetup
-
-References = dict[str, list[float]]  # reference allocator -> per-seed returns
-
-
-def reference_returns(config: ScenarioConfig, seeds: Sequence[int]) -> References:
-    """Per-seed allocator returns of random, oracle and each baseline on the held-out seeds."""
-    return {name: allocator_returns(play_many(config, name, seeds))  # type: ignore[arg-type]
-            for name in ("random", "oracle", *BASELINE_ALLOCATORS)}
-
-
-def cached_reference_returns(cache: Path, config: ScenarioConfig, seeds: Sequence[int]) -> References:
-    """:func:`reference_returns`, kept in ``<cache>`` by scenario content and seeds: every run
-    in the same folder that evaluates on those seeds reuses them (they are a pure function of
-    scenario, seeds and the reference allocators)."""
-    key = f"{config.content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINE_ALLOCATORS)}"
-    path = cache / f"{key}.json"
-    if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
-    references = reference_returns(config, seeds)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(references))
-    return references
-
-
-def anchor_means(references: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Scenario -> allocator -> mean return (older runs stored the means themselves)."""
-    return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
+from policies.population import Population
 
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
@@ -157,12 +124,9 @@ def allocator_reports(setup: RunSetup, network: Any, scenarios: Sequence[Scenari
 __all__ = [
     "allocator_reports",
     "allocator_returns_alone",
-    "anchor_means",
-    "cached_reference_returns",
     "describe",
     "evaluate",
     "held_out_report",
     "held_out_seat_returns",
     "learned_policies",
-    "reference_returns",
 ]

@@ -22,7 +22,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import SWITCHING, TrainArgs
-from experiments.training.heldout import References, anchor_means, cached_reference_returns
+from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
 from experiments.training.warm_start import check_warm_start, warm_scale

@@ -85,7 +85,8 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
     learner, push them to every env runner, and check the module now gives the checkpoint's logits."""
     import torch
 
-    from policies.checkpoint_format import load_network, network_from_rl_module
+    from experiments.training.rl_modules import network_from_rl_module
+    from policies.checkpoint_format import load_network
 
     _, network = load_network(checkpoint_dir(spec))
     tensors = network.tensors()

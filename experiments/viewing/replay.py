@@ -1,7 +1,6 @@
 """Recording (JSONL) → one self-contained HTML replay page.
 
-    commons-arena replay RUN.jsonl [-o replay.html] [--episode N] [--force]
-    python -m experiments.viewing.replay RUN.jsonl     # the same command (default: RUN.html)
+    commons-arena replay RUN.jsonl [-o replay.html] [--episode N] [--force]   # default: RUN.html
 
 The page needs no server and no network: styles, script and the episodes (as JSON) are
 inline, and every panel is drawn by the page itself on ``<canvas>`` elements or as DOM
@@ -31,7 +30,6 @@ import html
 import json
 import os
 import re
-import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -98,15 +96,3 @@ def _asset(name: str) -> str:
     if name.endswith((".js", ".css")) and re.search(r"</(script|style)", text, re.I):
         raise ValueError(f"asset {name} contains a closing tag and cannot be inlined")
     return text
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m experiments.viewing.replay`` is ``commons-arena replay``: same defaults,
-    same refusals, same one-line errors."""
-    from experiments.cli import main as cli_main
-
-    cli_main(["replay", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    main()

@@ -62,16 +62,17 @@ from starlette.routing import Route
 
 import commons_arena
 from commons_arena.scenario import load_scenario
-from experiments.serving.briefing import seat_guide
-from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
-from experiments.serving.wire import action_schema, form_spec, observation_schema, seat_spec, strict_json
+from serving.briefing import seat_guide
+from serving.session import ServeError, ServeSettings, Session, SessionStore
+from serving.wire import action_schema, form_spec, observation_schema, seat_spec, strict_json
 
 ASSETS = Path(__file__).parent / "assets"
-# the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css)
+# the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css): a file
+# read by path from the sibling package in the same install, not an import of experiments/
 PLAY_ASSETS = {
     "play.js": (ASSETS / "play.js", "text/javascript"),
     "play.css": (ASSETS / "play.css", "text/css"),
-    "replay.css": (Path(__file__).parent.parent / "viewing" / "assets" / "replay.css", "text/css"),
+    "replay.css": (Path(__file__).parent.parent / "experiments" / "viewing" / "assets" / "replay.css", "text/css"),
 }
 # The page may load and call only this server; no inline script, no plugins, no framing.
 PLAY_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "
@@ -219,7 +220,7 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         seat_spec(load_scenario(settings.scenario), seat)
     store = SessionStore(settings)
     limit = settings.limits.max_body_bytes
-    from experiments.serving.mcp_seat import McpEndpoint, build_mcp  # the mcp SDK (serve extra) costs ~1 s to import
+    from serving.mcp_seat import McpEndpoint, build_mcp  # the mcp SDK (serve extra) costs ~1 s to import
 
     mcp_endpoint = McpEndpoint(build_mcp(settings, store), limit)
 
@@ -447,7 +448,7 @@ def running_server(settings: ServeSettings | None = None, host: str = "127.0.0.1
                    app: Any = None) -> Iterator[str]:
     """Run a real uvicorn server on a free port in a thread; yield its base URL (for tests and scripts).
 
-    Serves ``app`` if given (e.g. :func:`experiments.serving.client.agent_app`), else ``create_app(settings)``."""
+    Serves ``app`` if given (e.g. :func:`serving.client.agent_app`), else ``create_app(settings)``."""
     import uvicorn
 
     settings = settings or ServeSettings()

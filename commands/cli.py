@@ -625,9 +625,9 @@ class Serve:
             Population.from_toml(self.population, config)
 
     def run(self) -> None:
-        from experiments.serving.app import bind, make_server
-        from experiments.serving.session import Limits, ServeSettings
         from policies.population import Population
+        from serving.app import bind, make_server
+        from serving.session import Limits, ServeSettings
 
         population = Population.from_toml(self.population, self.scenario) if self.population else None
         settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population,
@@ -656,7 +656,7 @@ class ConvertCheckpoint:
             )
 
     def run(self) -> Path:
-        from policies.learned import convert_pickled_checkpoint
+        from experiments.training.rl_modules import convert_pickled_checkpoint
 
         path = convert_pickled_checkpoint(self.checkpoint)
         print(f"wrote {path} and {path.with_suffix('.safetensors')}; use it as learned:{self.checkpoint}")

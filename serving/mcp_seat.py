@@ -19,7 +19,7 @@ tool               what it does
 An action the seat cannot play is a tool error (``is_error``) whose text names the entry
 and its allowed range; the episode does not move, so the agent can answer again. The
 sessions are the server's own (the same store, limits and idle expiry as ``POST /reset``);
-the briefing is :func:`experiments.serving.briefing.render_briefing`, the text seat's.
+the briefing is :func:`serving.briefing.render_briefing`, the text seat's.
 
 The endpoint is stateless streamable HTTP with JSON answers: every tool call carries its
 ``session_id``, so no MCP session has to outlive a request. ``POST /mcp`` with a body that
@@ -37,9 +37,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
-from experiments.serving.briefing import render_briefing
-from experiments.serving.session import ServeError, ServeSettings, Session, SessionStore
-from experiments.serving.wire import encode_observation
+from serving.briefing import render_briefing
+from serving.session import ServeError, ServeSettings, Session, SessionStore
+from serving.wire import encode_observation
 
 INSTRUCTIONS = (
     "commons_arena: a strategic GPU-allocation game. Call start_episode (optionally with a seat: allocator, a "

@@ -9,8 +9,8 @@ teams' job lists, true needs or another seat's observation (what the seat may kn
 :func:`parse_text_action` extracts the action from a model's free text: a fenced
 ````json`` block if there is one, otherwise the last ``{...}`` object in the text that
 decodes as JSON. What it finds is then checked like any structured action
-(:func:`experiments.serving.wire.decode_action`); a text with no JSON object is a
-:class:`~experiments.serving.wire.ActionError` with code ``UNPARSEABLE_TEXT``.
+(:func:`serving.wire.decode_action`); a text with no JSON object is a
+:class:`~serving.wire.ActionError` with code ``UNPARSEABLE_TEXT``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from experiments.serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action, strict_json
+from serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action, strict_json
 
 ROLE_INTRO = {
     "allocator": (

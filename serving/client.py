@@ -10,7 +10,7 @@ one round trip per step on a kept connection) or plain HTTP::
         print(client.state()["returns"])
 
 :func:`play_episode` puts local :class:`~policies.base.Policy` objects in the remote seats
-(seeded like :func:`policies.population.run_episode`, so the same seed gives the same
+(seeded like :func:`policies.focal.run_episode`, so the same seed gives the same
 episode as in-process).
 
 :class:`RemotePolicy` goes the other way: it *is* a ``Policy`` whose decisions come from
@@ -39,8 +39,10 @@ from typing import Any
 import numpy as np
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from experiments.serving.briefing import parse_text_action, render_briefing
-from experiments.serving.wire import (
+from policies.base import Policy
+from policies.focal import policy_seed
+from serving.briefing import parse_text_action, render_briefing
+from serving.wire import (
     ActionError,
     decode_action,
     decode_observation,
@@ -48,8 +50,6 @@ from experiments.serving.wire import (
     encode_observation,
     seat_spec,
 )
-from policies.base import Policy
-from policies.population import policy_seed
 
 
 class ServerError(RuntimeError):
@@ -181,7 +181,7 @@ def play_episode(client: ArenaClient, policies: Mapping[str, Policy], seed: int,
     """Play one episode of the server with ``policies`` (seat → policy) in the remote seats.
 
     Each policy is reset with :func:`policy_seed` of its seat's position, as in-process
-    :func:`~policies.population.run_episode` does; returns the final ``state()`` plus the
+    :func:`~policies.focal.run_episode` does; returns the final ``state()`` plus the
     last step's ``metadata`` (``metadata["info"][seat]["episode"]`` holds the totals)."""
     seats = list(policies)
     result = client.reset(seed=seed, seats=seats, **params)

@@ -35,11 +35,11 @@ from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode, jsonable
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
 from commons_arena.spaces import role_of
-from experiments.serving.briefing import parse_text_action, render_briefing
-from experiments.serving.wire import ActionError, SeatSpec, decode_action, encode_observation, seat_spec
 from policies.base import Policy
 from policies.focal import FocalEnv
 from policies.population import Entry, Population, PopulationError
+from serving.briefing import parse_text_action, render_briefing
+from serving.wire import ActionError, SeatSpec, decode_action, encode_observation, seat_spec
 
 ON_INVALID = ("reject", "noop")
 RESET_KEYS = ("seed", "episode_id", "scenario", "seats", "population", "text", "record", "on_invalid")

@@ -1,0 +1,47 @@
+"""The reference allocators' per-seed returns on a run's held-out seeds: random, oracle and
+the scripted baselines, the anchors of the normalised score ``(R - R_random) / (R_oracle -
+R_random)``. The run's setup reads them once (cached per scenario content and seeds);
+:mod:`heldout` scores the learned policies against them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, play_many
+
+References = dict[str, list[float]]  # reference allocator -> per-seed returns
+
+
+def reference_returns(config: ScenarioConfig, seeds: Sequence[int]) -> References:
+    """Per-seed allocator returns of random, oracle and each baseline on the held-out seeds."""
+    return {name: allocator_returns(play_many(config, name, seeds))  # type: ignore[arg-type]
+            for name in ("random", "oracle", *BASELINE_ALLOCATORS)}
+
+
+def cached_reference_returns(cache: Path, config: ScenarioConfig, seeds: Sequence[int]) -> References:
+    """:func:`reference_returns`, kept in ``<cache>`` by scenario content and seeds: every run
+    in the same folder that evaluates on those seeds reuses them (they are a pure function of
+    scenario, seeds and the reference allocators)."""
+    key = f"{config.content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINE_ALLOCATORS)}"
+    path = cache / f"{key}.json"
+    if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    references = reference_returns(config, seeds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(references))
+    return references
+
+
+def anchor_means(references: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Scenario -> allocator -> mean return (older runs stored the means themselves)."""
+    return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
+
+
+__all__ = ["References", "anchor_means", "cached_reference_returns", "reference_returns"]

@@ -1,0 +1,169 @@
+"""RLlib modules read as plain networks: the only place outside training's RLlib code that
+touches an ``RLModule`` (``policies/`` never imports RLlib). RLlib and torch are imported
+inside the functions, so importing this module stays cheap.
+
+* :func:`network_from_rl_module` — a default MLP module's greedy actor copied into the
+  data-only :class:`~policies.checkpoint_format.PolicyNetwork` a checkpoint stores;
+* :class:`ModuleActor` — a module that format cannot hold yet (recurrent) behind the same
+  ``reset()`` / ``greedy(obs)`` interface, so a :class:`~policies.learned.LearnedPolicy`
+  plays it during training's held-out evaluation;
+* :func:`convert_pickled_checkpoint` — ``commons-arena convert-checkpoint``: an old pickled
+  checkpoint given the data-only files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policies.checkpoint_format import CheckpointError, NetworkSpec, PolicyNetwork, write_checkpoint
+from policies.learned import SIDECAR, module_dir
+
+
+def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
+    """The greedy actor of an RLlib default (PPO/APPO) torch module as a :class:`PolicyNetwork`.
+
+    Walks the actor's MLP encoder and the policy head (``torch.nn.Sequential`` of Linear,
+    LayerNorm and activations) and refuses anything else. The copy is checked: its logits
+    must equal the module's own ``forward_inference`` output on random observations.
+    """
+    import torch
+    import torch.nn as nn
+    from ray.rllib.core.columns import Columns
+
+    encoder = getattr(module, "encoder", None)
+    actor = getattr(encoder, "actor_encoder", encoder)
+    pi = getattr(module, "pi", None)
+    parts = [getattr(getattr(part, "net", None), "mlp", None) for part in (actor, pi)]
+    if not all(isinstance(p, nn.Sequential) for p in parts):
+        raise CheckpointError(
+            f"cannot export {type(module).__name__}: only RLlib's default MLP modules (encoder + pi head) are supported"
+        )
+    layers: list[dict[str, Any]] = []
+    tensors: dict[str, Any] = {}
+    activations = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid"}
+    for child in (c for part in parts for c in part):  # type: ignore[union-attr]
+        i = len(layers)
+        if isinstance(child, nn.Linear):
+            layers.append({"type": "linear", "in": child.in_features, "out": child.out_features})
+            tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"] = child.weight, child.bias
+        elif isinstance(child, nn.LayerNorm) and len(child.normalized_shape) == 1:
+            layers.append({"type": "layer_norm", "size": child.normalized_shape[0], "eps": float(child.eps)})
+            tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"] = child.weight, child.bias
+        elif type(child) in activations:
+            layers.append({"type": activations[type(child)]})
+        else:
+            raise CheckpointError(f"cannot export layer {type(child).__name__} of {type(module).__name__}")
+    spec = NetworkSpec.model_validate(
+        {"layers": layers, "action_distribution": {"type": "multi_categorical", "nvec": [int(n) for n in nvec]},
+         "weights_sha256": "0" * 64}
+    )
+    network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
+    probe = np.random.default_rng(0).normal(size=(8, network.input_size)).astype(np.float32)
+    with torch.no_grad():
+        theirs = module.forward_inference({Columns.OBS: torch.from_numpy(probe)})[Columns.ACTION_DIST_INPUTS]
+    if not np.allclose(network.logits(probe), theirs.numpy(), atol=1e-5, rtol=1e-5):
+        raise CheckpointError(f"exporting {type(module).__name__} changed its outputs: unsupported module layout")
+    return network
+
+
+def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
+    """Greedy action of an RLModule for one observation, as an int64 array (MultiDiscrete).
+
+    Default RLlib modules return only ``ACTION_DIST_INPUTS`` (concatenated logits of all
+    sub-spaces) from ``forward_inference``; the module's own inference distribution turns
+    them into the per-sub-space argmax. Modules that return ``ACTIONS`` are used as-is.
+    A recurrent module (``use_lstm``) takes and returns its ``state`` (``None``: the
+    initial state); it is then called with a batch of one sequence of one step, and the
+    result is ``(action, state)``.
+    """
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    obs = np.asarray(obs, dtype=np.float32)
+    expected = getattr(module.observation_space, "shape", None)
+    if obs.shape != expected:
+        raise ValueError(f"observation shape mismatch: module expects {expected}, got {obs.shape}")
+    stateful = module.is_stateful()
+    with torch.no_grad():
+        if stateful:
+            if state is None:
+                state = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
+            batch = {Columns.OBS: torch.from_numpy(obs[None, None]), Columns.STATE_IN: state}
+        else:
+            batch = {Columns.OBS: torch.from_numpy(obs[None])}
+        out = module.forward_inference(batch)
+        if Columns.ACTIONS in out:
+            action = out[Columns.ACTIONS]
+        else:
+            logits = out[Columns.ACTION_DIST_INPUTS]
+            dist = module.get_inference_action_dist_cls().from_logits(logits.reshape(1, -1))
+            action = dist.to_deterministic().sample()
+    action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
+    action = action.reshape(1, -1)[0].astype(np.int64)
+    return (action, out[Columns.STATE_OUT]) if stateful else action
+
+
+class ModuleActor:
+    """A live RLlib module as a greedy network (``reset()`` / ``greedy(obs)``, like
+    :class:`~policies.checkpoint_format.PolicyNetwork`); a recurrent module keeps its state
+    from one call to the next until ``reset()``."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self._state: Any = None  # None: the module's initial state
+
+    def reset(self) -> None:
+        self._state = None
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        if not self.module.is_stateful():
+            return module_action(self.module, obs)
+        action, self._state = module_action(self.module, obs, self._state)
+        return action
+
+
+def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
+    """Write the data-only files for an old (format 1) checkpoint, from its RLlib pickles.
+
+    This UNPICKLES the checkpoint's module files, which can run any code they contain: call it
+    only on a checkpoint you trust (one you trained). ``commons-arena convert-checkpoint DIR
+    --i-trust-this-checkpoint`` is the command-line form. The old files stay; ``learned:``
+    reads only the new ones from then on.
+    """
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
+    path = checkpoint / SIDECAR
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} has no {SIDECAR}: not a commons_arena checkpoint")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        old_format = isinstance(old, dict) and "format_version" not in old
+        fields = {k: old[k] for k in ("agent", "scenario", "scenario_hash", "observation_shape", "action_nvec",
+                                      "observation_scale")} if old_format else {}
+    except (ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path} is not a format-1 sidecar: {exc}") from None
+    if not old_format:
+        raise CheckpointError(f"{checkpoint} is already in the data-only format (format_version {old.get('format_version')})")
+    source = module_dir(checkpoint, fields["agent"])
+    if not source.is_dir():
+        raise CheckpointError(f"checkpoint {checkpoint} has no module {fields['agent']!r} (looked in {source})")
+    module = RLModule.from_checkpoint(source)
+    module.eval()
+    network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
+    codec = old.get("action_codec")
+    fields |= {
+        "env": "commons_arena_v0",
+        "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
+        "action_codec": {"name": codec, "params": {}} if codec else None,
+        "history": int(old.get("history", 1)),
+        "input_size": network.input_size,  # codec features and history widen it past the observation
+    }
+    return write_checkpoint(checkpoint, fields, network)
+
+
+__all__ = ["ModuleActor", "convert_pickled_checkpoint", "module_action", "network_from_rl_module"]

@@ -1,0 +1,145 @@
+"""The import graph of every package the wheel ships: one-way layers, no cycle, no RLlib below training.
+
+Drawn from the source (``ast``), so lazy imports inside functions and ``TYPE_CHECKING``
+imports count too: a cycle that only bites at run time, or a layer skipped "just for a
+type", is still a cycle or a skipped layer. The layers (docs/architecture.md, "Layout"):
+
+    commons_arena  <-  policies  <-  serving  <-  experiments  <-  commands
+    (the game)         (behaviour)   (the server)  (training,       (the command line)
+                                                   evaluation, ...)
+
+Each package may import only the packages to its left; nothing imports ``commands``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# package -> the project packages it may import (besides itself)
+LAYERS: dict[str, set[str]] = {
+    "commons_arena": set(),
+    "policies": {"commons_arena"},
+    "serving": {"commons_arena", "policies"},
+    "experiments": {"commons_arena", "policies", "serving"},
+    "commands": {"commons_arena", "policies", "serving", "experiments"},
+}
+NO_RLLIB = ("commons_arena", "policies", "serving")  # RLlib (and Ray) live where training lives: experiments/
+
+
+def shipped_packages() -> list[str]:
+    """The top-level packages pyproject.toml puts in the wheel."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return list(pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
+
+
+@functools.cache
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of every shipped package."""
+    files: dict[str, Path] = {}
+    for package in shipped_packages():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            files[".".join(parts)] = path
+    return files
+
+
+def imports_of(path: Path, module: str, is_package: bool) -> Iterator[tuple[str, ...]]:
+    """Every import in ``path`` (absolute; relative ones resolved), wherever it stands, as the
+    names it may load, most specific first: ``from pkg import name`` is ``(pkg.name, pkg)``,
+    importing the module ``pkg.name`` if there is one and otherwise a name of ``pkg``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name,) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            yield from ((f"{base}.{alias.name}", base) for alias in node.names)
+
+
+@functools.cache
+def project_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports."""
+    files = module_files()
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        imports = imports_of(path, module, path.name == "__init__.py")
+        graph[module] = {next(n for n in names if n in files) for names in imports if any(n in files for n in names)}
+        graph[module].discard(module)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle as its modules in order (empty: none). A package's own ``__init__``
+    importing its modules is the normal case; a module importing its package back is a cycle."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], node, nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, node])):
+                return found
+        state[node] = 2
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [])):
+            return found
+    return []
+
+
+def test_every_shipped_package_has_a_layer() -> None:
+    """A new top-level package gets a place in the layers (here and in docs/architecture.md)."""
+    assert sorted(shipped_packages()) == sorted(LAYERS)
+
+
+def test_there_is_no_import_cycle_anywhere() -> None:
+    graph = project_graph()
+    assert len(graph) > 80, "the graph lost modules: is the package list right?"
+    assert "commands.cli" in graph and "serving.app" in graph and "policies.focal" in graph
+    cycle = find_cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in project_graph().items() if module.split(".")[0] == package
+        for target in targets if target.split(".")[0] not in LAYERS[package] | {package}
+    )
+    assert not wrong, f"{package} may import only {sorted(LAYERS[package])}: " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("package", NO_RLLIB)
+def test_no_rllib_below_experiments(package: str) -> None:
+    files = module_files()
+    wrong = sorted(
+        f"{module} imports {name}"
+        for module, path in files.items() if module.split(".")[0] == package
+        for names in imports_of(path, module, path.name == "__init__.py")
+        if (name := names[-1]).split(".")[0] == "ray"
+    )
+    assert not wrong, f"{package} must not import Ray/RLlib (training lives in experiments/): " + "; ".join(wrong)
+
+
+def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
+    """The graph counts an import inside a function; the cycle search finds a three-module loop."""
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from ray.rllib.core import Columns\n    from . import sibling\n")
+    assert list(imports_of(source, "pkg.m", is_package=False)) == [("ray.rllib.core.Columns", "ray.rllib.core"),
+                                                                   ("pkg.sibling", "pkg")]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
