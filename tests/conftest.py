@@ -43,6 +43,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_arms_race::test_the_arms_race_runs_both_rounds_and_reports": ("rllib", "ray"),  # both rounds, trained
     "test_arms_race::test_round2_continues_a_learned_allocator_from_its_weights": ("rllib", "ray"),
     "test_arms_race::test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged": ("rllib",),
+    "test_remote_runners": ("rllib", "ray"),  # remote env runners; its two-node test starts its own cluster
     "test_serving": ("server",),
     "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
     "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules

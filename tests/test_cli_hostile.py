@@ -20,7 +20,6 @@ from experiments.evaluation.roster import checkpoint_hash
 from policies.checkpoint_format import CheckpointError
 from policies.learned import LearnedPolicy
 from tests.conftest import TINY
-from tests.test_checkpoint_format import edit_sidecar, save_agent
 from tests.test_cli_errors import assert_one_line_error, run_cli
 
 GOLDEN = Path(__file__).parent / "golden" / "standard.jsonl"
@@ -138,6 +137,8 @@ def test_verify_exit_codes_mean_one_thing_each(capsys, tmp_path):
     (lambda m: m["observation_scale"].__setitem__(0, 1e308), "observation_scale.0"),
 ])
 def test_sidecar_numbers_are_bounded(tmp_path, change, message):
+    from tests.test_checkpoint_format import edit_sidecar, save_agent  # imports torch and RLlib: only where used
+
     checkpoint = save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
     edit_sidecar(checkpoint, change)
     with pytest.raises(CheckpointError, match=message):
@@ -190,6 +191,8 @@ def test_budget_repair_costs_the_same_at_any_number_of_units():
 
 
 def test_checkpoint_identity_reads_only_the_sidecar(tmp_path):
+    from tests.test_checkpoint_format import edit_sidecar, save_agent  # imports torch and RLlib: only where used
+
     checkpoint = save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
     first = checkpoint_hash(checkpoint)
     with open(checkpoint / "huge.bin", "wb") as fh:  # 64 GiB, sparse: hashing it would take minutes

@@ -23,7 +23,6 @@ from commons_arena.enums import ALLOCATOR
 from policies import shipping
 from policies.learned import LearnedPolicy
 from policies.registry import make_policy
-from tests.test_checkpoint_format import save_agent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,6 +35,8 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_packed_checkpoint_plays_where_its_folder_is_gone(tmp_path, cache):
+    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
+
     source = save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
     (source / "rllib_state.pkl").write_bytes(b"not sent")  # only the data-only files travel
     obs, _ = commons_arena.parallel_env("standard").reset(seed=3)
@@ -58,6 +59,8 @@ def test_a_packed_checkpoint_plays_where_its_folder_is_gone(tmp_path, cache):
 
 
 def test_damaged_bytes_are_refused(tmp_path, cache):
+    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
+
     packed = shipping.pack(str(save_agent(tmp_path / "ckpt", "standard", ALLOCATOR)))
     rel, data = packed.files[0]
     damaged = shipping.PackedCheckpoint(packed.source, ((rel, data[:-1] + b"x"), *packed.files[1:]), packed.sha256)

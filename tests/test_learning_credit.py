@@ -9,7 +9,6 @@ import json
 import pytest
 
 from experiments.evaluation.analysis import analyze, credit, summary_markdown
-from experiments.training.train import TrainArgs, train
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -19,6 +18,8 @@ SEEDS = [700000, 700001, 700002]
 
 
 def test_untrained_and_planner_only_allocators_are_not_credited(ray_session, tmp_path):
+    from experiments.training.train import TrainArgs, train  # imports RLlib: only the test that trains
+
     # one update of 200 steps from a zero code 3 logits ahead: greedy, it still plays planner
     checkpoint = train(TrainArgs(out=tmp_path, run_name="alloc", iterations=1, zero_bias=3.0, **TINY))
     run = checkpoint.parent
