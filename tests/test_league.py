@@ -129,12 +129,14 @@ def test_matchups_are_drawn_from_the_episode_seed():
 
 def test_league_run_snapshots_play_through_learned_pay_off_and_resume(ray_session, tmp_path):
     """Margin -inf: every iteration a snapshot joins; each is written as data-only policies
-    that `learned:` plays, the snapshots' payoff matrix is in the run folder, and the run resumes."""
+    that `learned:` plays, the snapshots' payoff matrix is in the run folder, and the run resumes.
+    On one remote env runner (the driver's runner then holds no env): each snapshot must reach the
+    runner that samples, or the next iteration's matchups fail (test_remote_runners.py)."""
     from policies.focal import run_episode
     from policies.population import Population
 
     checkpoint = train(TrainArgs(out=tmp_path, run_name="lg", experiment="league", iterations=2, snapshot_margin=-1e9,
-                                 snapshot_gap=1, **TINY))
+                                 snapshot_gap=1, num_env_runners=1, **TINY))
     run = checkpoint.parent
     log = [json.loads(line) for line in (run / "league.json").read_text().splitlines()]
     assert [row["snapshot"] for row in log] == ["team_v1", "team_v2"]
