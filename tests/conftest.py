@@ -34,7 +34,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_league": ("rllib", "ray"),
     "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
     "test_training_setup": ("rllib",),  # builds RLlib configs and envs
-    "test_cluster_shipping::test_code_and_checkpoints_reach_nodes_that_share_no_disk": ("ray",),  # a two-node cluster
+    "test_cluster_shipping::test_code_and_checkpoints_reach_nodes_that_share_no_disk": ("rllib", "ray"),  # a two-node cluster
     "test_cluster_shipping::test_a_packed_checkpoint_plays_where_its_folder_is_gone": ("rllib",),
     "test_cluster_shipping::test_damaged_bytes_are_refused": ("rllib",),
     "test_experiment_files::test_same_file_and_seed_give_identical_weights_in_fresh_processes": ("rllib",),
@@ -43,7 +43,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_arms_race::test_the_arms_race_runs_both_rounds_and_reports": ("rllib", "ray"),  # both rounds, trained
     "test_arms_race::test_round2_continues_a_learned_allocator_from_its_weights": ("rllib", "ray"),
     "test_arms_race::test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged": ("rllib",),
-    "test_remote_runners": ("rllib", "ray"),  # remote env runners; its two-node test starts its own cluster
+    "test_remote_runners": ("rllib", "ray"),  # remote env runners on the session's Ray
     "test_serving": ("server",),
     "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
     "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules

@@ -81,7 +81,7 @@ def test_a_folder_without_a_policy_is_refused(tmp_path):
 # checkout on sys.path but not in PYTHONPATH, so the nodes it starts get the code only through
 # the runtime_env. It prints one JSON line of what it saw.
 CLUSTER_DRIVER = r"""
-import json, os, shutil, sys, tempfile
+import json, os, shutil, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import ray
@@ -130,7 +130,6 @@ try:
 
     # the tournament's workers hand their CPUs back a moment after the last task: wait (bounded), else
     # the runner count is cut to what Ray reports free then (seen in a fresh-clone CI run: 1 of 2)
-    import time
     deadline = time.time() + 60
     while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.2)
@@ -151,6 +150,34 @@ try:
         os.getpid()))
     out["team_source"] = str(team)
     algo.stop()
+
+    # the command line on the same cluster (--address): train on two env runners (one CPU per node: one
+    # runner per node), then a tournament of its checkpoint as Ray tasks, which stores the rows the same
+    # tournament stores in-process
+    import subprocess
+    from commands.cli import main
+    from tests.test_tournament import stored
+    deadline = time.time() + 60
+    while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+
+    def cli(*argv):
+        done = subprocess.run([sys.executable, "-m", "commands", *argv, "--address", cluster.address],
+                              capture_output=True, text=True, cwd=sys.argv[1], timeout=400)
+        return [done.returncode, done.stdout, done.stderr[-2000:]]
+
+    out["cli_train"] = cli("train", "--experiment", "allocator_ppo", "--iterations", "1", "--num-env-runners", "2",
+                           "--train-batch-size", "100", "--minibatch-size", "50", "--num-epochs", "1",
+                           "--num-envs-per-env-runner", "2", "--hidden", "8", "8", "--eval-seeds", "2",
+                           "--eval-every", "1", "--quiet", "--out", str(work / "runs"), "--run-name", "cluster")
+    best = work / "runs" / "cluster" / "best"
+    out["cli_best"] = (best / "arena_policy.json").is_file()
+    entrants = ["--scenarios", "standard", "--allocators", "edf", f"learned:{best}", "--seeds", "4", "--no-progress"]
+    out["cli_tournament"] = cli("tournament", *entrants, "--workers", "2", "--ray-min-seconds", "0",
+                                "--out", str(work / "t"))
+    out["cli_standings"] = (work / "t" / "standings.md").is_file()
+    main(["tournament", *entrants, "--workers", "1", "--out", str(work / "local")])
+    out["cli_same_rows"] = stored(work / "local" / "results.sqlite") == stored(work / "t" / "results.sqlite")
 finally:
     ray.shutdown()
     cluster.shutdown()
@@ -159,7 +186,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_code_and_checkpoints_reach_nodes_that_share_no_disk(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
     env["COMMONS_ARENA_CHECKPOINT_CACHE"] = str(tmp_path / "cache")
@@ -168,7 +195,7 @@ def test_code_and_checkpoints_reach_nodes_that_share_no_disk(tmp_path):
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rcs", dir="/tmp")
     try:
         run = subprocess.run([sys.executable, "-c", CLUSTER_DRIVER, str(REPO)], capture_output=True, text=True,
-                             env=env, cwd=tmp_path, timeout=880)
+                             env=env, cwd=tmp_path, timeout=1480)
     finally:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -181,3 +208,11 @@ def test_code_and_checkpoints_reach_nodes_that_share_no_disk(tmp_path):
     for policy, installed, _ in out["runners"]:
         assert policy == "LearnedPolicy"
         assert installed[out["team_source"]].startswith(str(tmp_path / "cache"))
+    # `train` and `tournament` with --address (the nodes get the code the same way)
+    code, _, err = out["cli_train"]
+    assert code == 0 and "env runners instead of" not in err, err  # both runners were placed
+    assert out["cli_best"]
+    code, stdout, err = out["cli_tournament"]
+    assert code == 0, err
+    assert "ray" in stdout.lower() and out["cli_standings"]  # played as Ray tasks, not in-process
+    assert out["cli_same_rows"]
