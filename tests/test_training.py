@@ -262,15 +262,13 @@ def test_a_new_run_never_reuses_another_runs_folder(ray_session, tmp_path):
     kept = {p: p.read_bytes() for p in first.rglob("*") if p.is_file() and p.parent.name != "tb"}
     with pytest.raises(ValueError, match=r"already holds a run; continue it with --resume .*or choose another --run-name"):
         train(TrainArgs(out=tmp_path, run_name=first.name, **TINY))
-    second = train(TrainArgs(out=tmp_path, **TINY)).parent
+    # the second run has a budget too small for even one iteration: it still trains one and saves the
+    # checkpoint it names
+    checkpoint = train(TrainArgs(out=tmp_path, **{**TINY, "iterations": None, "minutes": 1e-6}))
+    assert (checkpoint / WEIGHTS).is_file()
+    LearnedPolicy.load(checkpoint, "standard", ALLOCATOR)
+    second = checkpoint.parent
     assert second.name == f"{first.name}-2"
     assert (tmp_path / "latest").resolve() == second.resolve()
     assert json.loads((second / "args.json").read_text())["run_name"] == second.name
     assert {p: p.read_bytes() for p in kept} == kept  # the first run's files, byte for byte
-
-
-def test_a_run_always_writes_the_checkpoint_it_names(ray_session, tmp_path):
-    """A budget too small for even one iteration still trains one and saves it."""
-    checkpoint = train(TrainArgs(out=tmp_path, run_name="short", **{**TINY, "iterations": None, "minutes": 1e-6}))
-    assert (checkpoint / WEIGHTS).is_file()
-    LearnedPolicy.load(checkpoint, "standard", ALLOCATOR)
