@@ -40,6 +40,9 @@ def test_every_experiment_trains_with_a_remote_env_runner(ray_session, tmp_path,
     history = json.loads((checkpoint.parent / "history.json").read_text())
     assert len(history) == 1 and history[0]["env_steps"] >= TINY["train_batch_size"]
     assert np.isfinite(history[0]["score"])
+    if experiment == "seats_ppo":  # the broker alone: RLlib holds only its module, the rest play in the env
+        assert {p.name for p in (checkpoint / "learner_group" / "learner" / "rl_module").iterdir() if p.is_dir()} == {
+            "broker"}
 
 
 def test_a_curriculum_promotes_the_remote_envs(ray_session, tmp_path):
