@@ -50,6 +50,15 @@ def _fake_run(parent: Path, seed: int, scores: list[float], final: dict[str, flo
         (folder / "final_scores.json").write_text(json.dumps({t: {"score": v} for t, v in final.items()}))
 
 
+@pytest.mark.parametrize("statistic", [np.mean, iqm_of])
+def test_the_vectorised_bootstrap_gives_the_per_resample_interval(statistic, monkeypatch):
+    values = [0.1, 0.5, 0.3, 0.9, 0.2, 0.75]
+    fast = bootstrap_ci(values, statistic, seed=3)
+    monkeypatch.setattr(statistics, "_along_axis", lambda _: None)  # one call per resample
+    assert fast == bootstrap_ci(values, statistic, seed=3)
+    assert fast[1] < fast[0] < fast[2]
+
+
 def test_report_across_seeds_from_the_run_folders(tmp_path):
     _fake_run(tmp_path, 0, [[0.1, 0.2], [0.5, 0.3]], {"standard": 0.6, "crisis": 0.2})
     _fake_run(tmp_path, 2, [[0.3, 0.0], [0.7, 0.1], [0.9, 0.9]], None)  # no final_scores.json: the last evaluation

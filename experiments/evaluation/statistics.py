@@ -83,7 +83,8 @@ def bootstrap_ci(values: Iterable[float | None], statistic: Callable[[np.ndarray
         return point, point, point
     from scipy import stats
 
-    result = stats.bootstrap((x,), lambda s, axis: np.apply_along_axis(statistic, axis, s), vectorized=True,
+    vectorised = _along_axis(statistic) or (lambda s, axis: np.apply_along_axis(statistic, axis, s))
+    result = stats.bootstrap((x,), vectorised, vectorized=True,
                              confidence_level=confidence, n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
                              rng=np.random.default_rng(seed))
     return point, float(result.confidence_interval.low), float(result.confidence_interval.high)
@@ -92,6 +93,18 @@ def bootstrap_ci(values: Iterable[float | None], statistic: Callable[[np.ndarray
 def iqm_of(sample: np.ndarray) -> float:
     """:func:`iqm` of an array (a statistic for :func:`bootstrap_ci`)."""
     return iqm(sample.tolist())
+
+
+def _along_axis(statistic: Callable[[np.ndarray], float]) -> Callable[[np.ndarray, int], np.ndarray] | None:
+    """The statistic over every resample at once, for the ones the reports use: calling it once
+    per resample cost 1.5 s (mean) and 5.8 s (IQM) of CPU per interval at 10,000 resamples."""
+    from scipy import stats
+
+    if statistic is np.mean:
+        return lambda s, axis: np.mean(s, axis=axis)
+    if statistic is iqm_of:
+        return lambda s, axis: stats.trim_mean(s, 0.25, axis=axis)
+    return None
 
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_ci", "iqm", "iqm_of", "mean_ci", "mean_ci95", "paired_difference"]
