@@ -140,7 +140,7 @@ def test_policy_set_names_what_it_holds_when_a_seat_is_missing(ray_session, tmp_
 
 
 def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint, capsys):
-    from commands.cli import Analyze
+    from commands.evaluate import Analyze
 
     run = selfplay_checkpoint.parent
     history = json.loads((run / "history.json").read_text())
