@@ -62,10 +62,12 @@ def _num(value: float) -> str:
 
 
 def scenario_names(names: tuple[str, ...]) -> list[str]:
+    """The scenarios a ``--scenarios`` flag names: ``all`` is every shipped one."""
     return commons_arena.list_scenarios() if names == ("all",) else list(names)
 
 
 def seed_list(first: int, count: int) -> list[int]:
+    """The seeds of ``--first-seed`` and ``--seeds`` (a count), checked before any episode is played."""
     check_number("--seeds", count, 1, MAX_SEEDS)  # before the list is built
     check_number("--first-seed", first, 0, MAX_SEED - count + 1)
     seeds = list(range(first, first + count))
