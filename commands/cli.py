@@ -52,13 +52,14 @@ class Command(Protocol):
 def subcommands(train_defaults: Train | None = None) -> Any:
     """Every subcommand, by name (the union tyro parses); ``train_defaults``: the values of
     ``train --config FILE``, read before parsing, which the flags beside it override."""
-    train = {} if train_defaults is None else {"default": train_defaults}
+    train = (tyro.conf.subcommand("train") if train_defaults is None
+             else tyro.conf.subcommand("train", default=train_defaults))
     return (
         Annotated[Scenarios, tyro.conf.subcommand("scenarios")]
         | Annotated[Play, tyro.conf.subcommand("play")]
         | Annotated[Evaluate, tyro.conf.subcommand("evaluate")]
         | Annotated[Tournament, tyro.conf.subcommand("tournament")]
-        | Annotated[Train, tyro.conf.subcommand("train", **train)]
+        | Annotated[Train, train]
         | Annotated[Exploit, tyro.conf.subcommand("exploit")]
         | Annotated[ArmsRace, tyro.conf.subcommand("arms-race")]
         | Annotated[Replay, tyro.conf.subcommand("replay")]
