@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, DIFFICULTIES, CarbonMode, ShockKind
+from commons_arena.errors import format_validation_error
 
 # Bounds. Every number is finite, and every size is capped so that a valid file cannot
 # exhaust memory (observation and queue sizes grow with these), overflow an int64 action
@@ -414,17 +415,6 @@ def scenario_path(name: str) -> Path:
     raise ScenarioError(f"no scenario named {name!r}; known scenarios: {', '.join(list_scenarios())}")
 
 
-def _format_validation_error(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        got = e.get("input")
-        suffix = f" (got {got!r})" if not isinstance(got, dict | list) and e["type"] != "value_error" else ""
-        lines.append(f"  {loc}: {msg}{suffix}")
-    return "\n".join(lines)
-
-
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> ScenarioConfig:
     try:
         # JSON mode: TOML arrays validate as tuples while strict types still refuse "3" for 3.
@@ -436,7 +426,8 @@ def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Scena
     try:
         return ScenarioConfig.model_validate_json(payload)
     except ValidationError as err:
-        raise ScenarioError(f"invalid scenario {source}:\n{_format_validation_error(err)}") from None
+        problems = format_validation_error(err, separator="\n  ")  # one indented line each
+        raise ScenarioError(f"invalid scenario {source}:\n  {problems}") from None
 
 
 def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:

@@ -57,6 +57,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from commons_arena.errors import format_validation_error, one_line
+
 SIDECAR = "arena_policy.json"
 WEIGHTS = "arena_policy.safetensors"
 FORMAT = "commons_arena.policy"
@@ -166,7 +168,7 @@ def read_sidecar(checkpoint: str | Path) -> Sidecar:
     try:
         raw = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {_one_line(exc)}") from None
+        raise CheckpointError(f"{path} is not valid JSON: {one_line(exc)}") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     version = raw.get("format_version")
@@ -183,21 +185,9 @@ def read_sidecar(checkpoint: str | Path) -> Sidecar:
     try:
         sidecar = Sidecar.model_validate(raw)
     except ValidationError as exc:
-        raise CheckpointError(f"{path} is invalid: {_first_error(exc)}") from None
+        raise CheckpointError(f"{path} is invalid: {format_validation_error(exc)}") from None
     _check_consistent(sidecar, path)
     return sidecar
-
-
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    first = errors[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first['msg']}{more}"
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _check_consistent(sidecar: Sidecar, path: Path) -> None:
@@ -259,7 +249,7 @@ def read_weights(checkpoint: str | Path, sidecar: Sidecar) -> dict[str, Any]:
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path} is not a safetensors file: {_one_line(exc)}") from None
+        raise CheckpointError(f"{path} is not a safetensors file: {one_line(exc)}") from None
     import torch
 
     missing = sorted(set(shapes) - set(tensors))

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from commands.cli import main, one_line
+from commands.cli import main
 from commons_arena.enums import ALLOCATOR
+from commons_arena.errors import one_line
 from tests.conftest import TINY, toml_dumps
 
 

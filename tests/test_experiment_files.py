@@ -102,7 +102,6 @@ def test_cli_flags_override_the_file(tmp_path, monkeypatch):
     import experiments.training.train as training
 
     monkeypatch.setattr(training, "train", lambda args: seen.append(args))
-    monkeypatch.setattr(cli, "_train_defaults", None)
     cli.main(["train", "--config", str(path), "--num-epochs", "5", "--iterations", "2"])
     assert seen == [TrainArgs(experiment="allocator_mixed", lr=1e-3, num_epochs=5, iterations=2, zero_bias=3.0)]
 
@@ -110,7 +109,6 @@ def test_cli_flags_override_the_file(tmp_path, monkeypatch):
 def test_cli_refuses_a_bad_file_in_one_line(tmp_path, capsys, monkeypatch):
     path = tmp_path / "e.toml"
     path.write_text(experiment_text(TrainArgs()).replace("[train]", "[train]\ngama = 0.9"))
-    monkeypatch.setattr(cli, "_train_defaults", None)
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", "--config", str(path)])
     assert exit_.value.code == 2

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import commons_arena
-from commands.cli import Play
+from commands.play import Play
 from commons_arena.enums import ALLOCATOR
 from policies import Population, run_episode
 from policies.base import UniformRandomPolicy

@@ -26,7 +26,8 @@ def test_ranges_tile_without_overlap_and_training_is_above_every_other():
 
 def test_default_counts_fit_their_range():
     """The defaults a command plays stay inside its block (a larger --seeds may reach the next)."""
-    from commands.cli import Analyze, Evaluate, Exploit
+    from commands.evaluate import Analyze, Evaluate
+    from commands.train import Exploit
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.training.args import TrainArgs
 
@@ -39,7 +40,8 @@ def test_default_counts_fit_their_range():
 
 
 def test_every_command_reads_the_table():
-    from commands.cli import Analyze, Evaluate, Exploit, Tournament
+    from commands.evaluate import Analyze, Evaluate, Tournament
+    from commands.train import Exploit
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.evaluation.corrections import Args as CorrectionsArgs
     from experiments.evaluation.fixed_codes import REPORT_SEEDS, SELECTION_SEEDS

@@ -136,7 +136,7 @@ def test_folding_the_team_identity_is_exact():
 
 
 def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint, capsys):
-    from commands.cli import Analyze
+    from commands.evaluate import Analyze
 
     run = selfplay_checkpoint.parent
     history = json.loads((run / "history.json").read_text())

@@ -32,7 +32,7 @@ def test_the_arguments_and_the_cli_import_without_rllib():
 
 @pytest.mark.parametrize("flag", ["--population", "--background"])
 def test_population_is_the_background_flag(flag):
-    from commands.cli import Train
+    from commands.train import Train
 
     parsed = tyro.cli(Train, args=[flag, "roster.toml"])
     assert parsed.args.background == Path("roster.toml")

@@ -51,6 +51,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.errors import format_validation_error
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
 from policies.population import Entry, Population, PopulationError
 from policies.registry import policy_spec
@@ -128,14 +129,6 @@ class RosterModel(_Strict):
         if not backgrounds:
             raise ValueError("give at least one background (an empty [backgrounds.default] is the scenario's own)")
         return backgrounds
-
-
-def _format_validation_error(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        lines.append(f"{loc or '(top level)'}: {e['msg'].removeprefix('Value error, ')}")
-    return "; ".join(dict.fromkeys(lines))
 
 
 # --------------------------------------------------------------------------- meaning
@@ -252,7 +245,7 @@ def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path
     try:
         model = RosterModel.model_validate(dict(data))
     except ValidationError as err:
-        raise RosterError(f"roster {source}: {_format_validation_error(err)}") from None
+        raise RosterError(f"roster {source}: {format_validation_error(err)}") from None
     seat = _parse_seat(model.seat)
     role = seat_role(seat)
     try:

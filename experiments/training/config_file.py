@@ -40,6 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 import commons_arena
+from commons_arena.errors import format_validation_error
 from experiments.training.args import TrainArgs
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
@@ -73,14 +74,6 @@ def _file_model() -> type[BaseModel]:
                         train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
 
 
-def _format(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
-    return "; ".join(dict.fromkeys(lines))
-
-
 def scenario_hashes(args: TrainArgs) -> dict[str, str]:
     """Every scenario the run plays (its stages), name -> content hash."""
     return {name: commons_arena.load_scenario(name).content_hash for name in args.stages}
@@ -95,7 +88,7 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
     try:
         model = _file_model().model_validate(data)
     except ValidationError as err:
-        raise ExperimentFileError(f"invalid experiment file {source}: {_format(err)}") from None
+        raise ExperimentFileError(f"invalid experiment file {source}: {format_validation_error(err)}") from None
     args = TrainArgs(**dict(model.train))  # type: ignore[attr-defined]
     try:
         args.validate()

@@ -1,0 +1,223 @@
+"""The commands that train: ``train`` (one run, or one per ``--train-seeds``), ``exploit`` (best
+responses against each allocator), ``arms-race`` (a bluffer, then the allocator against it), and
+``convert-checkpoint`` (old pickled checkpoints to the data-only format ``learned:`` loads).
+
+RLlib, Ray and torch are imported inside ``run()``: ``TrainArgs`` is light, so ``--help`` is fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+import commons_arena
+from commands.common import UsageError, refuse_overwrite, seed_list
+from experiments.evaluation.evaluate import validate_lineup
+from experiments.seeds import SEED_RANGES
+from experiments.training.args import TrainArgs
+
+
+@dataclass
+class Train:
+    """Train seats with RLlib (allocator, any --learners, selfplay, league; see experiments/training/train.py)."""
+
+    args: Annotated[TrainArgs, tyro.conf.arg(name="")] = field(default_factory=TrainArgs)
+    config: Path | None = None
+    """experiment file (TOML; experiments/configs/, or a run's experiment.toml): its values, then the flags
+    given beside it"""
+    train_seeds: tuple[int, ...] = ()
+    """train once per seed, in turn, each in its own run folder under one parent, then an aggregate
+    report across them (docs/training.md)"""
+    compare_seeds: int = 100
+    """with --train-seeds: held-out episodes per tier of the seeds' paired comparison with every scripted allocator
+    (0: none)"""
+
+    def validate(self) -> None:
+        self.args.validate()
+        if len(set(self.train_seeds)) != len(self.train_seeds) or any(s < 0 for s in self.train_seeds):
+            raise UsageError(f"--train-seeds must be distinct non-negative seeds, got {list(self.train_seeds)}")
+        if self.train_seeds and self.args.resume is not None:
+            raise UsageError("--train-seeds starts new runs; --resume continues one (resume each seed's folder)")
+
+    def run(self):
+        if self.train_seeds:
+            from experiments.training.seeds import train_seeds
+
+            return train_seeds(self.args, self.train_seeds, self.compare_seeds)
+        from experiments.training.train import train
+
+        return train(self.args)
+
+
+def config_defaults(args: list[str]) -> Train | None:
+    """``train``'s defaults on a ``train --config FILE`` command line: the file's values, which the
+    flags beside it override (None on any other command line: the dataclasses' own defaults)."""
+    path = _config_path(args)
+    if path is None:
+        return None
+    from experiments.training.config_file import load_experiment
+
+    return Train(args=load_experiment(path))
+
+
+def _config_path(args: list[str]) -> Path | None:
+    """The experiment file of a ``train --config FILE`` command line (None for any other)."""
+    if not args or args[0] != "train":
+        return None
+    for i, token in enumerate(args):
+        if token.startswith("--config="):
+            return Path(token.split("=", 1)[1])
+        if token == "--config":
+            if i + 1 >= len(args):
+                raise UsageError("--config needs an experiment file (TOML)")
+            return Path(args[i + 1])
+    return None
+
+
+@dataclass
+class Exploit:
+    """How exploitable each allocator is: train a best-response team (and broker) against it and
+    print what it takes, paired with 95% CIs, beside the best scripted policy (experiments/evaluation/exploit.py)."""
+
+    allocators: tuple[str, ...] = ("proportional", "planner", "best_fit")
+    """allocators to exploit (any scripted one, or 'learned:<checkpoint dir>')"""
+    scenarios: tuple[str, ...] = ("standard", "crisis")
+    """scenarios (names or TOML paths)"""
+    seat: str = "search"
+    """the team seat that learns to bluff"""
+    broker: bool = False
+    """also train a best-response broker against each allocator"""
+    iterations: int = 20
+    """training iterations per best response (reproducible budget)"""
+    minutes: float = 10.0
+    """wall-clock cap per best response (whichever of --iterations and --minutes comes first)"""
+    seeds: int = 100
+    """held-out seeds of every paired evaluation"""
+    first_seed: int = SEED_RANGES["exploit"].first
+    """held-out seeds first_seed .. first_seed + seeds - 1 (the exploit range of experiments/seeds.py)"""
+    out: Path = Path("results/exploit")
+    """output folder: exploit.md / .csv / .png and one folder per cell (its checkpoint plays as learned:)"""
+    force: bool = False
+    """write into an --out folder that already holds files"""
+    train: Annotated[TrainArgs, tyro.conf.arg(name="train")] = field(default_factory=TrainArgs)
+    """training settings of every best response (--train.lr, --train.seat-codec, ...; experiment, learners,
+    scenario, background, iterations, minutes, out and the report seeds are set per cell)"""
+
+    def validate(self) -> None:
+        if not self.allocators or not self.scenarios:
+            raise UsageError("--allocators and --scenarios need at least one name each")
+        if self.seeds < 2:
+            raise UsageError(f"--seeds must be at least 2 (a paired CI), got {self.seeds}")
+        if self.first_seed < 0:
+            raise UsageError(f"--first-seed must be non-negative, got {self.first_seed}")
+        self.train_args().validate()
+        for scenario in self.scenarios:
+            config = commons_arena.load_scenario(scenario)
+            if self.seat == "allocator" or self.seat not in config.agents:
+                raise UsageError(f"--seat must be a team or broker seat of {config.name!r} "
+                                 f"({[a for a in config.agents if a != 'allocator']}), got {self.seat!r}")
+        refuse_overwrite(self.out, self.force, what="folder")
+
+    def train_args(self) -> TrainArgs:
+        return replace(self.train, iterations=self.iterations, minutes=self.minutes, report_seeds=self.seeds,
+                       report_first_seed=self.first_seed)
+
+    def run(self):
+        from experiments.evaluation.exploit import exploit
+
+        seats = [self.seat, *(["broker"] if self.broker and self.seat != "broker" else [])]
+        return exploit(self.scenarios, self.allocators, seats, seed_list(self.first_seed, self.seeds),
+                       self.train_args(), self.out)
+
+
+@dataclass
+class ArmsRace:
+    """The arms race, two rounds: a best-response bluffer against an allocator, then the allocator
+    continued against that bluffer (in a share of episodes); paired report (experiments/evaluation/arms_race.py)."""
+
+    allocator: str = "planner"
+    """round 1's allocator A1: a scripted one, or 'learned:<checkpoint dir>' (round 2 continues its weights)"""
+    scenario: str = "crisis"
+    """where the bluffer learns and its gain is measured"""
+    seat: str = "search"
+    """the team seat of the bluffer"""
+    round1_iterations: int = 40
+    """training iterations of the bluffer B1 (reproducible budget)"""
+    round2_iterations: int = 60
+    """training iterations of the allocator A2"""
+    minutes: float = 15.0
+    """wall-clock cap of each round's training (whichever of the iterations and this comes first)"""
+    share: float = 0.5
+    """share of round 2's training episodes in which B1 plays the seat (the rest: each scenario's own population)"""
+    seeds: int = 100
+    """held-out seeds of every paired comparison"""
+    first_seed: int = SEED_RANGES["arms_race"].first
+    """held-out seeds first_seed .. first_seed + seeds - 1 (experiments/seeds.py)"""
+    out: Path = Path("results/arms_race")
+    """output folder: arms_race.md / .csv / .png / .json, round1/, round2/, play/"""
+    force: bool = False
+    """write into an --out folder that already holds files"""
+    round1_lr: float = 1e-3
+    """the bluffer's learning rate (a best response from a uniform start: docs/negotiation.md)"""
+    round2_experiment: Literal["allocator_ppo", "allocator_mixed", "allocator_curriculum"] = "allocator_mixed"
+    """how the allocator continues: on --scenario alone, or on every tier (the main job's experiment)"""
+    train: Annotated[TrainArgs, tyro.conf.arg(name="train")] = field(default_factory=TrainArgs)
+    """training settings of both rounds (--train.seat-codec, --train.num-envs-per-env-runner, ...; experiment,
+    learners, scenario, backgrounds, budgets and out are set per round; a learned A1's codec, history and
+    hidden sizes are taken from its checkpoint)"""
+
+    def validate(self) -> None:
+        if self.round1_iterations < 1 or self.round2_iterations < 1:
+            raise UsageError("--round1-iterations and --round2-iterations must be at least 1")
+        if not 0 < self.share < 1:
+            raise UsageError(f"--share must be strictly between 0 and 1, got {self.share}")
+        if self.seeds < 2:
+            raise UsageError(f"--seeds must be at least 2 (a paired CI), got {self.seeds}")
+        validate_lineup([self.scenario], [self.allocator], seed_list(self.first_seed, self.seeds))
+        config = commons_arena.load_scenario(self.scenario)
+        if self.seat not in config.team_names:
+            raise UsageError(f"--seat must be a team seat of {config.name!r} ({list(config.team_names)}), got {self.seat!r}")
+        for args in self.rounds():
+            args.validate()
+        refuse_overwrite(self.out, self.force, what="folder")
+
+    def rounds(self) -> tuple[TrainArgs, TrainArgs]:
+        return (replace(self.train, lr=self.round1_lr, iterations=self.round1_iterations, minutes=self.minutes,
+                        report_seeds=self.seeds, report_first_seed=self.first_seed),
+                replace(self.train, experiment=self.round2_experiment, iterations=self.round2_iterations,
+                        minutes=self.minutes))
+
+    def run(self):
+        from experiments.evaluation.arms_race import arms_race
+
+        round1, round2 = self.rounds()
+        return arms_race(self.allocator, self.scenario, self.seat, seed_list(self.first_seed, self.seeds), round1, round2,
+                         self.share, self.out)
+
+
+@dataclass
+class ConvertCheckpoint:
+    """Give an old pickled checkpoint the data-only files `learned:` loads (arena_policy.safetensors
+    and a format_version 2 arena_policy.json). This UNPICKLES the checkpoint, which can run any
+    code it holds: convert only checkpoints you trust, e.g. ones you trained yourself."""
+
+    checkpoint: tyro.conf.Positional[Path]
+    """the checkpoint folder (the one holding arena_policy.json)"""
+    i_trust_this_checkpoint: bool = False
+    """required: confirms the checkpoint comes from a source you trust"""
+
+    def validate(self) -> None:
+        if not self.i_trust_this_checkpoint:
+            raise UsageError(
+                f"convert-checkpoint unpickles {self.checkpoint}, which runs any code it contains; "
+                "add --i-trust-this-checkpoint if you trained it yourself or otherwise trust its source"
+            )
+
+    def run(self) -> Path:
+        from experiments.training.rl_modules import convert_pickled_checkpoint
+
+        path = convert_pickled_checkpoint(self.checkpoint)
+        print(f"wrote {path} and {path.with_suffix('.safetensors')}; use it as learned:{self.checkpoint}")
+        return path
