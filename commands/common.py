@@ -66,6 +66,13 @@ def scenario_names(names: tuple[str, ...]) -> list[str]:
     return commons_arena.list_scenarios() if names == ("all",) else list(names)
 
 
+def paired_seed_list(first: int, count: int) -> list[int]:
+    """:func:`seed_list` for a paired comparison, which needs at least two seeds for its CI."""
+    if count < 2:
+        raise UsageError(f"--seeds must be at least 2 (a paired CI), got {count}")
+    return seed_list(first, count)
+
+
 def seed_list(first: int, count: int) -> list[int]:
     """The seeds of ``--first-seed`` and ``--seeds`` (a count), checked before any episode is played."""
     check_number("--seeds", count, 1, MAX_SEEDS)  # before the list is built

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import tyro
 
 import commons_arena
-from commands.common import UsageError, refuse_overwrite, seed_list
+from commands.common import UsageError, paired_seed_list, refuse_overwrite
 from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import TrainArgs
@@ -108,10 +108,7 @@ class Exploit:
     def validate(self) -> None:
         if not self.allocators or not self.scenarios:
             raise UsageError("--allocators and --scenarios need at least one name each")
-        if self.seeds < 2:
-            raise UsageError(f"--seeds must be at least 2 (a paired CI), got {self.seeds}")
-        if self.first_seed < 0:
-            raise UsageError(f"--first-seed must be non-negative, got {self.first_seed}")
+        paired_seed_list(self.first_seed, self.seeds)
         self.train_args().validate()
         for scenario in self.scenarios:
             config = commons_arena.load_scenario(scenario)
@@ -128,7 +125,7 @@ class Exploit:
         from experiments.evaluation.exploit import exploit
 
         seats = [self.seat, *(["broker"] if self.broker and self.seat != "broker" else [])]
-        return exploit(self.scenarios, self.allocators, seats, seed_list(self.first_seed, self.seeds),
+        return exploit(self.scenarios, self.allocators, seats, paired_seed_list(self.first_seed, self.seeds),
                        self.train_args(), self.out)
 
 
@@ -173,9 +170,7 @@ class ArmsRace:
             raise UsageError("--round1-iterations and --round2-iterations must be at least 1")
         if not 0 < self.share < 1:
             raise UsageError(f"--share must be strictly between 0 and 1, got {self.share}")
-        if self.seeds < 2:
-            raise UsageError(f"--seeds must be at least 2 (a paired CI), got {self.seeds}")
-        validate_lineup([self.scenario], [self.allocator], seed_list(self.first_seed, self.seeds))
+        validate_lineup([self.scenario], [self.allocator], paired_seed_list(self.first_seed, self.seeds))
         config = commons_arena.load_scenario(self.scenario)
         if self.seat not in config.team_names:
             raise UsageError(f"--seat must be a team seat of {config.name!r} ({list(config.team_names)}), got {self.seat!r}")
@@ -193,7 +188,7 @@ class ArmsRace:
         from experiments.evaluation.arms_race import arms_race
 
         round1, round2 = self.rounds()
-        return arms_race(self.allocator, self.scenario, self.seat, seed_list(self.first_seed, self.seeds), round1, round2,
+        return arms_race(self.allocator, self.scenario, self.seat, paired_seed_list(self.first_seed, self.seeds), round1, round2,
                          self.share, self.out)
 
 

@@ -163,3 +163,10 @@ def test_tyro_reports_reduce_to_their_first_sentence():
     missing = "╭─ Required options ─╮\n│ Missing from x replay: │\n│     PATH │\n╰──╯\n"
     assert _usage_message(boxed) == _usage_message(plain) == "Error parsing --seeds: bad"
     assert _usage_message(missing) == "Missing from x replay: PATH"
+
+
+@pytest.mark.parametrize("command", ["exploit", "arms-race"])
+def test_paired_comparisons_need_two_seeds_and_a_valid_first_seed(capsys, tmp_path, command):
+    out = ("--out", str(tmp_path / command))
+    assert_one_line_error(capsys, command, "--seeds", "1", *out, match="--seeds must be at least 2 (a paired CI)")
+    assert_one_line_error(capsys, command, "--first-seed", "-1", *out, match="--first-seed")

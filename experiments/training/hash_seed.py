@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 TRAINING_HASH_SEED = "0"
 TRAINING_COMMANDS = frozenset({"train", "exploit", "arms-race"})
 
 
-def needs_pinning(command: str | None, environ: dict[str, str] | os._Environ[str]) -> bool:
+def needs_pinning(command: str | None, environ: Mapping[str, str]) -> bool:
     """A training command in a process whose string hashing is not the pinned one."""
     return command in TRAINING_COMMANDS and environ.get("PYTHONHASHSEED") != TRAINING_HASH_SEED
 
