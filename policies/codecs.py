@@ -83,7 +83,7 @@ correction is one weight away for the module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -137,6 +137,13 @@ class Codec:
 
     def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+
+@runtime_checkable
+class DescribesCodes(Protocol):
+    """A codec that puts a code in words (the team and broker codecs; reports name codes by it)."""
+
+    def describe(self, code: np.ndarray) -> str: ...
 
 
 class AllocatorCodec(Codec):
@@ -597,6 +604,7 @@ __all__ = [
     "BluffTeamCodec",
     "Codec",
     "CodedPolicy",
+    "DescribesCodes",
     "MarkupBrokerCodec",
     "NeedResidualCodec",
     "PerTierBluffTeamCodec",

@@ -50,6 +50,12 @@ def policy_seed(seed: int | None, seat_index: int) -> int | None:
     return int(np.random.SeedSequence([int(seed), int(seat_index)]).generate_state(1)[0])
 
 
+def _arena_of(env: Any) -> ArenaEnv:
+    """The :class:`ArenaEnv` under ``env``'s wrappers (``env`` itself if it has none)."""
+    arena: ArenaEnv = getattr(env, "unwrapped", env)
+    return arena
+
+
 class FocalEnv(ParallelEnv):
     """The focal seats of an arena as a ``ParallelEnv``; background policies act inside.
 
@@ -70,7 +76,7 @@ class FocalEnv(ParallelEnv):
         background: Population | Mapping[str, Policy] | None = None,
     ) -> None:
         self.env = env
-        self.arena: ArenaEnv = getattr(env, "unwrapped", env)
+        self.arena = _arena_of(env)
         self.config: ScenarioConfig = self.arena.config
         seats = list(self.arena.possible_agents)
         focal = list(focal)
@@ -209,7 +215,7 @@ def run_episode(
     rule (:func:`policy_seed` of the episode seed and its seat) and the episode is a
     function of ``seed`` alone.
     """
-    unwrapped = getattr(env, "unwrapped", env)
+    unwrapped = _arena_of(env)
     if isinstance(population, Population):
         population = population.build(unwrapped.config, env=unwrapped, strict=strict)
     episode = FocalEnv(env, (), population)

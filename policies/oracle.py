@@ -299,7 +299,9 @@ class OracleAllocator:
         """Unresolved jobs (scheduled injections included) in the planner's terms."""
         cfg, w, tiers = self.config, self._w, self.config.gpu_tiers
         truncated = last < cfg.max_ticks - 1
-        raw: list[tuple[int, tuple, Any, int, float, int, int, float, bool, list]] = []
+        # team, order key, fits, gpus, remaining, arrival, deadline, value, ready, pending predecessors, (team, index)
+        raw: list[tuple[int, tuple, tuple[int, ...], int, float, int, int, float, bool, list[tuple[int, int]],
+                        tuple[int, int]]] = []
         for i, team_jobs in enumerate(s.jobs):
             for idx in s.orders[i]:
                 job = team_jobs[idx]
@@ -437,10 +439,10 @@ class OracleAllocator:
         # ---- dependencies: a job runs at u only if each predecessor completed by u - 1
         for j in jobs:
             for p_index in j.preds:
-                p = jobs[p_index]
+                pred = jobs[p_index]
                 for (_, u), v in list(j.xs.items()):
                     done_before = [
-                        (pv, p.gpus * self._speed[pk] / p.remaining) for (pk, pu), pv in p.xs.items() if pu < u
+                        (pv, pred.gpus * self._speed[pk] / pred.remaining) for (pk, pu), pv in pred.xs.items() if pu < u
                     ]
                     if not done_before:
                         m.ub[v] = 0.0

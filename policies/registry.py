@@ -90,10 +90,10 @@ def register(spec: PolicySpec) -> None:
 
 for _archetype in ARCHETYPE_PROFILES:
     register(PolicySpec(_archetype, "team", make_team_factory(_archetype), ("bluff", "escalate_after")))
-for _cls in (DemandPricedBroker, FixedPriceBroker):
-    register(PolicySpec(_cls.name, "broker", _cls, _params_of(_cls)))
-for _name, _cls in SCRIPTED_ALLOCATORS.items():
-    register(PolicySpec(_name, "allocator", _cls, _params_of(_cls)))
+for _broker in (DemandPricedBroker, FixedPriceBroker):
+    register(PolicySpec(_broker.name, "broker", _broker, _params_of(_broker)))
+for _name, _allocator in SCRIPTED_ALLOCATORS.items():
+    register(PolicySpec(_name, "allocator", _allocator, _params_of(_allocator)))
 register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 

@@ -85,12 +85,14 @@ class SingleAgentEnv(gym.Env):
             infos[self.agent],
         )
 
-    def render(self) -> str | None:
+    # gymnasium types render() with a TypeVar bound nowhere (RenderFrame), which no concrete type overrides
+    def render(self) -> str | None:  # type: ignore[override]
         if self.render_mode is None:
             return None
         self.arena.render_mode = "ansi"
         try:
-            return self.arena.render()
+            text = self.arena.render()  # ansi mode: always the text
+            return text if isinstance(text, str) else None
         finally:
             self.arena.render_mode = None
 

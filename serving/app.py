@@ -151,7 +151,7 @@ def loads(raw: str | bytes, what: str = "the body") -> Any:
     except (ValueError, UnicodeDecodeError) as err:
         raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err}") from None
     else:
-        brackets = raw.count(b"[" if isinstance(raw, bytes) else "[") + raw.count(b"{" if isinstance(raw, bytes) else "{")
+        brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
         deep = brackets > MAX_JSON_DEPTH and _too_deep(value, MAX_JSON_DEPTH)
     if deep:
         raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels", limit=MAX_JSON_DEPTH)

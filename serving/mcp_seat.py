@@ -35,7 +35,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from serving.briefing import render_briefing
 from serving.session import ServeError, ServeSettings, Session, SessionStore
@@ -164,7 +164,7 @@ class McpEndpoint:
             return
         sent = False
 
-        async def replay() -> dict[str, Any]:
+        async def replay() -> Message:
             nonlocal sent
             if not sent:
                 sent = True

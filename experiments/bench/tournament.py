@@ -66,7 +66,9 @@ def main(args: Args) -> dict[str, float]:
             single = play_roster(roster, store, replace(QUIET, workers=1))
         single_cpu = time.process_time() - cpu
         start = time.perf_counter()
-        ray.init(num_cpus=args.ray_workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        # ray.init's annotation says int, but it takes a level name (its own default is "info")
+        ray.init(num_cpus=args.ray_workers, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")  # type: ignore[arg-type]
         # warm every worker up (process start, imports) so the timed run measures play, not start-up
         warm = ray.remote(num_cpus=1)(_warm_up)
         ray.get([warm.remote(args.scenario) for _ in range(args.ray_workers)])

@@ -41,7 +41,9 @@ def main(args: Args) -> None:
     import torch
 
     torch.set_num_threads(args.train.torch_threads)
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # ray.init's annotation says int, but it takes a level name (its own default is "info")
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")  # type: ignore[arg-type]
     # Unit scales: the learning signal does not matter here, only where the time goes.
     setup = with_unit_scales(resolve(args.train))
     print(f"learning: {setup.plan.describe()}")

@@ -119,7 +119,8 @@ class Recording:
     """A learned policy that keeps the code (the module's own action) of every tick."""
 
     def __init__(self, policy: Any) -> None:
-        self.policy, self.codes = policy, []
+        self.policy = policy
+        self.codes: list[tuple[int, ...]] = []
 
     def reset(self, seed: int | None = None) -> None:
         self.policy.reset(seed)

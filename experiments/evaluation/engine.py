@@ -250,10 +250,12 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         parts = batches(groups, max(1, min(workers, cpus)))
         # the learned players' checkpoints go to the nodes as bytes, once (ray.put), not as paths
-        checkpoints = ray.put(pack_all(policy_names(groups)))
+        packed: Sequence[PackedCheckpoint] = pack_all(policy_names(groups))
+        checkpoints = ray.put(packed)
         # learned policies set torch to one thread themselves
         task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_shipped_batch)
         pending: list[Any] = [task.remote(batch, checkpoints, FLUSH_SECONDS) for batch in parts]
+        ready: list[Any]  # streaming tasks' ObjectRefGenerators (ray.wait is typed for plain refs too)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for generator in ready:

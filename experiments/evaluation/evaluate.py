@@ -21,7 +21,7 @@ and the aggregates (statistics: :mod:`experiments.evaluation.statistics`; tables
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,14 +81,14 @@ def plain_ratio(reward: float, oracle_reward: float) -> float:
     return float("nan") if abs(oracle_reward) < 1e-9 else reward / oracle_reward
 
 
-def best_other(returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str], besides: str) -> str | None:
+def best_other(returns_by_policy: Mapping[str, Sequence[float]], candidates: Iterable[str], besides: str) -> str | None:
     """The candidate with the highest mean return, ``besides`` excluded (None if there is none)."""
     others = [c for c in candidates if c != besides and c in returns_by_policy]
     return max(others, key=lambda c: float(np.mean(returns_by_policy[c])), default=None)
 
 
 def versus_best(
-    policy: str, returns_by_policy: dict[str, Sequence[float]], candidates: Iterable[str] = BASELINE_ALLOCATORS
+    policy: str, returns_by_policy: Mapping[str, Sequence[float]], candidates: Iterable[str] = BASELINE_ALLOCATORS
 ) -> dict[str, Any]:
     """``vs`` (the best candidate other than ``policy``), ``diff_vs`` and ``diff_ci95``: the
     paired difference of ``policy``'s returns to that candidate's over the same seeds."""
@@ -163,7 +163,7 @@ def validate_lineup(scenarios: Sequence[str], allocators: Sequence[str], seeds: 
 
 
 def score_row(
-    row: dict[str, Any], anchors: dict[str, float], returns: dict[str, Sequence[float]],
+    row: dict[str, Any], anchors: Mapping[str, float], returns: Mapping[str, Sequence[float]],
     candidates: Iterable[str] = BASELINE_ALLOCATORS,
 ) -> dict[str, Any]:
     """``row`` with its normalised score, plain ratio and paired difference to the best
@@ -224,7 +224,7 @@ def evaluate(
     allocators = list(dict.fromkeys(allocators))  # a name given twice is one allocator
     # random and oracle anchor the normalised score, so they always run; each allocator once
     lineup = list(dict.fromkeys([RANDOM, ORACLE, *allocators]))
-    jobs = [(s, a) for s in scenarios for a in lineup]
+    jobs: list[tuple[str, ...]] = [(s, a) for s in scenarios for a in lineup]
     if misreport:
         jobs += [(s, a, team, style) for s in scenarios for a in allocators
                  for team in commons_arena.load_scenario(s).team_names for style in ("greedy_bluffer", "truthful")]

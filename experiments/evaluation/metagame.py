@@ -110,10 +110,10 @@ def aggregate(roster: Roster, rows: Sequence[Mapping[str, Any]]) -> Aggregates:
     low, high = roster.anchor("low"), roster.anchor("high")
     returns: dict[tuple[str, str, str], dict[int, float]] = {}
     episodes: dict[tuple[str, str, str], dict[int, Mapping[str, Any]]] = {}
-    for row in rows:
-        k = (row["scenario"], row["background"], row["player"])
-        returns.setdefault(k, {})[row["seed"]] = row["focal_return"]
-        episodes.setdefault(k, {})[row["seed"]] = row["episode"]
+    for stored in rows:
+        k = (stored["scenario"], stored["background"], stored["player"])
+        returns.setdefault(k, {})[stored["seed"]] = stored["focal_return"]
+        episodes.setdefault(k, {})[stored["seed"]] = stored["episode"]
     seeds = list(roster.seeds)
     missing = [k for k in ((s, b, p) for s in scenarios for b in backgrounds for p in players)
                if sorted(returns.get(k, {})) != sorted(seeds)]

@@ -83,7 +83,7 @@ class RosterModel(_Strict):
     scenarios: list[str] = Field(min_length=1)
     seeds: list[int]
     entrants: dict[str, Any] = Field(min_length=1)
-    backgrounds: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}})
+    backgrounds: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": dict[str, Any]()})
     anchors: Anchors = Anchors()
 
     @field_validator("seeds", mode="before")

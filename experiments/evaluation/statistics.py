@@ -51,7 +51,7 @@ def mean_ci95(values: Iterable[float | None]) -> tuple[float, float]:
     return mean, high - mean
 
 
-def paired_difference(returns: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+def paired_difference(returns: Sequence[float] | np.ndarray, other: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """Mean and 95% CI half-width of ``returns - other``, seed by seed (same seeds, same order)."""
     if len(returns) != len(other):
         raise ValueError(f"paired difference needs the same seeds: {len(returns)} vs {len(other)} episodes")

@@ -109,9 +109,10 @@ def build_algorithm_config(
             observation_space=obs_spaces[first], action_space=act_spaces[first], model_config=model_config
         )
     for module_id, spec in (extra_modules or {}).items():
-        seat = (spec.model_config or {}).get("agent_id")  # spaces left open: that seat's
-        if spec.observation_space is None and seat in obs_spaces:
-            spec.observation_space, spec.action_space = obs_spaces[seat], act_spaces[seat]
+        options = spec.model_config if isinstance(spec.model_config, dict) else {}  # a DefaultModelConfig names no seat
+        owner = options.get("agent_id")
+        if spec.observation_space is None and owner in obs_spaces:
+            spec.observation_space, spec.action_space = obs_spaces[owner], act_spaces[owner]
         specs[module_id] = spec
     for aid in agents:
         if aid not in learning:
@@ -202,10 +203,12 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     )
     config = config.env_runners(num_env_runners=fit_num_env_runners(args.num_env_runners),
                                 num_envs_per_env_runner=args.num_envs_per_env_runner)
-    config = config.training(train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
-                             num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
-                             entropy_coeff=args.entropy_coeff,
-                             **({"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}))  # APPO has none
+    ppo_only: dict[str, Any] = {"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}  # APPO has none
+    # typed as the base AlgorithmConfig, whose training() lacks PPO's and APPO's lambda_ and entropy_coeff
+    config = config.training(  # type: ignore[call-arg]
+        train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
+        num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
+        entropy_coeff=args.entropy_coeff, **ppo_only)
     return config
 
 

@@ -35,13 +35,14 @@ from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
 from policies.base import Policy
-from policies.codecs import DEFAULT_CODECS, CodedPolicy, make_codec
+from policies.codecs import DEFAULT_CODECS, CodedPolicy, DescribesCodes, make_codec
 from policies.population import Population
 from policies.registry import available_policies, make_policy
 
 SELECTION_FIRST_SEED = SEED_RANGES["evaluate"].first  # as experiments.evaluation.fixed_codes: where fixed codes are chosen
 LEARNED = "learned (best response)"
 RETURNS_FILE = "best_response_returns.json"  # policy -> {"seeds", "seat", "allocator"}: per-seed returns
+PerSeed = dict[str, dict[str, list[int] | list[float]]]  # RETURNS_FILE's content
 
 
 @dataclass
@@ -96,13 +97,15 @@ def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena:
     role = role_of(config, seat)
     out: dict[str, Policy] = {name: make_policy(name, config, seat) for name in available_policies(role)}
     codec = make_codec(codec_name or DEFAULT_CODECS[role], config, seat)
+    if not isinstance(codec, DescribesCodes):  # seats.py lets only a team or the broker learn here
+        raise ValueError(f"codec {codec.name!r} cannot name its codes; a best response needs a team or broker codec")
     code, _ = best_code(arena, codec.name, uniform_codes(codec), selection)
     out[f"best fixed {codec.name} code: {codec.describe(code)}"] = CodedPolicy(codec, code)
     return out
 
 
 def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int], allocator: str = "allocator"
-              ) -> tuple[list[dict[str, Any]], dict[str, Recorder], dict[str, dict[str, list[float]]]]:
+              ) -> tuple[list[dict[str, Any]], dict[str, Recorder], PerSeed]:
     """Each policy in the seat on ``seeds``: its return and the allocator's, paired with the first
     (the learned seat); what its recorder read; and the per-seed returns (policy -> seat / allocator)."""
     recorders = {name: Recorder(policy, arena.config, arena.seat) for name, policy in policies.items()}
@@ -122,14 +125,14 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
             row.update({f"declared/need {tier.name}": r
                         for tier, r in zip(arena.config.gpu_tiers, recorder.tier_ratios(), strict=True)})
         rows.append(row)
-    per_seed = {name: {"seeds": list(seeds), "seat": seat_returns[name], "allocator": allocator_returns[name]}
-                for name in policies}
+    per_seed: PerSeed = {name: {"seeds": list(seeds), "seat": seat_returns[name], "allocator": allocator_returns[name]}
+                          for name in policies}
     return rows, recorders, per_seed
 
 
 def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
            seeds: Sequence[int], selection: Sequence[int]
-           ) -> tuple[list[dict[str, Any]], str, dict[str, dict[str, list[float]]]]:
+           ) -> tuple[list[dict[str, Any]], str, PerSeed]:
     """The report's rows, its markdown and the per-seed returns (see the module docstring)."""
     arena = Arena(config, None, seat, background)
     learned = make_policy(f"learned:{checkpoint}", config, seat)  # as anyone would load it

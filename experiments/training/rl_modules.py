@@ -152,7 +152,7 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
     source = module_dir(checkpoint, fields["agent"])
     if not source.is_dir():
         raise CheckpointError(f"checkpoint {checkpoint} has no module {fields['agent']!r} (looked in {source})")
-    module = RLModule.from_checkpoint(source)
+    module: Any = RLModule.from_checkpoint(source)  # a torch module (eval(), a MultiDiscrete action space)
     module.eval()
     network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
     codec = old.get("action_codec")
