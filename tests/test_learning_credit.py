@@ -32,6 +32,8 @@ def test_untrained_and_planner_only_allocators_are_not_credited(ray_session, tmp
         assert rows["untrained network"]["trained_minus"] == 0.0 and rows["untrained network"]["ci95"] == 0.0
         assert rows["planner"]["trained_minus"] == 0.0  # the same episodes as planner's, seed by seed
         assert report["codes"][0]["zero_code_share"] == 1.0
+        [together] = report["together"]  # every learning seat trained vs untrained, together: the same play here
+        assert together["trained_minus_iteration_0"] == 0.0 and together["ci95"] == 0.0 and not together["above"]
         [line] = report["credit"]
         assert "no learning shows" in line and "plays the codec's base policy (planner)" in line
         assert line in summary_markdown(report)

@@ -144,13 +144,14 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
     png, md, data = Analyze(run_folder=run, seeds=2).run()
     assert png.stat().st_size > 10_000
     text = md.read_text()
-    for heading in ("Learning or design?", "Do learned teams over-declare?", "The learned allocator's grants",
+    for heading in ("Learning or design?", "Every learning seat, trained together", "Do learned teams over-declare?", "The learned allocator's grants",
                     "The learned broker's prices"):
         assert heading in text
     report = json.loads(data.read_text())
     assert {r["allocator"] for r in report["teams_vs_allocators"]} >= {"proportional", "learned"}
     assert {g["allocator"] for g in report["misreport_gain"]} == {"learned", "planner", "proportional"}
     assert {r["seat"] for r in report["learning"]} == {"allocator", "broker", *TEAMS}  # every learning seat
+    assert [r["seat"] for r in report["together"]] == report["learned"]  # trained vs iteration 0, every seat
     assert len(report["credit"]) == 5 and report["returns_over_training"][0]["env_steps"] == 0  # from iteration 0
     assert all(np.isfinite(g["slope_on_declared"]) for g in report["allocator_grants"])
 

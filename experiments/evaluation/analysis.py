@@ -179,6 +179,27 @@ def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str,
     return rows
 
 
+def together_rows(config: ScenarioConfig, info: RunInfo, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Every learning seat's return with all of them trained against all of them untrained
+    (iteration 0), the rest the background: the training curve's measure, paired on ``seeds``
+    with a 95% CI per seat. Empty without an untrained checkpoint."""
+    untrained = info.run / UNTRAINED
+    if not ((untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir()):
+        return []
+    start = info.background
+    for seat in info.learned:
+        start = start.with_agent(seat, f"learned:{untrained.resolve()}")
+    trained, before = (play_many_traced(config, population, seeds) for population in (joint_population(info), start))
+    rows = []
+    for seat in info.learned:
+        after_returns, before_returns = [t.returns[seat] for t in trained], [t.returns[seat] for t in before]
+        diff, ci = paired_difference(after_returns, before_returns)
+        rows.append({"seat": seat, "iteration_0": float(np.mean(before_returns)),
+                     "trained": float(np.mean(after_returns)), "trained_minus_iteration_0": diff, "ci95": ci,
+                     "above": diff - ci > 0})
+    return rows
+
+
 def credit(seat: str, rows: Sequence[Mapping[str, Any]], usage: Mapping[str, Any]) -> str:
     """One line: does learning show for ``seat``, and what comes from the codec or a scripted part."""
     untrained = next((r for r in rows if r["policy"] == "untrained network"), None)
@@ -217,6 +238,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
         report["learning"] += rows
         report["codes"].append(usage)
         report["credit"].append(credit(seat, rows, usage))
+    report["together"] = together_rows(config, info, seeds)
     start = [info.untrained] if info.untrained else []
     report["returns_over_training"] = [{"env_steps": r["env_steps"], **r["returns"]}
                                        for r in [*start, *info.history] if "returns" in r]
@@ -283,6 +305,14 @@ def summary_markdown(report: dict[str, Any]) -> str:
                   "trained minus reference, paired, 95% CI (for a team, the row against `truthful` is its misreport "
                   "gain):", "", markdown_table(report["learning"]), "",
                   "The codes each learned module chooses on those episodes:", "", markdown_table(report["codes"]), ""]
+    if report.get("together"):
+        above = [r["seat"] for r in report["together"] if r["above"]]
+        lines += ["## Every learning seat, trained together against untrained together", "",
+                  "Each learning seat's return with every learning seat played by the checkpoint, minus the same "
+                  "with every learning seat played by the untrained network (iteration 0), the rest the background; "
+                  "paired on the same seeds, 95% CI:", "", markdown_table(report["together"]), "",
+                  f"Above its iteration-0 value (CI above 0): **{len(above)} of {len(report['together'])}** seats"
+                  + (f" ({', '.join(above)})." if above else "."), ""]
     if "teams_vs_allocators" in report:
         lines += ["## Do learned teams over-declare?", "",
                   "Declared ÷ true need (GPUs summed over each episode, tick 0 excluded); above 1 is over-declaring.", ""]
@@ -326,7 +356,7 @@ def figure(report: dict[str, Any], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = [k for k in ("returns_over_training", "teams_vs_allocators", "teams_over_training", "allocator_grants",
+    panels = [k for k in ("returns_over_training", "together", "teams_vs_allocators", "teams_over_training", "allocator_grants",
                           "broker_pricing") if report.get(k)]
     columns = min(2, max(1, len(panels)))
     rows_of_panels = max(1, -(-len(panels) // columns))
@@ -358,6 +388,15 @@ def figure(report: dict[str, Any], path: Path) -> Path:
             ax.set_xlabel("env steps (0: the untrained network)")
             ax.set_title("every learning seat: held-out return over training")
             ax.legend(fontsize=8)
+        elif key == "together":
+            rows = report[key]
+            x = np.arange(len(rows))
+            ax.bar(x, [r["trained_minus_iteration_0"] for r in rows], 0.6, yerr=[r["ci95"] for r in rows], capsize=4,
+                   color=["tab:green" if r["above"] else "tab:grey" for r in rows])
+            ax.axhline(0.0, color="black", linewidth=0.8)
+            ax.set_xticks(x, [r["seat"] for r in rows])
+            ax.set_ylabel("return: trained − iteration 0")
+            ax.set_title("every learning seat together: trained − untrained (paired 95% CI)")
         elif key == "teams_over_training":
             rows = report[key]
             for team in [k for k in rows[0] if k != "env_steps"]:
@@ -389,4 +428,4 @@ def figure(report: dict[str, Any], path: Path) -> Path:
     return path
 
 
-__all__ = ["analyze", "code_usage", "credit", "learning_rows", "write_analysis"]
+__all__ = ["analyze", "code_usage", "credit", "learning_rows", "together_rows", "write_analysis"]
