@@ -259,6 +259,11 @@ class ResidualPlannerCodec(AllocatorCodec):
         self.planner = PlannerAllocator(config)
         self.deltas = np.array(self.DELTAS, dtype=np.int64)
         self._proposal: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (obs, buy, grant)
+        # per tick, once or twice: what would otherwise be rebuilt each call (np.clip and np.tile
+        # cost more than the arithmetic on arrays this small)
+        self._feature_scale = np.tile(self.ceiling, 2 * self.n_teams)
+        self._ceiling_row = self.ceiling[None, :]
+        self._top_action = self.env_nvec - 1
 
     @property
     def n_features(self) -> int:
@@ -288,9 +293,7 @@ class ResidualPlannerCodec(AllocatorCodec):
         _, grant = self._propose(observation)
         estimate = self.planner.last_estimate
         assert estimate is not None
-        return (np.concatenate([estimate.ravel(), grant.ravel()]) / np.tile(self.ceiling, 2 * self.n_teams)).astype(
-            np.float32
-        )
+        return (np.concatenate([estimate.ravel(), grant.ravel()]) / self._feature_scale).astype(np.float32)
 
     def correction(self, code: np.ndarray) -> np.ndarray:
         """The GPUs ``code`` adds per (team, tier)."""
@@ -336,9 +339,9 @@ class NeedResidualCodec(ResidualPlannerCodec):
             return np.concatenate([buy, grant.ravel()]).astype(np.int64)
         estimate = self.planner.last_estimate
         assert estimate is not None
-        need = np.clip(estimate + delta, 0, self.ceiling)
+        need = np.minimum(np.maximum(estimate + delta, 0), self._ceiling_row)  # np.clip's result, integers
         action = np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
-        return np.minimum(action, self.env_nvec - 1)
+        return np.minimum(action, self._top_action)
 
 
 # ---------------------------------------------------------------------- teams

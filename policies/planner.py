@@ -205,6 +205,7 @@ class PlannerAllocator(ScriptedPolicy):
         self._larger = [[j for j in self._by_memory if self._rank[j] > self._rank[k]] for k in range(T)]
         self._fits = [[j for j in self._by_memory if self._rank[j] >= self._rank[k]] for k in range(T)]
         self._i_escalate = int(Stance.ESCALATE)
+        self._tier_index = np.arange(T)[None, :]  # row index of self._unreachable per (team, tier)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -243,14 +244,18 @@ class PlannerAllocator(ScriptedPolicy):
         audits = float(self.field(obs, "shocks_seen")[int(ShockKind.COMPLIANCE_AUDIT)])
         prev = self._seen
         log_w, top = self._log_w, self._ceiling
+        # each evidence term is computed for every (team, tier) at once (teams x tiers x factors),
+        # then added tier by tier: the same float additions in the same order as one at a time
         counts = np.minimum(declared, self._unreachable.shape[1] - 1)
+        unreachable = self._unreachable[self._tier_index, counts]
         for k in range(self.n_tiers):
-            log_w += self._unreachable[k, counts[:, k]]
+            log_w += unreachable[:, k]
         if prev is not None and prev.revealed.any():
             # the declaration seen now was made in the tick whose need was revealed then
+            hit = np.minimum(inflate(prev.revealed_need[:, :, None] * BLUFF_GRID, 1.0), top[:, None]) == declared[:, :, None]
+            mismatch = np.where(hit | ~prev.revealed[:, None, None], 0.0, MISMATCH)
             for k in range(self.n_tiers):
-                hit = np.minimum(inflate(prev.revealed_need[:, k, None] * BLUFF_GRID, 1.0), top[k]) == declared[:, k, None]
-                log_w += np.where(hit | ~prev.revealed[:, None], 0.0, MISMATCH)
+                log_w += mismatch[:, k]
         if prev is not None and audits > prev.audits:
             for i, belief in enumerate(self.beliefs):
                 if prev.credibility[i] >= self._bluff_loss:

@@ -122,16 +122,21 @@ def _weights(checkpoint: Path) -> dict[str, dict[str, np.ndarray]]:
     return {p.parent.name: load_file(p) for p in sorted(checkpoint.glob("**/arena_policy.safetensors"))}
 
 
-@pytest.mark.parametrize("experiment", ["allocator_mixed", "selfplay"])
-def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment):
-    """Two runs of one experiment file (the main job's experiment; self-play, five RLlib
-    modules drawing from one torch generator in RLlib's set order of agents), each in its own
-    Python process started with another string-hash seed, give the same weights bit for bit
-    (training pins the hash seed: experiments/training/hash_seed.py); another seed does not."""
+@pytest.mark.parametrize(
+    "experiment, runners",
+    [("allocator_mixed", 0), ("selfplay", 0),
+     ("allocator_mixed", 2)],  # the main job's settings (experiments/configs/main.toml): two remote env runners
+)
+def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment, runners):
+    """Two runs of one experiment file (the main job's experiment, sampled in the driver or by
+    two remote env runners side by side; self-play, five RLlib modules drawing from one torch
+    generator in RLlib's set order of agents), each in its own Python process started with
+    another string-hash seed, give the same weights bit for bit (training pins the hash seed:
+    experiments/training/hash_seed.py); another seed does not."""
     import ray
 
     path = tmp_path / "tiny.toml"
-    path.write_text(experiment_text(TrainArgs(experiment=experiment, out=tmp_path, **TINY)))
+    path.write_text(experiment_text(TrainArgs(experiment=experiment, out=tmp_path, **{**TINY, "num_env_runners": runners})))
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -150,7 +155,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
         assert all(np.array_equal(tensors[k], second[seat][k]) for k in tensors), f"{seat} differs between the runs"
     # the run's own experiment.toml holds the same experiment (rerun it with --config <run>/experiment.toml)
     assert load_experiment(tmp_path / "first" / "experiment.toml") == load_experiment(path)
-    if experiment == "selfplay":
+    if experiment == "selfplay" or runners:
         return  # the other-seed check below needs running once
     other = run("seed1", "1", "--seed", "1")  # the comparison can fail
     assert any(not np.array_equal(first[seat][k], other[seat][k]) for seat in first for k in first[seat])
