@@ -51,6 +51,7 @@ from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, play_many
 from experiments.evaluation.statistics import mean_ci95, paired_difference
 from experiments.evaluation.tables import markdown_table
 from experiments.evaluation.traces import (
+    Trace,
     declared_to_need,
     play_many_traced,
     play_traced,
@@ -132,9 +133,16 @@ class Recording:
 
 
 def seat_returns(config: ScenarioConfig, population: Population, seat: str, seeds: Sequence[int]) -> list[float]:
-    env = commons_arena.parallel_env(config)
-    policies = population.build(config, env=env, strict=False)
-    return [play_traced(env, policies, seed).returns[seat] for seed in seeds]
+    return [t.returns[seat] for t in play_many_traced(config, population, seeds)]
+
+
+def untrained_policy(info: RunInfo) -> str | None:
+    """The run's untrained network (``<run>/iteration_0``) as a policy name; None when the run
+    kept only its evaluation there (an LSTM run: no data-only export yet)."""
+    untrained = info.run / UNTRAINED
+    if (untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir():
+        return f"learned:{untrained.resolve()}"
+    return None
 
 
 def code_usage(config: ScenarioConfig, population: Population, seat: str, seeds: Sequence[int]) -> dict[str, Any]:
@@ -162,14 +170,14 @@ def code_usage(config: ScenarioConfig, population: Population, seat: str, seeds:
             "top_code_is_zero": top == zero, "top_code_share": top_n / len(codes)}
 
 
-def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str,
-                  seeds: Sequence[int]) -> list[dict[str, Any]]:
-    """The trained seat's return minus each reference's in the same seat and seeds (paired CI)."""
-    trained = seat_returns(config, joint_population(info), seat, seeds)
+def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str, seeds: Sequence[int],
+                  trained: Sequence[float]) -> list[dict[str, Any]]:
+    """The trained seat's return (``trained``: on ``seeds``, every learning seat the checkpoint)
+    minus each reference's in the same seat and seeds (paired CI)."""
     references: dict[str, str] = {}
-    untrained = info.run / UNTRAINED  # an LSTM run keeps only its evaluation there (no data-only export yet)
-    if (untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir():
-        references["untrained network"] = f"learned:{(info.run / UNTRAINED).resolve()}"
+    untrained = untrained_policy(info)
+    if untrained is not None:
+        references["untrained network"] = untrained
     references.update({name: name for name in REFERENCES[role]})
     rows = [{"seat": seat, "policy": "trained", "return": float(np.mean(trained)), "trained_minus": 0.0, "ci95": 0.0}]
     for name, policy in references.items():
@@ -179,17 +187,15 @@ def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str,
     return rows
 
 
-def together_rows(config: ScenarioConfig, info: RunInfo, seeds: Sequence[int]) -> list[dict[str, Any]]:
-    """Every learning seat's return with all of them trained against all of them untrained
-    (iteration 0), the rest the background: the training curve's measure, paired on ``seeds``
-    with a 95% CI per seat. Empty without an untrained checkpoint."""
-    untrained = info.run / UNTRAINED
-    if not ((untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir()):
+def together_rows(config: ScenarioConfig, info: RunInfo, seeds: Sequence[int],
+                  trained: Sequence[Trace]) -> list[dict[str, Any]]:
+    """Every learning seat's return with all of them trained (``trained``: the episodes of
+    ``seeds``) against all of them untrained (iteration 0), the rest the background: the
+    training curve's measure, paired with a 95% CI per seat. Empty without an untrained checkpoint."""
+    untrained = untrained_policy(info)
+    if untrained is None:
         return []
-    start = info.background
-    for seat in info.learned:
-        start = start.with_agent(seat, f"learned:{untrained.resolve()}")
-    trained, before = (play_many_traced(config, population, seeds) for population in (joint_population(info), start))
+    before = play_many_traced(config, joint_population(info, **dict.fromkeys(info.learned, untrained)), seeds)
     rows = []
     for seat in info.learned:
         after_returns, before_returns = [t.returns[seat] for t in trained], [t.returns[seat] for t in before]
@@ -231,14 +237,15 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
     report["learning"] = []
     report["codes"] = []
     report["credit"] = []
+    trained = play_many_traced(config, joint_population(info), seeds)  # every learning seat the checkpoint: once
     for seat in info.learned:
         role = "team" if seat in config.team_names else seat
-        rows = learning_rows(config, info, seat, role, seeds)
+        rows = learning_rows(config, info, seat, role, seeds, [t.returns[seat] for t in trained])
         usage = code_usage(config, joint_population(info), seat, seeds)
         report["learning"] += rows
         report["codes"].append(usage)
         report["credit"].append(credit(seat, rows, usage))
-    report["together"] = together_rows(config, info, seeds)
+    report["together"] = together_rows(config, info, seeds, trained)
     start = [info.untrained] if info.untrained else []
     report["returns_over_training"] = [{"env_steps": r["env_steps"], **r["returns"]}
                                        for r in [*start, *info.history] if "returns" in r]
