@@ -8,7 +8,9 @@ fixed code (chosen on ``--selection-seeds`` other seeds, so its figure is not in
 choice), each paired with the learned seat on the same seeds (95% Student-t CI). A team's
 row also gives its declared / true need per tier (the mean over ticks with need on that
 tier); the broker's, its profit (its return) and the correlation of its mean price level
-with the demand it observed. The codes the learned seat chose (its module's action, before
+with the demand it observed, and a table of its pricing by demand quartile (price level, GPUs
+offered and sold, the learned broker's most chosen code): whether its price follows demand, and
+what that sells. The codes the learned seat chose (its module's action, before
 the codec) are counted, so the report can say which part is the codec and what is learned.
 
 Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed); the per-seed
@@ -56,21 +58,33 @@ class Recorder:
     seat: str
     ratios: list[list[float]] = field(default_factory=list)  # per tier: declared / need on ticks with need
     prices: list[tuple[float, float]] = field(default_factory=list)  # (demand seen, mean price level)
+    # a broker's ticks: (demand seen, mean price level, GPUs offered, GPUs sold of that offer). An offer
+    # posted at tick t is bought at t + 1 and shows as `last_sold` at t + 2, so an episode's last two
+    # offers stay nan (their sales are never observed by the seat)
+    sales: list[list[float]] = field(default_factory=list)
+    tick_codes: list[str] = field(default_factory=list)  # a learned module's code per tick, described
     codes: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.observed = observation_layout(self.config, self.seat)
         self.acted = action_layout(self.config, self.seat)
         self.ratios = [[] for _ in self.config.gpu_tiers]
+        self._unsold: list[list[float]] = []  # the last two sales rows, until their sales are seen
 
     def reset(self, seed: int | None = None) -> None:
         self.policy.reset(seed)
+        self._unsold = []
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         action = self.policy.act(observation)
         seen, done = self.observed.view(np.asarray(observation)), self.acted.view(np.asarray(action))
         if self.seat == BROKER:
-            self.prices.append((float(seen["demand"].sum()), float(np.mean(done["price_level"]))))
+            demand, level = float(seen["demand"].sum()), float(np.mean(done["price_level"]))
+            self.prices.append((demand, level))
+            if len(self._unsold) == 2:  # the offer of two ticks ago: its sales are `last_sold` now
+                self._unsold.pop(0)[3] = float(seen["last_sold"].sum())
+            self._unsold.append([demand, level, float(done["quantity"].sum()), float("nan")])
+            self.sales.append(self._unsold[-1])
         else:
             for tier, (need, declared) in enumerate(zip(seen["need"], done["request"], strict=True)):
                 if need > 0:
@@ -78,7 +92,9 @@ class Recorder:
         code = getattr(self.policy, "last_module_action", None)
         describe = getattr(getattr(self.policy, "codec", None), "describe", None)  # team and broker codecs
         if code is not None and describe is not None:
-            self.codes[describe(np.asarray(code))] += 1
+            described = describe(np.asarray(code))
+            self.codes[described] += 1
+            self.tick_codes.append(described)
         return action
 
     def tier_ratios(self) -> list[float]:
@@ -89,6 +105,36 @@ class Recorder:
             return float("nan")
         demand, level = (np.asarray(v) for v in zip(*self.prices, strict=True))
         return float(np.corrcoef(demand, level)[0, 1]) if demand.std() > 0 and level.std() > 0 else float("nan")
+
+
+def demand_quartiles(recorder: Recorder) -> np.ndarray:
+    """The inner edges of the demand quartiles of ``recorder``'s ticks (the bins every broker row is read in)."""
+    return np.quantile(np.asarray([row[0] for row in recorder.sales]), [0.25, 0.5, 0.75])
+
+
+def pricing_by_demand(recorders: Mapping[str, Recorder], edges: np.ndarray) -> list[dict[str, Any]]:
+    """Per broker row and demand quartile (``edges``: inner edges): its mean price level, GPUs
+    offered and sold per tick, and (a learned seat) the code it chose most there."""
+    rows = []
+    for name, recorder in recorders.items():
+        sales = np.asarray(recorder.sales, dtype=np.float64).reshape(-1, 4)
+        which = np.searchsorted(edges, sales[:, 0], side="right")
+        for q in range(len(edges) + 1):
+            here = which == q
+            if not here.any():
+                continue
+            sold = sales[here, 3][~np.isnan(sales[here, 3])]
+            row: dict[str, Any] = {"policy": name, "demand_quartile": q + 1,
+                                   "demand": f"{sales[here, 0].min():g}-{sales[here, 0].max():g}",
+                                   "ticks": int(here.sum()), "price_level": float(sales[here, 1].mean()),
+                                   "offered": float(sales[here, 2].mean()),
+                                   "sold": float(sold.mean()) if sold.size else float("nan")}
+            row["most_chosen_code"] = ""  # a scripted row has no module codes
+            if recorder.tick_codes:
+                top, n = Counter(c for c, h in zip(recorder.tick_codes, here, strict=True) if h).most_common(1)[0]
+                row["most_chosen_code"] = f"{top} ({n / here.sum():.0%})"
+            rows.append(row)
+    return rows
 
 
 def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena: Arena,
@@ -138,11 +184,14 @@ def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Popu
     learned = make_policy(f"learned:{checkpoint}", config, seat)  # as anyone would load it
     policies = {LEARNED: learned, **contenders(config, seat, codec_name, arena, selection)}
     rows, recorders, per_seed = seat_rows(arena, policies, seeds)
-    return rows, markdown(config, seat, checkpoint, background, codec_name, seeds, rows, recorders[LEARNED]), per_seed
+    pricing = pricing_by_demand(recorders, demand_quartiles(recorders[LEARNED])) if seat == BROKER else []
+    return rows, markdown(config, seat, checkpoint, background, codec_name, seeds, rows, recorders[LEARNED],
+                          pricing), per_seed
 
 
 def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
-             seeds: Sequence[int], rows: Sequence[Mapping[str, Any]], learned: Recorder) -> str:
+             seeds: Sequence[int], rows: Sequence[Mapping[str, Any]], learned: Recorder,
+             pricing: Sequence[Mapping[str, Any]] = ()) -> str:
     allocator = background.resolve(config, strict=False).get("allocator")
     scripted = [r for r in rows[1:] if not r["policy"].startswith("best fixed")]
     fixed = [r for r in rows if r["policy"].startswith("best fixed")]
@@ -174,6 +223,13 @@ def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Po
         f"Beaten (CI above 0): {', '.join(beaten) or 'none'}. Beats the learned seat (CI below 0): "
         f"{', '.join(lost) or 'none'}. Scripted policies compared: {len(scripted)}.",
     ]
+    if pricing:
+        lines += ["", "## Pricing by demand", "",
+                  "Every broker row's ticks in the quartiles of the demand the learned broker saw (Σ over tiers): "
+                  "its mean price level, GPUs offered and GPUs of that offer sold per tick (an offer is bought the "
+                  "tick after it is posted; an episode's last two offers are left out). A price that rises with "
+                  "demand but sells less there is what `price_demand_corr` rewards and profit may not.", "",
+                  markdown_table([dict(r) for r in pricing])]
     return "\n".join(lines) + "\n"
 
 
@@ -193,4 +249,5 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
-__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "report", "selection_seeds", "write_report"]
+__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "pricing_by_demand", "report", "selection_seeds",
+           "write_report"]
