@@ -18,6 +18,8 @@ from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import TrainArgs
 
+POPULATION = "population"  # arms-race --seat-otherwise: each scenario's own seat policy
+
 
 @dataclass
 class Train:
@@ -147,7 +149,10 @@ class ArmsRace:
     minutes: float = 15.0
     """wall-clock cap of each round's training (whichever of the iterations and this comes first)"""
     share: float = 0.5
-    """share of round 2's training episodes in which B1 plays the seat (the rest: each scenario's own population)"""
+    """share of round 2's training episodes in which B1 plays the seat (the rest: --seat-otherwise)"""
+    seat_otherwise: str = "truthful"
+    """who plays the seat in round 2's other episodes: a team policy (scripted or 'learned:<dir>'; default the
+    one B1's gain is measured against), or 'population' (each scenario's own)"""
     seeds: int = 100
     """held-out seeds of every paired comparison"""
     first_seed: int = SEED_RANGES["arms_race"].first
@@ -174,6 +179,16 @@ class ArmsRace:
         config = commons_arena.load_scenario(self.scenario)
         if self.seat not in config.team_names:
             raise UsageError(f"--seat must be a team seat of {config.name!r} ({list(config.team_names)}), got {self.seat!r}")
+        if self.seat_otherwise != POPULATION:
+            from policies.registry import make_policy  # not at import: --help stays fast
+
+            try:
+                make_policy(self.seat_otherwise, config, self.seat)
+            except (ValueError, OSError) as err:
+                raise UsageError(f"--seat-otherwise: {err} (or 'population': each scenario's own)") from None
+            if self.train.background is not None:
+                raise UsageError("--seat-otherwise and --train.background both choose round 2's background: "
+                                 "drop --train.background, or pass --seat-otherwise population")
         for args in self.rounds():
             args.validate()
         refuse_overwrite(self.out, self.force, what="folder")
@@ -188,8 +203,9 @@ class ArmsRace:
         from experiments.evaluation.arms_race import arms_race
 
         round1, round2 = self.rounds()
+        otherwise = None if self.seat_otherwise == POPULATION else self.seat_otherwise
         return arms_race(self.allocator, self.scenario, self.seat, paired_seed_list(self.first_seed, self.seeds), round1, round2,
-                         self.share, self.out)
+                         self.share, self.out, otherwise)
 
 
 @dataclass

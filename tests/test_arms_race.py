@@ -19,6 +19,7 @@ from experiments.evaluation.arms_race import (
     mix_roster,
     report_rows,
     round2_args,
+    seat_roster,
     verdict,
     warm_start_settings,
 )
@@ -72,6 +73,20 @@ def test_the_mix_roster_names_the_bluffer_in_its_seat_and_nothing_else(tmp_path)
     data = tomllib.loads(mix_roster("search", bluffer))
     # every other seat is left out: Population.resolve gives it its scenario's own population
     assert data["agents"] == {"search": f"learned:{bluffer}"} and set(data) == {"name", "agents"}
+
+
+def test_round2_plays_seat_otherwise_in_the_episodes_without_the_bluffer(tmp_path):
+    import tomllib
+
+    roster = tmp_path / "background.toml"
+    roster.write_text(seat_roster("truthful in search", "search", "truthful"))
+    assert tomllib.loads(roster.read_text())["agents"] == {"search": "truthful"}
+    assert Population.from_toml(roster).describe("crisis")["search"] == "truthful"
+    assert Population.from_toml(roster).describe("crisis")["robotics"] == "greedy_bluffer"  # the scenario's own
+    args = round2_args(TrainArgs(), "planner", "crisis", tmp_path / "mix.toml", 0.5, 3, 5.0, tmp_path / "r2", roster)
+    assert (args.background, args.mix_background) == (roster, tmp_path / "mix.toml")
+    # without one, round 2 keeps whatever background its base had (None: each scenario's own population)
+    assert round2_args(TrainArgs(), "planner", "crisis", tmp_path / "mix.toml", 0.5, 3, 5.0, tmp_path).background is None
 
 
 def fake_allocator(folder, hidden=(16, 16), codec="need", history=1, scenario="crisis"):
@@ -184,12 +199,15 @@ def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsy
     assert "planner" in (out / "round1" / "background.toml").read_text()
     bluffer = out / "round1" / "search" / "best"
     assert Population.from_toml(out / "round2" / "mix_background.toml").describe("crisis")["search"] == f"learned:{bluffer}"
+    # and truthful (--seat-otherwise's default) in the other episodes
+    assert Population.from_toml(out / "round2" / "background.toml").describe("crisis")["search"] == "truthful"
     # B1 really sat in the seat in round 2's training episodes: some, not all, played the mix
     run = out / "round2" / ALLOCATOR
     history = json.loads((run / "history.json").read_text())
     assert 0 < history[-1]["train_mix_share"] < 1
     args = json.loads((run / "args.json").read_text())
     assert args["mix_background"] == str(out / "round2" / "mix_background.toml") and args["init_from"] is None
+    assert args["background"] == str(out / "round2" / "background.toml")
     with (out / "arms_race.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     measures = [r["measure"] for r in rows]
@@ -208,6 +226,7 @@ def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsy
     assert (out / "arms_race.png").stat().st_size > 0
     text = (out / "arms_race.md").read_text()
     assert "The arms race, two rounds" in text and "cuts B1's gain by at least half" in text
+    assert "`truthful` in the rest" in text
     assert "half-cut margin" in capsys.readouterr().out
 
 

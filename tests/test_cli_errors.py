@@ -165,6 +165,15 @@ def test_tyro_reports_reduce_to_their_first_sentence():
     assert _usage_message(missing) == "Missing from x replay: PATH"
 
 
+@pytest.mark.parametrize(("argv", "match"), [
+    (("--seat-otherwise", "truthfull"), "--seat-otherwise: unknown policy 'truthfull'"),
+    (("--seat-otherwise", "planner"), "--seat-otherwise: policy 'planner' plays the allocator role"),
+    (("--train.background", "roster.toml"), "--seat-otherwise and --train.background both choose round 2's background"),
+])
+def test_the_arms_race_names_a_bad_seat_otherwise(capsys, tmp_path, argv, match):
+    assert_one_line_error(capsys, "arms-race", *argv, "--out", str(tmp_path / "race"), match=match)
+
+
 @pytest.mark.parametrize("command", ["exploit", "arms-race"])
 def test_paired_comparisons_need_two_seeds_and_a_valid_first_seed(capsys, tmp_path, command):
     out = ("--out", str(tmp_path / command))

@@ -8,9 +8,13 @@
   ``background.toml`` names A1; ``round1/<seat>/best``).
 * **Round 2**: the allocator A2 is A1 continued: an allocator run (``--round2-experiment``,
   default ``allocator_mixed``, the main job's) in which B1 (``learned:``) plays the seat in a
-  ``--share`` of the training episodes and each scenario's own population in the rest
-  (``--mix-background``, ``round2/mix_background.toml``), so it meets the bluffer without
-  forgetting the scripted population. A learned A1 is continued from its weights
+  ``--share`` of the training episodes (``--mix-background``, ``round2/mix_background.toml``)
+  and ``--seat-otherwise`` in the rest (``round2/background.toml``; every other seat is each
+  scenario's own population throughout). The default, ``truthful``, is the policy B1's gain is
+  measured against: an allocator that never meets a truthful team in the seat has no reason to
+  serve one well, and B1's gain over ``truthful`` is as much about how a truth-teller fares as
+  about the bluffer (docs/negotiation.md measures both). ``population`` puts each scenario's own
+  seat policy there instead. A learned A1 is continued from its weights
   (``--init-from``, its codec, history and layer sizes taken over); a scripted A1 (``planner``)
   means a fresh run of the codec at its zero code, which is ``planner`` for ``need``. A2 is the
   run's last checkpoint (``round2/allocator/checkpoint``).
@@ -50,6 +54,7 @@ from experiments.training.warm_start import LEARNED_PREFIX, checkpoint_dir
 
 BLUFFER, A1, A2, PLANNER = "B1", "A1", "A2", "planner"
 MIX_FILE = "mix_background.toml"
+BACKGROUND_FILE = "background.toml"  # round 2: who plays the seat in the episodes without B1
 
 Series = dict[tuple[str, str, str], list[float]]  # (scenario, background, player) -> the seat's return per seed
 
@@ -64,11 +69,12 @@ def warm_start_settings(sidecar: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def round2_args(base: TrainArgs, allocator: str, scenario: str, mix: Path, share: float, iterations: int,
-                minutes: float, out: Path) -> TrainArgs:
-    """Round 2's training run: ``base`` with the mix background, the budget and, for a learned A1,
-    its weights and the settings they need."""
+                minutes: float, out: Path, background: Path | None = None) -> TrainArgs:
+    """Round 2's training run: ``base`` with the mix background (and ``background``, who plays
+    the seat otherwise, when given), the budget and, for a learned A1, its weights and the
+    settings they need."""
     args = replace(base, scenario=scenario, mix_background=mix, mix_share=share, iterations=iterations,
-                   minutes=minutes, out=out, run_name=ALLOCATOR)
+                   minutes=minutes, out=out, run_name=ALLOCATOR, background=background or base.background)
     if not allocator.startswith(LEARNED_PREFIX):
         return args
     from policies.learned import read_sidecar
@@ -76,9 +82,14 @@ def round2_args(base: TrainArgs, allocator: str, scenario: str, mix: Path, share
     return replace(args, init_from=allocator, **warm_start_settings(read_sidecar(checkpoint_dir(allocator))))
 
 
+def seat_roster(name: str, seat: str, policy: str) -> str:
+    """A roster naming ``policy`` in ``seat``; every other seat its scenario's own population."""
+    return f"name = {json.dumps(name)}\n\n[agents]\n{seat} = {json.dumps(policy)}\n"
+
+
 def mix_roster(seat: str, bluffer: Path) -> str:
     """The round-2 mix background: B1 in the seat, every other seat its scenario's own population."""
-    return f"name = \"round-1 bluffer in {seat}\"\n\n[agents]\n{seat} = {json.dumps(f'{LEARNED_PREFIX}{bluffer}')}\n"
+    return seat_roster(f"round-1 bluffer in {seat}", seat, f"{LEARNED_PREFIX}{bluffer}")
 
 
 def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, str],
@@ -154,7 +165,7 @@ def write_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta:
         f"A1 = `{meta['allocator']}`; B1 = `learned:{meta['bluffer']}` (best response in `{meta['seat']}` on "
         f"`{meta['scenario']}`, {meta['round1_iterations']} iterations); A2 = `learned:{meta['round2']}` (A1 "
         f"continued {meta['round2_iterations']} iterations, B1 in `{meta['seat']}` in {meta['share']:.0%} of the "
-        f"training episodes). Every figure is a paired difference on the same held-out seeds "
+        f"training episodes, {otherwise_words(meta['otherwise'])} in the rest). Every figure is a paired difference on the same held-out seeds "
         f"({meta['seeds'][0]} .. {meta['seeds'][-1]}), ± 95% CI.\n\n"
         + "\n".join(verdict(rows, tiers)) + "\n\n" + markdown_table(rows) + "\n")
     written.append(score_bars([r for r in rows if r["ci95"] != ""], out / "arms_race.png", value="paired difference",
@@ -166,20 +177,30 @@ def write_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta:
     return [*written, out / "arms_race.json"]
 
 
+def otherwise_words(otherwise: str | None) -> str:
+    return "each scenario's own population" if otherwise is None else f"`{otherwise}`"
+
+
 def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], round1: TrainArgs, round2: TrainArgs,
-              share: float, out: Path) -> list[dict[str, Any]]:
+              share: float, out: Path, otherwise: str | None = TEAM_BASE) -> list[dict[str, Any]]:
     """Both rounds and the report (see the module docstring); returns the table's rows.
 
-    ``round1`` / ``round2`` carry each round's training settings and budget (``iterations``, ``minutes``)."""
+    ``round1`` / ``round2`` carry each round's training settings and budget (``iterations``, ``minutes``);
+    ``otherwise`` plays the seat in round 2's episodes without B1 (None: each scenario's own population)."""
     out.mkdir(parents=True, exist_ok=True)
     print(f"== round 1: best response of {seat} against {allocator} on {scenario}")
     bluffer = train_best_response(Cell(scenario, allocator, seat), out / "round1", round1)
     mix = out / "round2" / MIX_FILE
     mix.parent.mkdir(parents=True, exist_ok=True)
     mix.write_text(mix_roster(seat, bluffer))
+    background = None
+    if otherwise is not None:
+        background = out / "round2" / BACKGROUND_FILE
+        background.write_text(seat_roster(f"{otherwise} in {seat}", seat, otherwise))
     args = round2_args(round2, allocator, scenario, mix, share, round2.iterations or 1, round2.minutes,
-                       out / "round2")
-    print(f"== round 2: {allocator} continued ({args.experiment}), B1 in {seat} in {share:.0%} of the episodes")
+                       out / "round2", background)
+    print(f"== round 2: {allocator} continued ({args.experiment}), B1 in {seat} in {share:.0%} of the episodes, "
+          f"{otherwise_words(otherwise)} in the rest")
     from experiments.training.train import train
 
     defender = train(args)  # the run's last checkpoint
@@ -196,12 +217,12 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
         allocating.update({(t, b, A1): v for (t, b, p), v in list(allocating.items()) if p == PLANNER})
     rows = report_rows(bluffing, allocating, scenario, tiers)
     meta = {"allocator": allocator, "scenario": scenario, "seat": seat, "bluffer": bluffer, "round2": defender,
-            "share": share, "round1_iterations": round1.iterations, "round2_iterations": args.iterations,
-            "seeds": list(seeds)}
+            "share": share, "otherwise": otherwise, "round1_iterations": round1.iterations,
+            "round2_iterations": args.iterations, "seeds": list(seeds)}
     write_report(rows, {"bluffer": bluffing, "allocators": allocating}, meta, tiers, out)
     print("\n".join(verdict(rows, tiers)))
     print(markdown_table(rows))
     return rows
 
 
-__all__ = ["arms_race", "mix_roster", "report_rows", "round2_args", "verdict", "warm_start_settings"]
+__all__ = ["arms_race", "mix_roster", "report_rows", "round2_args", "seat_roster", "verdict", "warm_start_settings"]
