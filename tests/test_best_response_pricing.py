@@ -72,3 +72,14 @@ def test_pricing_by_demand_reads_every_row_in_the_same_quartiles():
     assert len(flat) == 1  # fixed_price: one level whatever the demand
     assert all(r["most_chosen_code"] == "" for r in rows)  # scripted: no module codes
     assert "| fixed_price | 4 |" in markdown_table(rows)  # every row renders in the report's table
+
+
+def test_broker_pricing_reads_any_broker_beside_fixed_codes_and_names_a_bad_code():
+    import pytest
+
+    from experiments.evaluation.broker_pricing import Args, main
+
+    rows = main(Args("fixed_price", allocator="proportional", codes=("3,0,2",), seeds=3))
+    assert {r["policy"] for r in rows} == {"fixed_price", "demand_priced", "fixed margin 3, slope 0, crisis +2"}
+    with pytest.raises(SystemExit, match="--codes '3,4,0': give margin,slope,crisis_levels"):
+        main(Args("fixed_price", codes=("3,4,0",), seeds=2))  # slope 4 is not on the grid
