@@ -144,17 +144,22 @@ class ArmsRace:
     """the team seat of the bluffer"""
     round1_iterations: int = 40
     """training iterations of the bluffer B1 (reproducible budget)"""
-    round2_iterations: int = 60
+    round2_iterations: int = 120
     """training iterations of the allocator A2"""
-    minutes: float = 15.0
-    """wall-clock cap of each round's training (whichever of the iterations and this comes first)"""
+    round2_history: int = 4
+    """ticks of observation A2 sees (a scripted A1; a learned A1 keeps its checkpoint's): a team's declarations
+    over time are its evidence of bluffing"""
+    minutes: float = 45.0
+    """wall-clock cap of each round's training (whichever of the iterations and this comes first; the iterations
+    are the budget, this only stops a machine far slower than 2 cores)"""
     share: float = 0.5
     """share of round 2's training episodes in which B1 plays the seat (the rest: --seat-otherwise)"""
     seat_otherwise: str = "truthful"
     """who plays the seat in round 2's other episodes: a team policy (scripted or 'learned:<dir>'; default the
     one B1's gain is measured against), or 'population' (each scenario's own)"""
-    seeds: int = 100
-    """held-out seeds of every paired comparison"""
+    seeds: int = 300
+    """held-out seeds of every paired comparison (B1's gain over truthful varies by ~47 per seed: 100 seeds
+    give a CI of ±9, too wide to tell a half cut of a gain of ~35)"""
     first_seed: int = SEED_RANGES["arms_race"].first
     """held-out seeds first_seed .. first_seed + seeds - 1 (experiments/seeds.py)"""
     out: Path = Path("results/arms_race")
@@ -197,7 +202,7 @@ class ArmsRace:
         return (replace(self.train, lr=self.round1_lr, iterations=self.round1_iterations, minutes=self.minutes,
                         report_seeds=self.seeds, report_first_seed=self.first_seed),
                 replace(self.train, experiment=self.round2_experiment, iterations=self.round2_iterations,
-                        minutes=self.minutes))
+                        minutes=self.minutes, history=self.round2_history))
 
     def run(self):
         from experiments.evaluation.arms_race import arms_race

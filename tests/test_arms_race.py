@@ -250,3 +250,12 @@ def test_round2_continues_a_learned_allocator_from_its_weights(ray_session, tmp_
     _, original = load_network(first)
     probe = np.random.default_rng(1).normal(size=(4, original.input_size)).astype(np.float32)
     assert np.allclose(started.logits(probe), original.logits(probe), atol=1e-6)
+
+
+def test_round2_history_reaches_round2_only():
+    from commands.train import ArmsRace
+
+    round1, round2 = ArmsRace(round2_history=3).rounds()
+    assert (round2.history, round2.experiment) == (3, "allocator_mixed")
+    assert round1.history == TrainArgs().history  # the bluffer's run: the allocator there is scripted
+    assert ArmsRace().rounds()[1].history == 4

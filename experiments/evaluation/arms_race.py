@@ -1,7 +1,7 @@
 """The arms race, two rounds: does an allocator trained against a frozen bluffer learn to discount it?
 
     commons-arena arms-race --allocator planner|learned:<dir> --scenario crisis --seat search \\
-        --round1-iterations 40 --round2-iterations 60 --share 0.5 --seeds 100
+        --round1-iterations 40 --round2-iterations 120 --round2-history 4 --share 0.5 --seeds 300
 
 * **Round 1**: a best response B1 learns the seat against the allocator A1 (the exploit
   cell's training, :func:`experiments.evaluation.exploit.train_best_response`: its
