@@ -144,6 +144,8 @@ def test_a_broker_best_response_reports_profit_and_price_response(ray_session, t
     assert "price_demand_corr" in rows[0]
     demand_priced = next(r for r in rows if r["policy"] == "demand_priced")
     assert float(demand_priced["price_demand_corr"]) > 0.5  # it prices demand by design
+    text = (run / "best_response.md").read_text()
+    assert "## Pricing by demand" in text and "| demand_priced | 4 |" in text  # every broker row, by quartile
     env = commons_arena.parallel_env("crisis")
     episode = run_episode(env, Population.default(env.config).with_agent(BROKER, f"learned:{run / 'best'}"), seed=1)
     assert np.isfinite(episode[BROKER]["return"])
