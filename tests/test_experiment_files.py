@@ -122,21 +122,31 @@ def _weights(checkpoint: Path) -> dict[str, dict[str, np.ndarray]]:
     return {p.parent.name: load_file(p) for p in sorted(checkpoint.glob("**/arena_policy.safetensors"))}
 
 
+MIX_ROSTER = 'name = "bluffing search"\n\n[agents]\nsearch = { policy = "truthful", bluff = 3.0 }\n'
+
+
 @pytest.mark.parametrize(
-    "experiment, runners",
-    [("allocator_mixed", 0), ("selfplay", 0),
-     ("allocator_mixed", 2)],  # the main job's settings (experiments/configs/main.toml): two remote env runners
+    "experiment, runners, mix",
+    [("allocator_mixed", 0, False), ("selfplay", 0, False),
+     ("allocator_mixed", 2, False),  # the main job's settings (experiments/configs/main.toml): two remote env runners
+     ("allocator_mixed", 2, True)],  # and half its episodes against another background (--mix-background)
 )
-def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment, runners):
+def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment, runners, mix):
     """Two runs of one experiment file (the main job's experiment, sampled in the driver or by
-    two remote env runners side by side; self-play, five RLlib modules drawing from one torch
-    generator in RLlib's set order of agents), each in its own Python process started with
-    another string-hash seed, give the same weights bit for bit (training pins the hash seed:
-    experiments/training/hash_seed.py); another seed does not."""
+    two remote env runners side by side, with or without a background mix; self-play, five
+    RLlib modules drawing from one torch generator in RLlib's set order of agents), each in its
+    own Python process started with another string-hash seed, give the same weights bit for bit
+    (training pins the hash seed: experiments/training/hash_seed.py; the start weights reach
+    every remote runner before it samples: experiments/training/weights.py); another seed does not."""
     import ray
 
     path = tmp_path / "tiny.toml"
-    path.write_text(experiment_text(TrainArgs(experiment=experiment, out=tmp_path, **{**TINY, "num_env_runners": runners})))
+    extra = {}
+    if mix:
+        (tmp_path / "mix.toml").write_text(MIX_ROSTER)
+        extra = {"mix_background": tmp_path / "mix.toml", "mix_share": 0.5}
+    path.write_text(experiment_text(TrainArgs(experiment=experiment, out=tmp_path,
+                                              **{**TINY, "num_env_runners": runners, **extra})))
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}

@@ -19,6 +19,7 @@ from experiments.training.algorithm import build_algorithm
 from experiments.training.callbacks import foreach_sampling_runner, set_scenario_everywhere
 from experiments.training.setup import resolve, with_unit_scales
 from experiments.training.train import TrainArgs, train
+from experiments.training.weights import favour_zero_code
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -74,5 +75,25 @@ def test_scenario_switch_and_snapshots_reach_the_remote_runners(ray_session):
         assert foreach_sampling_runner(algo, holds_snapshot) == [True]
         result = algo.train()
         assert "team_v1" in result["env_runners"]["module_episode_returns_mean"]
+    finally:
+        algo.stop()
+
+
+def test_the_start_weights_reach_every_remote_runner_before_it_samples(ray_session):
+    """favour_zero_code right after build_algo(): RLlib's fire-and-forget sync_weights dropped this
+    push while the one Algorithm.setup sent was still in flight, so whether a runner sampled its
+    first iteration from the start weights or the initial ones was a matter of timing (two runs of
+    one seed with a background mix on two remote runners differed)."""
+    setup = with_unit_scales(resolve(TrainArgs(experiment="allocator_mixed", **{**TINY, "num_env_runners": 2})))
+    algo = build_algorithm(setup)
+    try:
+        favour_zero_code(algo, setup)
+        learner = algo.learner_group.get_state(components="learner/rl_module", inference_only=True)
+        start = learner["learner"]["rl_module"]
+        held = foreach_sampling_runner(algo, lambda runner: runner.module.get_state(inference_only=True))
+        assert len(held) == 2
+        for runner in held:
+            for module, tensors in start.items():
+                assert all(np.array_equal(np.asarray(tensors[k]), np.asarray(runner[module][k])) for k in tensors)
     finally:
         algo.stop()

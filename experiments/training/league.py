@@ -221,7 +221,7 @@ class LeagueCallback(RewardTermsCallback):
 
 def restore_mix(algorithm: Any, mix: Sequence[str], team_seats: Sequence[str], since: int) -> None:
     """A resumed league: the snapshots of ``mix`` added back as modules (their weights then come
-    from the checkpoint, :func:`push_weights`), the mapping over the whole mix."""
+    from the checkpoint, ``weights.push_learner_weights``), the mapping over the whole mix."""
     pool: list[str] = [m for m in mix if not m.startswith(SNAPSHOT_PREFIX)]
     for member in mix:
         if member.startswith(SNAPSHOT_PREFIX):
@@ -231,17 +231,6 @@ def restore_mix(algorithm: Any, mix: Sequence[str], team_seats: Sequence[str], s
             pool.append(member)
     algorithm._league_pool = pool
     algorithm._league_since = since
-
-
-def push_weights(algorithm: Any, modules: Sequence[str]) -> None:
-    """The learner's weights of ``modules`` to every sampling env runner."""
-    weights = algorithm.learner_group.get_weights(list(modules))
-
-    def load(runner: Any) -> None:
-        for module_id, state in weights.items():
-            runner.module[module_id].set_state(state)
-
-    foreach_sampling_runner(algorithm, load)
 
 
 def last_mix(run: Path, iterations: int) -> tuple[list[str], int]:
@@ -302,7 +291,6 @@ __all__ = [
     "episode_seed",
     "last_mix",
     "payoff_matrix",
-    "push_weights",
     "restore_mix",
     "seat_returns",
     "add_snapshot",

@@ -71,7 +71,7 @@ from experiments.training.runs import RunState, open_run, run_args, save_state
 from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
-from experiments.training.weights import favour_zero_code
+from experiments.training.weights import favour_zero_code, push_learner_weights
 
 
 def train(args: TrainArgs) -> Path:
@@ -95,8 +95,9 @@ def train(args: TrainArgs) -> Path:
             mix, since = league.last_mix(run, state.iterations)
             league.restore_mix(algo, mix, setup.plan.seats, since)
         algo.restore_from_path(str(checkpoint))
-        if args.experiment == "league":
-            league.push_weights(algo, [m for m in getattr(algo, "_league_pool", []) if m.startswith(league.SNAPSHOT_PREFIX)])
+        # RLlib's own push of the restored weights may be dropped (see push_learner_weights);
+        # this one also brings a league's snapshots, which add_module gave random weights
+        push_learner_weights(algo)
     else:
         if args.init_from is not None:  # the allocator continues a checkpoint's policy (warm_start.py)
             load_warm_start(algo, setup.plan.module_of[ALLOCATOR], args.init_from)

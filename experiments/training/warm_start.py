@@ -86,6 +86,7 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
     import torch
 
     from experiments.training.rl_modules import network_from_rl_module
+    from experiments.training.weights import push_learner_weights
     from policies.checkpoint_format import load_network
 
     _, network = load_network(checkpoint_dir(spec))
@@ -102,7 +103,7 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
                     child.bias.copy_(tensors[f"layers.{i}.bias"])
 
     algo.learner_group.foreach_learner(copy)
-    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+    push_learner_weights(algo)
     module = algo.get_module(module_id)
     probe = np.random.default_rng(0).normal(size=(8, network.input_size)).astype(np.float32)
     started = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
