@@ -137,7 +137,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
     RLlib modules drawing from one torch generator in RLlib's set order of agents), each in its
     own Python process started with another string-hash seed, give the same weights bit for bit
     (training pins the hash seed: experiments/training/hash_seed.py; the start weights reach
-    every remote runner before it samples: experiments/training/weights.py); another seed does not."""
+    every remote runner before it samples: experiments/training/weight_sync.py); another seed does not."""
     import ray
 
     path = tmp_path / "tiny.toml"

@@ -71,7 +71,8 @@ from experiments.training.runs import RunState, open_run, run_args, save_state
 from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
-from experiments.training.weights import favour_zero_code, push_learner_weights
+from experiments.training.weight_sync import push_learner_weights
+from experiments.training.weights import favour_zero_code
 
 
 def train(args: TrainArgs) -> Path:

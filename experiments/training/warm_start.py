@@ -86,7 +86,7 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
     import torch
 
     from experiments.training.rl_modules import network_from_rl_module
-    from experiments.training.weights import push_learner_weights
+    from experiments.training.weight_sync import push_learner_weights
     from policies.checkpoint_format import load_network
 
     _, network = load_network(checkpoint_dir(spec))
