@@ -84,9 +84,14 @@ def slope(pairs: Sequence[tuple[float, float]]) -> float:
     return float("nan") if denominator <= 0 else float(x @ y) / denominator
 
 
+def price_demand_correlation(demand: np.ndarray, level: np.ndarray) -> float:
+    """Pearson correlation of a broker's price level with the demand it saw (nan if either is constant)."""
+    return float(np.corrcoef(demand, level)[0, 1]) if demand.std() > 0 and level.std() > 0 else float("nan")
+
+
 def price_response(traces: Sequence[Trace], bins: int = 4) -> dict[str, Any]:
     demand, level = (np.asarray(v) for v in zip(*[p for t in traces for p in t.prices], strict=True))
-    corr = float(np.corrcoef(demand, level)[0, 1]) if demand.std() > 0 and level.std() > 0 else float("nan")
+    corr = price_demand_correlation(demand, level)
     edges = np.unique(np.quantile(demand, np.linspace(0, 1, bins + 1)))
     which = np.clip(np.searchsorted(edges, demand, side="right") - 1, 0, len(edges) - 2)
     by_bin = [{"demand_from": float(edges[b]), "demand_to": float(edges[b + 1]),
@@ -114,4 +119,5 @@ def reference_ratios(config: ScenarioConfig, background: Population, seeds: Sequ
     return rows
 
 
-__all__ = ["Trace", "declared_to_need", "play_many_traced", "play_traced", "price_response", "reference_ratios", "slope"]
+__all__ = ["Trace", "declared_to_need", "play_many_traced", "play_traced", "price_demand_correlation", "price_response",
+           "reference_ratios", "slope"]

@@ -35,6 +35,7 @@ from commons_arena.spaces import action_layout, observation_layout, role_of
 from experiments.evaluation.fixed_codes import Arena, best_code, uniform_codes
 from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
+from experiments.evaluation.traces import price_demand_correlation
 from experiments.seeds import SEED_RANGES
 from policies.base import Policy
 from policies.codecs import DEFAULT_CODECS, CodedPolicy, DescribesCodes, make_codec
@@ -57,13 +58,11 @@ class Recorder:
     config: ScenarioConfig
     seat: str
     ratios: list[list[float]] = field(default_factory=list)  # per tier: declared / need on ticks with need
-    prices: list[tuple[float, float]] = field(default_factory=list)  # (demand seen, mean price level)
     # a broker's ticks: (demand seen, mean price level, GPUs offered, GPUs sold of that offer). An offer
     # posted at tick t is bought at t + 1 and shows as `last_sold` at t + 2, so an episode's last two
     # offers stay nan (their sales are never observed by the seat)
     sales: list[list[float]] = field(default_factory=list)
     tick_codes: list[str] = field(default_factory=list)  # a learned module's code per tick, described
-    codes: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.observed = observation_layout(self.config, self.seat)
@@ -80,7 +79,6 @@ class Recorder:
         seen, done = self.observed.view(np.asarray(observation)), self.acted.view(np.asarray(action))
         if self.seat == BROKER:
             demand, level = float(seen["demand"].sum()), float(np.mean(done["price_level"]))
-            self.prices.append((demand, level))
             if len(self._unsold) == 2:  # the offer of two ticks ago: its sales are `last_sold` now
                 self._unsold.pop(0)[3] = float(seen["last_sold"].sum())
             self._unsold.append([demand, level, float(done["quantity"].sum()), float("nan")])
@@ -92,19 +90,22 @@ class Recorder:
         code = getattr(self.policy, "last_module_action", None)
         describe = getattr(getattr(self.policy, "codec", None), "describe", None)  # team and broker codecs
         if code is not None and describe is not None:
-            described = describe(np.asarray(code))
-            self.codes[described] += 1
-            self.tick_codes.append(described)
+            self.tick_codes.append(describe(np.asarray(code)))
         return action
+
+    @property
+    def codes(self) -> Counter[str]:
+        """How often the learned module chose each code."""
+        return Counter(self.tick_codes)
 
     def tier_ratios(self) -> list[float]:
         return [float(np.mean(r)) if r else float("nan") for r in self.ratios]
 
     def price_correlation(self) -> float:
-        if len(self.prices) < 2:
+        if len(self.sales) < 2:
             return float("nan")
-        demand, level = (np.asarray(v) for v in zip(*self.prices, strict=True))
-        return float(np.corrcoef(demand, level)[0, 1]) if demand.std() > 0 and level.std() > 0 else float("nan")
+        sales = np.asarray(self.sales)
+        return price_demand_correlation(sales[:, 0], sales[:, 1])
 
 
 def demand_quartiles(recorder: Recorder) -> np.ndarray:
@@ -128,8 +129,8 @@ def pricing_by_demand(recorders: Mapping[str, Recorder], edges: np.ndarray) -> l
                                    "demand": f"{sales[here, 0].min():g}-{sales[here, 0].max():g}",
                                    "ticks": int(here.sum()), "price_level": float(sales[here, 1].mean()),
                                    "offered": float(sales[here, 2].mean()),
-                                   "sold": float(sold.mean()) if sold.size else float("nan")}
-            row["most_chosen_code"] = ""  # a scripted row has no module codes
+                                   "sold": float(sold.mean()) if sold.size else float("nan"),
+                                   "most_chosen_code": ""}  # a scripted row has no module codes
             if recorder.tick_codes:
                 top, n = Counter(c for c, h in zip(recorder.tick_codes, here, strict=True) if h).most_common(1)[0]
                 row["most_chosen_code"] = f"{top} ({n / here.sum():.0%})"

@@ -221,7 +221,7 @@ class LeagueCallback(RewardTermsCallback):
 
 def restore_mix(algorithm: Any, mix: Sequence[str], team_seats: Sequence[str], since: int) -> None:
     """A resumed league: the snapshots of ``mix`` added back as modules (their weights then come
-    from the checkpoint, ``weights.push_learner_weights``), the mapping over the whole mix."""
+    from the checkpoint, ``weight_sync.push_learner_weights``), the mapping over the whole mix."""
     pool: list[str] = [m for m in mix if not m.startswith(SNAPSHOT_PREFIX)]
     for member in mix:
         if member.startswith(SNAPSHOT_PREFIX):
