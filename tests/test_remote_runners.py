@@ -79,11 +79,25 @@ def test_scenario_switch_and_snapshots_reach_the_remote_runners(ray_session):
         algo.stop()
 
 
+def wait_for_cpus(count: float, seconds: float = 60.0) -> None:
+    """Until Ray has ``count`` CPUs free (actors of an algorithm stopped just before release theirs
+    asynchronously); fails the test if they never come."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + seconds
+    while ray.available_resources().get("CPU", 0.0) < count:
+        assert time.monotonic() < deadline, f"Ray never freed {count} CPUs: {ray.available_resources()}"
+        time.sleep(0.5)
+
+
 def test_the_start_weights_reach_every_remote_runner_before_it_samples(ray_session):
     """favour_zero_code right after build_algo(): RLlib's fire-and-forget sync_weights dropped this
     push while the one Algorithm.setup sent was still in flight, so whether a runner sampled its
     first iteration from the start weights or the initial ones was a matter of timing (two runs of
     one seed with a background mix on two remote runners differed)."""
+    wait_for_cpus(2)  # an earlier test's stopped runners may still hold theirs: build would then make one runner
     setup = with_unit_scales(resolve(TrainArgs(experiment="allocator_mixed", **{**TINY, "num_env_runners": 2})))
     algo = build_algorithm(setup)
     try:
