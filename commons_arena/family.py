@@ -306,27 +306,42 @@ def _tier_name(memory_gb: float) -> str:
 
 
 class _Draw:
-    """The few draws the generator makes, rounded so the TOML reads well (and round-trips exactly)."""
+    """The draws the generator makes, all from ``Generator.random()`` (53 bits of one PCG64 output:
+    a stream numpy keeps stable, unlike the algorithms behind ``integers`` or ``choice``, which a
+    numpy release may change), rounded so the TOML reads well and round-trips exactly."""
 
     def __init__(self, rng: np.random.Generator):
         self.rng = rng
 
+    def unit(self) -> float:
+        return float(self.rng.random())
+
     def integer(self, bounds: tuple[int, int]) -> int:
-        return int(self.rng.integers(bounds[0], bounds[1] + 1))
+        lo, hi = bounds
+        return min(hi, lo + math.floor(self.unit() * (hi - lo + 1)))
 
     def real(self, bounds: tuple[float, float], digits: int = 2) -> float:
-        return round(float(self.rng.uniform(bounds[0], bounds[1])), digits)
+        lo, hi = bounds
+        return round(lo + (hi - lo) * self.unit(), digits)
 
     def chance(self, p: float) -> bool:
-        return bool(self.rng.random() < p)
+        return self.unit() < p
 
     def choice(self, options: tuple[Any, ...] | list[Any]) -> Any:
-        return options[int(self.rng.integers(len(options)))]
+        return options[self.integer((0, len(options) - 1))]
+
+    def sample(self, n: int, k: int) -> list[int]:
+        """``k`` distinct indices of ``range(n)``, sorted (a partial Fisher-Yates shuffle)."""
+        pool = list(range(n))
+        for i in range(k):
+            j = self.integer((i, n - 1))
+            pool[i], pool[j] = pool[j], pool[i]
+        return sorted(pool[:k])
 
 
 def _tiers(fam: FamilyConfig, d: _Draw, count: int) -> list[dict[str, Any]]:
     r = fam.tier
-    picks = sorted(d.rng.choice(len(r.memory_gb), size=count, replace=False).tolist())
+    picks = d.sample(len(r.memory_gb), count)
     memories = sorted(float(r.memory_gb[i]) for i in picks)
     speed, op_cost, power = (sorted(d.real(b) for _ in range(count)) for b in (r.speed, r.op_cost, r.power_kw))
     empty = d.chance(r.empty_spot_market)
@@ -359,20 +374,29 @@ def _job_shape(d: _Draw, tiers: list[dict[str, Any]], gpus: tuple[int, int], any
     return max(1, min(wanted, _room(tiers, memory))), memory
 
 
+def _ticks_needed(tiers: list[dict[str, Any]], gpus: int, memory: float, work: float) -> int:
+    """Ticks a job needs on the fastest tier that fits it (memory, and room for its GPUs)."""
+    speed = max(t["speed"] for t in tiers if t["memory_gb"] >= memory and t["owned"] + t["spot_inventory"] >= gpus)
+    return max(1, math.ceil(work / (gpus * speed) - 1e-9))
+
+
 def _fixed_jobs(fam: FamilyConfig, d: _Draw, tiers: list[dict[str, Any]], team: str, horizon: int) -> list[dict[str, Any]]:
     r = fam.jobs
     jobs: list[dict[str, Any]] = []
     for k in range(d.integer(r.count)):
         gpus, memory = _job_shape(d, tiers, r.gpus, r.any_memory)
-        arrival = d.integer((0, horizon - 1))
+        work = d.real(r.work)
+        # feasible on its own: arrival and deadline leave the ticks the fastest fitting tier needs
+        needed = min(_ticks_needed(tiers, gpus, memory, work), horizon)
+        arrival = d.integer((0, horizon - needed))
         value = d.real(r.value)
         job: dict[str, Any] = {
             "id": f"{team}_job{k}",
             "gpus": gpus,
             "min_memory_gb": memory,
-            "work": d.real(r.work),
+            "work": work,
             "arrival": arrival,
-            "deadline": min(arrival + d.integer(r.slack), horizon - 1),
+            "deadline": min(arrival + max(d.integer(r.slack), needed - 1), horizon - 1),
             "value": value,
             "value_noise": round(min(value, value * d.real((0.0, r.value_noise), 3)), 2),
             "priority": d.integer(r.priority),
@@ -436,11 +460,12 @@ def _shocks(fam: FamilyConfig, d: _Draw, tiers: list[dict[str, Any]], teams: lis
         if r.job is not None:
             spec["team"] = d.choice(teams)
             gpus, memory = _job_shape(d, tiers, r.job.gpus, 0.5)
+            work = d.real(r.job.work)
             spec["job"] = {
                 "gpus": gpus,
                 "min_memory_gb": memory,
-                "work": d.real(r.job.work),
-                "slack": d.integer(r.job.slack),
+                "work": work,
+                "slack": max(d.integer(r.job.slack), _ticks_needed(tiers, gpus, memory, work) - 1),
                 "value": d.real(r.job.value),
                 "priority": d.integer(r.job.priority),
             }
@@ -455,7 +480,7 @@ def generate_one(family: FamilyConfig, seed: int, index: int) -> ScenarioConfig:
     horizon = d.integer(fam.max_ticks)
     n_teams, n_tiers = d.integer(fam.teams), d.integer(fam.tiers)
     tiers = _tiers(fam, d, n_tiers)
-    names = [TEAM_NAMES[i] for i in sorted(d.rng.choice(len(TEAM_NAMES), size=n_teams, replace=False).tolist())]
+    names = [TEAM_NAMES[i] for i in d.sample(len(TEAM_NAMES), n_teams)]
     teams = []
     for name in names:
         team: dict[str, Any] = {
@@ -549,7 +574,8 @@ def _is_table_list(value: Any) -> bool:
 
 def _toml_table(path: str, data: Mapping[str, Any], lines: list[str]) -> None:
     """Keys first (a list of tables below the top level inline, as scenario files write ``jobs``),
-    then each nested table as ``[path.key]``, then (at the top level) each list of tables as ``[[key]]``."""
+    then, in the order of ``data``, each nested table as ``[path.key]`` and (at the top level)
+    each list of tables as ``[[key]]``."""
     top = not path
     for key, value in data.items():
         if not isinstance(value, dict) and not (top and _is_table_list(value)):
@@ -559,16 +585,19 @@ def _toml_table(path: str, data: Mapping[str, Any], lines: list[str]) -> None:
             name = f"{path}.{key}" if path else key
             lines.extend(["", f"[{name}]"])
             _toml_table(name, value, lines)
-    for key, value in data.items():
-        if top and _is_table_list(value):
+        elif top and _is_table_list(value):
             for item in value:
                 lines.extend(["", f"[[{key}]]"])
                 _toml_table(key, item, lines)
 
 
 def scenario_to_toml(config: ScenarioConfig) -> str:
-    """A scenario as a TOML file's text: ``scenario_from_dict(tomllib.loads(text))`` has the same content hash."""
+    """A scenario as a TOML file's text: ``scenario_from_dict(tomllib.loads(text))`` has the same
+    content hash. Every top-level number is written; a job's or shock's defaults are left out."""
     data = config.model_dump(mode="json", exclude_none=True)
+    for ti, team in enumerate(config.teams):
+        data["teams"][ti]["jobs"] = [job.model_dump(mode="json", exclude_defaults=True) for job in team.jobs]
+    data["shocks"] = [shock.model_dump(mode="json", exclude_defaults=True) for shock in config.shocks]
     lines = [f"# {config.name}: content hash {config.content_hash}"]
     _toml_table("", data, lines)
     text = "\n".join(lines) + "\n"
@@ -578,7 +607,7 @@ def scenario_to_toml(config: ScenarioConfig) -> str:
     return text
 
 
-_WRITTEN = re.compile(r"[0-9]{5}_[0-9a-f]{12}\.toml")
+_WRITTEN = re.compile(r"[0-9]{5}_[0-9a-f]{12}\.toml")  # the names write_scenarios gives
 
 
 def scenario_filename(index: int, config: ScenarioConfig) -> str:
