@@ -36,6 +36,7 @@ from pydantic import Field, model_validator
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind
 from commons_arena.scenario import (
     ARCHETYPES,
+    MAX_AMOUNT,
     MAX_FORECAST,
     MAX_JOBS,
     MAX_MULTIPLIER,
@@ -44,6 +45,7 @@ from commons_arena.scenario import (
     MAX_TEXT,
     MAX_TICKS,
     MAX_TIERS,
+    MAX_WEIGHT,
     Fraction,
     Gpus,
     Multiplier,
@@ -116,6 +118,9 @@ class TierRanges(_Frozen):
         return self
 
 
+CarbonWeight = Annotated[float, Field(ge=0.0, le=MAX_WEIGHT, allow_inf_nan=False)]
+
+
 class CarbonRanges(_Frozen):
     """The cap is ``tightness`` x the energy of every owned GPU busy every tick at the mean intensity."""
 
@@ -125,7 +130,7 @@ class CarbonRanges(_Frozen):
     variation: Fraction = 0.2  # each tick's intensity is mean x (1 ± variation)
     forecast_horizon: tuple[Annotated[int, Field(ge=1, le=MAX_FORECAST)], Annotated[int, Field(ge=1, le=MAX_FORECAST)]] = (
         3, 3)
-    weight: tuple[NonNegFloat, NonNegFloat] = (1.0, 1.0)  # the allocator's reward weight per kg over a soft cap
+    weight: tuple[CarbonWeight, CarbonWeight] = (1.0, 1.0)  # the allocator's reward weight per kg over a soft cap
 
     @model_validator(mode="after")
     def _check(self) -> CarbonRanges:
@@ -322,7 +327,7 @@ class _Draw:
 
     def real(self, bounds: tuple[float, float], digits: int = 2) -> float:
         lo, hi = bounds
-        return round(lo + (hi - lo) * self.unit(), digits)
+        return min(hi, max(lo, round(lo + (hi - lo) * self.unit(), digits)))  # rounding stays in range
 
     def chance(self, p: float) -> bool:
         return self.unit() < p
@@ -357,7 +362,7 @@ def _tiers(fam: FamilyConfig, d: _Draw, count: int) -> list[dict[str, Any]]:
             "power_kw": power[k],
             "spot_inventory": 0 if empty else d.integer(r.spot_inventory),
             "spot_unit_cost": spot_cost,
-            "max_price": max(d.real(r.max_price), round(spot_cost + 1.0, 2)),
+            "max_price": min(MAX_AMOUNT, max(d.real(r.max_price), round(spot_cost + 1.0, 2))),
         })
     return tiers
 
@@ -465,7 +470,7 @@ def _shocks(fam: FamilyConfig, d: _Draw, tiers: list[dict[str, Any]], teams: lis
                 "gpus": gpus,
                 "min_memory_gb": memory,
                 "work": work,
-                "slack": max(d.integer(r.job.slack), _ticks_needed(tiers, gpus, memory, work) - 1),
+                "slack": max(d.integer(r.job.slack), min(_ticks_needed(tiers, gpus, memory, work), horizon) - 1),
                 "value": d.real(r.job.value),
                 "priority": d.integer(r.job.priority),
             }
@@ -495,11 +500,12 @@ def generate_one(family: FamilyConfig, seed: int, index: int) -> ScenarioConfig:
         teams.append(team)
     c = fam.carbon
     mean = d.real(c.intensity, 3)
-    intensity = [round(max(0.0, mean * (1.0 + d.real((-c.variation, c.variation), 3))), 3) for _ in range(horizon)]
+    intensity = [min(MAX_AMOUNT, round(mean * (1.0 + d.real((-c.variation, c.variation), 3)), 3))
+                 for _ in range(horizon)]
     full_energy = sum(t["owned"] * t["power_kw"] for t in tiers) * max(mean, 1e-3) * horizon
     hard = d.chance(c.hard)
     carbon = {
-        "cap_kg": max(0.1, round(d.real(c.tightness, 3) * full_energy, 2)),
+        "cap_kg": min(MAX_AMOUNT, max(0.1, round(d.real(c.tightness, 3) * full_energy, 2))),
         "mode": "hard" if hard else "soft",
         "intensity": intensity,
         "forecast_horizon": d.integer(c.forecast_horizon),

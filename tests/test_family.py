@@ -9,6 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import commons_arena
 from commons_arena import family as fam_mod
@@ -252,3 +254,69 @@ def test_scenarios_listing_is_unchanged(capsys):
     assert [line.split()[0] for line in stdout.splitlines() if line[:1].strip()] == SHIPPED
     code, stdout, _ = run_cli(capsys, "scenarios", "--json")
     assert [row["name"] for row in json.loads(stdout)] == SHIPPED
+
+
+# ------------------------------------------------------------------ any family, at its bounds
+
+
+def ranged(draw, lo, hi, integer=False):
+    """A [lo, hi] sub-range, often at an end of the bounds."""
+    pick = st.integers(lo, hi) if integer else st.one_of(st.sampled_from([lo, hi]), st.floats(lo, hi))
+    a, b = draw(pick), draw(pick)
+    return [min(a, b), max(a, b)]
+
+
+@st.composite
+def families(draw):
+    prob = st.sampled_from([0.0, 1.0, 0.5])
+    tiers = ranged(draw, 1, 6, integer=True)
+    memories = draw(st.lists(st.sampled_from([0.5, 1.0, 16.0, 40.0, 80.0, 141.0, 1e9]), min_size=tiers[1],
+                             max_size=7, unique=True))
+    shocks = []
+    for kind in draw(st.lists(st.sampled_from(fam_mod.SHOCK_KINDS), max_size=6)):
+        shock = {"kind": kind, "include": draw(prob), "scheduled": draw(prob), "rate": ranged(draw, 0.0, 1.0),
+                 "duration": ranged(draw, 1, 3, integer=True), "gpus_offline": ranged(draw, 0, 100, integer=True),
+                 "price_multiplier": ranged(draw, 1.0, 1.5), "inventory_factor": ranged(draw, 0.0, 1.0),
+                 "intensity_multiplier": ranged(draw, 1.0, 1.5)}
+        if kind in fam_mod.JOB_SHOCKS:
+            shock["job"] = {"gpus": ranged(draw, 1, 50, integer=True), "work": ranged(draw, 0.01, 1e6),
+                            "slack": ranged(draw, 0, 30, integer=True), "value": ranged(draw, 0.0, 1e9)}
+        shocks.append(shock)
+    return {
+        "name": "edge", "description": "bounds", "teams": ranged(draw, 2, 8, integer=True),
+        "archetypes": draw(st.lists(st.sampled_from(list(fam_mod.ARCHETYPES)), min_size=1, unique=True)),
+        "board_pressure": ranged(draw, 0.0, 1000.0), "tiers": tiers,
+        "tier": {"memory_gb": memories, "owned": ranged(draw, 1, 100_000, integer=True),
+                 "speed": ranged(draw, 0.001, 1e9), "op_cost": ranged(draw, 0.0, 1e9), "power_kw": ranged(draw, 0.001, 1e9),
+                 "spot_inventory": ranged(draw, 0, 100_000, integer=True), "spot_unit_cost": ranged(draw, 0.0, 1e9),
+                 "max_price": ranged(draw, 0.001, 1e9), "empty_spot_market": draw(prob)},
+        "max_ticks": ranged(draw, 2, 40, integer=True), "budget": ranged(draw, 0.0, 1e9), "no_budget": draw(prob),
+        "reveal_after": ranged(draw, 1, 1000, integer=True), "queue_slots": ranged(draw, 1, 64, integer=True),
+        "carbon": {"hard": draw(prob), "tightness": ranged(draw, 0.001, 1e9), "intensity": ranged(draw, 0.0, 1e9),
+                   "variation": draw(st.floats(0.0, 1.0)), "forecast_horizon": ranged(draw, 1, 64, integer=True),
+                   "weight": ranged(draw, 0.0, 1e4)},
+        "jobs": {"count": ranged(draw, 0, 6, integer=True), "gpus": ranged(draw, 1, 100_000, integer=True),
+                 "work": ranged(draw, 0.001, 1e9), "slack": ranged(draw, 0, 1000, integer=True),
+                 "value": ranged(draw, 0.0, 1e9), "value_noise": draw(st.floats(0.0, 1.0)),
+                 "priority": ranged(draw, 0, 1000, integer=True), "any_memory": draw(prob), "depends": draw(prob)},
+        "generator": draw(st.none() | st.just({
+            "present": draw(prob), "rate": ranged(draw, 0.0, 1.0), "gpus": ranged(draw, 1, 100_000, integer=True),
+            "work": ranged(draw, 0.001, 1e9), "slack": ranged(draw, 0, 1000, integer=True),
+            "value": ranged(draw, 0.0, 1e9), "priority": ranged(draw, 0, 1000, integer=True),
+            "last_share": ranged(draw, 0.0, 1.0)})),
+        "no_shocks": draw(prob), "shocks": shocks,
+    }
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=families(), seed=st.integers(0, 2**63 - 1))
+def test_any_valid_family_generates_valid_scenarios(data, seed):
+    family = fam_mod.family_from_dict({k: v for k, v in data.items() if v is not None})
+    for config in generate_scenarios(family, 3, seed % 10**6):
+        assert scenario_from_dict(tomllib.loads(scenario_to_toml(config))).content_hash == config.content_hash
+        for team in config.teams:  # every fixed job can be done in time on some tier that fits it
+            for job in team.jobs:
+                fits = [t for t in config.gpu_tiers if t.memory_gb >= job.min_memory_gb
+                        and t.owned + t.spot_inventory >= job.gpus]
+                assert any((job.deadline - job.arrival + 1) * job.gpus * t.speed >= job.work * (1 - 1e-9) for t in fits) \
+                    or job.work / (job.gpus * max(t.speed for t in fits)) > config.max_ticks
