@@ -48,6 +48,7 @@ class GenerateScenarios:
         refuse_overwrite(self.out, self.force, inputs=inputs, what="folder")
 
     def run(self) -> list[Path]:
+        import policies.registry  # noqa: F401  (registers the check that [population] names known policies)
         from commons_arena.family import generate_scenarios, write_scenarios
 
         configs = generate_scenarios(self.family, self.count, self.seed)

@@ -39,6 +39,9 @@ SHIPPED = [
 ]  # fmt: skip
 
 
+FAMILY_FILE = Path(fam_mod.__file__).parents[1] / "scenarios" / "families" / "broad.toml"
+
+
 @pytest.fixture(scope="module")
 def broad() -> FamilyConfig:
     return load_family("broad")
@@ -96,8 +99,9 @@ def test_the_family_reaches_its_extremes(many):
     assert any(not c.shocks for c in many) and any(len(c.shocks) >= 4 for c in many)
     archetypes = {t.archetype for c in many for t in c.teams}
     assert archetypes == set(load_family("broad").archetypes)
-    # all of it at once: a five-team-like single tier, hard cap, no spot, no budget case exists
-    assert any(len(c.gpu_tiers) == 1 and c.carbon.mode == "hard" for c in many)
+    # all at once, as in issue 28's second cluster: one tier, a hard cap, an empty spot market and no budget
+    assert any(len(c.gpu_tiers) == 1 and c.carbon.mode == "hard" and c.budget == 0.0
+               and c.gpu_tiers[0].spot_inventory == 0 for c in many)
 
 
 def test_generation_is_deterministic_and_index_i_ignores_count(broad):
@@ -148,7 +152,7 @@ def test_bad_family_files_are_refused_with_the_key(broad, tmp_path, change, matc
 
 def test_a_family_is_loaded_by_name_or_path(broad, tmp_path):
     path = tmp_path / "mine.toml"
-    path.write_text((Path(fam_mod.__file__).parents[1] / "scenarios" / "families" / "broad.toml").read_text())
+    path.write_text(FAMILY_FILE.read_text())
     assert load_family(path) == broad == load_family(str(path))
     with pytest.raises(FamilyError, match="no family named 'nope'; known families: broad"):
         load_family("nope")
@@ -241,6 +245,10 @@ def test_scenarios_generate_checks_every_argument_first(capsys, tmp_path):
     bad.write_text('name = "x"\n')
     assert_one_line_error(capsys, "scenarios", "generate", str(bad), "--count", "2", "--seed", "1", "--out", str(out),
                           match="invalid family")
+    unknown = tmp_path / "unknown_policy.toml"
+    unknown.write_text(FAMILY_FILE.read_text().replace('name = "broad"', 'name = "odd"\nallocator = "nobody"'))
+    assert_one_line_error(capsys, "scenarios", "generate", str(unknown), "--count", "2", "--seed", "1", "--out",
+                          str(out), match="population.allocator: unknown policy 'nobody'")
     a_file = tmp_path / "file"
     a_file.write_text("x")
     assert_one_line_error(capsys, "scenarios", "generate", "broad", "--count", "2", "--seed", "1", "--out",
