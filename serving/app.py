@@ -16,6 +16,10 @@ route                       what it does
 ``GET /state``              ``?session_id=`` → episode id, step count, returns, invalid counts
 ``POST /close``             ``{"session_id"}``: ends the session
 ``GET /sessions/{id}/recording``  the episode's JSONL recording once it has ended
+``POST /preview``           ``{"session_id", "action"}`` → what the action would do this tick
+                            (spend, carbon, idle; jobs' tiers; prices), nothing played
+``GET /sessions/{id}/summary``  once ended: the seat's own totals, the episode's, and what
+                            reference policies scored in the seat on the same seed
 ``WS /ws``                  one session per connection; messages ``{"type": "reset" | "step"
                             | "state" | "close", "data": {...}}``; replies ``{"type":
                             "observation" | "state" | "error", "data": {...}}``
@@ -62,9 +66,19 @@ from starlette.routing import Route
 
 import commons_arena
 from commons_arena.scenario import load_scenario
-from serving.briefing import seat_guide
+from serving.briefing import seat_guide, split_totals
+from serving.explain import preview as explain_preview
+from serving.references import how_you_did
 from serving.session import ServeError, ServeSettings, Session, SessionStore
-from serving.wire import action_schema, form_spec, observation_schema, seat_spec, strict_json
+from serving.wire import (
+    ActionError,
+    action_schema,
+    encode_observation,
+    form_spec,
+    observation_schema,
+    seat_spec,
+    strict_json,
+)
 
 ASSETS = Path(__file__).parent / "assets"
 # the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css): a file
@@ -317,6 +331,16 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         return PlainTextResponse(text, media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
 
+    @app.post("/preview")
+    async def preview(request: Request) -> dict[str, Any]:
+        data = _object(await read_json(request, limit), "the preview body")
+        return preview_of(store.get(data.get("session_id")), data.get("action"))
+
+    @app.get("/sessions/{session_id}/summary")
+    async def summary(session_id: str) -> dict[str, Any]:
+        args = summary_args(store.get(session_id))
+        return await asyncio.to_thread(summary_of, *args)  # the references play whole episodes: off the event loop
+
     @app.get("/play/spec")
     async def play_spec(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
         config = settings.config(scenario)
@@ -360,6 +384,38 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             store.close(session.id)
 
     return app
+
+
+def preview_of(session: Session, action: Any) -> dict[str, Any]:
+    """``POST /preview``: what ``action`` would do in the session's seat this tick (serving/explain.py)."""
+    if session.options is None or session.done:
+        raise ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET",
+                         "no tick to preview: the episode has ended" if session.done else "no episode yet: send reset")
+    seat = session.options.seats[0]
+    spec = session.specs[seat]
+    try:
+        return explain_preview(spec, encode_observation(spec, session.observations[seat]), action)
+    except ActionError as err:
+        raise ServeError.from_action(err, seat) from None
+
+
+def summary_args(session: Session) -> tuple[Any, ...]:
+    """What an ended session's summary needs, read on the event loop (the session may change later)."""
+    if session.options is None or not session.done:
+        raise ServeError(409, "EPISODE_RUNNING", "the summary and the references are computed once the episode has "
+                         "ended")
+    seat = session.options.seats[0]
+    episode = dict(session.env.seat_infos.get(seat, {}).get("episode", {}))
+    return session.options.config, int(session.seed or 0), seat, float(session.returns[seat]), \
+        session.options.population, episode
+
+
+def summary_of(config: Any, seed: int, seat: str, own: float, population: Any, episode: dict[str, Any]
+               ) -> dict[str, Any]:
+    """The seat's own totals, the episode's, and the references on the same seed (serving/references.py)."""
+    totals = split_totals(episode)
+    return {**how_you_did(config, seed, seat, own, population), "your_totals": totals["yours"],
+            "episode_totals": totals["episode"]}
 
 
 async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:

@@ -1,0 +1,83 @@
+"""How you did: what reference policies score in your seat on the same seed, computed by the server.
+
+At the end of an episode a seat's return is shown beside the returns of reference policies
+played in that same seat, against the same background, on the same seed, with the same
+engine and the one seeding rule (:func:`policies.focal.run_episode`: every policy seeded by
+``policy_seed(seed, seat)``; so the background acts exactly as it did for the player while
+the episode's states agree). The references per role:
+
+* allocator: ``proportional``, ``planner`` and the ``oracle`` (it reads the hidden state and
+  plans with a MILP per tick: the ceiling);
+* team: ``truthful`` and ``greedy_bluffer``;
+* broker: ``demand_priced`` and ``fixed_price``.
+
+They are computed lazily (only when an ended episode asks) and cached per (scenario content,
+seed, seat, background), so nothing here touches the step path. A session with no seed
+(the server drew one) has one too: the drawn seed is the session's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import commons_arena
+from commons_arena.scenario import ScenarioConfig
+from commons_arena.spaces import role_of
+from policies.focal import run_episode
+from policies.population import Population
+
+REFERENCES: dict[str, tuple[str, ...]] = {
+    "allocator": ("proportional", "planner", "oracle"),
+    "team": ("truthful", "greedy_bluffer"),
+    "broker": ("demand_priced", "fixed_price"),
+}
+MAX_CACHED = 512
+_cache: OrderedDict[tuple[str, int, str, str], dict[str, float]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _key(config: ScenarioConfig, seed: int, seat: str, population: Population) -> tuple[str, int, str, str]:
+    resolved = population.resolve(config, strict=False)
+    background = repr(sorted((a, e.policy, sorted(e.params.items())) for a, e in resolved.items() if a != seat))
+    return config.content_hash, int(seed), seat, background
+
+
+def reference_returns(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
+                      ) -> dict[str, float]:
+    """Policy name -> the return it scores in ``seat`` on ``seed`` against ``population``'s other seats."""
+    population = population or Population.default(config)
+    key = _key(config, seed, seat, population)
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return dict(_cache[key])
+    role = role_of(config, seat)
+    out: dict[str, float] = {}
+    env = commons_arena.parallel_env(config)
+    for name in REFERENCES[role]:
+        episode = run_episode(env, population.with_agent(seat, name), seed=seed, strict=False)
+        out[name] = float(episode[seat]["return"])
+    with _lock:
+        _cache[key] = out
+        while len(_cache) > MAX_CACHED:
+            _cache.popitem(last=False)
+    return dict(out)
+
+
+def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
+                population: Population | None = None) -> dict[str, Any]:
+    """The seat's return beside the references', with one line of text saying where it stands."""
+    refs = reference_returns(config, seed, seat, population)
+    best_name = max(refs, key=lambda n: refs[n])
+    beaten = [n for n, r in refs.items() if own_return >= r - 1e-9]
+    text = (f"Your return {own_return:.1f}; on the same seed in your seat "
+            + ", ".join(f"{n} scored {r:.1f}" for n, r in refs.items())
+            + (f". You matched or beat {', '.join(beaten)}." if beaten else ". You scored below every reference.")
+            )
+    return {"seat": seat, "seed": seed, "scenario": config.name, "return": own_return, "references": refs,
+            "best": best_name, "beaten": beaten, "text": text}
+
+
+__all__ = ["REFERENCES", "how_you_did", "reference_returns"]
