@@ -163,6 +163,7 @@ def preview(spec: SeatSpec, observation: dict[str, Any], action: Any) -> dict[st
     else:
         out = _preview_broker(spec, observation, parts)
     out["lines"] = _lines(spec, out)
+    out["tiers"] = tier_costs(spec, observation)
     return out
 
 
@@ -201,7 +202,7 @@ def _preview_allocator(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.
         "carbon_kg_if_all_busy": round(carbon_max, 6), "carbon_over_cap_kg": round(over, 6), "carbon_mode": cfg.carbon.mode,
         "intensity": intensity, "idle_estimate": idle, "short_of_declared": short,
         "invalid_units": {"over_offer": offer_cut, "over_budget": budget_cut, "over_capacity": capacity_cut},
-        "reward_terms": {k: round(v, 6) for k, v in terms.items()},
+        "reward_terms": {k: round(v, 6) + 0.0 for k, v in terms.items()},  # + 0.0: no -0
     }
 
 
@@ -241,8 +242,8 @@ def _preview_broker(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.nda
     return {"offered": dict(zip(cfg.tier_names, offered.tolist(), strict=True)),
             "prices": dict(zip(cfg.tier_names, [round(float(p), 6) for p in prices], strict=True)),
             "crisis": bool(obs.get("crisis")), "invalid_units": cut, "profit_if_all_sold": round(profit, 6),
-            "reward_terms": {"profit": round(_weights(spec).profit * profit, 6),
-                             "invalid": round(-_weights(spec).invalid * cut, 6)}}
+            "reward_terms": {"profit": round(_weights(spec).profit * profit, 6) + 0.0,
+                             "invalid": round(-_weights(spec).invalid * cut, 6) + 0.0}}
 
 
 def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:

@@ -254,7 +254,7 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         seat = metadata["seats"][0]
         info = metadata["info"].get(seat, {})
         terms = {k: round(v, 4) for k, v in info.get("reward_terms", {}).items() if v}
-        out: dict[str, Any] = {"played_tick": metadata["tick"] - 1, "reward": round(frame["reward"], 4),
+        out: dict[str, Any] = {"played_tick": metadata["tick"] - 1, "reward": frame["reward"],
                                "reward_terms": terms}
         if info.get("events"):
             out["events"] = info["events"]
