@@ -253,8 +253,8 @@ def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:
         cuts = {k: v for k, v in p["invalid_units"].items() if v}
         lines = [f"spend {p['spend']:.3g} = spot {p['spot_cost']:.3g} (bought {bought}) + operating "
                  f"{p['operating_cost']:.3g} (granted {granted}, x each tier's operating cost)",
-                 f"carbon at most {p['carbon_kg_if_all_busy']:.3g} kg (every granted GPU busy x power x intensity "
-                 f"{p['intensity']:.3g})" + (f", {p['carbon_over_cap_kg']:.3g} kg over the cap"
+                 f"carbon at most {p['carbon_kg_if_all_busy']:.3g} kg (every granted GPU busy x power x published intensity "
+                 f"{p['intensity']:.3g}; a grid spike raises it)" + (f", {p['carbon_over_cap_kg']:.3g} kg over the cap"
                                              if p["carbon_mode"] == "soft" else "; hard cap: grants over it are cut"),
                  f"idle about {p['idle_estimate']} GPU(s): granted beyond a team's declaration on that tier (if the "
                  "declarations are true needs)" + (f"; below the declaration for {', '.join(p['short_of_declared'])}"
