@@ -12,7 +12,7 @@ const state = {meta: null, spec: null, session: null, rewards: [], done: false, 
 const WIDE_FIELDS = new Set(["shocks_seen", "shocks_active", "stance", "revealed_need"]);
 // What a seat reads to decide: shown beside the form (the rest of the observation is below).
 const KEY_FIELDS = {
-  allocator: ["declared", "online", "offer_qty", "offer_price", "budget", "carbon_used", "carbon_cap"],
+  allocator: ["declared", "online", "budget", "carbon_used", "carbon_cap"],  // the offer: in the tier costs table
   team: ["jobs", "need", "last_grant", "others_declared"],
   broker: ["inventory", "unit_cost", "demand", "crisis", "last_sold"],
 };
@@ -395,16 +395,17 @@ function drawObservation(observation) {
   const box = $("observation"), keys = $("key-facts");
   box.replaceChildren();
   keys.replaceChildren();
-  const guide = state.spec.guide, key = new Set(KEY_FIELDS[state.spec.role]);
+  const guide = state.spec.guide, key = new Set(KEY_FIELDS[state.spec.role]), keyed = {};
   if (observation.tick === 0) keys.appendChild(el("p", {class: "note muted"}, guide.declarations_at_tick0));
   for (const part of state.spec.observation) {
     if (part.name === "tick") continue;
-    const div = el("div", WIDE_FIELDS.has(part.name) ? {class: "wide-field", "data-field": part.name} : {"data-field": part.name});
+    const div = el("div", WIDE_FIELDS.has(part.name) ? {class: "wide-field", "data-field": part.name} :
+      {"data-field": part.name, class: part.axes.length ? "" : "scalar"});
     if (part.name === "jobs") {
       div.appendChild(el("h3", {}, "your jobs "));
       div.firstChild.appendChild(el("span", {class: "doc"}, guide.fields.jobs));
       drawJobs(observation, div);
-      keys.appendChild(div);
+      keyed.jobs = div;
       continue;
     }
     const title = el("h3", {}, part.name + " ");
@@ -436,8 +437,10 @@ function drawObservation(observation) {
       }
     }
     div.appendChild(table);
-    (key.has(part.name) ? keys : box).appendChild(div);
+    if (key.has(part.name)) keyed[part.name] = div;
+    else box.appendChild(div);
   }
+  for (const name of KEY_FIELDS[state.spec.role]) if (keyed[name]) keys.appendChild(keyed[name]);  // most telling first
 }
 
 // ------------------------------------------------------------------ the preview (POST /preview: serving/explain.py)
