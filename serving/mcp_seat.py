@@ -158,9 +158,9 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             "seat": Annotated[Any, Field(description="the seat you play; the server's policies play the others. "
                                          "allocator: grants GPUs to teams; a team name: declares needs and runs its "
                                          "jobs; broker: sells spot GPUs. Default: allocator.",
-                                         json_schema_extra={"type": "string", "enum": seats})],
+                                         json_schema_extra={"type": "string", "enum": list[Any](seats)})],
             "scenario": Annotated[Any, Field(description=f"the scenario (cluster, teams, shocks); default {scenarios[0]!r}",
-                                             json_schema_extra={"type": "string", "enum": scenarios})],
+                                             json_schema_extra={"type": "string", "enum": list[Any](scenarios)})],
             "seed": Annotated[Any, Field(description="episode seed (same seed, same episode); default: drawn",
                                          json_schema_extra={"type": "integer", "minimum": 0})]},
         "observe": {"session_id": sid, "briefing": Annotated[Any, Field(
@@ -200,7 +200,7 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return action
 
     @tool
-    def start_episode(seat=None, scenario=None, seed=None):  # type: ignore[no-untyped-def]
+    def start_episode(seat: Any = None, scenario: Any = None, seed: Any = None) -> str:
         """Open an episode in one seat. Returns session_id, the briefing (the rules, the scoring, the action format:
         read it once, it is not repeated) and the observation of tick 0. Then call act once per tick."""
         if seat is not None and (not isinstance(seat, str) or seat not in seats):
@@ -228,7 +228,7 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
                          "seed": metadata["seed"], **_view(session, briefing=True)})
 
     @tool
-    def observe(session_id=None, briefing=False):  # type: ignore[no-untyped-def]
+    def observe(session_id: Any = None, briefing: Any = False) -> str:
         """The seat's observation now (changes nothing); with briefing=true the whole briefing again. After the end:
         your totals, the episode's, and what reference policies scored in your seat on the same seed."""
         session = session_of(session_id, "observe")
@@ -240,7 +240,7 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return _compact(out)
 
     @tool
-    def act(session_id=None, action=None):  # type: ignore[no-untyped-def]
+    def act(session_id: Any = None, action: Any = None) -> str:
         """Play one tick. Returns the reward and its non-zero terms, shock events, and the next observation with this
         tick's numbers (no briefing: observe with briefing=true repeats it). At the end: your totals and the reference
         scores. A refused action is an error naming the entry and its range; the episode does not move."""
@@ -267,7 +267,7 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return _compact(out)
 
     @tool
-    def preview(session_id=None, action=None):  # type: ignore[no-untyped-def]
+    def preview(session_id: Any = None, action: Any = None) -> str:
         """What an action would do this tick, without playing it: spend, carbon, idle GPUs and the reward terms they
         make (allocator), where each job would run (team), prices and profit (broker), with the formula."""
         session = session_of(session_id, "preview")
@@ -285,12 +285,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return "\n".join(result["lines"])
 
     @tool
-    def episode_state(session_id=None):  # type: ignore[no-untyped-def]
+    def episode_state(session_id: Any = None) -> str:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
         return _compact(session_of(session_id, "episode_state").state())
 
     @tool
-    def end_episode(session_id=None):  # type: ignore[no-untyped-def]
+    def end_episode(session_id: Any = None) -> str:
         """Close the session (sessions left open are closed after the server's idle limit)."""
         store.close(session_of(session_id, "end_episode").id)
         return _compact({"closed": session_id})
