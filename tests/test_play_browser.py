@@ -260,6 +260,13 @@ def test_page_shows_hostile_text_as_text(chrome, tiny, write_scenario):
     assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source
 
 
+def click(chrome, element_id):
+    """Click as a person would: with the element in the middle of the screen (not under the sticky header)."""
+    element = chrome.find_element("id", element_id)
+    chrome.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
+
+
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 def test_the_page_is_laid_out_for_play(chrome, server, width, height):
     """At a laptop's and a phone's size: a slim header, what decides the move beside (or right above) the form, a
@@ -290,7 +297,7 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         set_value(chrome, "request.large", 0)
         chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
         wait(chrome, "return document.getElementById('preview').textContent.includes('would NOT run')")
-        chrome.find_element(By.ID, "play-tick").click()
+        click(chrome, "play-tick")
         wait(chrome, "return document.body.dataset.preview === '1'")
         assert not chrome.execute_script("return document.getElementById('guide-box').open")  # read once, folded
         # the jobs table: every column on screen, deadline and value included, with each job's tier
@@ -320,7 +327,7 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
                                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
         while chrome.execute_script("return document.body.dataset.done") != "1":
             tick = int(chrome.execute_script("return document.body.dataset.tick"))
-            chrome.find_element(By.ID, "play-tick").click()
+            click(chrome, "play-tick")
             wait(chrome, f"return document.body.dataset.tick === '{tick + 1}'")
         wait(chrome, "return document.body.dataset.summary === '1'")
         text = chrome.find_element(By.ID, "how-you-did").text

@@ -377,7 +377,7 @@ function drawJobs(observation, div) {
   observation.jobs.forEach((row, r) => {
     if (!row[0]) return;  // an empty slot
     const tr = el("tr", {"data-slot": `slot${r}`});
-    tr.appendChild(el("th", {}, `#${r}`));
+    tr.appendChild(el("th", {}, `slot${r}`));
     for (const [key] of JOB_COLUMNS) {
       if (key === "tier") tr.appendChild(el("td", {"data-tier": `slot${r}`}, "…"));
       else tr.appendChild(el("td", {}, key === "ready" ? (row[fields.indexOf(key)] ? "yes" : "no") : fmt(row[fields.indexOf(key)])));
@@ -386,7 +386,7 @@ function drawJobs(observation, div) {
   });
   if (table.children.length === 1) div.appendChild(el("p", {class: "muted"}, "no job waiting"));
   else div.appendChild(table);
-  const legend = el("p", {class: "doc"}, JOB_COLUMNS.map(([key, label]) =>
+  const legend = el("p", {class: "doc jobs-legend"}, JOB_COLUMNS.map(([key, label]) =>
     `${label}: ${key === "tier" ? "where it runs: the smallest tier whose memory fits, if the grant has its GPUs there" : guide.job_columns[key]}`).join(" · "));
   div.appendChild(legend);
 }
@@ -644,7 +644,12 @@ function show(frame) {
   state.observation = frame.observation;
   drawObservation(frame.observation);
   if (!frame.done) { startEntries(frame.observation); schedulePreview(); }
-  if (tick >= 1 && !state.folded) { $("guide-box").open = false; state.folded = true; }  // read once, then out of the way
+  if (tick >= 1 && !state.folded) {  // read once, then out of the way; what is on screen stays where it was
+    const before = $("decide").getBoundingClientRect().top;
+    $("guide-box").open = false;
+    state.folded = true;
+    window.scrollBy(0, $("decide").getBoundingClientRect().top - before);
+  }
   drawRewards();
   drawLog(frame);
   $("play-tick").disabled = frame.done;
