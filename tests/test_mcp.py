@@ -162,3 +162,29 @@ def test_a_client_that_reads_only_the_text_plays_an_episode(url):
     assert view["your_totals"]["return"] == pytest.approx(sum(rewards), abs=1e-2)
     # the references are the server's: the oracle, computed with the same engine and seed, tops the allocators
     assert view["references"]["oracle"] >= max(view["references"].values()) - 1e-9
+
+
+def test_a_team_that_declares_its_need_scores_what_truthful_scores(url):
+    """The references are the same engine and seed: a team seat that requests its true need and accepts (what the
+    truthful archetype does) scores exactly the truthful reference; its totals are split from the episode's."""
+    async def play():
+        async with Client(url + "/mcp") as client:
+            _, view = await call(client, "start_episode", seat="search", seed=7)
+            sid = view["session_id"]
+            assert "Your jobs' tiers:" in view["briefing"]
+            text = (await client.call_tool("preview", {"session_id": sid, "action": {"request": {"large": 1}}})).content[0].text
+            assert "would" in text and "idle" in text
+            while not view["done"]:
+                need = [int(v) for v in view["observation"]["need"]]
+                error, view = await call(client, "act", session_id=sid, action={"request": need, "stance": "accept"})
+                assert not error, view
+            error, after = await call(client, "act", session_id=sid, action={})
+            assert error and "call observe" in after.lower()
+            _, seen = await call(client, "observe", session_id=sid)
+            return view, seen
+
+    view, seen = asyncio.run(play())
+    assert set(view["references"]) == {"truthful", "greedy_bluffer"} and seen["references"] == view["references"]
+    assert view["your_totals"]["return"] == pytest.approx(view["references"]["truthful"], abs=1e-3)
+    assert "term/credibility" in view["your_totals"] and "completed" in view["episode_totals"]
+    assert not set(view["your_totals"]) & set(view["episode_totals"])
