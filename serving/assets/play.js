@@ -137,7 +137,11 @@ function drawGuide(spec) {
   }
   box.appendChild(tiers);
   const rules = el("ul", {id: "rules"});
-  for (const text of [guide.placement, guide.lag, guide.preview]) rules.appendChild(el("li", {}, text));
+  for (const [label, text] of [["Where a job runs: ", guide.placement], ["", guide.lag], ["", guide.preview]]) {
+    const item = el("li", {}, text);
+    if (label) item.prepend(el("strong", {}, label));
+    rules.appendChild(item);
+  }
   box.appendChild(rules);
   box.appendChild(el("p", {}, "How you are scored: each tick's reward is the sum of these terms, each times its weight."));
   const table = el("table", {id: "scoring"});
