@@ -201,6 +201,7 @@ def _preview_allocator(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.
         "granted": dict(zip(names, granted.tolist(), strict=True)),
         "carbon_kg_if_all_busy": round(carbon_max, 6), "carbon_over_cap_kg": round(over, 6), "carbon_mode": cfg.carbon.mode,
         "intensity": intensity, "idle_estimate": idle, "short_of_declared": short,
+        "declarations_yet": bool(declared.any()) or int(obs.get("tick", 0)) > 0,
         "invalid_units": {"over_offer": offer_cut, "over_budget": budget_cut, "over_capacity": capacity_cut},
         "reward_terms": {k: round(v, 6) + 0.0 for k, v in terms.items()},  # + 0.0: no -0
     }
@@ -256,9 +257,11 @@ def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:
                  f"carbon at most {p['carbon_kg_if_all_busy']:.3g} kg (every granted GPU busy x power x published intensity "
                  f"{p['intensity']:.3g}; a grid spike raises it)" + (f", {p['carbon_over_cap_kg']:.3g} kg over the cap"
                                              if p["carbon_mode"] == "soft" else "; hard cap: grants over it are cut"),
-                 f"idle about {p['idle_estimate']} GPU(s): granted beyond a team's declaration on that tier (if the "
-                 "declarations are true needs)" + (f"; below the declaration for {', '.join(p['short_of_declared'])}"
-                                                   if p["short_of_declared"] else "")]
+                 (f"idle about {p['idle_estimate']} GPU(s): granted beyond a team's declaration on that tier (if the "
+                  "declarations are true needs)" + (f"; below the declaration for {', '.join(p['short_of_declared'])}"
+                                                    if p["short_of_declared"] else "")
+                  if p["declarations_yet"] else "idle: no declaration yet at tick 0 (they arrive at tick 1); a granted "
+                  "GPU no job uses is idle")]
         if cuts:
             lines.append("cut as invalid: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in cuts.items()))
         lines.append("reward terms from these: " + ", ".join(f"{k} {v:+.3g}" for k, v in p["reward_terms"].items()))
