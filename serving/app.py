@@ -68,7 +68,7 @@ import commons_arena
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide, split_totals
 from serving.explain import preview as explain_preview
-from serving.references import how_you_did
+from serving.references import ReferencesBusy, how_you_did
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import (
     ActionError,
@@ -414,8 +414,11 @@ def summary_of(config: Any, seed: int, seat: str, own: float, population: Any, e
                ) -> dict[str, Any]:
     """The seat's own totals, the episode's, and the references on the same seed (serving/references.py)."""
     totals = split_totals(episode)
-    return {**how_you_did(config, seed, seat, own, population), "your_totals": totals["yours"],
-            "episode_totals": totals["episode"]}
+    try:
+        refs = how_you_did(config, seed, seat, own, population)
+    except ReferencesBusy as err:
+        raise ServeError(503, "REFERENCES_BUSY", str(err)) from None
+    return {**refs, "your_totals": totals["yours"], "episode_totals": totals["episode"]}
 
 
 async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:

@@ -54,7 +54,7 @@ from starlette.types import Message, Receive, Scope, Send
 from serving.briefing import parse_text_action, render_briefing, split_totals
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
-from serving.references import how_you_did
+from serving.references import ReferencesBusy, how_you_did
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import ActionError, SeatSpec, encode_observation
 
@@ -127,14 +127,16 @@ def _end(session: Session) -> dict[str, Any]:
     seat = session.options.seats[0]
     spec = session.specs[seat]
     info = session.env.seat_infos.get(seat, {}) if session.env is not None else {}
-    totals = split_totals(info.get("episode", {}))
-    refs = how_you_did(spec.config, int(session.seed or 0), seat, float(session.returns[seat]),
-                       session.options.population)
-    def short(values: dict[str, float]) -> dict[str, float]:
-        return {k: round(float(v), 4) for k, v in values.items()}
-
-    return {"your_totals": short(totals["yours"]), "episode_totals": short(totals["episode"]),
-            "how_you_did": refs["text"], "references": short(refs["references"])}
+    totals = {k: {name: round(float(v), 4) for name, v in part.items()}
+              for k, part in split_totals(info.get("episode", {})).items()}
+    out: dict[str, Any] = {"your_totals": totals["yours"], "episode_totals": totals["episode"]}
+    try:
+        refs = how_you_did(spec.config, int(session.seed or 0), seat, float(session.returns[seat]),
+                           session.options.population)
+    except ReferencesBusy as err:
+        return {**out, "how_you_did": f"{err}; call observe for them."}
+    return {**out, "how_you_did": refs["text"],
+            "references": {name: round(v, 4) for name, v in refs["references"].items()}}
 
 
 def _compact(value: dict[str, Any]) -> str:

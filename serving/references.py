@@ -12,7 +12,9 @@ the episode's states agree). The references per role:
 * broker: ``demand_priced`` and ``fixed_price``.
 
 They are computed lazily (only when an ended episode asks) and cached per (scenario content,
-seed, seat, background), so nothing here touches the step path. A session with no seed
+seed, seat, background), so nothing here touches the step path. One set is computed at a time
+whatever clients ask (the oracle is a solver): a request waits at most :data:`WAIT_SECONDS`
+for the slot, then gets :class:`ReferencesBusy` (HTTP 503 ``REFERENCES_BUSY``). A session with no seed
 (the server drew one) has one too: the drawn seed is the session's.
 """
 
@@ -34,8 +36,15 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "broker": ("demand_priced", "fixed_price"),
 }
 MAX_CACHED = 512
+WAIT_SECONDS = 30.0
+"""longest a request waits while another computes references (one computation at a time: the oracle is a solver)"""
 _cache: OrderedDict[tuple[str, int, str, str], dict[str, float]] = OrderedDict()
-_lock = threading.Lock()
+_lock = threading.Lock()  # the cache
+_computing = threading.Lock()  # one computation at a time, whatever clients ask
+
+
+class ReferencesBusy(RuntimeError):
+    """Another computation held the server's one reference slot for longer than :data:`WAIT_SECONDS`."""
 
 
 def _key(config: ScenarioConfig, seed: int, seat: str, population: Population) -> tuple[str, int, str, str]:
@@ -53,12 +62,22 @@ def reference_returns(config: ScenarioConfig, seed: int, seat: str, population: 
         if key in _cache:
             _cache.move_to_end(key)
             return dict(_cache[key])
-    role = role_of(config, seat)
-    out: dict[str, float] = {}
-    env = commons_arena.parallel_env(config)
-    for name in REFERENCES[role]:
-        episode = run_episode(env, population.with_agent(seat, name), seed=seed, strict=False)
-        out[name] = float(episode[seat]["return"])
+    if not _computing.acquire(timeout=WAIT_SECONDS):
+        raise ReferencesBusy(f"the server is computing other references; ask again in a few seconds "
+                             f"(it computes one set at a time, each well under {WAIT_SECONDS:g} s)")
+    try:
+        with _lock:
+            cached = _cache.get(key)
+        if cached is not None:  # computed while this request waited
+            return dict(cached)
+        role = role_of(config, seat)
+        out: dict[str, float] = {}
+        env = commons_arena.parallel_env(config)
+        for name in REFERENCES[role]:
+            episode = run_episode(env, population.with_agent(seat, name), seed=seed, strict=False)
+            out[name] = float(episode[seat]["return"])
+    finally:
+        _computing.release()
     with _lock:
         _cache[key] = out
         while len(_cache) > MAX_CACHED:
@@ -80,4 +99,4 @@ def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
             "best": best_name, "beaten": beaten, "text": text}
 
 
-__all__ = ["REFERENCES", "how_you_did", "reference_returns"]
+__all__ = ["REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "how_you_did", "reference_returns"]

@@ -144,3 +144,16 @@ def test_http_preview_and_summary():
         assert "completed" in summary["episode_totals"] and "completed" not in summary["your_totals"]
         after = client.post("/preview", json={"session_id": sid, "action": {}})
         assert after.status_code == 409
+
+
+def test_one_reference_computation_at_a_time(monkeypatch):
+    """The oracle is a solver: while one set is computed, another request waits, then hears 'busy' (HTTP 503)."""
+    import serving.references as references
+
+    monkeypatch.setattr(references, "WAIT_SECONDS", 0.05)
+    assert references._computing.acquire(timeout=5)
+    try:
+        with pytest.raises(references.ReferencesBusy, match="ask again in a few seconds"):
+            reference_returns(CONFIG, 987_654, "broker")
+    finally:
+        references._computing.release()

@@ -600,10 +600,13 @@ function drawSummary(frame) {
   box.replaceChildren(el("p", {}, `episode over after ${frame.observation.metadata.tick} ticks` +
     (frame.observation.metadata.terminated ? " (every job resolved)" : " (time limit)") +
     "; the server is playing the reference policies in your seat on the same seed…"));
-  api("GET", `/sessions/${encodeURIComponent(session)}/summary`).then((summary) => {
-    if (state.session !== session) return;
-    drawReferences(box, summary);
-  }).catch((e) => box.appendChild(el("p", {class: "warn"}, "no references: " + e.message)));
+  const ask = (tries) => api("GET", `/sessions/${encodeURIComponent(session)}/summary`).then((summary) => {
+    if (state.session === session) drawReferences(box, summary);
+  }).catch((e) => {  // the server computes one set at a time: busy means "ask again shortly"
+    if (e.data && e.data.code === "REFERENCES_BUSY" && tries > 0) setTimeout(() => ask(tries - 1), 2000);
+    else box.appendChild(el("p", {class: "warn"}, "no references: " + e.message));
+  });
+  ask(5);
   const link = $("download");
   link.href = `/sessions/${encodeURIComponent(state.session)}/recording`;
   link.setAttribute("download", `commons_arena_${state.spec.scenario}_${state.spec.seat}.jsonl`);
