@@ -66,9 +66,9 @@ from starlette.routing import Route
 
 import commons_arena
 from commons_arena.scenario import load_scenario
-from serving.briefing import seat_guide, split_totals
+from serving.briefing import seat_guide
 from serving.explain import preview as explain_preview
-from serving.references import ReferencesBusy, how_you_did
+from serving.references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import (
     ActionError,
@@ -397,28 +397,6 @@ def preview_of(session: Session, action: Any) -> dict[str, Any]:
         return explain_preview(spec, encode_observation(spec, session.observations[seat]), action)
     except ActionError as err:
         raise ServeError.from_action(err, seat) from None
-
-
-def summary_args(session: Session) -> tuple[Any, ...]:
-    """What an ended session's summary needs, read on the event loop (the session may change later)."""
-    if session.options is None or not session.done:
-        raise ServeError(409, "EPISODE_RUNNING", "the summary and the references are computed once the episode has "
-                         "ended")
-    seat = session.options.seats[0]
-    episode = dict(session.env.seat_infos.get(seat, {}).get("episode", {}))
-    return session.options.config, int(session.seed or 0), seat, float(session.returns[seat]), \
-        session.options.population, episode
-
-
-def summary_of(config: Any, seed: int, seat: str, own: float, population: Any, episode: dict[str, Any]
-               ) -> dict[str, Any]:
-    """The seat's own totals, the episode's, and the references on the same seed (serving/references.py)."""
-    totals = split_totals(episode)
-    try:
-        refs = how_you_did(config, seed, seat, own, population)
-    except ReferencesBusy as err:
-        raise ServeError(503, "REFERENCES_BUSY", str(err)) from None
-    return {**refs, "your_totals": totals["yours"], "episode_totals": totals["episode"]}
 
 
 async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:

@@ -45,16 +45,17 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from starlette.types import Message, Receive, Scope, Send
 
-from serving.briefing import parse_text_action, render_briefing, split_totals
+from serving.briefing import parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
-from serving.references import ReferencesBusy, how_you_did
+from serving.references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import ActionError, SeatSpec, encode_observation
 
@@ -121,22 +122,23 @@ def _view(session: Session, briefing: bool) -> dict[str, Any]:
     return out
 
 
-def _end(session: Session) -> dict[str, Any]:
-    """The seat's totals (its own, then the whole episode's) and the reference policies' returns on this seed."""
-    assert session.options is not None
-    seat = session.options.seats[0]
-    spec = session.specs[seat]
-    info = session.env.seat_infos.get(seat, {}) if session.env is not None else {}
-    totals = {k: {name: round(float(v), 4) for name, v in part.items()}
-              for k, part in split_totals(info.get("episode", {})).items()}
-    out: dict[str, Any] = {"your_totals": totals["yours"], "episode_totals": totals["episode"]}
+async def _end(session: Session) -> dict[str, Any]:
+    """The seat's totals (its own, then the whole episode's) and the reference policies' returns on this seed,
+    computed off the event loop (the references play whole episodes, the oracle a MILP per tick)."""
+    args = summary_args(session)
     try:
-        refs = how_you_did(spec.config, int(session.seed or 0), seat, float(session.returns[seat]),
-                           session.options.population)
-    except ReferencesBusy as err:
-        return {**out, "how_you_did": f"{err}; call observe for them."}
-    return {**out, "how_you_did": refs["text"],
-            "references": {name: round(v, 4) for name, v in refs["references"].items()}}
+        summary = await anyio.to_thread.run_sync(summary_of, *args)
+    except ServeError as err:  # REFERENCES_BUSY: the totals now, the references on a later observe
+        summary = {**err.extra, "text": f"{err.message}; call observe for them.", "references": {}}
+
+    def short(values: dict[str, float]) -> dict[str, float]:
+        return {k: round(float(v), 4) for k, v in values.items()}
+
+    out = {"your_totals": short(summary["your_totals"]), "episode_totals": short(summary["episode_totals"]),
+           "how_you_did": summary["text"]}
+    if summary["references"]:
+        out["references"] = short(summary["references"])
+    return out
 
 
 def _compact(value: dict[str, Any]) -> str:
@@ -202,15 +204,13 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return action
 
     @tool
-    def start_episode(seat: Any = None, scenario: Any = None, seed: Any = None) -> str:
+    async def start_episode(seat: Any = None, scenario: Any = None, seed: Any = None) -> str:
         """Open an episode in one seat. Returns session_id, the briefing (the rules, the scoring, the action format:
         read it once, it is not repeated) and the observation of tick 0. Then call act once per tick."""
         if seat is not None and (not isinstance(seat, str) or seat not in seats):
             raise _plain_error(f"seat must be one of {seats}, got {seat!r}; call start_episode again.")
         if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios):
             raise _plain_error(f"scenario must be one of {scenarios}, got {scenario!r}; call start_episode again.")
-        if isinstance(seed, str) and seed.strip().isdigit():
-            seed = int(seed)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise _plain_error(f"seed must be a whole number, 0 or more, got {seed!r}; call start_episode again.")
         try:
@@ -230,7 +230,7 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
                          "seed": metadata["seed"], **_view(session, briefing=True)})
 
     @tool
-    def observe(session_id: Any = None, briefing: Any = False) -> str:
+    async def observe(session_id: Any = None, briefing: Any = False) -> str:
         """The seat's observation now (changes nothing); with briefing=true the whole briefing again. After the end:
         your totals, the episode's, and what reference policies scored in your seat on the same seed."""
         session = session_of(session_id, "observe")
@@ -238,11 +238,11 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
         out = _view(session, briefing=bool(briefing))
         if session.done:
-            out.update(_end(session))
+            out.update(await _end(session))
         return _compact(out)
 
     @tool
-    def act(session_id: Any = None, action: Any = None) -> str:
+    async def act(session_id: Any = None, action: Any = None) -> str:
         """Play one tick. Returns the reward and its non-zero terms, shock events, and the next observation with this
         tick's numbers (no briefing: observe with briefing=true repeats it). At the end: your totals and the reference
         scores. A refused action is an error naming the entry and its range; the episode does not move."""
@@ -265,11 +265,11 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             out["cut_as_invalid"] = cuts
         out.update(_view(session, briefing=False))
         if frame["done"]:
-            out.update(_end(session))
+            out.update(await _end(session))
         return _compact(out)
 
     @tool
-    def preview(session_id: Any = None, action: Any = None) -> str:
+    async def preview(session_id: Any = None, action: Any = None) -> str:
         """What an action would do this tick, without playing it: spend, carbon, idle GPUs and the reward terms they
         make (allocator), where each job would run (team), prices and profit (broker), with the formula."""
         session = session_of(session_id, "preview")
@@ -287,12 +287,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return "\n".join(result["lines"])
 
     @tool
-    def episode_state(session_id: Any = None) -> str:
+    async def episode_state(session_id: Any = None) -> str:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
         return _compact(session_of(session_id, "episode_state").state())
 
     @tool
-    def end_episode(session_id: Any = None) -> str:
+    async def end_episode(session_id: Any = None) -> str:
         """Close the session (sessions left open are closed after the server's idle limit)."""
         store.close(session_of(session_id, "end_episode").id)
         return _compact({"closed": session_id})

@@ -29,6 +29,8 @@ from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import role_of
 from policies.focal import run_episode
 from policies.population import Population
+from serving.briefing import split_totals
+from serving.session import ServeError, Session
 
 REFERENCES: dict[str, tuple[str, ...]] = {
     "allocator": ("proportional", "planner", "oracle"),
@@ -85,6 +87,30 @@ def reference_returns(config: ScenarioConfig, seed: int, seat: str, population: 
     return dict(out)
 
 
+def summary_args(session: Session) -> tuple[Any, ...]:
+    """What an ended session's summary needs, read where the session lives (the event loop): it may change later."""
+    if session.options is None or not session.done:
+        raise ServeError(409, "EPISODE_RUNNING", "the summary and the references are computed once the episode has "
+                         "ended")
+    seat = session.options.seats[0]
+    episode = dict(session.env.seat_infos.get(seat, {}).get("episode", {}))
+    return (session.options.config, int(session.seed or 0), seat, float(session.returns[seat]),
+            session.options.population, episode)
+
+
+def summary_of(config: ScenarioConfig, seed: int, seat: str, own: float, population: Population | None,
+               episode: dict[str, Any]) -> dict[str, Any]:
+    """The seat's own totals, the episode's, and the references on the same seed (off the event loop: the
+    references may play whole episodes). Busy references are a 503 ``REFERENCES_BUSY``."""
+    totals = split_totals(episode)
+    try:
+        refs = how_you_did(config, seed, seat, own, population)
+    except ReferencesBusy as err:
+        raise ServeError(503, "REFERENCES_BUSY", str(err), your_totals=totals["yours"],
+                         episode_totals=totals["episode"]) from None
+    return {**refs, "your_totals": totals["yours"], "episode_totals": totals["episode"]}
+
+
 def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
                 population: Population | None = None) -> dict[str, Any]:
     """The seat's return beside the references', with one line of text saying where it stands."""
@@ -99,4 +125,5 @@ def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
             "best": best_name, "beaten": beaten, "text": text}
 
 
-__all__ = ["REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "how_you_did", "reference_returns"]
+__all__ = ["REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "how_you_did", "reference_returns", "summary_args",
+           "summary_of"]
