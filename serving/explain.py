@@ -22,6 +22,7 @@ here runs on the WebSocket step path: a preview is computed when asked.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -221,8 +222,16 @@ def _preview_team(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.ndarr
                     where = tier
                     break
         finishes = where is not None and job["remaining_work"] <= gpus * speeds[where] + 1e-9
+        left = int(job["ticks_to_deadline"])  # ticks from the next one (the request's) to the deadline, inclusive
+
+        def ticks(tier: int, job: dict[str, Any] = job, gpus: int = gpus) -> int:
+            return max(1, math.ceil(job["remaining_work"] / (gpus * speeds[tier]) - 1e-9))
+
+        late = where is not None and ticks(where) > left
+        faster = next((names[t] for t in _fits(spec, job["min_memory_gb"]) if ticks(t) <= left), None) if late else None
         jobs.append({"slot": job["slot"], "gpus": gpus, "ready": bool(job["ready"]),
                      "runs_on": None if where is None else names[where],
+                     "ticks_needed": None if where is None else ticks(where), "too_slow": late, "in_time_on": faster,
                      "smallest_fit": (lambda t: None if t is None else names[t])(fitting_tier(spec, job["min_memory_gb"])),
                      "finishes": finishes, "ticks_to_deadline": int(job["ticks_to_deadline"]), "value": job["value"]})
     return {"jobs": jobs, "idle_if_granted": dict(zip(names, free, strict=True)), "idle_total": int(sum(free)),
@@ -275,8 +284,13 @@ def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:
                 lines.append(f"{j['slot']} ({j['gpus']} GPU, needs {j['smallest_fit']} or larger) would NOT run: no "
                              f"fitting tier has {j['gpus']} requested GPU(s) left")
             else:
-                lines.append(f"{j['slot']} ({j['gpus']} GPU) would run on {j['runs_on']}"
-                             + (" and finish" if j["finishes"] else ""))
+                text = (f"{j['slot']} ({j['gpus']} GPU) would run on {j['runs_on']}"
+                        + (" and finish" if j["finishes"] else f", {j['ticks_needed']} tick(s) of work at its speed"))
+                if j["too_slow"]:
+                    text += (f": too slow for its deadline ({j['ticks_to_deadline']} tick(s) left)"
+                             + (f"; on {j['in_time_on']} it would make it (ask for {j['in_time_on']}, not a smaller "
+                                "tier it fits: it takes the smallest with room)" if j["in_time_on"] else ""))
+                lines.append(text)
         lines.append(f"if granted exactly this, {p['idle_total']} requested GPU(s) would sit idle"
                      + (" (" + ", ".join(f"{k} {v}" for k, v in p["idle_if_granted"].items() if v) + ")"
                         if p["idle_total"] else ""))

@@ -157,3 +157,17 @@ def test_one_reference_computation_at_a_time(monkeypatch):
             reference_returns(CONFIG, 987_654, "broker")
     finally:
         references._computing.release()
+
+
+def test_a_teams_preview_says_when_the_smallest_tier_is_too_slow():
+    """The case the issue saw: a 1-GPU job lands on small (the smallest tier with room) though medium was asked for
+    too, and misses its deadline; the preview says so and names the tier that would make it."""
+    spec = seat_spec(CONFIG, "search")
+    jobs = [[0] * 8 for _ in range(CONFIG.queue_slots)]
+    jobs[0] = [1, 1, CONFIG.gpu_tiers[0].memory_gb, 3, 2, 10, 1, 1]  # 3 work left, 2 ticks to its deadline
+    shown = preview(spec, {"jobs": jobs}, {"request": {"small": 1, "medium": 1}})
+    job = shown["jobs"][0]
+    assert job["runs_on"] == "small" and job["ticks_needed"] == 3 and job["too_slow"] and job["in_time_on"] == "medium"
+    assert "too slow for its deadline" in shown["lines"][0] and "ask for medium" in shown["lines"][0]
+    fine = preview(spec, {"jobs": jobs}, {"request": {"medium": 1}})["jobs"][0]
+    assert fine["runs_on"] == "medium" and not fine["too_slow"]

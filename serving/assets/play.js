@@ -543,7 +543,7 @@ function statKind(key) {
 function statMeaning(key) {
   if (key.startsWith("term/")) {
     const row = state.spec.guide.scoring.find((r) => r.term === key.slice(5));
-    return row ? `reward term, episode total: ${row.meaning}` : "";
+    return row ? `reward term, episode total: ${row.meaning.replace(/ this tick/g, "")}` : "";  // a total, not a tick
   }
   const stat = state.spec.guide.episode_stats[key];
   return stat ? stat[1] : "";
