@@ -233,10 +233,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     async def observe(session_id: Any = None, briefing: Any = False) -> str:
         """The seat's observation now (changes nothing); with briefing=true the whole briefing again. After the end:
         your totals, the episode's, and what reference policies scored in your seat on the same seed."""
+        if not isinstance(briefing, bool):
+            raise _plain_error(f"briefing must be true or false, got {briefing!r}; call observe again.")
         session = session_of(session_id, "observe")
         if session.options is None:
             raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
-        out = _view(session, briefing=bool(briefing))
+        out = _view(session, briefing=briefing)
         if session.done:
             out.update(await _end(session))
         return _compact(out)

@@ -39,3 +39,17 @@ def test_the_command_prints_the_table_and_refuses_what_it_cannot_check(url, caps
     with pytest.raises(SystemExit) as exit_info:
         main(["serve-check", "--url", "ftp://x"])
     assert exit_info.value.code == 2
+
+
+def test_openenv_validate_passes_on_the_deployment_folder():
+    """openenv-core's local checks: openenv.yaml, a pyproject with a server entry point, uv.lock, server/app.py."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "deploy" / "commons_arena_env"
+    result = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", str(folder), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["passed"] is True
