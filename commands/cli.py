@@ -33,7 +33,7 @@ import tyro
 from commands.common import PROG
 from commands.evaluate import Analyze, Evaluate, Tournament
 from commands.play import Play, Replay, Scenarios, Verify
-from commands.serve import Serve
+from commands.serve import Serve, ServeCheck
 from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
 from commons_arena.errors import one_line
 from experiments.training.hash_seed import pin_hash_seed
@@ -65,6 +65,7 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[Replay, tyro.conf.subcommand("replay")]
         | Annotated[Analyze, tyro.conf.subcommand("analyze")]
         | Annotated[Serve, tyro.conf.subcommand("serve")]
+        | Annotated[ServeCheck, tyro.conf.subcommand("serve-check")]
         | Annotated[Verify, tyro.conf.subcommand("verify")]
         | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
     )

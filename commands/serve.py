@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import commons_arena
@@ -62,3 +63,36 @@ class Serve:
         sock = bind(self.host, self.port)
         print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play, MCP: /mcp)", flush=True)
         make_server(settings, host=self.host, port=self.port, log_level=self.log_level).run(sockets=[sock])
+
+
+@dataclass
+class ServeCheck:
+    """Check a running server over HTTP, per scenario: the oracle scores the maximum of the allocator seat's
+    references, do-nothing and random sit well below it, the same seed gives the same episode, two sessions never
+    see each other's state, /state keeps its contract (serving/check.py). Exit 1 if a check fails."""
+
+    url: str = "http://127.0.0.1:8000"
+    """the server (commons-arena serve, or its OpenEnv deployment)"""
+    scenarios: tuple[str, ...] = ()
+    """scenarios to check (default: every scenario the server hosts)"""
+    seed: int = 7
+    """episode seed (seed + 1 is played too, to report whether the seed matters)"""
+    timeout: float = 120.0
+    """seconds per request (the references play whole episodes on the server, the oracle a MILP per tick)"""
+
+    def validate(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
+        check_number("--seed", self.seed, 0, 2**31 - 2)
+        check_number("--timeout", self.timeout, 1, 3600)
+
+    def run(self) -> None:
+        from serving.check import CheckError, check_server, report
+
+        try:
+            results = check_server(self.url, list(self.scenarios) or None, self.seed, self.timeout)
+        except CheckError as err:
+            raise UsageError(f"serve-check: {err}") from None
+        print(report(results), flush=True)
+        if not all(r.passed for r in results):
+            sys.exit(1)

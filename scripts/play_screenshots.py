@@ -39,32 +39,47 @@ def play(driver, ticks: int | None) -> None:
     """Click "play this tick" with the page's default entries, ``ticks`` times (None: to the end)."""
     tick = int(driver.execute_script("return document.body.dataset.tick"))
     while driver.execute_script("return document.body.dataset.done") != "1" and (ticks is None or ticks > 0):
-        driver.find_element("id", "play-tick").click()
+        driver.execute_script("document.getElementById('play-tick').click()")  # the sticky header may cover it
         tick += 1
         wait(driver, f"return document.body.dataset.tick === '{tick}'")
         ticks = None if ticks is None else ticks - 1
 
 
-def shoot(driver, name: str) -> None:
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, height + 20)
+def size(driver, width: int, height: int) -> None:
+    """The page's viewport, exactly (a window size would include the browser's own frame)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+
+
+def shoot(driver, name: str, scroll_to: str | None = None) -> None:
+    """The first screen as a newcomer sees it (or the screen starting at element ``scroll_to``)."""
+    wait(driver, "return document.body.dataset.preview === document.body.dataset.tick || document.body.dataset.done")
+    driver.execute_script("window.scrollTo(0, 0)" if scroll_to is None else
+                          f"document.getElementById('{scroll_to}').scrollIntoView()")
+    time.sleep(0.2)
     driver.save_screenshot(str(DOCS / name))
-    driver.set_window_size(1400, 1000)
     print("wrote", DOCS / name)
 
 
 def main() -> None:
     with running_server(ServeSettings()) as url, chromium() as driver:
-        start(driver, url, "allocator", 3)
+        size(driver, 1280, 800)
+        start(driver, url, "allocator", 7)
         play(driver, 3)
         shoot(driver, "play_allocator.png")
         play(driver, None)
-        shoot(driver, "play_allocator_end.png")
-        start(driver, url, "search", 3)
-        driver.execute_script("const e = document.querySelector(\"[name='request.small']\"); e.value = 'two';")
-        driver.find_element("id", "play-tick").click()
-        wait(driver, "return document.getElementById('error').textContent")
+        wait(driver, "return document.body.dataset.summary === '1'")
+        shoot(driver, "play_allocator_end.png", "summary-box")
+        start(driver, url, "search", 7)
+        play(driver, 1)
         shoot(driver, "play_team.png")
+        size(driver, 390, 844)
+        start(driver, url, "search", 7)
+        play(driver, 1)
+        shoot(driver, "play_team_phone.png")
+        start(driver, url, "allocator", 7)
+        play(driver, 1)
+        shoot(driver, "play_allocator_phone.png")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ route                       what it does
 ``GET /state``              ``?session_id=`` → episode id, step count, returns, invalid counts
 ``POST /close``             ``{"session_id"}``: ends the session
 ``GET /sessions/{id}/recording``  the episode's JSONL recording once it has ended
+``POST /preview``           ``{"session_id", "action"}`` → what the action would do this tick
+                            (spend, carbon, idle; jobs' tiers; prices), nothing played
+``GET /sessions/{id}/summary``  once ended: the seat's own totals, the episode's, and what
+                            reference policies scored in the seat on the same seed
 ``WS /ws``                  one session per connection; messages ``{"type": "reset" | "step"
                             | "state" | "close", "data": {...}}``; replies ``{"type":
                             "observation" | "state" | "error", "data": {...}}``
@@ -63,8 +67,18 @@ from starlette.routing import Route
 import commons_arena
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
+from serving.explain import preview as explain_preview
+from serving.references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
-from serving.wire import action_schema, form_spec, observation_schema, seat_spec, strict_json
+from serving.wire import (
+    ActionError,
+    action_schema,
+    encode_observation,
+    form_spec,
+    observation_schema,
+    seat_spec,
+    strict_json,
+)
 
 ASSETS = Path(__file__).parent / "assets"
 # the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css): a file
@@ -317,6 +331,16 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         return PlainTextResponse(text, media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
 
+    @app.post("/preview")
+    async def preview(request: Request) -> dict[str, Any]:
+        data = _object(await read_json(request, limit), "the preview body")
+        return preview_of(store.get(data.get("session_id")), data.get("action"))
+
+    @app.get("/sessions/{session_id}/summary")
+    async def summary(session_id: str) -> dict[str, Any]:
+        args = summary_args(store.get(session_id))
+        return await asyncio.to_thread(summary_of, *args)  # the references play whole episodes: off the event loop
+
     @app.get("/play/spec")
     async def play_spec(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
         config = settings.config(scenario)
@@ -360,6 +384,19 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             store.close(session.id)
 
     return app
+
+
+def preview_of(session: Session, action: Any) -> dict[str, Any]:
+    """``POST /preview``: what ``action`` would do in the session's seat this tick (serving/explain.py)."""
+    if session.options is None or session.done:
+        raise ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET",
+                         "no tick to preview: the episode has ended" if session.done else "no episode yet: send reset")
+    seat = session.options.seats[0]
+    spec = session.specs[seat]
+    try:
+        return explain_preview(spec, encode_observation(spec, session.observations[seat]), action)
+    except ActionError as err:
+        raise ServeError.from_action(err, seat) from None
 
 
 async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:

@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from serving.explain import LAG_RULE, PLACEMENT_RULE, placement_lines, tier_cost_lines, tier_costs
 from serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action, strict_json
 
 ROLE_INTRO = {
@@ -126,6 +127,25 @@ JOB_COLUMNS = {
     "ready": "1 if it has arrived and its dependencies are done",
 }
 DECLARATION_FIELDS = {"allocator": "declared", "team": "others_declared", "broker": "demand"}
+# What each role can check before acting (the preview: POST /preview, the MCP tool preview, the page's live line).
+PREVIEW_NOTES = {
+    "allocator": ("Before you act you can preview an action: spend = spot GPUs bought x their price + every granted "
+                  "GPU x its tier's operating cost; carbon = busy GPUs x power x intensity (over the cap it costs, soft "
+                  "cap); idle = granted GPUs no job uses (a GPU granted beyond a team's declaration on that tier is "
+                  "usually idle)."),
+    "team": ("Before you act you can preview a request: where each of your jobs would run on it, by the placement "
+             "rule, and how many requested GPUs would sit idle."),
+    "broker": "Before you act you can preview an offer: its prices, what is cut, the profit if everything sells.",
+}
+# The references an ended episode is compared with live in serving/references.py (REFERENCES).
+
+
+def split_totals(episode: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """An episode summary split into the seat's own totals (its return and reward terms) and the whole episode's
+    statistics (every team's jobs, all GPUs, all carbon): a team's summary must not mix the two."""
+    yours = {k: v for k, v in episode.items() if k == "return" or k.startswith("term/")}
+    rest = {k: v for k, v in episode.items() if k not in yours}
+    return {"yours": yours, "episode": rest}
 
 
 def _fmt(value: float) -> str:
@@ -187,7 +207,9 @@ def seat_guide(spec: SeatSpec) -> dict[str, Any]:
     return {"purpose": ROLE_INTRO[spec.role], "scoring": scoring, "notes": notes, "facts": public_facts(spec),
             "fields": {p.name: field_doc(p) for p in spec.observations},
             "job_columns": JOB_COLUMNS, "episode_stats": EPISODE_STATS,
-            "declarations_at_tick0": _declarations_note(spec)}
+            "declarations_at_tick0": _declarations_note(spec),
+            "description": " ".join(cfg.description.split()), "placement": PLACEMENT_RULE, "lag": LAG_RULE[spec.role],
+            "tiers": tier_costs(spec, {}), "preview": PREVIEW_NOTES[spec.role]}
 
 
 def _declarations_note(spec: SeatSpec) -> str:
@@ -226,6 +248,8 @@ def render_briefing(spec: SeatSpec, observation: dict[str, Any], reward: float |
     if spec.role == "team":
         lines.append(f"Your team is {spec.seat}.")
     lines += guide["facts"]
+    lines.append(f"About this scenario: {guide['description']}")
+    lines += ["", *tier_cost_lines(spec, observation), *placement_lines(spec, observation), guide["preview"]]
     tick = int(observation["tick"])
     lines += ["", f"Tick {tick} of {spec.config.max_ticks}. What you see:"]
     for p in spec.observations:
@@ -353,4 +377,5 @@ def parse_text_action(spec: SeatSpec, text: Any) -> dict[str, Any]:
     )
 
 
-__all__ = ["MAX_TEXT_CHARS", "MAX_TEXT_DEPTH", "MAX_TEXT_OBJECTS", "ROLE_INTRO", "parse_text_action", "public_facts", "render_briefing"]
+__all__ = ["MAX_TEXT_CHARS", "MAX_TEXT_DEPTH", "MAX_TEXT_OBJECTS", "ROLE_INTRO", "parse_text_action", "public_facts", "render_briefing",
+           "split_totals"]

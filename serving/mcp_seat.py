@@ -1,20 +1,33 @@
 """A seat as Model Context Protocol tools, at ``/mcp`` of the same app (streamable HTTP).
 
 Any MCP client (a language model with tool calling, an agent framework, the ``mcp`` SDK's
-own ``Client``) plays one seat of one episode through five tools:
+own ``Client``) plays one seat of one episode through six tools (every answer is compact
+JSON text; parameters carry descriptions and their allowed values, ``seat`` and
+``scenario`` as enums):
 
 =================  ==========================================================================
 tool               what it does
 =================  ==========================================================================
 ``start_episode``  opens a session in a seat (``seat``, ``scenario``, ``seed``, all optional);
-                   returns its ``session_id``, the briefing and the observation of tick 0
-``observe``        the session's briefing and observation now (nothing changes)
+                   returns its ``session_id``, the briefing (once per episode) and the
+                   observation of tick 0
 ``act``            plays one tick: ``action`` is the JSON action (an object of named parts)
-                   or a text with one JSON action in it; returns the reward, its terms, the
-                   next briefing and observation, and the episode's totals once it is done
+                   or a text with one JSON action in it; returns the reward, its non-zero
+                   terms, events, and a compact next view: the observation and this tick's
+                   numbers (tier costs, jobs' tiers); at the end the seat's own totals, the
+                   episode's, and the reference policies' returns on the same seed
+``preview``        what an action would do this tick without playing it (spend, carbon,
+                   idle; where each job runs; prices and profit), as text lines
+``observe``        the observation now (``briefing: true`` repeats the briefing); after the
+                   end the totals and the references (:mod:`serving.references`)
 ``episode_state``  tick, returns, invalid-action counts, whether the episode is over
 ``end_episode``    closes the session
 =================  ==========================================================================
+
+Errors are in plain words and name the tool to call next (``start_episode`` for an
+unknown session, ``observe`` after the end, ``act`` again after a refused action);
+arguments are checked here, not by a schema validator, so a wrong argument reads as one
+sentence, not a validation dump.
 
 An action the seat cannot play is a tool error (``is_error``) whose text names the entry
 and its allowed range; the episode does not move, so the agent can answer again. The
@@ -30,106 +43,261 @@ openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
 from starlette.types import Message, Receive, Scope, Send
 
-from serving.briefing import render_briefing
+from serving.briefing import parse_text_action, render_briefing
+from serving.explain import placement_lines, tier_cost_lines
+from serving.explain import preview as explain_preview
+from serving.references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
-from serving.wire import encode_observation
+from serving.wire import ActionError, SeatSpec, encode_observation
 
 INSTRUCTIONS = (
-    "commons_arena: a strategic GPU-allocation game. Call start_episode (optionally with a seat: allocator, a "
-    "team name, or broker), read the briefing, then call act once per tick with one JSON action until done is "
-    "true. A refused action changes nothing: read the error and act again."
+    "commons_arena: a strategic GPU-allocation game. Call start_episode (choose a seat: allocator, a team name, or "
+    "broker), read the briefing it returns once, then call act once per tick with one JSON action until done is "
+    "true; preview shows what an action would cost before you play it. A refused action changes nothing: read the "
+    "error and call act again. At the end, act and observe show your totals beside reference policies' scores."
 )
 INVALID_REQUEST = -32600  # JSON-RPC 2.0
+AFTER_ACTION_ERROR = " Nothing was played: call act again with a corrected action (preview checks one without playing)."
 
 
-def _tool_error(err: ServeError) -> ToolError:
-    return ToolError(f"{err.code}: {err.message}")
+def _tool_error(err: ServeError, tool: str = "") -> ToolError:
+    """A refused call in plain words that name the tool to call next (MCP has no reset)."""
+    if err.code == "UNKNOWN_SESSION":
+        text = (f"no open session {err.extra.get('session_id')!r}: it was closed, expired after being idle, or never "
+                "existed. Call start_episode to open one (it returns the session_id to pass to the other tools).")
+    elif err.code == "NOT_RESET":
+        text = "this session has no episode: call start_episode to begin one."
+    elif err.code == "EPISODE_DONE":
+        text = ("the episode has ended. Call observe to see your totals and the reference scores, or start_episode "
+                "for a new episode.")
+    elif err.code == "INVALID_REQUEST" and err.extra.get("field") == "seats":
+        text = f"seat must be one of {err.extra.get('allowed')} for this scenario; call start_episode again."
+    elif err.code == "INVALID_REQUEST":
+        text = err.message + "; call start_episode again with a corrected value."
+    elif tool in ("act", "preview"):
+        text = err.message.rstrip(".") + "." + AFTER_ACTION_ERROR
+    else:
+        text = err.message
+    return ToolError(f"{err.code}: {text}")
 
 
-def _view(session: Session) -> dict[str, Any]:
-    """The session's one seat as the tools show it: tick, briefing, named observation."""
+def _plain_error(message: str) -> ToolError:
+    return ToolError(f"INVALID_ARGUMENT: {message}")
+
+
+def _tick_lines(spec: SeatSpec, observation: dict[str, Any]) -> list[str]:
+    """This tick's numbers a decision needs beyond the observation (per-tick, not the whole briefing)."""
+    if spec.role == "allocator":
+        return tier_cost_lines(spec, observation)[1:]  # the header is in the briefing
+    if spec.role == "team":
+        return placement_lines(spec, observation)[2:]  # the jobs' tiers only
+    return []
+
+
+def _view(session: Session, briefing: bool) -> dict[str, Any]:
+    """The session's one seat as the tools show it: the full briefing only when asked, else this tick's numbers."""
     assert session.options is not None
     seat = session.options.seats[0]
     spec = session.specs[seat]
     observation = encode_observation(spec, session.observations[seat])
-    return {"tick": session.steps, "done": session.done,
-            "briefing": render_briefing(spec, observation, invalid=session.last_invalid.get(seat)),
-            "observation": observation}
+    out: dict[str, Any] = {"tick": session.steps, "max_ticks": spec.config.max_ticks, "done": session.done}
+    if session.done:
+        return out
+    if briefing:
+        out["briefing"] = render_briefing(spec, observation, invalid=session.last_invalid.get(seat))
+    else:
+        out["this_tick"] = _tick_lines(spec, observation)
+        if session.last_invalid.get(seat):
+            out["invalid"] = session.last_invalid[seat]
+    out["observation"] = observation
+    return out
+
+
+async def _end(session: Session) -> dict[str, Any]:
+    """The seat's totals (its own, then the whole episode's) and the reference policies' returns on this seed,
+    computed off the event loop (the references play whole episodes, the oracle a MILP per tick)."""
+    args = summary_args(session)
+    try:
+        summary = await anyio.to_thread.run_sync(summary_of, *args)
+    except ServeError as err:  # REFERENCES_BUSY: the totals now, the references on a later observe
+        summary = {**err.extra, "text": f"{err.message}; call observe for them.", "references": {}}
+
+    def short(values: dict[str, float]) -> dict[str, float]:
+        return {k: round(float(v), 4) for k, v in values.items()}
+
+    out = {"your_totals": short(summary["your_totals"]), "episode_totals": short(summary["episode_totals"]),
+           "how_you_did": summary["text"]}
+    if summary["references"]:
+        out["references"] = short(summary["references"])
+    return out
+
+
+def _compact(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     """The MCP server of one app: its tools open and play sessions of ``store``."""
     server = MCPServer(name="commons_arena", instructions=INSTRUCTIONS, log_level="WARNING")
+    scenarios = settings.allowed_scenarios()
+    seats = sorted({a for name in scenarios for a in settings.config(name).agents},
+                   key=lambda a: (a != "allocator", a == "broker", a))
+    # Every parameter is Any to the SDK's validator (this module checks them and says what is wrong in one sentence);
+    # its JSON Schema (type, enum, description) is what a client reads. Annotations are objects here, not strings.
+    sid = Annotated[Any, Field(description="the session_id start_episode returned", json_schema_extra={"type": "string"})]
+    an_action = Annotated[Any, Field(description="the action: a JSON object of the seat's parts (missing entries are 0), "
+                                     'e.g. {"grant": {"search": {"small": 2}}}; or a text holding one such object',
+                                     json_schema_extra={"type": ["object", "string"]})]
+    signatures: dict[str, dict[str, Any]] = {
+        "start_episode": {
+            "seat": Annotated[Any, Field(description="the seat you play; the server's policies play the others. "
+                                         "allocator: grants GPUs to teams; a team name: declares needs and runs its "
+                                         "jobs; broker: sells spot GPUs. Default: allocator.",
+                                         json_schema_extra={"type": "string", "enum": list[Any](seats)})],
+            "scenario": Annotated[Any, Field(description=f"the scenario (cluster, teams, shocks); default {scenarios[0]!r}",
+                                             json_schema_extra={"type": "string", "enum": list[Any](scenarios)})],
+            "seed": Annotated[Any, Field(description="episode seed (same seed, same episode); default: drawn",
+                                         json_schema_extra={"type": "integer", "minimum": 0})]},
+        "observe": {"session_id": sid, "briefing": Annotated[Any, Field(
+            description="true: repeat the whole briefing", json_schema_extra={"type": "boolean"})]},
+        "act": {"session_id": sid, "action": an_action},
+        "preview": {"session_id": sid, "action": an_action},
+        "episode_state": {"session_id": sid},
+        "end_episode": {"session_id": sid},
+    }
 
-    def session_of(session_id: str) -> Session:
+    def tool(fn: Any) -> Any:
+        fn.__annotations__ = {**signatures[fn.__name__], "return": str}
+        return server.tool(structured_output=False)(fn)
+
+    def session_of(session_id: Any, tool: str) -> Session:
+        if not isinstance(session_id, str) or not session_id:
+            raise _plain_error(f"{tool} needs session_id, the string start_episode returned; call start_episode "
+                               "first if you have none.")
         try:
             return store.get(session_id)
         except ServeError as err:
-            raise _tool_error(err) from None
+            raise _tool_error(err, tool) from None
 
-    @server.tool()
-    def start_episode(seat: str | None = None, scenario: str | None = None, seed: int | None = None) -> dict[str, Any]:
-        """Open an episode in one seat (default: the server's first seat) and return its session_id, briefing and
-        first observation. Seats you do not play are played by the server's policies."""
+    def action_of(action: Any, tool: str) -> Any:
+        if action is None:
+            raise _plain_error(f"{tool} needs action: one JSON object of the seat's action parts (the briefing "
+                               'lists them), e.g. {"grant": {"search": {"small": 2}}}, or a text holding one.')
+        if isinstance(action, str):
+            stripped = action.strip()
+            if stripped.startswith("{"):  # a JSON object sent as a string
+                try:
+                    value = json.loads(stripped)
+                except ValueError:
+                    return {"text": action}
+                return value if isinstance(value, dict) else {"text": action}
+            return {"text": action}
+        return action
+
+    @tool
+    async def start_episode(seat: Any = None, scenario: Any = None, seed: Any = None) -> str:
+        """Open an episode in one seat. Returns session_id, the briefing (the rules, the scoring, the action format:
+        read it once, it is not repeated) and the observation of tick 0. Then call act once per tick."""
+        if seat is not None and (not isinstance(seat, str) or seat not in seats):
+            raise _plain_error(f"seat must be one of {seats}, got {seat!r}; call start_episode again.")
+        if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios):
+            raise _plain_error(f"scenario must be one of {scenarios}, got {scenario!r}; call start_episode again.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise _plain_error(f"seed must be a whole number, 0 or more, got {seed!r}; call start_episode again.")
         try:
             session = store.open("http")  # reaped like an HTTP session when idle
         except ServeError as err:
-            raise _tool_error(err) from None
-        request: dict[str, Any] = {"text": True, "scenario": scenario, "seed": seed}
+            raise _tool_error(err, "start_episode") from None
+        request: dict[str, Any] = {"text": False, "scenario": scenario, "seed": seed}
         if seat is not None:
             request["seats"] = [seat]
         try:
             frame = session.reset({k: v for k, v in request.items() if v is not None})
         except ServeError as err:
             store.close(session.id)
-            raise _tool_error(err) from None
+            raise _tool_error(err, "start_episode") from None
         metadata = frame["observation"]["metadata"]
-        config = session.options.config if session.options else None
-        return {"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
-                "seed": metadata["seed"], "max_ticks": config.max_ticks if config else None, **_view(session)}
+        return _compact({"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
+                         "seed": metadata["seed"], **_view(session, briefing=True)})
 
-    @server.tool()
-    def observe(session_id: str) -> dict[str, Any]:
-        """The briefing and observation of the session's seat now (changes nothing)."""
-        return _view(session_of(session_id))
+    @tool
+    async def observe(session_id: Any = None, briefing: Any = False) -> str:
+        """The seat's observation now (changes nothing); with briefing=true the whole briefing again. After the end:
+        your totals, the episode's, and what reference policies scored in your seat on the same seed."""
+        if not isinstance(briefing, bool):
+            raise _plain_error(f"briefing must be true or false, got {briefing!r}; call observe again.")
+        session = session_of(session_id, "observe")
+        if session.options is None:
+            raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
+        out = _view(session, briefing=briefing)
+        if session.done:
+            out.update(await _end(session))
+        return _compact(out)
 
-    @server.tool()
-    def act(session_id: str, action: dict[str, Any] | str) -> dict[str, Any]:
-        """Play one tick. action: the JSON action (e.g. {"grant": {"search": {"small": 2}}}) or a text holding one
-        JSON action. Returns the reward and its terms, the next briefing and observation, and the totals at the end.
-        A refused action is an error naming the entry and its range; the episode does not move."""
-        session = session_of(session_id)
+    @tool
+    async def act(session_id: Any = None, action: Any = None) -> str:
+        """Play one tick. Returns the reward and its non-zero terms, shock events, and the next observation with this
+        tick's numbers (no briefing: observe with briefing=true repeats it). At the end: your totals and the reference
+        scores. A refused action is an error naming the entry and its range; the episode does not move."""
+        session = session_of(session_id, "act")
+        request = action_of(action, "act")
         try:
-            frame = session.step({"text": action} if isinstance(action, str) else action)
+            frame = session.step(request)
         except ServeError as err:
-            raise _tool_error(err) from None
+            raise _tool_error(err, "act") from None
         metadata = frame["observation"]["metadata"]
         seat = metadata["seats"][0]
         info = metadata["info"].get(seat, {})
-        out = {"reward": frame["reward"], "reward_terms": info.get("reward_terms", {}),
-               "events": info.get("events", []), **_view(session)}
+        terms = {k: round(v, 4) for k, v in info.get("reward_terms", {}).items() if v}
+        out: dict[str, Any] = {"played_tick": metadata["tick"] - 1, "reward": frame["reward"],
+                               "reward_terms": terms}
+        if info.get("events"):
+            out["events"] = info["events"]
+        cuts = {k: v for k, v in info.get("repairs", {}).items() if v}
+        if cuts:
+            out["cut_as_invalid"] = cuts
+        out.update(_view(session, briefing=False))
         if frame["done"]:
-            out["episode"] = info.get("episode", {})
-            out["returns"] = dict(session.returns)
-        return out
+            out.update(await _end(session))
+        return _compact(out)
 
-    @server.tool()
-    def episode_state(session_id: str) -> dict[str, Any]:
+    @tool
+    async def preview(session_id: Any = None, action: Any = None) -> str:
+        """What an action would do this tick, without playing it: spend, carbon, idle GPUs and the reward terms they
+        make (allocator), where each job would run (team), prices and profit (broker), with the formula."""
+        session = session_of(session_id, "preview")
+        if session.options is None or session.done:
+            raise _tool_error(ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET", ""), "preview")
+        request = action_of(action, "preview")
+        seat = session.options.seats[0]
+        spec = session.specs[seat]
+        try:
+            if isinstance(request, dict) and set(request) == {"text"}:
+                request = parse_text_action(spec, request["text"])
+            result = explain_preview(spec, encode_observation(spec, session.observations[seat]), request)
+        except ActionError as err:
+            raise _tool_error(ServeError.from_action(err, seat), "preview") from None
+        return "\n".join(result["lines"])
+
+    @tool
+    async def episode_state(session_id: Any = None) -> str:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
-        return session_of(session_id).state()
+        return _compact(session_of(session_id, "episode_state").state())
 
-    @server.tool()
-    def end_episode(session_id: str) -> dict[str, Any]:
+    @tool
+    async def end_episode(session_id: Any = None) -> str:
         """Close the session (sessions left open are closed after the server's idle limit)."""
-        store.close(session_of(session_id).id)
-        return {"closed": session_id}
+        store.close(session_of(session_id, "end_episode").id)
+        return _compact({"closed": session_id})
 
     return server
 

@@ -50,6 +50,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_cli_hostile::test_checkpoint_identity_reads_only_the_sidecar": ("rllib",),
     "test_openenv": ("server",),  # openenv validate and its client against the serve command
     "test_mcp": ("server",),  # the MCP SDK's client over streamable HTTP
+    "test_seat_teaching::test_http_preview_and_summary": ("server",),  # the app, a whole episode and its references
+    "test_serve_check": ("server",),  # semantic checks over HTTP against a real server
+    "test_seat_teaching::test_references_are_the_engines_on_the_same_seed_and_cached": ("slow",),  # 4 oracle episodes
     "test_play_browser": ("browser", "server"),
     "test_replay_browser": ("browser",),
     "test_tournament::test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows[ray]": ("ray",),

@@ -83,8 +83,8 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     wait(chrome, "return document.body.dataset.tick === '0'")
 
     # the seat's own observation, and nothing else: the team's fields, not the allocator's
-    shown = chrome.find_element(By.ID, "observation").text
-    assert "others_declared" in shown and "jobs" in shown
+    shown = chrome.find_element(By.ID, "observation").text + chrome.find_element(By.ID, "key-facts").text
+    assert "others_declared" in shown and "your jobs" in shown
     assert "revealed_need" not in shown and "budget" not in shown
     # the form: one named entry per action entry, each with its allowed range
     inputs = chrome.find_elements(By.CSS_SELECTOR, "#action-fields input[data-index]")
@@ -128,7 +128,11 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
         assert tick <= config.max_ticks
     assert chrome.find_element(By.ID, "error").text == ""
     assert "episode over" in chrome.find_element(By.ID, "tick-label").text
+    wait(chrome, "return document.body.dataset.summary === '1'")
     assert "return" in chrome.find_element(By.ID, "summary").text
+    assert "the whole episode (every team and seat, not just yours)" in chrome.find_element(By.ID, "summary").text
+    refs = chrome.execute_script("return [...document.querySelectorAll('#references tr[data-ref]')].map((r) => r.dataset.ref)")
+    assert refs == ["you", "truthful", "greedy_bluffer"]
 
     # the recording: downloaded by the link, the episode just played
     link = chrome.find_element(By.ID, "download")
@@ -170,7 +174,8 @@ def assert_team_defaults(chrome):
 def assert_tables_fit(chrome):
     """Nothing is clipped behind a scroll bar: every observation table and action fieldset fits its box."""
     clipped = chrome.execute_script(
-        "return [...document.querySelectorAll('#observation > div, #action-fields fieldset, #log, #summary')]"
+        "return [...document.querySelectorAll('#observation > div, #key-facts > div, #tier-costs, #action-fields fieldset, "
+        "#log, #summary')]"
         ".filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.dataset.field || e.dataset.part || e.id)")
     assert clipped == []
 
@@ -216,6 +221,7 @@ def test_the_allocator_sees_what_is_available_and_costs_as_costs(chrome, server)
         tick += 1
         wait(chrome, f"return document.body.dataset.tick === '{tick}'")
     assert chrome.find_element(By.ID, "error").text == ""
+    wait(chrome, "return document.body.dataset.summary === '1'")
     assert_tables_fit(chrome)
     # the end summary: a cost is red (missed, idle GPU-ticks, spend...) whatever its sign, a gain green
     rows = chrome.execute_script("return [...document.querySelectorAll('#summary tr[data-key]')].map("
@@ -252,3 +258,81 @@ def test_page_shows_hostile_text_as_text(chrome, tiny, write_scenario):
         assert chrome.execute_script("return document.querySelectorAll('img, #scenario script').length") == 0
     source = (Path(__file__).parents[1] / "serving/assets/play.js").read_text()
     assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source
+
+
+def click(chrome, element_id):
+    """Click as a person would: with the element in the middle of the screen (not under the sticky header)."""
+    element = chrome.find_element("id", element_id)
+    chrome.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_the_page_is_laid_out_for_play(chrome, server, width, height):
+    """At a laptop's and a phone's size: a slim header, what decides the move beside (or right above) the form, a
+    live preview from the server, the guide folded after the first tick, every jobs column on screen, the chart
+    redrawn on resize, and the references at the end."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    try:
+        chrome.get(server + "/play")
+        wait(chrome, "return document.getElementById('scenario').options.length > 0")
+        Select(chrome.find_element(By.ID, "seat")).select_by_value("search")
+        chrome.execute_script("document.getElementById('seed').value = '7'")
+        chrome.find_element(By.ID, "start").click()
+        wait(chrome, "return document.body.dataset.preview === '0'")
+        header = chrome.execute_script("return document.querySelector('header').getBoundingClientRect().height")
+        assert header <= 0.10 * height, header
+        assert chrome.execute_script("return document.documentElement.scrollWidth") <= width
+        assert chrome.execute_script("return document.getElementById('guide-box').open")
+        guide = chrome.find_element(By.ID, "guide").text
+        assert "About this scenario" in guide and "ONE tier whose memory" in guide and "operating cost" in guide
+        # the live preview: the server's words for what the request would do, redone when an entry changes
+        assert "would run on" in chrome.find_element(By.ID, "preview").text
+        set_value(chrome, "request.small", 0)
+        set_value(chrome, "request.medium", 0)
+        set_value(chrome, "request.large", 0)
+        chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+        wait(chrome, "return document.getElementById('preview').textContent.includes('would NOT run')")
+        click(chrome, "play-tick")
+        wait(chrome, "return document.body.dataset.preview === '1'")
+        assert not chrome.execute_script("return document.getElementById('guide-box').open")  # read once, folded
+        # the jobs table: every column on screen, deadline and value included, with each job's tier
+        cells = chrome.execute_script(
+            "return [...document.querySelectorAll('#jobs-table th')].map((e) => [e.textContent, "
+            "e.getBoundingClientRect().right])")
+        labels = [label for label, _ in cells]
+        assert any(label.startswith("due in") for label in labels) and any(label.startswith("value") for label in labels)
+        assert max(right for _, right in cells) <= width
+        tiers = chrome.execute_script("return [...document.querySelectorAll('[data-tier]')].map((e) => e.textContent)")
+        assert tiers and all(t in ("small", "medium", "large") for t in tiers)
+        # what decides sits beside the form on a laptop, right above it on a phone
+        form = chrome.execute_script("return document.getElementById('form-col').getBoundingClientRect().toJSON()")
+        facts = chrome.execute_script("return document.getElementById('key-col').getBoundingClientRect().toJSON()")
+        if width >= 900:
+            assert facts["left"] >= form["right"] - 1 and facts["top"] < form["bottom"]
+        else:
+            assert facts["bottom"] <= form["top"] + 1
+        assert_tables_fit(chrome)
+        # the chart follows the window
+        before = chrome.execute_script("return document.getElementById('rewards').width")
+        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": width - 100, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+        chrome.execute_script("window.dispatchEvent(new Event('resize'))")
+        wait(chrome, f"return document.getElementById('rewards').width < {before}")
+        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+        while chrome.execute_script("return document.body.dataset.done") != "1":
+            tick = int(chrome.execute_script("return document.body.dataset.tick"))
+            click(chrome, "play-tick")
+            wait(chrome, f"return document.body.dataset.tick === '{tick + 1}'")
+        wait(chrome, "return document.body.dataset.summary === '1'")
+        text = chrome.find_element(By.ID, "how-you-did").text
+        assert text.startswith("Your return") and "truthful scored" in text
+        assert chrome.execute_script("return document.documentElement.scrollWidth") <= width
+        assert chrome.execute_script("return window.__errors") == []
+    finally:
+        chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -6,10 +6,19 @@
 
 const $ = (id) => document.getElementById(id);
 const STANCES = ["accept", "counter", "escalate"];
-const state = {meta: null, spec: null, session: null, rewards: [], done: false, busy: false, observation: null};
+const state = {meta: null, spec: null, session: null, rewards: [], done: false, busy: false, observation: null,
+               previewToken: 0, previewTimer: null, folded: false};
 // Observation parts shown across the whole panel: their columns would not fit a grid cell.
-const WIDE_FIELDS = new Set(["jobs", "shocks_seen", "shocks_active", "stance", "declared", "revealed_need",
-                             "others_declared"]);
+const WIDE_FIELDS = new Set(["shocks_seen", "shocks_active", "stance", "revealed_need"]);
+// What a seat reads to decide: shown beside the form (the rest of the observation is below).
+const KEY_FIELDS = {
+  allocator: ["declared", "online", "budget", "carbon_used", "carbon_cap"],  // the offer: in the tier costs table
+  team: ["jobs", "need", "last_grant", "others_declared"],
+  broker: ["inventory", "unit_cost", "demand", "crisis", "last_sold"],
+};
+// The jobs table beside the form: the columns that decide first, short headings (the legend says what each means).
+const JOB_COLUMNS = [["gpus", "GPUs"], ["tier", "tier"], ["ticks_to_deadline", "due in"], ["value", "value"],
+                     ["remaining_work", "work"], ["min_memory_gb", "GB"], ["priority", "prio"], ["ready", "ready"]];
 
 function el(tag, attrs = {}, text) {
   const node = document.createElement(tag);
@@ -61,7 +70,16 @@ async function init() {
     if (state.observation) limitEntries(state.observation);
   });
   window.addEventListener("pagehide", closeSession);
-  $("action-fields").addEventListener("input", () => { if (state.observation) limitEntries(state.observation); });
+  $("action-fields").addEventListener("input", () => {
+    if (state.observation) limitEntries(state.observation);
+    schedulePreview();
+  });
+  $("action-fields").addEventListener("change", schedulePreview);
+  let resizing = null;
+  window.addEventListener("resize", () => {  // the chart is drawn in pixels: redraw it at the new size
+    clearTimeout(resizing);
+    resizing = setTimeout(() => { if (state.spec) drawRewards(); }, 100);
+  });
 }
 
 // Leaving the page (closing the tab, navigating away) closes the session at once, not after the idle expiry.
@@ -83,6 +101,9 @@ async function start() {
   state.session = first.observation.metadata.session_id;
   state.rewards = [];
   state.done = false;
+  state.folded = false;
+  $("guide-box").open = true;
+  $("setup-box").open = false;
   buildForm(state.spec);
   drawGuide(state.spec);
   $("title").textContent = `commons_arena: you are ${seat} (${state.spec.role})`;
@@ -92,7 +113,8 @@ async function start() {
     `teams ${info.teams.join(", ")} · tiers ${info.tiers.join(", ")} · every other seat is played by the server`;
   $("download").hidden = true;
   $("download").removeAttribute("href");
-  $("summary").replaceChildren(el("p", {class: "muted"}, "the summary and the recording appear when the episode ends"));
+  $("summary").replaceChildren(el("p", {class: "muted"}, "when the episode ends: your return beside what reference " +
+    "policies scored in your seat on the same seed, your totals and the episode's"));
   $("log").replaceChildren(el("p", {class: "muted"}, "no tick played yet"));
   show(first);
 }
@@ -100,8 +122,27 @@ async function start() {
 // ------------------------------------------------------------------ what the seat is for
 function drawGuide(spec) {
   const guide = spec.guide, box = $("guide");
-  box.replaceChildren(el("h2", {}, `your seat: ${spec.seat} (${spec.role})`));
-  box.appendChild(el("p", {}, guide.purpose));
+  $("guide-title").textContent = `your seat: ${spec.seat} (${spec.role}): what it is for, what things cost, how you are scored`;
+  box.replaceChildren(el("p", {}, guide.purpose));
+  box.appendChild(el("p", {class: "muted", id: "description"}, "About this scenario: " + guide.description));
+  const tiers = el("table", {id: "tier-table"}), top = el("tr");
+  for (const label of ["tier", "memory GB", "speed", "operating cost per granted GPU-tick", "power kW when busy"]) {
+    top.appendChild(el("th", {}, label));
+  }
+  tiers.appendChild(top);
+  for (const row of guide.tiers) {
+    const tr = el("tr");
+    for (const key of ["tier", "memory_gb", "speed", "op_cost", "power_kw"]) tr.appendChild(el("td", {}, fmt(row[key])));
+    tiers.appendChild(tr);
+  }
+  box.appendChild(tiers);
+  const rules = el("ul", {id: "rules"});
+  for (const [label, text] of [["Where a job runs: ", guide.placement], ["", guide.lag], ["", guide.preview]]) {
+    const item = el("li", {}, text);
+    if (label) item.prepend(el("strong", {}, label));
+    rules.appendChild(item);
+  }
+  box.appendChild(rules);
   box.appendChild(el("p", {}, "How you are scored: each tick's reward is the sum of these terms, each times its weight."));
   const table = el("table", {id: "scoring"});
   const head = el("tr");
@@ -289,7 +330,7 @@ function readAction() {
 }
 
 // The server checks every action; checking here first keeps a typo from costing a round trip.
-function rangeProblem() {
+function rangeProblem(mark = true) {
   let problem = "";
   for (const input of document.querySelectorAll("#action-fields input[data-index]")) {
     const text = input.value.trim(), low = Number(input.dataset.low), high = Number(input.dataset.high);
@@ -300,7 +341,7 @@ function rangeProblem() {
       message = `${input.name} = ${value} is outside its allowed range [${low}, ${high}]` +
         (input.dataset.why ? ` (${input.dataset.why})` : "");
     }
-    input.classList.toggle("bad", message !== "");
+    if (mark || message === "") input.classList.toggle("bad", message !== "");
     problem = problem || message;
   }
   return problem;
@@ -326,14 +367,51 @@ async function playTick() {
 // ------------------------------------------------------------------ what the seat sees
 function cellsFor(value) { return Array.isArray(value) ? value : [value]; }
 
+function drawJobs(observation, div) {
+  const guide = state.spec.guide, fields = state.spec.observation.find((p) => p.name === "jobs").labels[1];
+  const table = el("table", {id: "jobs-table"}), head = el("tr");
+  head.appendChild(el("th", {}, "job"));
+  for (const [key, label] of JOB_COLUMNS) {
+    const th = el("th", {}, label);
+    th.title = key === "tier" ? guide.placement : guide.job_columns[key];
+    if (key !== "tier") th.appendChild(el("span", {class: "unit"}, guide.job_columns[key]));
+    head.appendChild(th);
+  }
+  table.appendChild(head);
+  observation.jobs.forEach((row, r) => {
+    if (!row[0]) return;  // an empty slot
+    const tr = el("tr", {"data-slot": `slot${r}`});
+    tr.appendChild(el("th", {}, `slot${r}`));
+    for (const [key] of JOB_COLUMNS) {
+      if (key === "tier") tr.appendChild(el("td", {"data-tier": `slot${r}`}, "…"));
+      else tr.appendChild(el("td", {}, key === "ready" ? (row[fields.indexOf(key)] ? "yes" : "no") : fmt(row[fields.indexOf(key)])));
+    }
+    table.appendChild(tr);
+  });
+  if (table.children.length === 1) div.appendChild(el("p", {class: "muted"}, "no job waiting"));
+  else div.appendChild(table);
+  const legend = el("p", {class: "doc jobs-legend"}, JOB_COLUMNS.map(([key, label]) =>
+    `${label}: ${key === "tier" ? "where it runs: the smallest tier whose memory fits, if the grant has its GPUs there" : guide.job_columns[key]}`).join(" · "));
+  div.appendChild(legend);
+}
+
 function drawObservation(observation) {
-  const box = $("observation");
+  const box = $("observation"), keys = $("key-facts");
   box.replaceChildren();
-  const guide = state.spec.guide;
-  if (observation.tick === 0) box.appendChild(el("p", {class: "note muted"}, guide.declarations_at_tick0));
+  keys.replaceChildren();
+  const guide = state.spec.guide, key = new Set(KEY_FIELDS[state.spec.role]), keyed = {};
+  if (observation.tick === 0) keys.appendChild(el("p", {class: "note muted"}, guide.declarations_at_tick0));
   for (const part of state.spec.observation) {
     if (part.name === "tick") continue;
-    const div = el("div", WIDE_FIELDS.has(part.name) ? {class: "wide-field", "data-field": part.name} : {"data-field": part.name});
+    const div = el("div", WIDE_FIELDS.has(part.name) ? {class: "wide-field", "data-field": part.name} :
+      {"data-field": part.name, class: part.axes.length ? "" : "scalar"});
+    if (part.name === "jobs") {
+      div.appendChild(el("h3", {}, "your jobs "));
+      div.firstChild.appendChild(el("span", {class: "doc"}, guide.fields.jobs));
+      drawJobs(observation, div);
+      keyed.jobs = div;
+      continue;
+    }
     const title = el("h3", {}, part.name + " ");
     title.appendChild(el("span", {class: "doc"}, guide.fields[part.name] || part.doc));
     div.appendChild(title);
@@ -363,8 +441,54 @@ function drawObservation(observation) {
       }
     }
     div.appendChild(table);
-    box.appendChild(div);
+    if (key.has(part.name)) keyed[part.name] = div;
+    else box.appendChild(div);
   }
+  for (const name of KEY_FIELDS[state.spec.role]) if (keyed[name]) keys.appendChild(keyed[name]);  // most telling first
+}
+
+// ------------------------------------------------------------------ the preview (POST /preview: serving/explain.py)
+function schedulePreview() {
+  clearTimeout(state.previewTimer);
+  state.previewTimer = setTimeout(() => preview().catch((e) => showPreview([`no preview: ${e.message}`])), 120);
+}
+
+function showPreview(lines) {
+  const list = $("preview-lines");
+  list.replaceChildren();
+  for (const line of lines) list.appendChild(el("li", {}, line));
+}
+
+async function preview() {
+  if (!state.session || state.done) return;
+  const token = ++state.previewToken;
+  if (rangeProblem(false)) { showPreview(["fix the entries marked red to see what this action would do"]); return; }
+  const result = await api("POST", "/preview", {session_id: state.session, action: readAction()});
+  if (token !== state.previewToken) return;  // a newer preview is on its way
+  showPreview(result.lines);
+  drawTierCosts(result.tiers);
+  for (const job of result.jobs || []) {
+    const cell = document.querySelector(`[data-tier="${job.slot}"]`);
+    if (cell) cell.textContent = job.smallest_fit || "none fits";
+  }
+  document.body.dataset.preview = String(state.observation.metadata.tick);
+}
+
+function drawTierCosts(rows) {
+  const box = $("tier-costs");
+  box.replaceChildren(el("h3", {}, "what one GPU costs this tick"));
+  const columns = [["tier", "tier"], ["memory_gb", "GB"], ["op_cost", "operating cost"], ["power_kw", "kW"]];
+  if (rows.length && rows[0].kg_co2_if_busy !== undefined) columns.push(["kg_co2_if_busy", "kg CO2 if busy"]);
+  if (rows.length && rows[0].spot_price !== undefined) columns.push(["spot_offered", "spot offered"], ["spot_price", "spot price"]);
+  const table = el("table", {id: "tier-costs-table"}), head = el("tr");
+  for (const [, label] of columns) head.appendChild(el("th", {}, label));
+  table.appendChild(head);
+  for (const row of rows) {
+    const tr = el("tr");
+    for (const [keyName] of columns) tr.appendChild(el("td", {}, fmt(row[keyName])));
+    table.appendChild(tr);
+  }
+  box.appendChild(table);
 }
 
 function drawRewards() {
@@ -419,17 +543,23 @@ function statKind(key) {
 function statMeaning(key) {
   if (key.startsWith("term/")) {
     const row = state.spec.guide.scoring.find((r) => r.term === key.slice(5));
-    return row ? `reward term, episode total: ${row.meaning}` : "";
+    return row ? `reward term, episode total: ${row.meaning.replace(/ this tick/g, "")}` : "";  // a total, not a tick
   }
   const stat = state.spec.guide.episode_stats[key];
   return stat ? stat[1] : "";
 }
 
-function keyValueTable(entries, kindOf, meaningOf) {
+function weightOf(key) {
+  const term = key.startsWith("term/") ? key.slice(5) : key;
+  const row = state.spec.guide.scoring.find((r) => r.term === term);
+  return row ? ` ×${fmt(row.weight)}` : "";
+}
+
+function keyValueTable(entries, kindOf, meaningOf, weights = false) {
   const table = el("table");
   for (const [key, value] of entries) {
     const row = el("tr", {"data-key": key});
-    row.appendChild(el("td", {}, key));
+    row.appendChild(el("td", {}, weights ? key + weightOf(key) : key));
     const cell = el("td", {}, fmt(value));
     let kind = kindOf(key);
     if (kind === "score") kind = value < 0 ? "cost" : value > 0 ? "gain" : "";
@@ -461,20 +591,52 @@ function drawLog(frame) {
     box.appendChild(keyValueTable(Object.entries(info.reward_terms), termKind, (term) => {
       const row = state.spec.guide.scoring.find((r) => r.term === term);
       return row ? row.meaning : "";
-    }));
+    }, true));
   }
 }
 
 function drawSummary(frame) {
-  const info = (frame.observation.metadata.info || {})[state.spec.seat] || {};
-  const box = $("summary");
+  const box = $("summary"), session = state.session;
   box.replaceChildren(el("p", {}, `episode over after ${frame.observation.metadata.tick} ticks` +
-    (frame.observation.metadata.terminated ? " (every job resolved)" : " (time limit)")));
-  if (info.episode) box.appendChild(keyValueTable(Object.entries(info.episode), statKind, statMeaning));
+    (frame.observation.metadata.terminated ? " (every job resolved)" : " (time limit)") +
+    "; the server is playing the reference policies in your seat on the same seed…"));
+  const ask = (tries) => api("GET", `/sessions/${encodeURIComponent(session)}/summary`).then((summary) => {
+    if (state.session === session) drawReferences(box, summary);
+  }).catch((e) => {  // the server computes one set at a time: busy means "ask again shortly"
+    if (e.data && e.data.code === "REFERENCES_BUSY" && tries > 0) setTimeout(() => ask(tries - 1), 2000);
+    else box.appendChild(el("p", {class: "warn"}, "no references: " + e.message));
+  });
+  ask(5);
   const link = $("download");
   link.href = `/sessions/${encodeURIComponent(state.session)}/recording`;
   link.setAttribute("download", `commons_arena_${state.spec.scenario}_${state.spec.seat}.jsonl`);
   link.hidden = false;
+}
+
+function drawReferences(box, summary) {
+  box.replaceChildren(el("p", {id: "how-you-did"}, summary.text));
+  const rows = [["you", summary.return], ...Object.entries(summary.references)];
+  const values = rows.map(([, v]) => v), lo = Math.min(0, ...values), hi = Math.max(...values, lo + 1);
+  const table = el("table", {id: "references"}), head = el("tr");
+  for (const label of ["in your seat, same seed", "return", ""]) head.appendChild(el("th", {}, label));
+  table.appendChild(head);
+  for (const [name, value] of rows) {
+    const tr = el("tr", {"data-ref": name});
+    tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, name === "you" ? "you" : name));
+    tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, fmt(value)));
+    const bar = el("td"), span = el("span", {class: name === "you" ? "refbar you" : "refbar"});
+    span.style.width = `${Math.round(120 * (value - lo) / (hi - lo))}px`;
+    bar.appendChild(span);
+    tr.appendChild(bar);
+    table.appendChild(tr);
+  }
+  box.appendChild(table);
+  box.appendChild(el("h3", {}, "your totals (your return and your reward terms, weighted)"));
+  box.appendChild(keyValueTable(Object.entries(summary.your_totals), statKind, statMeaning, true));
+  box.appendChild(el("h3", {}, state.spec.role === "team" ?
+    "the whole episode (every team and seat, not just yours)" : "the whole episode (every seat)"));
+  box.appendChild(keyValueTable(Object.entries(summary.episode_totals), statKind, statMeaning));
+  document.body.dataset.summary = "1";
 }
 
 function show(frame) {
@@ -485,9 +647,16 @@ function show(frame) {
   $("tick-label").dataset.tick = String(tick);
   document.body.dataset.tick = String(tick);
   document.body.dataset.done = frame.done ? "1" : "";
+  document.body.dataset.summary = "";
   state.observation = frame.observation;
   drawObservation(frame.observation);
-  if (!frame.done) startEntries(frame.observation);
+  if (!frame.done) { startEntries(frame.observation); schedulePreview(); }
+  if (tick >= 1 && !state.folded) {  // read once, then out of the way; what is on screen stays where it was
+    const before = $("decide").getBoundingClientRect().top;
+    $("guide-box").open = false;
+    state.folded = true;
+    window.scrollBy(0, $("decide").getBoundingClientRect().top - before);
+  }
   drawRewards();
   drawLog(frame);
   $("play-tick").disabled = frame.done;
