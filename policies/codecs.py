@@ -289,10 +289,15 @@ class ResidualPlannerCodec(AllocatorCodec):
             self._proposal = (np.array(observation, copy=True), action[:T], action[T:].reshape(self.n_teams, T))
         return self._proposal[1], self._proposal[2]
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
+    def proposal(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The planner's need estimate and grant for this observation (teams x tiers each, GPUs)."""
         _, grant = self._propose(observation)
         estimate = self.planner.last_estimate
         assert estimate is not None
+        return estimate, grant
+
+    def features(self, observation: np.ndarray) -> np.ndarray:
+        estimate, grant = self.proposal(observation)
         return (np.concatenate([estimate.ravel(), grant.ravel()]) / self._feature_scale).astype(np.float32)
 
     def correction(self, code: np.ndarray) -> np.ndarray:

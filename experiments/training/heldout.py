@@ -27,6 +27,7 @@ from experiments.training.setup import RunSetup
 from policies.focal import run_episode
 from policies.learned import LearnedPolicy, ModuleInterface
 from policies.population import Population
+from policies.universal import CellNetwork, UniversalInterface
 
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
@@ -39,6 +40,9 @@ def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
     """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
+    if setup.args.network == "cells":  # the shape-free allocator, as learned: plays its checkpoint
+        interface = UniversalInterface(config, ALLOCATOR, setup.codecs[ALLOCATOR])
+        return {ALLOCATOR: LearnedPolicy(CellNetwork(networks[ALLOCATOR], interface.zero), interface)}  # type: ignore[arg-type]
     return {
         seat: LearnedPolicy(network, ModuleInterface(config, seat, setup.scales[seat], setup.codecs.get(seat),
                                                      setup.histories.get(seat, 1)))
