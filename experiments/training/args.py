@@ -253,4 +253,6 @@ class TrainArgs:
             return self.run_name
         what = self.stages[0].removeprefix(SPLIT_PREFIX) if len(self.stages) == 1 else \
             "mixed" if self.mixed else "curriculum"
+        if what.endswith(".toml") or "/" in what or "\\" in what:  # a scenario file: its stem, not a path
+            what = Path(what).stem
         return f"{self.experiment}-{what}-s{self.seed}"

@@ -46,20 +46,21 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
     ``zero`` (the zero correction's code)."""
 
     def setup(self) -> None:
-        cfg = dict(self.model_config or {})
+        cfg: dict[str, Any] = dict(self.model_config) if isinstance(self.model_config, dict) else {}
         hidden = [int(h) for h in cfg.get("hidden", [128, 128])]
         self.n_actions = int(cfg.get("n_actions", 5))
         self.zero = int(cfg.get("zero", self.n_actions // 2))
-        if self.observation_space.shape != (CELLS * N_FEATURES + CELLS,):
-            raise ValueError(f"CellPPOModule takes the padded cell view ({CELLS * N_FEATURES + CELLS},), "
-                             f"got {self.observation_space.shape}")
+        shape = getattr(self.observation_space, "shape", None)
+        if shape != (CELLS * N_FEATURES + CELLS,):
+            raise ValueError(f"CellPPOModule takes the padded cell view ({CELLS * N_FEATURES + CELLS},), got {shape}")
         self.pi = _mlp([N_FEATURES, *hidden], self.n_actions)
         self.vf_embed = _mlp([N_FEATURES, *hidden[:-1]], hidden[-1])
         self.vf_head = nn.Sequential(nn.Tanh(), nn.Linear(hidden[-1], 1))
         padded = torch.full((self.n_actions,), PADDED_LOGIT)
         padded[self.zero] = 0.0
         self.register_buffer("padded_logits", padded, persistent=False)
-        self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=[self.n_actions] * CELLS)
+        self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(  # type: ignore[misc]
+            input_lens=[self.n_actions] * CELLS)
 
     def _split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cells = obs[..., : CELLS * N_FEATURES].reshape(*obs.shape[:-1], CELLS, N_FEATURES)

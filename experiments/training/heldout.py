@@ -104,7 +104,8 @@ def evaluate(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[S
     reports: dict[str, dict[str, Any]] = {}
     if ALLOCATOR in networks:
         reports = allocator_reports(setup, networks[ALLOCATOR], scenarios)
-        score = float(np.mean([r["score"] for r in reports.values()]))
+        scores = [r["score"] for r in reports.values() if np.isfinite(r["score"])]  # undefined where random = oracle
+        score = float(np.mean(scores)) if scores else float("nan")
         eval_return = float(np.mean([r["return"] for r in reports.values()]))
         if len(scenarios) > 1:
             row.update({f"score/{name}": r["score"] for name, r in reports.items()})

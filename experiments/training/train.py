@@ -138,7 +138,7 @@ def train(args: TrainArgs) -> Path:
         out_of_time = time.perf_counter() - start >= args.minutes * 60
         last = args.iterations is not None and session_iterations >= args.iterations
         if due or out_of_time or last:
-            evaluate_and_save(algo, setup, state, run, result, values["return_mean"], reporter, start)
+            evaluate_and_save(algo, setup, state, run, result, values.get("return_mean"), reporter, start)
 
     # ---- the allocator's final scores on every stage or tier (a run to the budget, or several stages)
     if setup.allocator_learns and (len(setup.stages) > 1 or args.iterations is None):
@@ -203,9 +203,10 @@ def untrained_row(run: Path) -> dict[str, Any] | None:
 
 
 def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, result: dict[str, Any],
-                      train_return: float, reporter: Reporter, start: float) -> None:
+                      train_return: float | None, reporter: Reporter, start: float) -> None:
     """Held-out evaluation of what the checkpoint stores, the checkpoint itself (``best`` too
-    when the score is the best on this stage), the run's state and its learning curve."""
+    when the score is the best on this stage), the run's state and its learning curve.
+    ``train_return`` is None while no training episode has finished (kept as null, not NaN)."""
     # a mix is judged on every tier (its score: the mean), a stage on itself
     scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[state.stage],)
     networks = seat_networks(algo, setup.plan)  # what the checkpoint stores is what is evaluated

@@ -49,8 +49,8 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
     if meta["role"] != ALLOCATOR:
         raise ValueError(f"{where}: a {meta['role']} policy; --init-from starts the allocator")
     if (meta["universal"] is not None) != (network == "cells"):
-        theirs = "cells" if meta["universal"] is not None else "mlp"
-        raise ValueError(f"{where}: its network is {theirs!r}, the run's {network!r} (pass --network {theirs})")
+        kind = "cells" if meta["universal"] is not None else "mlp"
+        raise ValueError(f"{where}: its network is {kind!r}, the run's {network!r} (pass --network {kind})")
     if network == "cells":
         return _check_cells(where, meta, stages, codec, hidden)
     for config in stages:
