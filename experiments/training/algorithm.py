@@ -175,7 +175,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         "history": dict(setup.histories),
         # by scenario hash: lets the metrics callback report a normalised score per episode
         "score_anchors": {c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
-        "network": {ALLOCATOR: "cells"} if args.network == "cells" else {},
+        "network": {ALLOCATOR: "cells"} if args.shape_free else {},  # padded: the same view, another module
     }
     callbacks: type[RLlibCallback] = RewardTermsCallback
     league_parts: dict[str, Any] = {}

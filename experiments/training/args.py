@@ -73,10 +73,11 @@ class TrainArgs:
     eval_scenarios: int = 6
     """allocator_family: scenarios of the training split (a fixed draw) its held-out-seed evaluations play;
     the held-out split is for `commons-arena benchmark`, never read by training"""
-    network: Literal["mlp", "cells"] = "mlp"
+    network: Literal["mlp", "cells", "padded"] = "mlp"
     """the allocator's network: mlp (RLlib's MLP over the scenario's own observation: one shape only) or cells
     (policies/universal.py: one MLP shared by every (team, tier) cell, plays any cluster up to 8 teams x 4
-    tiers; needs --action-codec need or residual)"""
+    tiers; needs --action-codec need or residual); padded (RLlib's MLP over the same padded view, weights per
+    cell slot: the alternative cells was measured against, docs/training.md; writes no learned: files)"""
     minutes: float = 10.0
     """wall-clock budget of the whole run: references, Ray start-up, training, evaluations"""
     iterations: int | None = None
@@ -208,10 +209,10 @@ class TrainArgs:
              f"--mix-share must be strictly between 0 and 1, got {self.mix_share}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
-            (self.experiment != "allocator_family" or self.network == "cells",
+            (self.experiment != "allocator_family" or self.shape_free,
              "allocator_family plays clusters of every shape: pass --network cells"),
-            (self.network != "cells" or (self.action_codec in ("need", "residual") and self.history == 1
-                                         and not self.use_lstm),
+            (not self.shape_free or (self.action_codec in ("need", "residual") and self.history == 1
+                                     and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
              "one tick (--history 1, no --use-lstm)"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
@@ -228,6 +229,11 @@ class TrainArgs:
         if self.experiment == "allocator_family":
             return (SPLIT_PREFIX + self.split,)
         return CURRICULUM if self.experiment in ("allocator_curriculum", "allocator_mixed") else (self.scenario,)
+
+    @property
+    def shape_free(self) -> bool:
+        """The allocator sees the padded cell view (policies.universal), whatever the cluster's shape."""
+        return self.network in ("cells", "padded")
 
     @property
     def mixed(self) -> bool:

@@ -61,6 +61,8 @@ def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, co
         for seat, network in networks.items():
             save_policy(folder / SET_DIR / seat, network, config, seat, setup.scales[seat],
                         codec=setup.codecs.get(seat), history=setup.histories.get(seat, 1))
+    elif setup.args.network == "padded":
+        print("  (--network padded is a measurement: no learned:<dir> files written)")
     elif setup.args.network == "cells":
         trained_on = "+".join(setup.args.stages)
         save_universal_policy(folder, networks[ALLOCATOR], trained_on if len(trained_on) <= 500 else "mixed",

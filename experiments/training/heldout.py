@@ -40,9 +40,11 @@ def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
     """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
-    if setup.args.network == "cells":  # the shape-free allocator, as learned: plays its checkpoint
+    if setup.args.shape_free:  # the shape-free allocator, as learned: plays its checkpoint
         interface = UniversalInterface(config, ALLOCATOR, setup.codecs[ALLOCATOR])
-        return {ALLOCATOR: LearnedPolicy(CellNetwork(networks[ALLOCATOR], interface.zero), interface)}  # type: ignore[arg-type]
+        network = networks[ALLOCATOR]  # padded: an MLP over the whole view, one code per cell slot
+        cells = CellNetwork(network, interface.zero) if setup.args.network == "cells" else network
+        return {ALLOCATOR: LearnedPolicy(cells, interface)}  # type: ignore[arg-type]
     return {
         seat: LearnedPolicy(network, ModuleInterface(config, seat, setup.scales[seat], setup.codecs.get(seat),
                                                      setup.histories.get(seat, 1)))

@@ -74,13 +74,16 @@ def resolve(args: TrainArgs) -> RunSetup:
     stages = load_stages(args.stages)
     refuse_heldout_stages(stages)
     plan = plan_for(args.experiment, stages[0], args.learners, args.team_modules)  # names a bad learner
-    if args.network == "cells":
+    if args.shape_free:
         if plan.seats != [ALLOCATOR]:
-            raise ValueError(f"--network cells is the allocator learning alone; {args.experiment} trains {plan.seats}")
+            raise ValueError(f"--network {args.network} is the allocator learning alone; {args.experiment} trains "
+                             f"{plan.seats}")
         from policies.universal import check_shape
 
         for config in stages:
-            check_shape(config, "--network cells")
+            check_shape(config, f"--network {args.network}")
+        if args.init_from is not None and args.network == "padded":
+            raise ValueError("--init-from starts a cells or mlp network, not padded")
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
@@ -166,7 +169,7 @@ def sample_observations(configs: Sequence[ScenarioConfig], run_seed: int) -> dic
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     """Learning seat -> observation scale, fitted per module on every seat it plays."""
-    if setup.args.network == "cells":  # cell features are normalised by each scenario's public parameters
+    if setup.args.shape_free:  # cell features are normalised by each scenario's public parameters
         return {}
     samples = sample_observations(setup.stages, setup.args.seed)
     # a league shares team seats between learned and scripted members: exact (power-of-two) scales
@@ -178,7 +181,7 @@ def with_unit_scales(setup: RunSetup) -> RunSetup:
     """``setup`` with scale 1 for every learning seat (benchmarks and tests of the wiring,
     where the learning signal does not matter)."""
     env = commons_arena.parallel_env(setup.stages[0])
-    if setup.args.network == "cells":
+    if setup.args.shape_free:
         return replace(setup, scales={})
     return replace(setup, scales={s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats})
 

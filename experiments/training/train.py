@@ -156,8 +156,9 @@ def train(args: TrainArgs) -> Path:
         print(f"league payoff matrix ({len(payoff['snapshots'])} snapshots) and Nash mixture: "
               f"{run / 'league_payoff.json'}; Nash {payoff['nash']}")
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
-    print(f"use one as: learned:{run / 'best'}")
-    if args.experiment == "allocator_family":  # training never reads the held-out split: the benchmark does
+    if args.network != "padded":  # a measurement: no learned: files
+        print(f"use one as: learned:{run / 'best'}")
+    if args.experiment == "allocator_family" and args.network == "cells":  # training never reads the held-out split: the benchmark does
         print(f"held-out split: commons-arena benchmark learned:{run / 'best'} --suite heldout-allocator")
     return checkpoint
 

@@ -14,6 +14,7 @@ import torch
 from experiments.training.setup import RunSetup
 from experiments.training.weight_sync import push_learner_weights
 from policies.codecs import make_codec
+from policies.universal import CELLS
 
 
 def favour_zero_code(algo: Any, setup: RunSetup) -> None:
@@ -27,7 +28,10 @@ def favour_zero_code(algo: Any, setup: RunSetup) -> None:
         if not codec_name:
             continue
         codec = make_codec(codec_name, setup.stages[0], seats[0])
-        if setup.args.network == "cells":  # one cell's code: the same bias on every cell
+        if setup.args.network == "padded":  # the zero code on every padded cell slot
+            favour_code(algo, module, np.full(CELLS, codec.nvec[0]), np.full(CELLS, codec.zero_code[0]),  # type: ignore[index]
+                        setup.args.favour_strength)
+        elif setup.args.network == "cells":  # one cell's code: the same bias on every cell
             favour_cells(algo, module, int(codec.zero_code[0]), setup.args.favour_strength)  # type: ignore[index]
         elif codec.zero_code is not None:
             favour_code(algo, module, codec.nvec, codec.zero_code, setup.args.favour_strength)
