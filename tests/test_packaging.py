@@ -21,7 +21,7 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     )
     (wheel,) = (tmp_path / "dist").glob("commons_arena-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    shipped = sorted(Path(n).stem for n in names if n.startswith("commons_arena/scenarios/") and n.endswith(".toml"))
+    shipped = sorted(Path(n).stem for n in names if Path(n).parent == Path("commons_arena/scenarios") and n.endswith(".toml"))
     assert shipped == commons_arena.list_scenarios()
     assets = {f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "css", "js")}
     assert assets <= set(names), "the replay page's asset files are package data"
@@ -42,6 +42,13 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     assert int(subprocess.run([sys.executable, "-c", page], cwd=tmp_path, env=env, check=True, capture_output=True,
                               text=True).stdout) > 5000
     assert hashes == {n: commons_arena.load_scenario(n).content_hash for n in commons_arena.list_scenarios()}
+    # the families and their splits ship beside the scenarios, and a split regenerates there hash for hash
+    assert {"commons_arena/scenarios/families/broad.toml", "commons_arena/scenarios/splits/broad-heldout.toml",
+            "commons_arena/scenarios/splits/broad-train.toml"} <= set(names)
+    split = ("import commons_arena.family as f; print(f.list_families(), f.list_splits(), "
+             "len(f.load_split('broad-train')), len(f.load_split('broad-heldout')), len(f.heldout_hashes()))")
+    assert subprocess.run([sys.executable, "-c", split], cwd=tmp_path, env=env, check=True, capture_output=True,
+                          text=True).stdout.split() == ["('broad',)", "('broad-heldout',", "'broad-train')", "200", "64", "64"]
     listed = subprocess.run([sys.executable, "-m", "commands", "scenarios"], cwd=tmp_path, env=env, check=True,
                             capture_output=True, text=True).stdout
     assert [line.split()[0] for line in listed.splitlines() if line[:1].strip()] == commons_arena.list_scenarios()
