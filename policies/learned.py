@@ -214,7 +214,19 @@ def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
 
 
 def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpoint: str | Path) -> None:
-    """Raise ValueError unless the checkpoint's spaces are the scenario's spaces for ``agent``."""
+    """Raise ValueError unless the checkpoint's spaces are the scenario's spaces for ``agent`` (a
+    shape-free allocator: unless ``agent`` is the allocator and the scenario fits its padded view)."""
+    if meta.get("universal") is not None:
+        from policies.universal import check_shape
+
+        if role_of(config, agent) != ALLOCATOR:
+            raise CheckpointError(f"checkpoint {checkpoint} is a universal allocator; {agent!r} of scenario "
+                                  f"{config.name!r} plays the {role_of(config, agent)} role")
+        try:
+            check_shape(config)
+        except CheckpointError as err:
+            raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
+        return
     obs_shape = list(make_observation_space(config, agent).shape)
     nvec = make_action_space(config, agent).nvec.tolist()
     problems = []

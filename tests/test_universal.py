@@ -272,3 +272,15 @@ def test_training_refuses_a_held_out_scenario(tmp_path):
         resolve(TrainArgs(scenario=str(path), network="cells"))
     with pytest.raises(ValueError, match="training must not read held-out scenarios"):
         resolve(TrainArgs(experiment="allocator_family", network="cells", split="broad-heldout"))
+
+
+def test_a_roster_accepts_a_universal_checkpoint_where_it_fits(universal_checkpoint):
+    from policies.learned import check_fits
+
+    meta = read_sidecar(universal_checkpoint)
+    for config in SHAPES.values():
+        check_fits(meta, config, ALLOCATOR, universal_checkpoint)
+    with pytest.raises(CheckpointError, match="universal allocator; 'search'"):
+        check_fits(meta, SHAPES["standard"], "search", universal_checkpoint)
+    with pytest.raises(CheckpointError, match="at most 8 teams x 4 tiers"):
+        check_fits(meta, scenario_from_dict(UNUSUAL["octet_five_tiers"]()), ALLOCATOR, universal_checkpoint)
