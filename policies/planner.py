@@ -59,6 +59,7 @@ from commons_arena.enums import ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
 from policies.base import ScriptedPolicy
+from policies.limits import LimitReader, fit_action
 from policies.teams import ARCHETYPE_PROFILES
 
 BLUFF_GRID = np.round(np.arange(1.0, 3.0001, 0.05), 2)  # candidate inflation factors
@@ -206,6 +207,7 @@ class PlannerAllocator(ScriptedPolicy):
         self._fits = [[j for j in self._by_memory if self._rank[j] >= self._rank[k]] for k in range(T)]
         self._i_escalate = int(Stance.ESCALATE)
         self._tier_index = np.arange(T)[None, :]  # row index of self._unreachable per (team, tier)
+        self._limits = LimitReader(config, self.obs_layout)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -350,6 +352,10 @@ class PlannerAllocator(ScriptedPolicy):
                         if n == 0:
                             break
                     unmet[i][k] = n
+        # within every observed limit (a hard cap's carbon left above all): teams it serves last give up first
+        served = set(order)
+        trim_order = order + [i for i in range(N) if i not in served]
+        buy, grant = fit_action(self._limits(obs), buy, grant, trim_order)
         return buy + [g for row in grant for g in row]
 
     def _kg_cost(self, obs: np.ndarray, tick: int) -> list[float]:
