@@ -17,13 +17,66 @@ from experiments.seeds import MAX_SEED
 
 
 @dataclass
+class GenerateScenarios:
+    """Write COUNT scenarios of a family (a name under scenarios/families/, or a TOML path) as TOML
+    files named <index>_<hash>.toml, plus index.json (index, name, hash, file), in --out.
+
+    Scenario i depends only on (family, seed, i), so a bigger --count extends a smaller one.
+    Every argument is checked before anything is written; a folder that holds files is only
+    written into with --force (which first removes the scenario files and index.json a previous
+    run left there, and nothing else)."""
+
+    family: tyro.conf.Positional[str]
+    """family name (e.g. broad) or path to a family TOML file"""
+    count: int
+    """how many scenarios, 1 to 100000"""
+    seed: int
+    """generation seed: the same family and seed give the same scenarios"""
+    out: Path
+    """folder to write into (created if missing)"""
+    force: bool = False
+    """write into a folder that already holds files"""
+
+    def validate(self) -> None:
+        from commons_arena.family import MAX_GENERATE, load_family, scenario_name
+
+        check_number("--count", self.count, 1, MAX_GENERATE)
+        check_number("--seed", self.seed, 0, MAX_SEED)
+        family = load_family(self.family)
+        scenario_name(family.name, self.seed, self.count - 1)  # every name fits
+        inputs = [Path(self.family)] if Path(self.family).is_file() else []
+        refuse_overwrite(self.out, self.force, inputs=inputs, what="folder")
+
+    def run(self) -> list[Path]:
+        from commons_arena.family import generate_scenarios, write_scenarios
+
+        configs = generate_scenarios(self.family, self.count, self.seed)
+        paths = write_scenarios(configs, self.out, replace=self.force)
+        print(f"wrote {len(paths)} scenarios of family {self.family} (seed {self.seed}) to {self.out}; "
+              f"index.json lists their names and hashes")
+        return paths
+
+
+@dataclass
 class Scenarios:
-    """List the shipped scenarios with their content hashes and descriptions."""
+    """List the shipped scenarios with their content hashes and descriptions, or (a subcommand)
+    generate scenarios from a family."""
 
     json: bool = False
     """print JSON instead of a table"""
+    action: tyro.conf.OmitArgPrefixes[tyro.conf.OmitSubcommandPrefixes[
+        Annotated[None, tyro.conf.subcommand("list")]
+        | Annotated[GenerateScenarios, tyro.conf.subcommand("generate")]
+    ]] = None
 
-    def run(self) -> None:
+    def validate(self) -> None:
+        validate = getattr(self.action, "validate", None)
+        if validate is not None:
+            validate()
+
+    def run(self) -> object:
+        if self.action is not None:
+            return self.action.run()
         rows = []
         for name in commons_arena.list_scenarios():
             cfg = commons_arena.load_scenario(name)
@@ -39,10 +92,11 @@ class Scenarios:
             )
         if self.json:
             print(json.dumps(rows, indent=2))
-            return
+            return rows
         for row in rows:
             print(f"{row['name']:<18} {row['hash']}  {row['difficulty']:<9} {row['teams']} teams, {row['ticks']} ticks")
             print(f"    {row['description']}")
+        return rows
 
 
 @dataclass

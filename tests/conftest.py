@@ -71,6 +71,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_render::test_frames_from_recording": ("slow",),
     "test_render::test_rgb_array_frames": ("slow",),  # the fast loop keeps one dashboard test
     "test_render::test_pettingzoo_render_test": ("slow",),
+    "test_family::test_many_generated_scenarios_play": ("slow",),  # 300 generated scenarios x 2 episodes
 }
 
 # A test run once per shipped scenario (or per unusual shape) is a sweep: the fast loop keeps
