@@ -105,7 +105,7 @@ def fit_buy(buy: Sequence[int], offer_qty: Sequence[int], offer_price: Sequence[
             break
         if price[k] <= 0 or fixed[k] == 0:
             continue
-        drop = min(fixed[k], math.ceil((cost - money) / price[k]))
+        drop = math.ceil(min((cost - money) / price[k], fixed[k]))  # (min before ceil: the quotient may be inf)
         fixed[k] -= drop
         cost = sum(b * p for b, p in zip(fixed, price, strict=True))
     return fixed
@@ -148,7 +148,7 @@ def fit_carbon(
         for k in tiers:
             if excess <= 0:
                 return fixed
-            take = min(fixed[i][k], math.ceil(excess / kg_per_gpu[k]))
+            take = math.ceil(min(excess / kg_per_gpu[k], fixed[i][k]))  # (min before ceil: the quotient may be inf)
             fixed[i][k] -= take
             excess -= take * kg_per_gpu[k]
     return fixed
