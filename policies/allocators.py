@@ -9,10 +9,15 @@ lists in the config are never read. Each tick it:
 2. **buys spot** GPUs from the visible offer (rule below);
 3. **grants** the capacity ``online + bought`` by its own rule (table below).
 
-Grants never exceed ``online + bought`` per tier and purchases never exceed the offer or
-the budget, so a baseline is repaired (``invalid`` units) only when something it could not
-see coming cuts its grants: an incident firing in the tick it acts, or a hard carbon cap
-(baselines ignore carbon; the env cuts the most power-hungry grants).
+Every baseline ends with one shared step, :meth:`AllocatorBaseline.fit`
+(``policies/limits.py``): purchases within the offer and the budget, grants within
+``online + bought`` per tier and within a hard carbon cap's carbon left (counting every
+granted GPU busy at this tick's intensity, as the env's cut does), units of the team last in
+:meth:`AllocatorBaseline.trim_order` given up first (the most urgent team keeps its GPUs
+longest; ``random`` gives up the last team's first, ``fifo`` the latest in its queue's). It
+changes nothing where no limit binds (on every shipped scenario), so a baseline is repaired
+(``invalid`` units) only when a shock it could not see coming fires in the tick it acts: an
+incident (capacity) or a grid spike (a hard cap).
 
 **Shortfall buying** (every baseline except ``random`` and ``best_fit``): per tier, buy
 ``min(offer, total demand - online)``, cheapest unit price first, while the tick's spend
@@ -24,7 +29,8 @@ baseline            grant rule per tick
 ==================  ==============================================================================
 ``random``          buys a uniform random amount of each offered tier (then cut to the budget);
                     grants each tier a uniform random number of its GPUs, split uniformly at
-                    random (multinomial) among the teams — feasible, but blind to demand
+                    random (multinomial) among the teams — feasible (a hard cap's carbon left
+                    included, by the shared fit step), but blind to demand
 ``equal_split``     per tier, the teams with demand there get ``capacity // k`` each, capped at
                     their demand; the remainder goes one GPU each, rotating the starting team by
                     tick; what a capped team does not take is *not* redistributed

@@ -42,9 +42,12 @@ an escalating stance, board pressure; then smaller need first):
    (``gpu_tick_value``, more when the team is urgent), within a paced budget
    (``budget x min(1, pacing / ticks_left)``) — the allocator's own rubric decides.
 
-Grants never exceed online + bought GPUs and purchases never exceed the offer or the
-budget, so the planner is repaired only when an incident fires in the tick it acts (or a
-hard carbon cap cuts; it prices a soft cap's kg once its pace would exceed the cap).
+It then fits the plan within every limit it observes (``policies.limits.fit_action``, the
+baselines' step): purchases within the offer and the budget, grants within online + bought
+GPUs and within a hard carbon cap's carbon left, the teams it serves last giving up their
+units first, purchases the carbon cut leaves unused given back. So the planner is repaired
+only when an incident or a grid spike fires in the tick it acts. (It prices a soft cap's kg
+once its pace would exceed the cap; a hard cap it does not yet pace over the episode.)
 """
 
 from __future__ import annotations
