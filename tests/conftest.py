@@ -61,6 +61,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_oracle::test_oracle_mean_reward_is_at_least_every_baselines": ("slow",),
     "test_oracle::test_oracle_beats_every_baseline_on_standard": ("slow",),
     "test_oracle::test_oracle_beats_proportional_and_random_on_standard": ("slow",),
+    "test_limits::test_no_avoidable_invalid_unit_on_more_perturbed_scenarios": ("slow",),  # 40 scenarios x 2 seeds x 9 allocators
     "test_tournament::test_a_changed_scenario_is_refused_unless_allowed": ("slow",),
     "test_tournament::test_other_seats": ("slow",),
     "test_tournament::test_the_focal_seat_is_the_players": ("slow",),
