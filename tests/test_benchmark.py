@@ -159,6 +159,10 @@ def test_benchmark_scores_are_normalised_from_the_stored_rows_and_a_rerun_plays_
     assert again.play.played == 0 and again.scores == result.scores
     other = run_benchmark(suite, "fifo", seeds, tmp_path / "out", options=QUIET)
     assert other.play.played == 2 * 3  # the references (random, oracle, planner) are cached
+    reference = run_benchmark(suite, "planner", seeds, tmp_path / "out2", db=db, options=QUIET)
+    assert reference.play.played == 0 and len(reference.summary) == 1
+    assert reference.summary[0]["evaluation_scenarios"] == 2 and reference.summary[0]["p_improve"] == 0.5
+    assert reference.summary[0]["iqm"] == pytest.approx(summary["planner"]["iqm"])
 
 
 def test_team_seat_is_scored_against_the_best_fixed_code_chosen_on_selection_seeds(tmp_path, tiny_file):

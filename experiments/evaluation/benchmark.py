@@ -197,7 +197,8 @@ def score_tables(suite: Suite, policy: str, rosters: Sequence[Roster], store: Re
         low_r, high_r = [returns[low.name][s] for s in seeds], [returns[high.name][s] for s in seeds]
         mine, theirs = per_seed_scores(of(policy), low_r, high_r), per_seed_scores(of(suite.reference), low_r, high_r)
         by_player[focal].append(mine)
-        by_player[reference].append(theirs)
+        if reference != focal:
+            by_player[reference].append(theirs)
         ret, ret_ci = mean_ci95(of(policy))
         score, score_ci = mean_ci95(mine)
         rows.append({"evaluation": evaluation.name, "scenario": evaluation.config.name,
