@@ -245,3 +245,11 @@ def test_scenarios_check_refuses_a_bad_file_with_the_scenario_error(capsys, tmp_
     assert err.count("\n") == 1 and "max_tickz" in err, err
     code, out, _ = run_cli(capsys, "scenarios")  # the listing is still the default
     assert code == 0 and "standard" in out
+
+
+def test_a_training_run_on_a_scenario_file_is_named_by_its_stem():
+    """`train --scenario own.toml` writes <out>/allocator_ppo-own-s0, not a folder per path part."""
+    from experiments.training.args import TrainArgs
+
+    assert TrainArgs(scenario="docs/examples/own_cluster.toml").name == "allocator_ppo-own_cluster-s0"
+    assert TrainArgs(scenario="crisis").name == "allocator_ppo-crisis-s0"

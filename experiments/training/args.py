@@ -231,4 +231,6 @@ class TrainArgs:
         if self.run_name:
             return self.run_name
         what = self.stages[0] if len(self.stages) == 1 else "mixed" if self.mixed else "curriculum"
+        if what.endswith(".toml") or "/" in what:  # a scenario file: its stem, not a path (a folder name)
+            what = Path(what).stem
         return f"{self.experiment}-{what}-s{self.seed}"
