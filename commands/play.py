@@ -4,7 +4,7 @@ to an HTML page) and ``verify`` (a recording re-played from its seeds and action
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -17,29 +17,44 @@ from experiments.seeds import MAX_SEED
 
 
 @dataclass
-class ScenariosList:
-    """List the shipped scenarios with their content hashes and descriptions (the default)."""
+class GenerateScenarios:
+    """Write COUNT scenarios of a family (a name under scenarios/families/, or a TOML path) as TOML
+    files named <index>_<hash>.toml, plus index.json (index, name, hash, file), in --out.
 
-    def run(self, as_json: bool = False) -> None:
-        rows = []
-        for name in commons_arena.list_scenarios():
-            cfg = commons_arena.load_scenario(name)
-            rows.append(
-                {
-                    "name": name,
-                    "hash": cfg.content_hash,
-                    "difficulty": cfg.difficulty or "-",
-                    "teams": len(cfg.teams),
-                    "ticks": cfg.max_ticks,
-                    "description": " ".join(cfg.description.split()),
-                }
-            )
-        if as_json:
-            print(json.dumps(rows, indent=2))
-            return
-        for row in rows:
-            print(f"{row['name']:<18} {row['hash']}  {row['difficulty']:<9} {row['teams']} teams, {row['ticks']} ticks")
-            print(f"    {row['description']}")
+    Scenario i depends only on (family, seed, i), so a bigger --count extends a smaller one.
+    Every argument is checked before anything is written; a folder that holds files is only
+    written into with --force (which first removes the scenario files and index.json a previous
+    run left there, and nothing else)."""
+
+    family: tyro.conf.Positional[str]
+    """family name (e.g. broad) or path to a family TOML file"""
+    count: int
+    """how many scenarios, 1 to 100000"""
+    seed: int
+    """generation seed: the same family and seed give the same scenarios"""
+    out: Path
+    """folder to write into (created if missing)"""
+    force: bool = False
+    """write into a folder that already holds files"""
+
+    def validate(self) -> None:
+        from commons_arena.family import MAX_GENERATE, load_family, scenario_name
+
+        check_number("--count", self.count, 1, MAX_GENERATE)
+        check_number("--seed", self.seed, 0, MAX_SEED)
+        family = load_family(self.family)
+        scenario_name(family.name, self.seed, self.count - 1)  # every name fits
+        inputs = [Path(self.family)] if Path(self.family).is_file() else []
+        refuse_overwrite(self.out, self.force, inputs=inputs, what="folder")
+
+    def run(self) -> list[Path]:
+        from commons_arena.family import generate_scenarios, write_scenarios
+
+        configs = generate_scenarios(self.family, self.count, self.seed)
+        paths = write_scenarios(configs, self.out, replace=self.force)
+        print(f"wrote {len(paths)} scenarios of family {self.family} (seed {self.seed}) to {self.out}; "
+              f"index.json lists their names and hashes")
+        return paths
 
 
 @dataclass
@@ -91,23 +106,45 @@ class ScenariosCheck:
 
 @dataclass
 class Scenarios:
-    """The scenarios: list the shipped ones (the default: `scenarios` or `scenarios list`), or check a file
-    (`scenarios check FILE`)."""
+    """List the shipped scenarios with their content hashes and descriptions, or (a subcommand)
+    generate scenarios from a family, or check a scenario file."""
 
-    action: tyro.conf.OmitSubcommandPrefixes[
-        Annotated[ScenariosList, tyro.conf.subcommand("list")]
-        | Annotated[ScenariosCheck, tyro.conf.subcommand("check")]
-    ] = field(default_factory=ScenariosList)
     json: bool = False
-    """list: print JSON instead of a table"""
+    """print JSON instead of a table"""
+    action: tyro.conf.OmitArgPrefixes[tyro.conf.OmitSubcommandPrefixes[
+        Annotated[None, tyro.conf.subcommand("list")]
+        | Annotated[GenerateScenarios, tyro.conf.subcommand("generate")]
+        | Annotated[ScenariosCheck, tyro.conf.subcommand("check")]
+    ]] = None
 
     def validate(self) -> None:
         validate = getattr(self.action, "validate", None)
         if validate is not None:
             validate()
 
-    def run(self) -> None:
-        self.action.run(as_json=self.json)
+    def run(self) -> object:
+        if self.action is not None:
+            return self.action.run()
+        rows = []
+        for name in commons_arena.list_scenarios():
+            cfg = commons_arena.load_scenario(name)
+            rows.append(
+                {
+                    "name": name,
+                    "hash": cfg.content_hash,
+                    "difficulty": cfg.difficulty or "-",
+                    "teams": len(cfg.teams),
+                    "ticks": cfg.max_ticks,
+                    "description": " ".join(cfg.description.split()),
+                }
+            )
+        if self.json:
+            print(json.dumps(rows, indent=2))
+            return rows
+        for row in rows:
+            print(f"{row['name']:<18} {row['hash']}  {row['difficulty']:<9} {row['teams']} teams, {row['ticks']} ticks")
+            print(f"    {row['description']}")
+        return rows
 
 
 @dataclass

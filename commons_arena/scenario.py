@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -73,6 +73,9 @@ POPULATION_CHECKS: list[Callable[[ScenarioConfig], list[str]]] = []
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class GpuTierConfig(_Frozen):
@@ -416,18 +419,24 @@ def scenario_path(name: str) -> Path:
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> ScenarioConfig:
+    return validate_data(ScenarioConfig, data, "scenario", source)
+
+
+def validate_data(model: type[M], data: Mapping[str, Any], what: str, source: str,
+                  error: type[ScenarioError] = ScenarioError) -> M:
+    """``data`` (a scenario, or another file of this package: a family) as ``model``; ``error`` says what is wrong."""
     try:
         # JSON mode: TOML arrays validate as tuples while strict types still refuse "3" for 3.
         payload = json.dumps(dict(data))
     except (TypeError, ValueError) as err:
-        raise ScenarioError(f"invalid scenario {source}: unsupported value ({err})") from None
+        raise error(f"invalid {what} {source}: unsupported value ({err})") from None
     except RecursionError:
-        raise ScenarioError(f"invalid scenario {source}: nested too deeply") from None
+        raise error(f"invalid {what} {source}: nested too deeply") from None
     try:
-        return ScenarioConfig.model_validate_json(payload)
+        return model.model_validate_json(payload)
     except ValidationError as err:
         problems = format_validation_error(err, separator="\n  ")  # one indented line each
-        raise ScenarioError(f"invalid scenario {source}:\n  {problems}") from None
+        raise error(f"invalid {what} {source}:\n  {problems}") from None
 
 
 def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
@@ -441,16 +450,20 @@ def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
             raise ScenarioError(f"scenario file not found: {path}")
     else:
         path = scenario_path(text)
+    return scenario_from_dict(read_toml(path), source=str(path))
+
+
+def read_toml(path: Path, what: str = "scenario", error: type[ScenarioError] = ScenarioError) -> dict[str, Any]:
+    """A TOML file of at most MAX_FILE_BYTES as a dict; ``error`` names the file and what is wrong."""
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise ScenarioError(f"invalid scenario {path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+            raise error(f"invalid {what} {path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
-        raise ScenarioError(f"invalid scenario {path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+        raise error(f"invalid {what} {path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"invalid scenario {path}: not valid TOML: {err}") from None
+        raise error(f"invalid {what} {path}: not valid TOML: {err}") from None
     except RecursionError:
-        raise ScenarioError(f"invalid scenario {path}: nested too deeply") from None
+        raise error(f"invalid {what} {path}: nested too deeply") from None
     except OSError as err:
-        raise ScenarioError(f"cannot read scenario {path}: {err.strerror or err}") from None
-    return scenario_from_dict(data, source=str(path))
+        raise error(f"cannot read {what} {path}: {err.strerror or err}") from None

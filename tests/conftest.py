@@ -71,6 +71,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_render::test_frames_from_recording": ("slow",),
     "test_render::test_rgb_array_frames": ("slow",),  # the fast loop keeps one dashboard test
     "test_render::test_pettingzoo_render_test": ("slow",),
+    "test_family::test_many_generated_scenarios_play": ("slow",),  # 300 generated scenarios x 2 episodes
+    "test_family::test_any_valid_family_generates_valid_scenarios": ("slow",),  # hypothesis: 60 families at their bounds
 }
 
 # A test run once per shipped scenario (or per unusual shape) is a sweep: the fast loop keeps
