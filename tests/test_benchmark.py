@@ -90,6 +90,31 @@ def test_shipped_suites_load():
     assert load_suite("team-search").role == "team" and load_suite("broker").role == "broker"
 
 
+def test_heldout_suite_is_the_heldout_split_with_held_out_co_players():
+    from commons_arena.family import heldout_hashes, load_split
+
+    suite = load_suite("heldout-allocator")
+    split = load_split("broad-heldout")
+    default = [e for e in suite.evaluations if e.background_name == "default"]
+    assert [e.config.content_hash for e in default] == [c.content_hash for c in split]
+    assert {e.config.content_hash for e in suite.evaluations} <= set(heldout_hashes())
+    others = [e for e in suite.evaluations if e.background_name != "default"]
+    assert others and all(e.background.roles["team"].policy == "greedy_bluffer" for e in others)
+
+
+def test_broker_suite_tries_every_markup_code(tiny_file):
+    from experiments.evaluation.benchmark import code_players
+    from policies.registry import make_policy
+
+    suite = suite_from_dict(suite_data(tiny_file, seat="broker"), source="tiny-broker")
+    players = code_players(suite, suite.evaluations[0])
+    assert len(players) == 300 and len({p.name for p in players}) == 300
+    config = suite.evaluations[0].config
+    for player in players[::37]:  # each name builds a policy for the broker seat
+        assert player.name.startswith("fixed:markup:")
+        make_policy(player.entry.policy, config, "broker")
+
+
 @pytest.mark.parametrize("change, match", [
     (lambda d: d.pop("evaluation"), "evaluation: Field required"),
     (lambda d: d.update(evaluation=[]), "evaluation"),
