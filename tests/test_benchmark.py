@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from experiments.evaluation.benchmark import benchmark_seeds, run_benchmark, selection_seeds
+from experiments.evaluation.benchmark import SELECTION_RANGE, benchmark_seeds, run_benchmark
 from experiments.evaluation.engine import QUIET
 from experiments.evaluation.statistics import (
     aggregate_iqm,
@@ -18,6 +18,7 @@ from experiments.evaluation.statistics import (
     stratified_bootstrap_ci,
 )
 from experiments.evaluation.suite import SuiteError, list_suites, load_suite, suite_from_dict
+from experiments.seeds import SEED_RANGES
 from tests.conftest import TINY, toml_dumps
 from tests.test_cli_errors import run_cli
 
@@ -199,7 +200,7 @@ def test_team_seat_is_scored_against_the_best_fixed_code_chosen_on_selection_see
     db = tmp_path / "out" / "results.sqlite"
     with sqlite3.connect(db) as conn:
         codes = conn.execute("SELECT player, AVG(focal_return) FROM episodes WHERE seat='team:search' AND seed IN "
-                             f"({', '.join(map(str, selection_seeds(2)))}) AND player LIKE 'fixed:bluff:%' "
+                             f"({', '.join(map(str, SEED_RANGES[SELECTION_RANGE].seeds(2)))}) AND player LIKE 'fixed:bluff:%' "
                              "GROUP BY player").fetchall()
     assert len(codes) == 48  # every factor x stance rule of the bluff codec
     best = max(v for _, v in codes)

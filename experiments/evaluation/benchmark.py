@@ -50,13 +50,7 @@ from experiments.seeds import SEED_RANGES
 from policies.population import Entry
 
 SPAN_EPS = 1e-9
-SCORE_COLUMNS = ("evaluation", "scenario", "background", "seat", "episodes", "return", "return_ci95", "low", "low_return",
-                 "high", "high_return", "score", "score_ci95", "reference_score")
-
-
-def selection_seeds(count: int) -> list[int]:
-    """Where a team or broker seat's best fixed code is chosen: the fixed-code selection seeds."""
-    return SEED_RANGES["evaluate"].seeds(count)
+SELECTION_RANGE = "evaluate"  # where a team or broker seat's best fixed code is chosen (experiments/seeds.py)
 
 
 def benchmark_seeds(count: int, first: int | None = None) -> list[int]:
@@ -108,7 +102,7 @@ def best_codes(suite: Suite, store: ResultStore, options: PlayOptions) -> tuple[
     highest mean return on the selection seeds (the first on a tie), played and stored once."""
     if suite.role == ALLOCATOR:
         return {}, None
-    seeds = selection_seeds(suite.selection_seeds)
+    seeds = SEED_RANGES[SELECTION_RANGE].seeds(suite.selection_seeds)
     rosters = {e.name: evaluation_roster(suite, e, code_players(suite, e), seeds) for e in suite.evaluations}
     report = play_rosters(list(rosters.values()), store, options, desc="fixed codes")
     best = {}
@@ -259,4 +253,4 @@ def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db
 
 
 __all__ = ["BenchmarkResult", "benchmark_seeds", "check_plan", "per_seed_scores", "plan", "report_folder",
-           "run_benchmark", "selection_seeds", "summary_rows"]
+           "run_benchmark", "summary_rows"]

@@ -39,7 +39,7 @@ from experiments.evaluation.tables import write_table
 from policies.population import Entry, Population
 
 MISREPORT_ALLOCATORS = ("proportional", "planner")
-SCORE_COLUMNS = ("allocator", "reward_mean", "reward_ci95", "score", "ratio", "completed", "missed", "invalid_units",
+CHECK_COLUMNS = ("allocator", "reward_mean", "reward_ci95", "score", "ratio", "completed", "missed", "invalid_units",
                  "spend", "idle_gpu_ticks", "carbon_kg", "fairness")
 
 
@@ -83,7 +83,7 @@ def check_scenario(scenario: str | Path | ScenarioConfig, seeds: Sequence[int],
     for allocator in lineup:
         episodes[(config.name, allocator)], seconds[allocator] = _play(config, allocator, seeds)
     rows, _ = score_rows(config.name, lineup, list(seeds), episodes)
-    result.scores = [{c: row[c] for c in SCORE_COLUMNS} for row in rows]
+    result.scores = [{c: row[c] for c in CHECK_COLUMNS} for row in rows]
     for allocator in misreport_allocators:
         for team in config.team_names:
             bluff, truth = ([e[team]["return"] for e in _play(config, allocator, seeds, {team: style})[0]]

@@ -10,7 +10,7 @@ the reference and plays with the anchors.
 The machine's load average (``os.getloadavg()``) is printed before and after: on a shared
 machine the wall-clock figure moves with it, so a figure taken under load is reported as such.
 
-    python -m experiments.bench.benchmark --suite heldout-allocator --seeds 20 --workers 2
+    python -m experiments.bench.suite_speed --suite heldout-allocator --seeds 20 --workers 2
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Args:
     """benchmark only the suite's first N evaluation scenarios (0: all)"""
 
 
-def load() -> str:
+def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs"
 
@@ -59,7 +59,7 @@ def main(args: Args) -> dict[str, float]:
     options = PlayOptions(workers=args.workers, progress=False)
     figures: dict[str, float] = {}
     print(f"suite {suite.name}: {len(suite.evaluations)} evaluation scenarios x {len(seeds)} seeds, "
-          f"{args.workers} workers; before: {load()}")
+          f"{args.workers} workers; before: {load_average()}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, policy in (("cold", args.policy), ("warm", args.warm_policy)):
             if not policy:
@@ -71,7 +71,7 @@ def main(args: Args) -> dict[str, float]:
             summary = result.summary[0]
             print(f"{label}: {policy}: {seconds:.1f} s wall ({result.play.played} episodes played, "
                   f"{result.play.already_stored} already stored, {result.play.mode}); IQM {summary['iqm']:.3f} "
-                  f"[{summary['iqm_low']:.3f}, {summary['iqm_high']:.3f}]; {load()}")
+                  f"[{summary['iqm_low']:.3f}, {summary['iqm_high']:.3f}]; {load_average()}")
     return figures
 
 
