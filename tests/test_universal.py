@@ -222,21 +222,24 @@ def test_an_iteration_without_a_finished_episode_reports_no_nan(tmp_path):
     from experiments.training.reporting import Reporter, scalars
     from experiments.training.runs import RunState
 
-    nothing_yet = {"env_runners": {"agent_episode_returns_mean": {}, "num_episodes": 0,
+    nothing_yet = {"env_runners": {"agent_episode_returns_mean": {}, "num_episodes": 0, "num_env_steps_sampled": 64,
                                    "allocator_episode": {"normalised_score": float("nan"), "return": float("nan")}}}
     values = scalars(nothing_yet)
     assert "return_mean" not in values and all(np.isfinite(v) for v in values.values())
     finished = {"env_runners": {"agent_episode_returns_mean": {ALLOCATOR: 12.5}, "num_episodes": 3,
-                                "allocator_episode": {"return": 12.5}}}
+                                "num_env_steps_sampled": 64, "allocator_episode": {"return": 12.5}}}
     assert scalars(finished) == {"return_mean": 12.5, "return_mean/allocator": 12.5, "allocator_episode/return": 12.5,
-                                 "episodes": 3.0}
+                                 "episodes": 3.0, "steps": 64.0}
+    nothing_sampled = {"env_runners": {}}
     reporter = Reporter(tmp_path, quiet=False)
     out = io.StringIO()
     with redirect_stdout(out):
         reporter.iteration(RunState(), nothing_yet, values, 0.1)
         reporter.iteration(RunState(), finished, scalars(finished), 0.2)
+        reporter.iteration(RunState(), nothing_sampled, scalars(nothing_sampled), 0.3)
     reporter.close()
     lines = out.getvalue().splitlines()
+    assert "sampled nothing this iteration" in lines[2]
     assert "no episode finished yet" in lines[0] and "nan" not in out.getvalue()
     assert "return    12.50" in lines[1] and "score(train) n/a" in lines[1]
 

@@ -21,7 +21,7 @@ from experiments.viewing.plots import learning_curve
 def scalars(result: Mapping[str, Any]) -> dict[str, float]:
     """The training scalars of one RLlib result: mean returns per seat, the allocator's reward
     terms and episode totals (RLlib's means over its smoothing window of finished episodes), and
-    ``episodes``, the episodes finished in this iteration.
+    ``episodes`` and ``steps``, the episodes finished and env steps sampled in this iteration.
 
     Only finite values: until an episode has finished (episodes longer than one iteration's
     samples per env) RLlib's means are NaN or absent, and a NaN scalar is not a measurement
@@ -38,6 +38,7 @@ def scalars(result: Mapping[str, Any]) -> dict[str, float]:
         for name, value in runners.get(key, {}).items():
             candidates[f"{key}/{name}"] = value
     candidates["episodes"] = runners.get("num_episodes", 0)
+    candidates["steps"] = runners.get("num_env_steps_sampled", 0)  # this iteration's
     out: dict[str, float] = {}
     for name, value in candidates.items():
         try:
@@ -68,6 +69,9 @@ class Reporter:
             self.writer.add_scalar(f"train/{key}", value, state.env_steps)
         if not self.quiet:
             head = f"iter {state.iterations:4d}  steps {state.env_steps:8d}  {minutes:5.1f} min  "
+            if not values.get("steps"):  # e.g. remote runners past RLlib's sample_timeout_s on a loaded machine
+                print(head + "sampled nothing this iteration (no env steps came back from the env runners)")
+                return
             if "return_mean" not in values:
                 print(head + "no episode finished yet (an episode is longer than one iteration's samples per env)")
                 return
