@@ -2,7 +2,7 @@
 
 Each subcommand is a dataclass of arguments (one docstring per field, shown by ``--help``)
 parsed by tyro, in the module of its group: ``commands/play.py`` (scenarios, play, replay,
-verify), ``commands/evaluate.py`` (evaluate, tournament, analyze), ``commands/train.py``
+verify), ``commands/evaluate.py`` (evaluate, tournament, benchmark, analyze), ``commands/train.py``
 (train, exploit, arms-race, convert-checkpoint) and ``commands/serve.py``; what they share
 is ``commands/common.py``. Heavy imports (Ray, torch, matplotlib) happen inside the
 subcommand that needs them, so ``commons-arena scenarios`` stays instant.
@@ -31,7 +31,7 @@ import numpy as np
 import tyro
 
 from commands.common import PROG
-from commands.evaluate import Analyze, Evaluate, Tournament
+from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
 from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve, ServeCheck
 from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
@@ -59,6 +59,7 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[Play, tyro.conf.subcommand("play")]
         | Annotated[Evaluate, tyro.conf.subcommand("evaluate")]
         | Annotated[Tournament, tyro.conf.subcommand("tournament")]
+        | Annotated[Benchmark, tyro.conf.subcommand("benchmark")]
         | Annotated[Train, train]
         | Annotated[Exploit, tyro.conf.subcommand("exploit")]
         | Annotated[ArmsRace, tyro.conf.subcommand("arms-race")]

@@ -1,11 +1,12 @@
 """The commands that compare policies over many episodes: ``evaluate`` (allocators on scenarios),
-``tournament`` (a roster, stored and resumable) and ``analyze`` (a training run's bluffing and pricing)."""
+``tournament`` (a roster, stored and resumable), ``benchmark`` (one policy over a suite of evaluation
+scenarios, stored and resumable) and ``analyze`` (a training run's bluffing and pricing)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import tyro
 
@@ -215,3 +216,88 @@ class Analyze:
         for path in paths:
             print(f"wrote {path}")
         return paths
+
+
+@dataclass
+class Benchmark:
+    """One policy in the focal seat of every evaluation scenario of a suite (game scenario + focal seat +
+    background; experiments/suites/): per evaluation scenario its normalised focal score (allocator:
+    random 0, oracle 1; team / broker: uniformly random 0, the best fixed code of the seat's codec 1),
+    and across the suite the IQM and mean with stratified-bootstrap 95% CIs and the probability of
+    improving on the suite's reference (planner for the allocator).
+
+    Episodes go to one SQLite store (default <out>/results.sqlite) shared by every suite and policy:
+    a rerun plays only the missing rows, and the references (anchors, reference policy, fixed-code
+    selection) are played once per store, not once per benchmarked policy.
+    """
+
+    policy: tyro.conf.Positional[Annotated[str, tyro.conf.arg(metavar="POLICY")]]
+    """the focal policy: a registered name (e.g. planner, edf, truthful, demand_priced) or learned:<checkpoint dir>"""
+    suite: str = "heldout-allocator"
+    """a shipped suite's name (experiments/suites/: heldout-allocator, tiers, team-search, broker) or a suite TOML"""
+    seeds: int = 20
+    """seeds per evaluation scenario"""
+    first_seed: int = SEED_RANGES["benchmark"].first
+    """seeds are first_seed .. first_seed + seeds - 1 (default: the benchmark range of experiments/seeds.py)"""
+    out: Path = Path("results/benchmark")
+    """output folder: the store (results.sqlite) and <suite>/<policy>/scores|summary .csv/.md"""
+    db: Path | None = None
+    """results database (default <out>/results.sqlite)"""
+    workers: int | None = None
+    """parallel workers (default: every CPU); 1 runs in-process without Ray"""
+    address: str | None = None
+    """join this Ray cluster (RAY_ADDRESS does the same); default: start Ray locally"""
+    allow_changed: bool = False
+    """play a changed scenario / checkpoint / background beside its old stored rows instead of refusing"""
+    progress: bool = True
+    """show the progress bar"""
+    force: bool = False
+    """rewrite this suite and policy's tables if <out>/<suite>/<policy>/ already holds them"""
+
+    def validate(self) -> None:
+        """The suite (every entry), the policy against every evaluation scenario, seeds, workers, outputs."""
+        from experiments.evaluation.benchmark import check_plan, report_folder
+        from experiments.evaluation.suite import load_suite
+
+        if self.workers is not None:
+            check_number("--workers", self.workers, 1, MAX_WORKERS)
+        seeds = seed_list(self.first_seed, self.seeds)
+        self._suite = load_suite(self.suite)
+        check_plan(self._suite, self.policy, seeds)
+        db = self.db if self.db is not None else self.out / "results.sqlite"
+        suite_file = Path(self.suite)
+        if suite_file.is_file() and same_file(db, suite_file):
+            raise UsageError(f"--db {db} is the suite file; choose another database")
+        if db.exists():  # resumed: it must be a results database, not any file
+            check_database(db)
+        elif self.db is not None:
+            refuse_overwrite(db, force=False)  # a --db file's folder must exist (--out is created)
+        if self.out.exists() and not self.out.is_dir():
+            raise UsageError(f"{self.out} is a file; give a folder for the output")
+        refuse_overwrite(report_folder(self.out, self._suite, self.policy), self.force, what="folder")
+
+    def run(self):
+        from experiments.evaluation.benchmark import run_benchmark
+        from experiments.evaluation.engine import PlayOptions
+        from experiments.evaluation.suite import load_suite
+        from experiments.evaluation.tables import markdown_table
+
+        suite = getattr(self, "_suite", None) or load_suite(self.suite)  # main() validated it already
+        seeds = seed_list(self.first_seed, self.seeds)
+        print(f"suite {suite.name}: {len(suite.evaluations)} evaluation scenarios, {suite.role} seat, "
+              f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}); reference {suite.reference}")
+        options = PlayOptions(workers=self.workers, address=self.address, allow_changed=self.allow_changed,
+                              progress=self.progress)
+        result = run_benchmark(suite, self.policy, seeds, self.out, db=self.db, options=options)
+        for what, report in (("fixed-code selection", result.selection), ("benchmark", result.play)):
+            if report is not None and report.played:
+                print(f"{what}: played {report.played} episodes in {report.seconds:.1f} s ({report.mode}); "
+                      f"{report.already_stored} already stored")
+            elif report is not None:
+                print(f"{what}: all {report.planned} episodes already stored")
+        print(markdown_table(result.scores))
+        print()
+        print(markdown_table(result.summary))
+        for path in result.written:
+            print(f"wrote {path}")
+        return result

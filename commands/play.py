@@ -59,15 +59,63 @@ class GenerateScenarios:
 
 
 @dataclass
+class ScenariosCheck:
+    """Check a scenario file: validity (the scenario error if invalid), then on a few seeds the oracle's,
+    random's and every scripted allocator's score (raw and normalised), each team's misreport gain
+    against proportional and planner (where bluffing pays), and milliseconds per episode (scripted,
+    oracle). experiments/evaluation/scenario_check.py; docs/bring_your_own_cluster.md."""
+
+    file: tyro.conf.Positional[Annotated[str, tyro.conf.arg(metavar="FILE")]]
+    """a scenario TOML file (or a shipped scenario's name)"""
+    seeds: int = 10
+    """seeds per allocator (from the evaluate range of experiments/seeds.py)"""
+    out: Path | None = None
+    """also write scores, misreport and timing as CSV + markdown into this folder"""
+    force: bool = False
+    """write into an --out folder that already holds files"""
+
+    def validate(self) -> None:
+        from commands.common import seed_list
+        from experiments.seeds import SEED_RANGES
+
+        seed_list(SEED_RANGES["evaluate"].first, self.seeds)
+        commons_arena.load_scenario(self.file)  # the scenario error, one line, before anything is played
+        if self.out is not None:
+            refuse_overwrite(self.out, self.force, inputs=[Path(self.file)], what="folder")
+
+    def run(self, as_json: bool = False) -> None:
+        from commands.common import seed_list
+        from experiments.evaluation.scenario_check import check_scenario, write_check
+        from experiments.evaluation.tables import markdown_table
+        from experiments.seeds import SEED_RANGES
+
+        seeds = seed_list(SEED_RANGES["evaluate"].first, self.seeds)
+        result = check_scenario(self.file, seeds)
+        summary = result.summary()
+        print(f"valid: {summary['scenario']} (hash {summary['hash']}): teams {summary['teams']}; tiers "
+              f"{summary['tiers']}; {summary['ticks']} ticks, budget {summary['budget']:g}, {summary['carbon']}")
+        print(f"\nallocators on seeds {seeds[0]}..{seeds[-1]} (score: random 0, oracle 1)")
+        print(markdown_table(result.scores))
+        print("\nmisreport gain (team return as greedy_bluffer minus as truthful; pays: 95% CI above 0)")
+        print(markdown_table(result.misreport))
+        print("\ncost per episode (this machine, as measured while checking)")
+        print(markdown_table(result.timing))
+        if self.out is not None:
+            for path in write_check(result, self.out):
+                print(f"wrote {path}")
+
+
+@dataclass
 class Scenarios:
     """List the shipped scenarios with their content hashes and descriptions, or (a subcommand)
-    generate scenarios from a family."""
+    generate scenarios from a family, or check a scenario file."""
 
     json: bool = False
     """print JSON instead of a table"""
     action: tyro.conf.OmitArgPrefixes[tyro.conf.OmitSubcommandPrefixes[
         Annotated[None, tyro.conf.subcommand("list")]
         | Annotated[GenerateScenarios, tyro.conf.subcommand("generate")]
+        | Annotated[ScenariosCheck, tyro.conf.subcommand("check")]
     ]] = None
 
     def validate(self) -> None:

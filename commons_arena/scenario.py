@@ -182,6 +182,9 @@ class ShockSpec(_Frozen):
             raise ValueError("a shock needs exactly one of 'tick' (scheduled) or 'rate' (random)")
         if self.shock_kind is ShockKind.PRODUCTION_INCIDENT and self.tier is None:
             raise ValueError("production_incident needs 'tier'")
+        if self.intensity_multiplier != 1.0 and self.shock_kind is not ShockKind.GRID_SPIKE:
+            # the allocator sees which kinds are active, so only a grid spike may change the intensity
+            raise ValueError(f"only a grid_spike has an intensity_multiplier; {self.kind} cannot")
         return self
 
     @property

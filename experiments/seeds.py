@@ -13,7 +13,10 @@ overlapping, so no two purposes share a seed:
   best-response report each have their own block, so a checkpoint chosen on
   ``training_eval`` seeds is never judged on them.
 * ``evaluate`` (scripted tables) also holds the fixed-code *selection* seeds: a fixed code
-  chosen there is played on ``best_response_report`` / ``exploit`` seeds, never on its own.
+  chosen there is played on ``best_response_report`` / ``exploit`` / ``benchmark`` seeds, never
+  on its own.
+* ``benchmark`` (``commons-arena benchmark``): a suite's episodes, the focal policy's and its
+  references' (random, oracle or the best fixed code, and the reference policy) alike.
 
 A block's ``stop`` bounds the default counts; a user who asks ``--seeds`` beyond a block
 (or any ``--first-seed``) can reach into the next one, which the commands allow.
@@ -49,8 +52,10 @@ SEED_RANGES: MappingProxyType[str, SeedRange] = MappingProxyType({
     "measure": SeedRange(100, 1_000, "need_gap's measurement of the planner's average need gap"),
     "evaluate": SeedRange(1_000, 5_000, "commons-arena evaluate; fixed-code selection (fixed_codes, best response)"),
     "tournament": SeedRange(5_000, 7_000, "commons-arena tournament without a roster"),
-    "compare": SeedRange(7_000, 600_000, "the checkpoint comparison with every scripted allocator (checkpoint, "
+    "compare": SeedRange(7_000, 500_000, "the checkpoint comparison with every scripted allocator (checkpoint, "
                                          "train --train-seeds' aggregate), need_gap's test, corrections"),
+    "benchmark": SeedRange(500_000, 600_000, "commons-arena benchmark (a suite's episodes and its references; the "
+                                             "best fixed code of a team or broker seat is chosen on evaluate seeds)"),
     "best_response_report": SeedRange(600_000, 700_000, "the best-response report at the end of training"),
     "exploit": SeedRange(700_000, 720_000, "commons-arena exploit and analyze"),
     "arms_race": SeedRange(720_000, 900_000, "commons-arena arms-race's paired comparisons"),

@@ -9,10 +9,15 @@ lists in the config are never read. Each tick it:
 2. **buys spot** GPUs from the visible offer (rule below);
 3. **grants** the capacity ``online + bought`` by its own rule (table below).
 
-Grants never exceed ``online + bought`` per tier and purchases never exceed the offer or
-the budget, so a baseline is repaired (``invalid`` units) only when something it could not
-see coming cuts its grants: an incident firing in the tick it acts, or a hard carbon cap
-(baselines ignore carbon; the env cuts the most power-hungry grants).
+Every baseline ends with one shared step, :meth:`AllocatorBaseline.fit`
+(``policies/limits.py``): purchases within the offer and the budget, grants within
+``online + bought`` per tier and within a hard carbon cap's carbon left (counting every
+granted GPU busy at this tick's intensity, as the env's cut does), units of the team last in
+:meth:`AllocatorBaseline.trim_order` given up first (the most urgent team keeps its GPUs
+longest; ``random`` gives up the last team's first, ``fifo`` the latest in its queue's). It
+changes nothing where no limit binds (on every shipped scenario), so a baseline is repaired
+(``invalid`` units) only when a shock it could not see coming fires in the tick it acts: an
+incident (capacity) or a grid spike (a hard cap).
 
 **Shortfall buying** (every baseline except ``random`` and ``best_fit``): per tier, buy
 ``min(offer, total demand - online)``, cheapest unit price first, while the tick's spend
@@ -24,7 +29,8 @@ baseline            grant rule per tick
 ==================  ==============================================================================
 ``random``          buys a uniform random amount of each offered tier (then cut to the budget);
                     grants each tier a uniform random number of its GPUs, split uniformly at
-                    random (multinomial) among the teams — feasible, but blind to demand
+                    random (multinomial) among the teams — feasible (a hard cap's carbon left
+                    included, by the shared fit step), but blind to demand
 ``equal_split``     per tier, the teams with demand there get ``capacity // k`` each, capped at
                     their demand; the remainder goes one GPU each, rotating the starting team by
                     tick; what a capped team does not take is *not* redistributed
@@ -64,9 +70,9 @@ import numpy as np
 from commons_arena.enums import Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.base import ScriptedPolicy
+from policies.limits import PRICE_SLACK, LimitReader, fit_action
 
 SPEND_EPS = 1e-4  # money kept back from the observed (float32) budget
-PRICE_SLACK = 1 + 1e-6  # observed (float32) prices may round down
 
 
 @dataclass(slots=True)
@@ -110,6 +116,7 @@ class AllocatorBaseline(ScriptedPolicy):
         self._rank = {k: r for r, k in enumerate(self._by_memory)}
         # tiers whose GPUs can serve a demand declared on tier k, smallest first
         self._serves = [[j for j in self._by_memory if self._rank[j] >= self._rank[k]] for k in range(self.n_tiers)]
+        self._limits = LimitReader(config, self.obs_layout)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -167,12 +174,25 @@ class AllocatorBaseline(ScriptedPolicy):
             return [0] * self.n_tiers
         return self.buy_within(v, want, self.spend_cap(v))
 
+    def trim_order(self, v: AllocatorView) -> list[int]:
+        """Every team, the one whose GPUs this allocator gives up last first (when a limit
+        binds, :meth:`fit` cuts from the end): most urgent first (``pressure``, an escalating
+        stance), then smaller total demand, then team order."""
+        totals = [sum(row) for row in v.demand]
+        return sorted(range(self.n_teams), key=lambda i: (-v.pressure[i], not v.escalating[i], totals[i], i))
+
+    def fit(self, obs: np.ndarray, v: AllocatorView, buy: list[int], grant: list[list[int]]) -> list[int]:
+        """The flat action, cut within every limit the observation shows (``policies.limits``;
+        unchanged where none binds)."""
+        buy, grant = fit_action(self._limits(obs), buy, grant, self.trim_order(v))
+        return buy + [g for row in grant for g in row]
+
     # ------------------------------------------------------------------ template
     def decide(self, obs: np.ndarray) -> list[int]:
         v = self.read(obs)
         buy = self.buy(v)
         grant = self.grant(v, [v.online[k] + buy[k] for k in range(self.n_tiers)])
-        return buy + [g for row in grant for g in row]
+        return self.fit(obs, v, buy, grant)
 
     def buy(self, v: AllocatorView) -> list[int]:
         return self.shortfall_buy(v)
@@ -208,6 +228,9 @@ class RandomAllocator(AllocatorBaseline):
         counts = self.rng.integers(0, np.asarray(capacity) + 1)
         split = self.rng.multinomial(counts, np.full(N, 1.0 / N))  # (tiers, teams)
         return split.T.tolist()
+
+    def trim_order(self, v):
+        return list(range(self.n_teams))  # blind to demand: the last team gives up first
 
 
 class EqualSplitAllocator(AllocatorBaseline):
@@ -267,6 +290,10 @@ class FifoAllocator(AllocatorBaseline):
                 self._since[i] = v.tick
         order = sorted((i for i in range(self.n_teams) if wanting[i]), key=lambda i: (self._since[i], i))
         return self.serve_in_order(order, v.demand, capacity)
+
+    def trim_order(self, v):
+        since = self._since  # the queue grant() just updated; teams not queued give up first
+        return sorted(range(self.n_teams), key=lambda i: (since[i] is None, since[i] or 0, i))
 
 
 class EdfAllocator(AllocatorBaseline):
@@ -346,7 +373,7 @@ class BestFitAllocator(AllocatorBaseline):
                     n -= give
                     if n == 0:
                         break
-        return buy + [g for row in grant for g in row]
+        return self.fit(obs, v, buy, grant)
 
 
 def water_fill(demand: list[int], capacity: int, start: int) -> list[int]:

@@ -38,6 +38,15 @@ Sidecar fields (``format_version`` 2)::
                                  layer's outputs are the concatenated logits of each
                                  sub-space; the greedy action is the argmax of each
     network.weights_sha256       sha256 of the safetensors file
+    universal                    absent/null, or a shape-free allocator (policies.universal):
+                                 {"max_teams", "max_tiers", "features": "cells_v1",
+                                 "cell_features": n}. The network is then one cell's policy
+                                 (``input_size`` = n features, one sub-space: the cell's
+                                 code), played on every (team, tier) cell of any scenario up
+                                 to max_teams x max_tiers; ``observation_shape`` and
+                                 ``action_nvec`` are the padded view's (cells x (n + 1), one
+                                 code per cell) and ``observation_scale`` is empty (features
+                                 are normalised by the scenario's public parameters)
 
 Extending it (a new layer type, a recurrent layer, another distribution): add an entry to
 :data:`LAYER_TYPES` or :data:`DISTRIBUTIONS` and to the docs. A reader that does not know a
@@ -123,6 +132,15 @@ class Codec(_Strict):
     params: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=0)
 
 
+class Universal(_Strict):
+    """A shape-free allocator's padded cell view (policies.universal)."""
+
+    max_teams: Annotated[int, Field(ge=2, le=64)]
+    max_tiers: Annotated[int, Field(ge=1, le=64)]
+    features: Literal["cells_v1"]
+    cell_features: Width
+
+
 class Sidecar(_Strict):
     format: Literal["commons_arena.policy"]
     format_version: Literal[2]
@@ -139,6 +157,7 @@ class Sidecar(_Strict):
     history: Annotated[int, Field(ge=1, le=64)] = 1
     input_size: Width | None = None
     network: NetworkSpec
+    universal: Universal | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(by_alias=True), indent=1)
@@ -194,7 +213,9 @@ def _check_consistent(sidecar: Sidecar, path: Path) -> None:
     """The layers chain, their sizes match the observation and the distribution, and the
     parameter count is bounded."""
     obs_size = sidecar.observation_shape[0]
-    if len(sidecar.observation_scale) != obs_size:
+    if sidecar.universal is not None:
+        _check_universal(sidecar, path)
+    elif len(sidecar.observation_scale) != obs_size:
         raise CheckpointError(
             f"{path}: observation_scale has {len(sidecar.observation_scale)} entries for observation size {obs_size}"
         )
@@ -216,6 +237,27 @@ def _check_consistent(sidecar: Sidecar, path: Path) -> None:
         raise CheckpointError(
             f"{path}: the network outputs {width} values but its action distribution needs {logits} logits"
         )
+
+
+def _check_universal(sidecar: Sidecar, path: Path) -> None:
+    """A shape-free allocator's sidecar: one cell's network behind the padded view."""
+    u = sidecar.universal
+    assert u is not None
+    cells = u.max_teams * u.max_tiers
+    problems = []
+    if sidecar.role != "allocator":
+        problems.append(f"role {sidecar.role!r} (only the allocator is shape-free)")
+    if sidecar.observation_shape != [cells * (u.cell_features + 1)]:
+        problems.append(f"observation_shape {sidecar.observation_shape} is not the padded view's [{cells * (u.cell_features + 1)}]")
+    if sidecar.observation_scale:
+        problems.append("observation_scale must be empty (cell features need no fitted scale)")
+    if sidecar.input_size != u.cell_features:
+        problems.append(f"input_size {sidecar.input_size} is not cell_features {u.cell_features}")
+    if len(sidecar.network.action_distribution.nvec) != 1 or len(sidecar.action_nvec) != cells or \
+            set(sidecar.action_nvec) != set(sidecar.network.action_distribution.nvec):
+        problems.append("the network must output one cell's code and action_nvec one such code per padded cell")
+    if problems:
+        raise CheckpointError(f"{path}: invalid universal allocator: " + "; ".join(problems))
 
 
 def expected_tensors(spec: NetworkSpec) -> dict[str, tuple[int, ...]]:

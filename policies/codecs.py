@@ -113,6 +113,9 @@ class Codec:
         self.n_teams, self.n_tiers = len(config.teams), len(config.gpu_tiers)
         self.env_nvec = make_action_space(config, agent).nvec
         self.ceiling = np.array([t.owned + t.spot_inventory for t in config.gpu_tiers], dtype=np.int64)
+        # what features are divided by: a tier with no GPUs at all (owned 0, no spot) is valid and must not
+        # divide by zero (0 / 0 = NaN reached the network)
+        self.feature_ceiling = np.maximum(self.ceiling, 1)
 
     @property
     def nvec(self) -> np.ndarray:
@@ -261,7 +264,7 @@ class ResidualPlannerCodec(AllocatorCodec):
         self._proposal: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (obs, buy, grant)
         # per tick, once or twice: what would otherwise be rebuilt each call (np.clip and np.tile
         # cost more than the arithmetic on arrays this small)
-        self._feature_scale = np.tile(self.ceiling, 2 * self.n_teams)
+        self._feature_scale = np.tile(self.feature_ceiling, 2 * self.n_teams)
         self._ceiling_row = self.ceiling[None, :]
         self._top_action = self.env_nvec - 1
 
@@ -289,10 +292,15 @@ class ResidualPlannerCodec(AllocatorCodec):
             self._proposal = (np.array(observation, copy=True), action[:T], action[T:].reshape(self.n_teams, T))
         return self._proposal[1], self._proposal[2]
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
+    def proposal(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The planner's need estimate and grant for this observation (teams x tiers each, GPUs)."""
         _, grant = self._propose(observation)
         estimate = self.planner.last_estimate
         assert estimate is not None
+        return estimate, grant
+
+    def features(self, observation: np.ndarray) -> np.ndarray:
+        estimate, grant = self.proposal(observation)
         return (np.concatenate([estimate.ravel(), grant.ravel()]) / self._feature_scale).astype(np.float32)
 
     def correction(self, code: np.ndarray) -> np.ndarray:
@@ -440,7 +448,7 @@ class BluffTeamCodec(Codec):
         grant = observation[self._grant].astype(np.float64)
         asked = float(self._answered.sum())
         discount = min(float(grant.sum()) / asked, 2.0) if asked > 0 else 1.0
-        return np.concatenate([(self._answered - grant) / self.ceiling, (self._last_need - grant) / self.ceiling,
+        return np.concatenate([(self._answered - grant) / self.feature_ceiling, (self._last_need - grant) / self.feature_ceiling,
                                [discount]]).astype(np.float32)
 
     def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import make_action_space, make_observation_space, role_of
 from policies.checkpoint_format import (
@@ -176,13 +177,56 @@ def save_policy(
     return write_checkpoint(checkpoint, sidecar_fields(config, agent, observation_scale, codec, history), network)
 
 
+def save_universal_policy(checkpoint: str | Path, network: PolicyNetwork, trained_on: str, trained_hash: str,
+                          codec: str = "need") -> Path:
+    """Write a shape-free allocator (one cell's network, policies.universal) as a data-only checkpoint."""
+    from policies import universal
+
+    n_actions = int(network.nvec[0])
+    fields = {
+        "env": "commons_arena_v0", "agent": ALLOCATOR, "role": "allocator", "scenario": trained_on,
+        "scenario_hash": trained_hash, "observation_shape": [universal.OBS_SIZE],
+        "action_nvec": [n_actions] * universal.CELLS, "observation_scale": [],
+        "action_codec": {"name": codec, "params": {}}, "history": 1, "input_size": universal.N_FEATURES,
+        "universal": {"max_teams": universal.MAX_TEAMS, "max_tiers": universal.MAX_TIERS,
+                      "features": universal.FEATURES_VERSION, "cell_features": universal.N_FEATURES},
+    }
+    return write_checkpoint(checkpoint, fields, network)
+
+
+def interface_for(config: ScenarioConfig, agent: str, scale: np.ndarray | None, codec: dict[str, Any] | str | None,
+                  history: int = 1, identity: tuple[int, int] | None = None, network: str = "mlp") -> Any:
+    """The interface a seat's module sees the game through: the scenario's own scaled view
+    (``network="mlp"``, :class:`ModuleInterface`) or the padded cell view of a shape-free
+    allocator (``"cells"``, :class:`policies.universal.UniversalInterface`)."""
+    if network == "cells":
+        from policies.universal import UniversalInterface
+
+        return UniversalInterface(config, agent, codec)
+    if scale is None:
+        scale = np.ones(make_observation_space(config, agent).shape, np.float32)
+    return ModuleInterface(config, agent, scale, codec, history, identity)
+
+
 def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
     """The validated sidecar as a dict (raises :class:`CheckpointError`, a ValueError)."""
     return read_sidecar_model(checkpoint).model_dump(by_alias=True)
 
 
 def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpoint: str | Path) -> None:
-    """Raise ValueError unless the checkpoint's spaces are the scenario's spaces for ``agent``."""
+    """Raise ValueError unless the checkpoint's spaces are the scenario's spaces for ``agent`` (a
+    shape-free allocator: unless ``agent`` is the allocator and the scenario fits its padded view)."""
+    if meta.get("universal") is not None:
+        from policies.universal import check_shape
+
+        if role_of(config, agent) != ALLOCATOR:
+            raise CheckpointError(f"checkpoint {checkpoint} is a universal allocator; {agent!r} of scenario "
+                                  f"{config.name!r} plays the {role_of(config, agent)} role")
+        try:
+            check_shape(config)
+        except CheckpointError as err:
+            raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
+        return
     obs_shape = list(make_observation_space(config, agent).shape)
     nvec = make_action_space(config, agent).nvec.tolist()
     problems = []
@@ -232,6 +276,8 @@ class LearnedPolicy:
         config = load_scenario(config)
         sidecar, network = load_network(checkpoint)
         meta = sidecar.model_dump(by_alias=True)
+        if sidecar.universal is not None:
+            return cls._load_universal(checkpoint, meta, network, config, agent)
         check_fits(meta, config, agent, checkpoint)
         try:
             interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32),
@@ -244,6 +290,23 @@ class LearnedPolicy:
                 f"give {interface.input_size}"
             )
         return cls(network, interface)
+
+    @classmethod
+    def _load_universal(cls, checkpoint: str | Path, meta: dict[str, Any], network: PolicyNetwork,
+                        config: ScenarioConfig, agent: str) -> LearnedPolicy:
+        """A shape-free allocator (policies.universal): any scenario up to its maximum shape."""
+        from policies import universal
+
+        u = meta["universal"]
+        ours = {"max_teams": universal.MAX_TEAMS, "max_tiers": universal.MAX_TIERS,
+                "features": universal.FEATURES_VERSION, "cell_features": universal.N_FEATURES}
+        if u != ours:
+            raise CheckpointError(f"checkpoint {checkpoint}: its universal view {u} is not this commons_arena's {ours}")
+        try:
+            interface = universal.UniversalInterface(config, agent, meta["action_codec"])
+        except CheckpointError as err:
+            raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
+        return cls(universal.CellNetwork(network, interface.zero), interface)  # type: ignore[arg-type]
 
     def reset(self, seed: int | None = None) -> None:
         """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
@@ -278,8 +341,10 @@ __all__ = [
     "PolicyNetwork",
     "RelativeAllocatorCodec",
     "check_fits",
+    "interface_for",
     "make_codec",
     "observation_scale",
     "read_sidecar",
     "save_policy",
+    "save_universal_policy",
 ]

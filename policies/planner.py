@@ -42,9 +42,12 @@ an escalating stance, board pressure; then smaller need first):
    (``gpu_tick_value``, more when the team is urgent), within a paced budget
    (``budget x min(1, pacing / ticks_left)``) — the allocator's own rubric decides.
 
-Grants never exceed online + bought GPUs and purchases never exceed the offer or the
-budget, so the planner is repaired only when an incident fires in the tick it acts (or a
-hard carbon cap cuts; it prices a soft cap's kg once its pace would exceed the cap).
+It then fits the plan within every limit it observes (``policies.limits.fit_action``, the
+baselines' step): purchases within the offer and the budget, grants within online + bought
+GPUs and within a hard carbon cap's carbon left, the teams it serves last giving up their
+units first, purchases the carbon cut leaves unused given back. So the planner is repaired
+only when an incident or a grid spike fires in the tick it acts. (It prices a soft cap's kg
+once its pace would exceed the cap; a hard cap it does not yet pace over the episode.)
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from commons_arena.enums import ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
 from policies.base import ScriptedPolicy
+from policies.limits import LimitReader, fit_action
 from policies.teams import ARCHETYPE_PROFILES
 
 BLUFF_GRID = np.round(np.arange(1.0, 3.0001, 0.05), 2)  # candidate inflation factors
@@ -206,6 +210,7 @@ class PlannerAllocator(ScriptedPolicy):
         self._fits = [[j for j in self._by_memory if self._rank[j] >= self._rank[k]] for k in range(T)]
         self._i_escalate = int(Stance.ESCALATE)
         self._tier_index = np.arange(T)[None, :]  # row index of self._unreachable per (team, tier)
+        self._limits = LimitReader(config, self.obs_layout)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -350,6 +355,10 @@ class PlannerAllocator(ScriptedPolicy):
                         if n == 0:
                             break
                     unmet[i][k] = n
+        # within every observed limit (a hard cap's carbon left above all): teams it serves last give up first
+        served = set(order)
+        trim_order = order + [i for i in range(N) if i not in served]
+        buy, grant = fit_action(self._limits(obs), buy, grant, trim_order)
         return buy + [g for row in grant for g in row]
 
     def _kg_cost(self, obs: np.ndarray, tick: int) -> list[float]:

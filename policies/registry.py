@@ -25,6 +25,10 @@ learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
                               ``commons-arena train``; no Ray needed). A
                               multi-seat run's checkpoint is a policy set
                               (:mod:`policies.policy_set`): every role it holds
+fixed:<codec>:<c>  the        :class:`policies.codecs.CodedPolicy`: one fixed code
+                   codec's    of a codec every tick, e.g. ``fixed:bluff:5,3``
+                              (factor x1.5, escalate_2) or ``fixed:markup:...``;
+                              the benchmark's high anchor of a team / broker seat
 =================  =========  ===================================================
 
 ``params`` are the policy's keyword parameters (e.g. ``bluff=1.3`` for a team,
@@ -126,9 +130,39 @@ def _learned_spec(name: str) -> PolicySpec:
     return PolicySpec(name, role, factory, ())
 
 
+FIXED_PREFIX = "fixed:"
+
+
+def fixed_code_name(codec: str, code: Any) -> str:
+    """The policy name of one fixed code of ``codec`` (:func:`policy_spec` reads it back)."""
+    return f"{FIXED_PREFIX}{codec}:{','.join(str(int(c)) for c in code)}"
+
+
+def _fixed_spec(name: str) -> PolicySpec:
+    """``fixed:<codec>:<i>,<j>,...``: the codec's choices as integers (a module's action); the code is
+    checked against the codec's space of the scenario it plays (:class:`policies.codecs.CodedPolicy`)."""
+    from policies.codecs import CODECS, CodedPolicy
+
+    codec_name, _, digits = name.removeprefix(FIXED_PREFIX).partition(":")
+    if codec_name not in CODECS:
+        raise ValueError(f"policy {name!r}: no codec {codec_name!r}; codecs: {', '.join(CODECS)}")
+    try:
+        code = [int(d) for d in digits.split(",")]
+    except ValueError:
+        raise ValueError(f"policy {name!r}: a fixed code is fixed:<codec>:<i>,<j>,... with integers") from None
+    codec = CODECS[codec_name]
+
+    def factory(config: ScenarioConfig, agent: str, seed: int | None = None) -> Policy:
+        return CodedPolicy(codec(config, agent), code)  # type: ignore[arg-type]
+
+    return PolicySpec(name, str(codec.role), factory, ())
+
+
 def policy_spec(name: str) -> PolicySpec:
     if name.startswith("learned:"):
         return _learned_spec(name)
+    if name.startswith(FIXED_PREFIX):
+        return _fixed_spec(name)
     if name not in _REGISTRY:
         raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
@@ -200,4 +234,5 @@ def _population_problems(config: ScenarioConfig) -> list[str]:
 scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
-__all__ = ["ROLES", "PolicySpec", "TeamPolicy", "available_policies", "make_policy", "policy_spec", "register"]
+__all__ = ["FIXED_PREFIX", "ROLES", "PolicySpec", "TeamPolicy", "available_policies", "fixed_code_name", "make_policy",
+           "policy_spec", "register"]

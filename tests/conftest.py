@@ -44,6 +44,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_arms_race::test_round2_continues_a_learned_allocator_from_its_weights": ("rllib", "ray"),
     "test_arms_race::test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged": ("rllib",),
     "test_remote_runners": ("rllib", "ray"),  # remote env runners on the session's Ray
+    "test_universal_training": ("rllib", "ray"),  # the shape-free allocator trained, fine-tuned, on long episodes
+    "test_universal::test_an_iteration_without_a_finished_episode_reports_no_nan": ("slow",),  # imports tensorboardX
     "test_serving": ("server",),
     "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
     "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules
@@ -62,6 +64,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_oracle::test_oracle_mean_reward_is_at_least_every_baselines": ("slow",),
     "test_oracle::test_oracle_beats_every_baseline_on_standard": ("slow",),
     "test_oracle::test_oracle_beats_proportional_and_random_on_standard": ("slow",),
+    "test_limits::test_no_avoidable_invalid_unit_on_more_perturbed_scenarios": ("slow",),  # 40 scenarios x 2 seeds x 9 allocators
     "test_tournament::test_a_changed_scenario_is_refused_unless_allowed": ("slow",),
     "test_tournament::test_other_seats": ("slow",),
     "test_tournament::test_the_focal_seat_is_the_players": ("slow",),

@@ -11,16 +11,16 @@ import pytest
 import commons_arena
 from commands.cli import main
 from commons_arena.verify import RecordingRefused, verify_recording
-from tests.golden.make import golden_path
+from tests.golden.make import golden_path, golden_scenarios, scenario_source
 
-SCENARIOS = commons_arena.list_scenarios()
+SCENARIOS = golden_scenarios()  # the shipped ones and tests/data/scenarios (a hard carbon cap)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_golden_playthrough_replays_identically(name: str) -> None:
     path = golden_path(name)
     assert path.is_file(), f"no golden recording for {name}: run python -m tests.golden.make"
-    result = verify_recording(path)
+    result = verify_recording(path, scenario_source(name))
     assert result.ok, str(result.difference)
     assert result.episodes == 1 and result.ticks >= 1
 
@@ -134,3 +134,23 @@ def test_golden_playthroughs_replay_on_every_blas_kernel(kernel: str) -> None:
                          cwd=Path(__file__).resolve().parent.parent)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "ok", f"with OPENBLAS_CORETYPE={kernel}: {run.stdout}"
+
+
+def test_the_hard_cap_golden_pins_the_hard_cap_cut(monkeypatch) -> None:
+    """No shipped scenario has a hard carbon cap; tests/data/scenarios/hard_cap_cluster.toml does,
+    its golden recording has hard-cap cuts, and a changed cut rule is reported where it first shows."""
+    path = golden_path("hard_cap_cluster")
+    ticks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    cut = [t["tick"] for t in ticks if t["type"] == "tick" and t["outcome"]["repairs"]["grant_over_carbon_cap"]]
+    assert cut, "the hard-cap golden no longer reaches the hard-cap cut"
+    from commons_arena import tick
+
+    real = tick.carbon.cut_for_hard_cap
+
+    def first_team_first(grants, power_kw, intensity, headroom_kg):  # the same count, from the other end
+        fixed, n = real(grants[::-1], power_kw, intensity, headroom_kg)
+        return fixed[::-1], n
+
+    monkeypatch.setattr(tick.carbon, "cut_for_hard_cap", first_team_first)
+    result = verify_recording(path, scenario_source("hard_cap_cluster"))
+    assert not result.ok and result.difference is not None and result.difference.tick == cut[0]

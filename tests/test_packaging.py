@@ -25,6 +25,8 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     assert shipped == commons_arena.list_scenarios()
     assets = {f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "css", "js")}
     assert assets <= set(names), "the replay page's asset files are package data"
+    # the benchmark's suites are package data: `commons-arena benchmark --suite NAME` works from a wheel
+    assert {f"experiments/suites/{n}.toml" for n in ("heldout-allocator", "tiers", "team-search", "broker")} <= set(names)
     # the play page's files ship beside the server that serves them
     assert {f"serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
     # the front door: the console script is the command line's package, shipped beside the others

@@ -26,7 +26,7 @@ def test_ranges_tile_without_overlap_and_training_is_above_every_other():
 
 def test_default_counts_fit_their_range():
     """The defaults a command plays stay inside its block (a larger --seeds may reach the next)."""
-    from commands.evaluate import Analyze, Evaluate
+    from commands.evaluate import Analyze, Benchmark, Evaluate
     from commands.train import Exploit
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.training.args import TrainArgs
@@ -34,13 +34,14 @@ def test_default_counts_fit_their_range():
     train = TrainArgs()
     for purpose, count in [("evaluate", Evaluate.seeds), ("exploit", Exploit.seeds), ("exploit", Analyze.seeds),
                            ("compare", CheckpointArgs.seeds), ("training_eval", train.eval_seeds),
-                           ("best_response_report", train.report_seeds), ("evaluate", train.selection_seeds)]:
+                           ("best_response_report", train.report_seeds), ("evaluate", train.selection_seeds),
+                           ("benchmark", Benchmark.seeds)]:
         block = SEED_RANGES[purpose]
         assert block.first + count <= block.stop, purpose
 
 
 def test_every_command_reads_the_table():
-    from commands.evaluate import Analyze, Evaluate, Tournament
+    from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
     from commands.train import Exploit
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.evaluation.corrections import Args as CorrectionsArgs
@@ -50,6 +51,7 @@ def test_every_command_reads_the_table():
     from experiments.training.best_response import selection_seeds
 
     assert Evaluate.first_seed == first_seed("evaluate")
+    assert Benchmark.first_seed == first_seed("benchmark")
     assert Tournament().build_roster().seeds[0] == first_seed("tournament")
     assert Exploit.first_seed == Analyze.first_seed == first_seed("exploit")
     assert CheckpointArgs.first_seed == CorrectionsArgs.first_seed == COMPARE_FIRST_SEED == first_seed("compare")

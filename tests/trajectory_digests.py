@@ -3,7 +3,8 @@
 A digest is the sha256 of everything an episode gives out: every observation (its
 bytes), reward (``float.hex``), termination and truncation flag, and every info
 (reward terms, repairs, events, the end-of-episode summary), plus the final budget,
-carbon and job statuses. It is taken for every shipped scenario, over several seeds,
+carbon and job statuses. It is taken for every shipped scenario and every test-data scenario
+(``tests/data/scenarios``, e.g. a hard carbon cap no shipped one has), over several seeds,
 with three kinds of players:
 
 * ``random``: uniformly random actions from a generator seeded apart from the env;
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import commons_arena
+from tests.golden.make import golden_scenarios, scenario_source
 
 DIGESTS = Path(__file__).resolve().parent / "data" / "trajectory_digests.json"
 SEEDS = (0, 1, 2)
@@ -85,7 +87,7 @@ def _actor(env, player: str, seed: int) -> Callable[[dict[str, np.ndarray]], dic
 
 def digest(scenario: str, seed: int, player: str) -> str:
     """sha256 of one episode of ``scenario`` from ``reset(seed=seed)`` played by ``player``."""
-    env = commons_arena.parallel_env(scenario=scenario)
+    env = commons_arena.parallel_env(scenario=scenario_source(scenario))
     h = hashlib.sha256()
 
     def feed(*parts: Any) -> None:
@@ -107,7 +109,7 @@ def digest(scenario: str, seed: int, player: str) -> str:
 def cases() -> list[tuple[str, int, str]]:
     """(scenario, seed, player) of every recorded digest."""
     out = []
-    for scenario in commons_arena.list_scenarios():
+    for scenario in golden_scenarios():
         for player in PLAYERS:
             for seed in ORACLE_SEEDS if player == "oracle" else SEEDS:
                 out.append((scenario, seed, player))

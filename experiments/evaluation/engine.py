@@ -317,17 +317,29 @@ QUIET = PlayOptions(progress=False, log=lambda *_: None)  # for callers that rep
 
 def play_roster(roster: Roster, store: ResultStore, options: PlayOptions = DEFAULT_OPTIONS) -> PlayReport:
     """Play every missing episode of ``roster`` into ``store``."""
+    return play_rosters([roster], store, options)
+
+
+def play_rosters(rosters: Sequence[Roster], store: ResultStore, options: PlayOptions = DEFAULT_OPTIONS,
+                 desc: str = "tournament") -> PlayReport:
+    """Play every missing episode of several rosters into ``store`` in one go (one Ray start): a
+    benchmark suite is a roster per evaluation scenario (:mod:`experiments.evaluation.benchmark`)."""
     from tqdm import tqdm
 
     workers, address, log = options.workers, options.address, options.log
-    check_unchanged(roster, store, options.allow_changed)
-    done = store.existing(roster.seat)
-    planned = planned_keys(roster)
-    groups = missing_groups(roster, done)
+    for roster in rosters:
+        check_unchanged(roster, store, options.allow_changed)
+    done: dict[str, set[tuple[Any, ...]]] = {}
+    planned, groups = 0, []
+    for roster in rosters:
+        if roster.seat not in done:
+            done[roster.seat] = store.existing(roster.seat)
+        planned += len(planned_keys(roster))
+        groups += missing_groups(roster, done[roster.seat])
     todo = sum(len(g.keys) for g in groups)
-    report = PlayReport(planned=len(planned), already_stored=len(planned) - todo)
+    report = PlayReport(planned=planned, already_stored=planned - todo)
     if report.already_stored:
-        log(f"{report.already_stored} of {len(planned)} episodes already in {store.path}: playing the other {todo}")
+        log(f"{report.already_stored} of {planned} episodes already in {store.path}: playing the other {todo}")
     if not todo:
         return report
     n, why = choose_workers(groups, workers, address, options.ray_min_seconds)
@@ -335,7 +347,7 @@ def play_roster(roster: Roster, store: ResultStore, options: PlayOptions = DEFAU
     report.mode = "in-process" if n == 1 else f"ray x{n}"
     results = run_in_process(groups) if n == 1 else run_on_ray(groups, n, address)
     start = time.perf_counter()
-    with tqdm(total=todo, desc="tournament", unit="ep", disable=not options.progress, smoothing=0.1) as bar:
+    with tqdm(total=todo, desc=desc, unit="ep", disable=not options.progress, smoothing=0.1) as bar:
         for result in results:
             if store.append(result.key, result.policy, result.focal_return, result.episode, result.wall_seconds):
                 report.played += 1
@@ -345,4 +357,4 @@ def play_roster(roster: Roster, store: ResultStore, options: PlayOptions = DEFAU
 
 
 __all__ = ["DEFAULT_OPTIONS", "QUIET", "EpisodeResult", "Group", "PlayOptions", "PlayReport", "focal_policies", "planned_keys",
-           "play_episodes", "play_group", "play_roster"]
+           "play_episodes", "play_group", "play_roster", "play_rosters"]

@@ -9,10 +9,25 @@
 * :func:`bootstrap_ci` — a percentile bootstrap interval of any statistic across a few
   values (training seeds: too few, and not normal, for a t interval).
 
-The bootstrap is ``scipy.stats.bootstrap`` (scipy is already a dependency). ``rliable``, the
+Across a benchmark suite (rliable's statistics, Agarwal et al. 2021, over *tasks* = evaluation
+scenarios, each with its *runs* = per-seed normalised scores):
+
+* :func:`stratified_bootstrap_ci` — a statistic of all scores (the IQM or the mean of the
+  flattened tasks x runs, as rliable's ``aggregate_iqm`` / ``aggregate_mean``) with a percentile
+  interval from the *stratified* bootstrap: each resample draws runs with replacement within
+  every task, so every task keeps its weight;
+* :func:`probability_of_improvement` — P(X > Y): per task, the Mann-Whitney probability that a
+  run of X beats a run of Y (ties count one half), averaged over tasks; its interval resamples
+  X's and Y's runs independently within each task (rliable's
+  ``StratifiedIndependentBootstrap``).
+
+The bootstrap is ``scipy.stats.bootstrap`` (scipy is already a dependency); the stratified one
+is a few lines of numpy (scipy's bootstrap has no strata). ``rliable``, the
 library of that paper, installs cleanly beside the pinned numpy 2 / scipy here, but pulls in
 arch, statsmodels, seaborn, formulaic, patsy and narwhals for the same percentile bootstrap
-over a handful of numbers, so it is not used. scipy is imported inside the functions: the CLI
+over a handful of numbers, so it is not used (checked again for the benchmark: rliable 1.2.0
+resolves with numpy 2.4 unchanged, and would add arch 7.2, statsmodels 0.15, seaborn 0.13,
+formulaic, patsy, narwhals and interface_meta for three functions written here in ~60 lines). scipy is imported inside the functions: the CLI
 imports this module (through the evaluation engine) at start-up.
 """
 
@@ -107,4 +122,84 @@ def _along_axis(statistic: Callable[[np.ndarray], float]) -> Callable[[np.ndarra
     return None
 
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_ci", "iqm", "iqm_of", "mean_ci", "mean_ci95", "paired_difference"]
+# --------------------------------------------------------------------------- across tasks (rliable)
+
+SUITE_RESAMPLES = 2_000  # stratified bootstrap resamples of a benchmark suite (rliable's examples use 2,000)
+_CHUNK = 500  # resamples drawn at once (bounds memory: chunk x every run of every task)
+
+
+def _tasks(scores: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    """Each task's finite runs; a task with none is left out (it has no score: its anchors tie)."""
+    tasks = [_finite(task) for task in scores]
+    return [t for t in tasks if t.size]
+
+
+def _resample(task: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` bootstrap resamples of one task's runs: shape ``(count, runs)``."""
+    return task[rng.integers(0, task.size, size=(count, task.size))]
+
+
+def aggregate_iqm(scores: Sequence[Sequence[float]] | np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """rliable's ``aggregate_iqm``: the IQM of every run of every task together (flattened)."""
+    from scipy import stats
+
+    return stats.trim_mean(scores, 0.25, axis=axis)
+
+
+def aggregate_mean(scores: Sequence[Sequence[float]] | np.ndarray, axis: int = -1) -> np.ndarray | float:
+    return np.mean(scores, axis=axis)
+
+
+AGGREGATES: dict[str, Callable[..., np.ndarray | float]] = {"iqm": aggregate_iqm, "mean": aggregate_mean}
+
+
+def stratified_bootstrap_ci(scores: Sequence[Sequence[float]], statistic: str = "iqm", confidence: float = 0.95,
+                            resamples: int = SUITE_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """``(point, low, high)`` of ``statistic`` (``"iqm"`` or ``"mean"``) over every run of every task,
+    with a percentile interval from the stratified bootstrap (runs resampled within each task)."""
+    aggregate = AGGREGATES[statistic]
+    tasks = _tasks(scores)
+    if not tasks:
+        return math.nan, math.nan, math.nan
+    point = float(aggregate(np.concatenate(tasks)))
+    rng = np.random.default_rng(seed)
+    values = []
+    for start in range(0, resamples, _CHUNK):
+        count = min(_CHUNK, resamples - start)
+        values.append(aggregate(np.concatenate([_resample(t, count, rng) for t in tasks], axis=1), axis=1))
+    low, high = np.percentile(np.concatenate(values), [50 * (1 - confidence), 50 * (1 + confidence)])
+    return point, float(low), float(high)
+
+
+def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(a run of x beats a run of y), ties one half, along the last two axes: ``x (..., n)``, ``y (..., m)``."""
+    greater = (x[..., :, None] > y[..., None, :]).mean(axis=(-2, -1))
+    equal = (x[..., :, None] == y[..., None, :]).mean(axis=(-2, -1))
+    return greater + 0.5 * equal
+
+
+def probability_of_improvement(x: Sequence[Sequence[float]], y: Sequence[Sequence[float]], confidence: float = 0.95,
+                               resamples: int = SUITE_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """``(P(X > Y), low, high)``: per task the probability that a run of X beats a run of Y (the
+    Mann-Whitney U statistic over ``n x m``, ties one half), averaged over the tasks (rliable's
+    ``probability_of_improvement``); the interval resamples X's and Y's runs independently within
+    each task. ``x[i]`` and ``y[i]`` are the same task; a task where either has no finite run is left out."""
+    if len(x) != len(y):
+        raise ValueError(f"probability of improvement needs the same tasks: {len(x)} vs {len(y)}")
+    pairs = [(a, b) for a, b in ((_finite(a), _finite(b)) for a, b in zip(x, y, strict=True)) if a.size and b.size]
+    if not pairs:
+        return math.nan, math.nan, math.nan
+    point = float(np.mean([_improvement(a, b) for a, b in pairs]))
+    rng = np.random.default_rng(seed)
+    values = []
+    for start in range(0, resamples, _CHUNK):
+        count = min(_CHUNK, resamples - start)
+        per_task = [_improvement(_resample(a, count, rng), _resample(b, count, rng)) for a, b in pairs]
+        values.append(np.mean(per_task, axis=0))
+    low, high = np.percentile(np.concatenate(values), [50 * (1 - confidence), 50 * (1 + confidence)])
+    return point, float(low), float(high)
+
+
+__all__ = ["AGGREGATES", "BOOTSTRAP_RESAMPLES", "SUITE_RESAMPLES", "aggregate_iqm", "aggregate_mean", "bootstrap_ci",
+           "iqm", "iqm_of", "mean_ci", "mean_ci95", "paired_difference", "probability_of_improvement",
+           "stratified_bootstrap_ci"]

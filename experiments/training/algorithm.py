@@ -23,6 +23,7 @@ from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from commons_arena.enums import ALLOCATOR
 from experiments.training import league
 from experiments.training.callbacks import CurriculumCallback, RewardTermsCallback
 from experiments.training.env import ArenaRLlibEnv, Scenario
@@ -65,6 +66,7 @@ def build_algorithm_config(
     callbacks: type[RLlibCallback] = RewardTermsCallback,
     extra_modules: Mapping[str, RLModuleSpec] | None = None,
     mapping_fn: Callable[..., str] | None = None,
+    module_class: type | None = None,
 ) -> AlgorithmConfig:
     """A config where the seats of ``plan`` train (one module per plan module) and every other
     seat is background.
@@ -77,7 +79,8 @@ def build_algorithm_config(
     config (e.g. ``APPOConfig()``) works, as the learned modules' specs leave the module class
     to the algorithm's default. ``extra_modules`` (never trained) and ``mapping_fn``
     (replacing the plan's mapping) let a league map learning seats to opponents per episode
-    (experiments.training.league). Resources and learning settings are the caller's
+    (experiments.training.league). ``module_class`` replaces the algorithm's default module for the
+    learning modules (the shape-free allocator's ``CellPPOModule``). Resources and learning settings are the caller's
     (``.env_runners(...)``, ``.training(...)``).
     """
     learning = plan.seats
@@ -106,7 +109,8 @@ def build_algorithm_config(
             if obs_spaces[seat].shape != obs_spaces[first].shape or act_spaces[seat] != act_spaces[first]:
                 raise ValueError(f"module {module!r} cannot play both {first!r} and {seat!r}: their spaces differ")
         specs[module] = RLModuleSpec(
-            observation_space=obs_spaces[first], action_space=act_spaces[first], model_config=model_config
+            module_class=module_class, observation_space=obs_spaces[first], action_space=act_spaces[first],
+            model_config=model_config,
         )
     for module_id, spec in (extra_modules or {}).items():
         options = spec.model_config if isinstance(spec.model_config, dict) else {}  # a DefaultModelConfig names no seat
@@ -161,7 +165,8 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     args, plan, first = setup.args, setup.plan, setup.stages[0]
     backgrounds = [setup.background, *([setup.mix_background] if setup.mix_background else [])]
     env_config: dict[str, Any] = {
-        "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats},
+        "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats
+                              if seat in setup.scales},  # none for the shape-free allocator
         "background": setup.background.to_dict(),
         # its `learned:` checkpoints as bytes: env runners on other nodes cannot read the driver's paths
         "checkpoints": pack_all(e.policy for c in setup.stages for b in backgrounds
@@ -170,6 +175,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         "history": dict(setup.histories),
         # by scenario hash: lets the metrics callback report a normalised score per episode
         "score_anchors": {c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
+        "network": {ALLOCATOR: "cells"} if args.shape_free else {},  # padded: the same view, another module
     }
     callbacks: type[RLlibCallback] = RewardTermsCallback
     league_parts: dict[str, Any] = {}
@@ -190,12 +196,24 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
                                                                       setup.scales[teams[0]]),
                         "mapping_fn": league.mapping_for(pool, teams)}
         callbacks = league.LeagueCallback
+    model_config: DefaultModelConfig | dict[str, Any] = DefaultModelConfig(
+        fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False, use_lstm=args.use_lstm,
+        lstm_cell_size=64, max_seq_len=16)
+    module_class = None
+    if args.network == "cells":
+        from experiments.training.cell_module import CellPPOModule
+        from policies.codecs import CODECS, ResidualPlannerCodec
+
+        codec = CODECS[setup.codecs[ALLOCATOR]]
+        assert issubclass(codec, ResidualPlannerCodec)
+        model_config = {"hidden": list(args.hidden), "n_actions": len(codec.DELTAS), "zero": codec.DELTAS.index(0)}
+        module_class = CellPPOModule
     config = build_algorithm_config(
         first, plan,
         scripted=None if setup.scripted_in_env else scripted_factories(setup),
         env_config=env_config,
-        model_config=DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False,
-                                        use_lstm=args.use_lstm, lstm_cell_size=64, max_seq_len=16),
+        model_config=model_config,
+        module_class=module_class,
         algo_config=PPOConfig() if args.algo == "PPO" else APPOConfig(),
         seed=args.seed,
         callbacks=callbacks,

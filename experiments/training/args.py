@@ -30,15 +30,17 @@ SELFPLAY_ZERO_BIAS = 1.0
 # proportional still played truthful on 100% of ticks after 11 iterations (+0 over truthful);
 # at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
 BEST_RESPONSE_ZERO_BIAS = 0.0
-SWITCHING = ("allocator_curriculum", "allocator_mixed", "league")
+SWITCHING = ("allocator_curriculum", "allocator_mixed", "allocator_family", "league")
+SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_family) instead of one scenario
 
 
 @dataclass
 class TrainArgs:
-    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "seats_ppo", "selfplay",
-                        "league", "best_response"] = "allocator_ppo"
+    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "allocator_family", "seats_ppo",
+                        "selfplay", "league", "best_response"] = "allocator_ppo"
     """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
-    elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
+    elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis; allocator_family: each
+    episode one scenario of a family's training split (--split), the shape-free allocator (--network cells);
     seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
     (seat plan: experiments/training/seats.py); league: a team learns against a mix of scripted teams
     and frozen snapshots of itself (experiments/training/league.py); best_response: the one --learners seat (a
@@ -66,6 +68,16 @@ class TrainArgs:
     """league: at least this many iterations between snapshots"""
     scenario: str = "standard"
     """scenario for allocator_ppo (ignored by the curriculum)"""
+    split: str = "broad-train"
+    """allocator_family: the scenario family split its training episodes play (a held-out split is refused)"""
+    eval_scenarios: int = 6
+    """allocator_family: scenarios of the training split (a fixed draw) its held-out-seed evaluations play;
+    the held-out split is for `commons-arena benchmark`, never read by training"""
+    network: Literal["mlp", "cells", "padded"] = "mlp"
+    """the allocator's network: mlp (RLlib's MLP over the scenario's own observation: one shape only) or cells
+    (policies/universal.py: one MLP shared by every (team, tier) cell, plays any cluster up to 8 teams x 4
+    tiers; needs --action-codec need or residual); padded (RLlib's MLP over the same padded view, weights per
+    cell slot: the alternative cells was measured against, docs/training.md; writes no learned: files)"""
     minutes: float = 10.0
     """wall-clock budget of the whole run: references, Ray start-up, training, evaluations"""
     iterations: int | None = None
@@ -196,6 +208,13 @@ class TrainArgs:
             (math.isfinite(self.mix_share) and 0 < self.mix_share < 1,
              f"--mix-share must be strictly between 0 and 1, got {self.mix_share}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
+            (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
+            (self.experiment != "allocator_family" or self.shape_free,
+             "allocator_family plays clusters of every shape: pass --network cells"),
+            (not self.shape_free or (self.action_codec in ("need", "residual") and self.history == 1
+                                     and not self.use_lstm),
+             "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
+             "one tick (--history 1, no --use-lstm)"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),
              f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),
@@ -207,11 +226,19 @@ class TrainArgs:
     @property
     def stages(self) -> tuple[str, ...]:
         """Curriculum stages, the mixed tiers, or the one scenario."""
+        if self.experiment == "allocator_family":
+            return (SPLIT_PREFIX + self.split,)
         return CURRICULUM if self.experiment in ("allocator_curriculum", "allocator_mixed") else (self.scenario,)
 
     @property
+    def shape_free(self) -> bool:
+        """The allocator sees the padded cell view (policies.universal), whatever the cluster's shape."""
+        return self.network in ("cells", "padded")
+
+    @property
     def mixed(self) -> bool:
-        return self.experiment == "allocator_mixed"
+        """Every episode draws its scenario from several (the tiers, or a family's split)."""
+        return self.experiment in ("allocator_mixed", "allocator_family")
 
     @property
     def favour_strength(self) -> float:
@@ -230,5 +257,8 @@ class TrainArgs:
     def name(self) -> str:
         if self.run_name:
             return self.run_name
-        what = self.stages[0] if len(self.stages) == 1 else "mixed" if self.mixed else "curriculum"
+        what = self.stages[0].removeprefix(SPLIT_PREFIX) if len(self.stages) == 1 else \
+            "mixed" if self.mixed else "curriculum"
+        if what.endswith(".toml") or "/" in what or "\\" in what:  # a scenario file: its stem, not a path
+            what = Path(what).stem
         return f"{self.experiment}-{what}-s{self.seed}"

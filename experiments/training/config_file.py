@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import tomllib
 import typing
 from dataclasses import fields
@@ -41,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 import commons_arena
 from commons_arena.errors import format_validation_error
-from experiments.training.args import TrainArgs
+from experiments.training.args import SPLIT_PREFIX, TrainArgs
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
@@ -74,9 +75,20 @@ def _file_model() -> type[BaseModel]:
                         train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
 
 
+def stage_hash(name: str) -> str:
+    """A stage's content hash: a scenario's, or for ``split:<name>`` the first 12 hex of the sha256 of
+    its scenarios' hashes in order (the split file's list: a split that changed is refused too)."""
+    if name.startswith(SPLIT_PREFIX):
+        from commons_arena.family import split_file
+
+        hashes = split_file(name.removeprefix(SPLIT_PREFIX)).hashes
+        return hashlib.sha256(",".join(hashes).encode()).hexdigest()[:12]
+    return commons_arena.load_scenario(name).content_hash
+
+
 def scenario_hashes(args: TrainArgs) -> dict[str, str]:
     """Every scenario the run plays (its stages), name -> content hash."""
-    return {name: commons_arena.load_scenario(name).content_hash for name in args.stages}
+    return {name: stage_hash(name) for name in args.stages}
 
 
 def file_hash(path: Path) -> str:
@@ -100,7 +112,7 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
             f"invalid experiment file {source}: scenarios must list exactly the scenarios the run plays "
             f"({', '.join(args.stages)}), got {', '.join(listed) or 'none'}")
     for name, recorded in listed.items():
-        current = commons_arena.load_scenario(name).content_hash
+        current = stage_hash(name)
         if current != recorded:
             raise ExperimentFileError(
                 f"invalid experiment file {source}: scenarios.{name}: the scenario changed since the file was "
@@ -144,6 +156,11 @@ def _toml_value(value: Any) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _toml_key(name: str) -> str:
+    """A bare key when TOML allows one (``standard``), else quoted (``"split:broad-train"``, a file path)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_value(name)
+
+
 def experiment_text(args: TrainArgs) -> str:
     """The experiment file of ``args``: every field (but :data:`SESSION_FIELDS` and unset ones,
     which TOML cannot hold), the scenarios' hashes and the background's."""
@@ -159,7 +176,7 @@ def experiment_text(args: TrainArgs) -> str:
             continue
         lines.append(f"{f.name} = {_toml_value(value)}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
-    lines += [f"{name} = {_toml_value(digest)}" for name, digest in scenario_hashes(args).items()]
+    lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args).items()]
     for name in ROSTER_FIELDS:
         if getattr(args, name) is not None:
             lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]

@@ -24,7 +24,7 @@ import commons_arena
 from commons_arena.scenario import ScenarioConfig
 from experiments.seeds import SEED_RANGES
 from policies.focal import FocalEnv
-from policies.learned import ModuleInterface
+from policies.learned import interface_for
 from policies.population import Population
 from policies.shipping import install
 
@@ -47,6 +47,9 @@ def scenario_key(scenario: Scenario) -> str:
     return scenario if isinstance(scenario, str) else scenario.content_hash
 
 
+# A mix of many scenarios (a family's split) keeps this many built (arena, seats, interfaces) per env, the
+# most recently used; the others are rebuilt when drawn again (a few ms, against megabytes each kept).
+MAX_BUILT = 12
 MIX_INFO = "mix_background"  # in every seat's infos of a run with a background mix: 1.0 if this episode plays it
 
 # [low, high) of training episode seeds; every evaluation range lies below (experiments/seeds.py)
@@ -70,7 +73,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
     ``Population.to_dict()``; default each scenario's own) plays every other seat in here. Learned agents named in
     ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
     name) see their observation through a :class:`policies.learned.ModuleInterface` (scale,
-    codec, ``history`` agent -> stacked ticks, and for seats of a shared module
+    codec, ``network`` agent -> "cells" for the shape-free allocator (policies.universal: its spaces are the
+    same in every scenario, so a mix may change shapes), ``history`` agent -> stacked ticks, and for seats of a shared module
     ``seat_identity`` agent -> [index, size] of their appended one-hot identity, see
     ``experiments.training.seats``), built per scenario because codecs read the scenario's
     public parameters. ``background_mix`` (``{"background": Population.to_dict(), "share": p}``)
@@ -98,6 +102,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
         self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
         self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
+        self._network: dict[str, str] = dict(cfg.get("network", {}))
         self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
         self._raw_obs: MultiAgentDict = {}
         # Optionally a background population plays every agent but the learned ones *inside*
@@ -120,10 +125,12 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self.episode_seed: int | None = None  # the seed of the episode being played
         # (scenario key, mix background?) -> (arena, seats, interfaces)
         self._envs: dict[tuple[str, bool], tuple[Any, Any, dict[str, Any]]] = {}
+        self._evicted_seconds = 0.0  # env_seconds of the envs MAX_BUILT let go
         self._next_scenario: Scenario | None = None
         self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
-        for other in self._mix[1:]:
-            self._check_same_spaces(other)
+        if not self._shape_free:
+            for other in self._mix[1:]:
+                self._check_same_spaces(other)
         # Env order, not a set: module ids, metrics and tournaments all rely on it.
         agents: list[str] = list(self.seats.possible_agents)
         self.possible_agents, self.agents = list(agents), list(agents)
@@ -155,22 +162,34 @@ class ArenaRLlibEnv(MultiAgentEnv):
             else:
                 seats = FocalEnv(par_env, par_env.possible_agents, {})
             interfaces = {
-                agent: ModuleInterface(
-                    par_env.config, agent,
-                    self._scale.get(agent, np.ones(par_env.observation_space(agent).shape, np.float32)),
-                    self._codec_names.get(agent), self._history.get(agent, 1), self._identity.get(agent),
+                agent: interface_for(
+                    par_env.config, agent, self._scale.get(agent), self._codec_names.get(agent),
+                    self._history.get(agent, 1), self._identity.get(agent), self._network.get(agent, "mlp"),
                 )
-                for agent in set(self._scale) | set(self._codec_names) | set(self._identity)
+                for agent in set(self._scale) | set(self._codec_names) | set(self._identity) | set(self._network)
             }
+            if len(self._envs) >= MAX_BUILT:  # the least recently used goes (dicts keep insertion order)
+                _, evicted, _ = self._envs.pop(next(iter(self._envs)))
+                self._evicted_seconds += evicted.env_seconds
+                evicted.env.close()
             self._envs[key] = (par_env, seats, interfaces)
+        else:
+            self._envs[key] = self._envs.pop(key)  # now the most recently used
         self.par_env, self.seats, self._interfaces = self._envs[key]
+
+    @property
+    def _shape_free(self) -> bool:
+        """Every seat RLlib sees acts through a shape-free interface (the other seats play inside)."""
+        return self._in_env and bool(self._learned) and all(self._network.get(a) == "cells" for a in self._learned)
 
     @property
     def env_seconds(self) -> float:
         """Time inside the ParallelEnvs' reset/step (for the env-share figure)."""
-        return sum(seats.env_seconds for _, seats, _ in self._envs.values())
+        return self._evicted_seconds + sum(seats.env_seconds for _, seats, _ in self._envs.values())
 
     def _check_same_spaces(self, scenario: Scenario) -> None:
+        if self._shape_free:
+            return
         probe = self._make(scenario=scenario, **self._env_kwargs)
         for agent in self.par_env.possible_agents:
             old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape

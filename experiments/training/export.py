@@ -17,11 +17,12 @@ from typing import Any
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.training.cell_module import CellPPOModule, network_from_cell_module
 from experiments.training.rl_modules import ModuleActor, network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
 from experiments.training.setup import RunSetup
 from policies.checkpoint_format import PolicyNetwork
-from policies.learned import save_policy
+from policies.learned import save_policy, save_universal_policy
 from policies.policy_set import SET_DIR
 
 
@@ -35,6 +36,9 @@ def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
             if any(seat in plan.identity for seat in seats):
                 raise ValueError(f"module {module_id!r} is recurrent: its seat identity cannot be folded in")
             out.update(dict.fromkeys(seats, ModuleActor(module)))
+            continue
+        if isinstance(module, CellPPOModule):  # the shape-free allocator: its per-cell policy
+            out.update(dict.fromkeys(seats, network_from_cell_module(module)))
             continue
         network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
         for seat in seats:
@@ -57,6 +61,12 @@ def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, co
         for seat, network in networks.items():
             save_policy(folder / SET_DIR / seat, network, config, seat, setup.scales[seat],
                         codec=setup.codecs.get(seat), history=setup.histories.get(seat, 1))
+    elif setup.args.network == "padded":
+        print("  (--network padded is a measurement: no learned:<dir> files written)")
+    elif setup.args.network == "cells":
+        trained_on = "+".join(setup.args.stages)
+        save_universal_policy(folder, networks[ALLOCATOR], trained_on if len(trained_on) <= 500 else "mixed",
+                              config.content_hash if len(setup.stages) == 1 else "", codec=setup.codecs[ALLOCATOR])
     elif isinstance(networks[ALLOCATOR], PolicyNetwork):
         save_policy(folder, networks[ALLOCATOR], config, ALLOCATOR, setup.scales[ALLOCATOR],
                     codec=setup.codecs.get(ALLOCATOR), history=setup.histories.get(ALLOCATOR, 1))

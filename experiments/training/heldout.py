@@ -27,6 +27,7 @@ from experiments.training.setup import RunSetup
 from policies.focal import run_episode
 from policies.learned import LearnedPolicy, ModuleInterface
 from policies.population import Population
+from policies.universal import CellNetwork, UniversalInterface
 
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
@@ -39,6 +40,11 @@ def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
     """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
+    if setup.args.shape_free:  # the shape-free allocator, as learned: plays its checkpoint
+        interface = UniversalInterface(config, ALLOCATOR, setup.codecs[ALLOCATOR])
+        network = networks[ALLOCATOR]  # padded: an MLP over the whole view, one code per cell slot
+        cells = CellNetwork(network, interface.zero) if setup.args.network == "cells" else network
+        return {ALLOCATOR: LearnedPolicy(cells, interface)}  # type: ignore[arg-type]
     return {
         seat: LearnedPolicy(network, ModuleInterface(config, seat, setup.scales[seat], setup.codecs.get(seat),
                                                      setup.histories.get(seat, 1)))
@@ -100,7 +106,8 @@ def evaluate(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[S
     reports: dict[str, dict[str, Any]] = {}
     if ALLOCATOR in networks:
         reports = allocator_reports(setup, networks[ALLOCATOR], scenarios)
-        score = float(np.mean([r["score"] for r in reports.values()]))
+        scores = [r["score"] for r in reports.values() if np.isfinite(r["score"])]  # undefined where random = oracle
+        score = float(np.mean(scores)) if scores else float("nan")
         eval_return = float(np.mean([r["return"] for r in reports.values()]))
         if len(scenarios) > 1:
             row.update({f"score/{name}": r["score"] for name, r in reports.items()})

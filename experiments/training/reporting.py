@@ -20,14 +20,33 @@ from experiments.viewing.plots import learning_curve
 
 def scalars(result: Mapping[str, Any]) -> dict[str, float]:
     """The training scalars of one RLlib result: mean returns per seat, the allocator's reward
-    terms and episode totals."""
+    terms and episode totals (RLlib's means over its smoothing window of finished episodes), and
+    ``episodes`` and ``steps``, the episodes finished and env steps sampled in this iteration.
+
+    Only finite values: until an episode has finished (episodes longer than one iteration's
+    samples per env) RLlib's means are NaN or absent, and a NaN scalar is not a measurement
+    (TensorBoard's writer printed "NaN or Inf found in input tensor" for each). Such an
+    iteration has no ``return_mean``; :class:`Reporter` says so.
+    """
     runners = result.get("env_runners", {})
     returns = runners.get("agent_episode_returns_mean", {})
-    out = {"return_mean": float(returns.get(ALLOCATOR, np.mean(list(returns.values())) if returns else np.nan))}
-    out.update({f"return_mean/{seat}": float(value) for seat, value in returns.items()})
+    candidates: dict[str, Any] = {}
+    if returns:
+        candidates["return_mean"] = returns.get(ALLOCATOR, np.mean(list(returns.values())))
+    candidates.update({f"return_mean/{seat}": value for seat, value in returns.items()})
     for key in ("allocator_reward_terms", "allocator_episode"):
         for name, value in runners.get(key, {}).items():
-            out[f"{key}/{name}"] = float(value)
+            candidates[f"{key}/{name}"] = value
+    candidates["episodes"] = runners.get("num_episodes", 0)
+    candidates["steps"] = runners.get("num_env_steps_sampled", 0)  # this iteration's
+    out: dict[str, float] = {}
+    for name, value in candidates.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if np.isfinite(number):
+            out[name] = number
     return out
 
 
@@ -49,9 +68,16 @@ class Reporter:
         for key, value in values.items():
             self.writer.add_scalar(f"train/{key}", value, state.env_steps)
         if not self.quiet:
-            print(f"iter {state.iterations:4d}  steps {state.env_steps:8d}  {minutes:5.1f} min  "
-                  f"return {values['return_mean']:8.2f}  "
-                  f"score(train) {values.get('allocator_episode/normalised_score', np.nan):.3f}")
+            head = f"iter {state.iterations:4d}  steps {state.env_steps:8d}  {minutes:5.1f} min  "
+            if not values.get("steps"):  # e.g. remote runners past RLlib's sample_timeout_s on a loaded machine
+                print(head + "sampled nothing this iteration (no env steps came back from the env runners)")
+                return
+            if "return_mean" not in values:
+                print(head + "no episode finished yet (an episode is longer than one iteration's samples per env)")
+                return
+            score = values.get("allocator_episode/normalised_score")
+            print(head + f"return {values['return_mean']:8.2f}  episodes {int(values.get('episodes', 0)):4d}  "
+                  + (f"score(train) {score:.3f}" if score is not None else "score(train) n/a"))
 
     def seats(self, scenario: str, seeds: int, returns: Mapping[str, float], env_steps: int) -> None:
         for seat, value in returns.items():
@@ -64,8 +90,9 @@ class Reporter:
             print(f"  eval on {seeds} held-out seeds of {scenario}: {describe(report)}")
 
     def evaluation(self, row: Mapping[str, Any]) -> None:
-        self.writer.add_scalar("eval/normalised_score", row["score"], row["env_steps"])
-        self.writer.add_scalar("eval/return", row["eval_return"], row["env_steps"])
+        for name, key in (("eval/normalised_score", "score"), ("eval/return", "eval_return")):
+            if np.isfinite(row[key]):  # a score is undefined where random and the oracle tie
+                self.writer.add_scalar(name, row[key], row["env_steps"])
 
     def close(self) -> None:
         self.writer.close()

@@ -119,7 +119,7 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
         return SeatPlan.build(config, seats, "per_team")
     if experiment != "seats_ppo" and tuple(learners) != ("allocator",):
         raise ValueError(f"--learners is for --experiment seats_ppo; {experiment} decides its learners itself")
-    if experiment in ("allocator_ppo", "allocator_curriculum", "allocator_mixed"):
+    if experiment in ("allocator_ppo", "allocator_curriculum", "allocator_mixed", "allocator_family"):
         return SeatPlan.single("allocator")
     if experiment == "selfplay":
         return SeatPlan.build(config, ALL_ROLES, team_modules)

@@ -21,7 +21,7 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
-from experiments.training.args import SWITCHING, TrainArgs
+from experiments.training.args import SPLIT_PREFIX, SWITCHING, TrainArgs
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
@@ -34,6 +34,8 @@ SCALE_EPISODES = 8  # episodes per (scenario, allocator) that observation scales
 # Observation scales are fitted on episodes of their own seed stream: seeds drawn from
 # SeedSequence([SCALE_STREAM, run seed]), distinct from training's and the held-out seeds' rules.
 SCALE_STREAM = 0x5CA1E
+# allocator_family evaluates on a fixed draw of its training split's scenarios (the same for every run seed)
+EVAL_SCENARIO_STREAM = 0xE5A1
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class RunSetup:
     codecs: Mapping[str, str]  # learning seat -> action codec (raw seats absent; seat_codecs.py)
     histories: Mapping[str, int]  # learning seat -> ticks of observation its module sees
     eval_seeds: tuple[int, ...]  # held-out: never trained on
+    eval_stages: tuple[ScenarioConfig, ...] = ()  # the scenarios a mix is evaluated on (its tiers, a draw of its split)
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
 
@@ -68,8 +71,19 @@ class RunSetup:
 def resolve(args: TrainArgs) -> RunSetup:
     """Parse and check everything the arguments name (see the module docstring)."""
     args.validate()
-    stages = tuple(commons_arena.load_scenario(name) for name in args.stages)
+    stages = load_stages(args.stages)
+    refuse_heldout_stages(stages)
     plan = plan_for(args.experiment, stages[0], args.learners, args.team_modules)  # names a bad learner
+    if args.shape_free:
+        if plan.seats != [ALLOCATOR]:
+            raise ValueError(f"--network {args.network} is the allocator learning alone; {args.experiment} trains "
+                             f"{plan.seats}")
+        from policies.universal import check_shape
+
+        for config in stages:
+            check_shape(config, f"--network {args.network}")
+        if args.init_from is not None and args.network == "padded":
+            raise ValueError("--init-from starts a cells or mlp network, not padded")
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
@@ -77,7 +91,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         if plan.seats != [ALLOCATOR] or args.use_lstm:
             raise ValueError(f"--init-from starts the allocator learning alone (no LSTM); {args.experiment} trains "
                              f"{plan.seats}")
-        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden)
+        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden, args.network)
     if args.mix_background is not None and not args.scripted_in_env:
         raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
     return RunSetup(
@@ -91,7 +105,40 @@ def resolve(args: TrainArgs) -> RunSetup:
         codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=args.experiment == "league"),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
+        eval_stages=evaluation_stages(args, stages),
     )
+
+
+def load_stages(names: Sequence[str]) -> tuple[ScenarioConfig, ...]:
+    """The scenarios a run plays: each stage a scenario (name or file), or ``split:<name>``, a
+    scenario family's split (commons_arena.family)."""
+    out: list[ScenarioConfig] = []
+    for name in names:
+        if name.startswith(SPLIT_PREFIX):
+            from commons_arena.family import load_split
+
+            out += load_split(name.removeprefix(SPLIT_PREFIX))
+        else:
+            out.append(commons_arena.load_scenario(name))
+    return tuple(out)
+
+
+def refuse_heldout_stages(stages: Sequence[ScenarioConfig]) -> None:
+    """No training run plays a scenario of a held-out split (docs/rules.md §14): ValueError naming it."""
+    from commons_arena.family import refuse_heldout
+
+    refuse_heldout(stages, "training")
+
+
+def evaluation_stages(args: TrainArgs, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
+    """What a mix is judged on: its tiers, or (allocator_family) a fixed draw of ``eval_scenarios`` of its
+    split; a single scenario or a curriculum is judged stage by stage (empty here)."""
+    if not args.mixed:
+        return ()
+    if args.experiment != "allocator_family" or len(stages) <= args.eval_scenarios:
+        return stages
+    order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[: args.eval_scenarios]
+    return tuple(stages[i] for i in sorted(order.tolist()))
 
 
 def background_population(path: Path | None, config: ScenarioConfig) -> Population:
@@ -122,6 +169,8 @@ def sample_observations(configs: Sequence[ScenarioConfig], run_seed: int) -> dic
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     """Learning seat -> observation scale, fitted per module on every seat it plays."""
+    if setup.args.shape_free:  # cell features are normalised by each scenario's public parameters
+        return {}
     samples = sample_observations(setup.stages, setup.args.seed)
     # a league shares team seats between learned and scripted members: exact (power-of-two) scales
     fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.experiment == "league" else observation_scale
@@ -132,6 +181,8 @@ def with_unit_scales(setup: RunSetup) -> RunSetup:
     """``setup`` with scale 1 for every learning seat (benchmarks and tests of the wiring,
     where the learning signal does not matter)."""
     env = commons_arena.parallel_env(setup.stages[0])
+    if setup.args.shape_free:
+        return replace(setup, scales={})
     return replace(setup, scales={s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats})
 
 
@@ -145,7 +196,7 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
                   for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
         scales = fit_scales(setup)
-        if setup.args.init_from is not None:  # the checkpoint's weights were trained on its own scale
+        if setup.args.init_from is not None and setup.args.network == "mlp":  # its weights were trained on its scale
             scales[ALLOCATOR] = warm_scale(setup.args.init_from)
         scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
@@ -153,11 +204,12 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
         references = json.loads(references_path.read_text())
     else:
         cache = setup.args.out / ".references"
-        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in setup.stages}
+        judged = setup.eval_stages if setup.args.mixed else setup.stages
+        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in judged}
         references_path.write_text(json.dumps(references, indent=1))
     return replace(setup, scales=scales, references=references)
 
 
-__all__ = ["RunSetup", "background_population", "fit_scales", "measure", "resolve", "sample_observations",
-           "scale_sample_seeds",
+__all__ = ["RunSetup", "background_population", "evaluation_stages", "fit_scales", "load_stages", "measure",
+           "refuse_heldout_stages", "resolve", "sample_observations", "scale_sample_seeds",
            "with_unit_scales"]

@@ -108,7 +108,9 @@ def train(args: TrainArgs) -> Path:
     if not args.mixed:
         set_scenario_everywhere(algo, setup.stages[state.stage])
     reporter = Reporter(run, args.quiet)
-    print(f"run {run}: {args.experiment} on {args.stages[state.stage]}, {args.algo}, "
+    on = f"{len(setup.stages)} scenarios of {args.stages[0]}" if args.experiment == "allocator_family" \
+        else args.stages[state.stage]
+    print(f"run {run}: {args.experiment} on {on}, {args.algo}, "
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
 
     # ---- train; evaluate on held-out seeds and checkpoint every eval_every iterations
@@ -136,11 +138,12 @@ def train(args: TrainArgs) -> Path:
         out_of_time = time.perf_counter() - start >= args.minutes * 60
         last = args.iterations is not None and session_iterations >= args.iterations
         if due or out_of_time or last:
-            evaluate_and_save(algo, setup, state, run, result, values["return_mean"], reporter, start)
+            evaluate_and_save(algo, setup, state, run, result, values.get("return_mean"), reporter, start)
 
     # ---- the allocator's final scores on every stage or tier (a run to the budget, or several stages)
     if setup.allocator_learns and (len(setup.stages) > 1 or args.iterations is None):
-        final = allocator_reports(setup, seat_networks(algo, setup.plan)[ALLOCATOR], setup.stages)
+        final = allocator_reports(setup, seat_networks(algo, setup.plan)[ALLOCATOR],
+                                  setup.eval_stages if args.mixed else setup.stages)
         for name, report in final.items():
             print(f"final on {name}: {describe(report)}")
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
@@ -153,7 +156,10 @@ def train(args: TrainArgs) -> Path:
         print(f"league payoff matrix ({len(payoff['snapshots'])} snapshots) and Nash mixture: "
               f"{run / 'league_payoff.json'}; Nash {payoff['nash']}")
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
-    print(f"use one as: learned:{run / 'best'}")
+    if args.network != "padded":  # a measurement: no learned: files
+        print(f"use one as: learned:{run / 'best'}")
+    if args.experiment == "allocator_family" and args.network == "cells":  # training never reads the held-out split: the benchmark does
+        print(f"held-out split: commons-arena benchmark learned:{run / 'best'} --suite heldout-allocator")
     return checkpoint
 
 
@@ -174,7 +180,7 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     """``<run>/iteration_0/``: the learning seats' data-only policies before the first update
     and their held-out evaluation (``heldout.json``, a history row at 0 env steps): the
     untrained reference of the learning curve and of ``commons-arena analyze``."""
-    scenarios = setup.stages if setup.args.mixed else (setup.stages[0],)
+    scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[0],)
     networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
     results, _ = evaluate(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
@@ -198,11 +204,12 @@ def untrained_row(run: Path) -> dict[str, Any] | None:
 
 
 def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, result: dict[str, Any],
-                      train_return: float, reporter: Reporter, start: float) -> None:
+                      train_return: float | None, reporter: Reporter, start: float) -> None:
     """Held-out evaluation of what the checkpoint stores, the checkpoint itself (``best`` too
-    when the score is the best on this stage), the run's state and its learning curve."""
+    when the score is the best on this stage), the run's state and its learning curve.
+    ``train_return`` is None while no training episode has finished (kept as null, not NaN)."""
     # a mix is judged on every tier (its score: the mean), a stage on itself
-    scenarios = setup.stages if setup.args.mixed else (setup.stages[state.stage],)
+    scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[state.stage],)
     networks = seat_networks(algo, setup.plan)  # what the checkpoint stores is what is evaluated
     results, reports = evaluate(setup, networks, scenarios)
     if "returns" in results:

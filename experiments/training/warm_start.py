@@ -37,7 +37,7 @@ def expected_linears(input_size: int, hidden: Sequence[int], outputs: int) -> li
 
 
 def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | None, history: int,
-                     hidden: Sequence[int]) -> dict[str, Any]:
+                     hidden: Sequence[int], network: str = "mlp") -> dict[str, Any]:
     """The checkpoint's sidecar, if its policy fits the run's allocator module; else ValueError."""
     from policies.learned import ModuleInterface, check_fits, read_sidecar
 
@@ -48,6 +48,11 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
         raise ValueError(f"{where}: {err}") from None
     if meta["role"] != ALLOCATOR:
         raise ValueError(f"{where}: a {meta['role']} policy; --init-from starts the allocator")
+    if (meta["universal"] is not None) != (network == "cells"):
+        kind = "cells" if meta["universal"] is not None else "mlp"
+        raise ValueError(f"{where}: its network is {kind!r}, the run's {network!r} (pass --network {kind})")
+    if network == "cells":
+        return _check_cells(where, meta, stages, codec, hidden)
     for config in stages:
         check_fits(meta, config, ALLOCATOR, checkpoint_dir(spec))
     theirs = (meta["action_codec"] or {}).get("name")
@@ -60,6 +65,27 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
     outputs = int(sum(interface.action_space().nvec))
     linears = [(layer.in_, layer.out) for layer in _layers(meta) if isinstance(layer, Linear)]
     wanted = expected_linears(interface.input_size, hidden, outputs)
+    if linears != wanted:
+        sizes = [out for _, out in linears[:-1]]
+        raise ValueError(f"{where}: its network's layers {linears} are not the run's {wanted} "
+                         f"(pass --hidden {' '.join(map(str, sizes))})")
+    return meta
+
+
+def _check_cells(where: str, meta: dict[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
+                 hidden: Sequence[int]) -> dict[str, Any]:
+    """A shape-free allocator's checkpoint: its codec and layer sizes are the run's; every stage fits its view."""
+    from experiments.training.cell_module import cell_linears
+    from policies.universal import check_shape
+
+    theirs = (meta["action_codec"] or {}).get("name")
+    if theirs != codec:
+        raise ValueError(f"{where}: it acts through codec {theirs!r}, the run through {codec or 'none'!r} "
+                         f"(pass --action-codec {theirs})")
+    for config in stages:
+        check_shape(config, where)
+    linears = [(layer.in_, layer.out) for layer in _layers(meta) if isinstance(layer, Linear)]
+    wanted = cell_linears(list(hidden), int(meta["action_nvec"][0]))
     if linears != wanted:
         sizes = [out for _, out in linears[:-1]]
         raise ValueError(f"{where}: its network's layers {linears} are not the run's {wanted} "
@@ -85,12 +111,21 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
     learner, push them to every env runner, and check the module now gives the checkpoint's logits."""
     import torch
 
+    from experiments.training.cell_module import CellPPOModule, load_cell_policy, network_from_cell_module
     from experiments.training.rl_modules import network_from_rl_module
     from experiments.training.weight_sync import push_learner_weights
     from policies.checkpoint_format import load_network
 
     _, network = load_network(checkpoint_dir(spec))
     tensors = network.tensors()
+    if isinstance(algo.get_module(module_id), CellPPOModule):  # the shape-free allocator: its per-cell policy
+        algo.learner_group.foreach_learner(lambda learner: load_cell_policy(learner.module[module_id], network))
+        push_learner_weights(algo)
+        started = network_from_cell_module(algo.get_module(module_id))
+        probe = np.random.default_rng(0).normal(size=(8, network.input_size)).astype(np.float32)
+        if not np.allclose(started.logits(probe), network.logits(probe), atol=1e-5):
+            raise RuntimeError(f"--init-from {spec}: the module's outputs differ from the checkpoint's after loading")
+        return
 
     def copy(learner: Any) -> None:
         module = learner.module[module_id]

@@ -14,6 +14,7 @@ import torch
 from experiments.training.setup import RunSetup
 from experiments.training.weight_sync import push_learner_weights
 from policies.codecs import make_codec
+from policies.universal import CELLS
 
 
 def favour_zero_code(algo: Any, setup: RunSetup) -> None:
@@ -27,8 +28,21 @@ def favour_zero_code(algo: Any, setup: RunSetup) -> None:
         if not codec_name:
             continue
         codec = make_codec(codec_name, setup.stages[0], seats[0])
-        if codec.zero_code is not None:
+        if setup.args.network == "padded":  # the zero code on every padded cell slot
+            favour_code(algo, module, np.full(CELLS, codec.nvec[0]), np.full(CELLS, codec.zero_code[0]),  # type: ignore[index]
+                        setup.args.favour_strength)
+        elif setup.args.network == "cells":  # one cell's code: the same bias on every cell
+            favour_cells(algo, module, int(codec.zero_code[0]), setup.args.favour_strength)  # type: ignore[index]
+        elif codec.zero_code is not None:
             favour_code(algo, module, codec.nvec, codec.zero_code, setup.args.favour_strength)
+
+
+def favour_cells(algo: Any, module_id: str, code: int, strength: float) -> None:
+    """:func:`favour_code` for the shape-free allocator: every cell starts at ``code``."""
+    from experiments.training.cell_module import favour_cell_code
+
+    algo.learner_group.foreach_learner(lambda learner: favour_cell_code(learner.module[module_id], code, strength))
+    push_learner_weights(algo)
 
 
 def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) -> None:
@@ -57,4 +71,4 @@ def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) ->
     push_learner_weights(algo)
 
 
-__all__ = ["favour_code", "favour_zero_code"]
+__all__ = ["favour_cells", "favour_code", "favour_zero_code"]

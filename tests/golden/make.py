@@ -1,5 +1,9 @@
 """Write the golden recording of every shipped scenario: ``tests/golden/<scenario>.jsonl``.
 
+Test-data scenarios (``tests/data/scenarios/*.toml``: not shipped, pinning rules no shipped
+scenario reaches, such as a hard carbon cap's cut) get one too; :func:`scenario_source`
+names the file to play for them.
+
 One whole episode per scenario from ``reset(seed=0)``, every agent acting uniformly at
 random from a generator seeded apart from the env (random play reaches every repair rule,
 escalations and audits). ``commons-arena verify`` re-plays them; ``tests/test_golden.py``
@@ -20,6 +24,23 @@ from commons_arena.recording import RecordEpisode
 
 HERE = Path(__file__).resolve().parent
 SEED = 0
+TEST_SCENARIOS = HERE.parent / "data" / "scenarios"
+
+
+def test_scenarios() -> list[str]:
+    """Names of the test-data scenarios (file stem = scenario name)."""
+    return sorted(path.stem for path in TEST_SCENARIOS.glob("*.toml"))
+
+
+def golden_scenarios() -> list[str]:
+    """Every scenario with a golden recording: the shipped ones, then the test-data ones."""
+    return [*commons_arena.list_scenarios(), *test_scenarios()]
+
+
+def scenario_source(scenario: str) -> str:
+    """What to load ``scenario`` from: a test-data scenario's file path, else the shipped name."""
+    path = TEST_SCENARIOS / f"{scenario}.toml"
+    return str(path) if path.is_file() else scenario
 
 
 def golden_path(scenario: str) -> Path:
@@ -27,7 +48,7 @@ def golden_path(scenario: str) -> Path:
 
 
 def record(scenario: str, path: Path, seed: int = SEED) -> Path:
-    env = RecordEpisode(commons_arena.parallel_env(scenario), path)
+    env = RecordEpisode(commons_arena.parallel_env(scenario_source(scenario)), path)
     rng = np.random.default_rng(seed + 10_000)
     env.reset(seed=seed)
     while env.agents:
@@ -37,5 +58,5 @@ def record(scenario: str, path: Path, seed: int = SEED) -> Path:
 
 
 if __name__ == "__main__":
-    for name in commons_arena.list_scenarios():
+    for name in golden_scenarios():
         print(f"wrote {record(name, golden_path(name))}")
