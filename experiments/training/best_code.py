@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evaluation.fixed_codes import Arena, uniform_codes
+from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena, uniform_codes
 from policies.codecs import Codec, DescribesCodes
 
 SEARCH_FILE = "fixed_code_search.json"
@@ -92,7 +92,6 @@ def choose(learned_selection_mean: float, found: CodeSearch) -> str:
 def start_at_best_code(algo: Any, setup: Any, run: Path) -> CodeSearch | None:
     """A best response's learner starts at its codec's best fixed code (None, nothing done: another
     experiment, ``--best-code-bias 0``, or a seat without a codec)."""
-    from experiments.training.best_response import selection_seeds
     from experiments.training.weights import favour_code
     from policies.codecs import make_codec
 
@@ -105,7 +104,8 @@ def start_at_best_code(algo: Any, setup: Any, run: Path) -> CodeSearch | None:
         return None
     config = setup.stages[0]
     codec = make_codec(codec_name, config, seat)
-    found = cached_search(run, Arena(config, None, seat, setup.background), codec, selection_seeds(args.selection_seeds))
+    selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.selection_seeds)  # the report's too
+    found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection))
     favour_code(algo, setup.plan.module_of[seat], codec.nvec, np.asarray(found.code), args.best_code_bias)
     print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection seeds: "
           f"{found.description} (mean return {found.selection_mean:.2f}); learning starts there "
