@@ -89,7 +89,29 @@ def discounting_row(scenario: str, allocator: str, seat: str, seeds: Sequence[in
         mean, ci = mean_ci95(values)
         row[key], row[f"{key}_ci95"] = mean, ci
     row["discount_if_need_only"] = 1 - 1 / row["inflation"] if row["inflation"] > 0 else float("nan")
+    row["per_seed"] = {"seeds": [int(s) for s in seeds], "discount": discount,
+                       "generosity": [ratio(t[0], t[2]) for t in honest]}
     return row
+
+
+def what_it_learned(learned: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
+    """``learned``'s discount and generosity minus ``reference``'s in the same seat, paired by seed
+    (95% CI), and the verdict: it *discounts a bluffer* (discount up, CI above 0), is only *more
+    generous to everyone* (generosity up, discount not), or *neither shows*."""
+    mine, theirs = learned["per_seed"], reference["per_seed"]
+    if mine["seeds"] != theirs["seeds"]:
+        raise ValueError("what_it_learned: both rows must play the same seeds")
+    discount, discount_ci = mean_ci95(np.subtract(mine["discount"], theirs["discount"]).tolist())
+    generosity, generosity_ci = mean_ci95(np.subtract(mine["generosity"], theirs["generosity"]).tolist())
+    if discount - discount_ci > 0:
+        verdict = "discounts a bluffer"
+    elif generosity - generosity_ci > 0:
+        verdict = "more generous to everyone"
+    else:
+        verdict = "neither shows"
+    return {"seat": learned["seat"], "allocator": learned["allocator"], "vs": reference["allocator"],
+            "discount_minus": discount, "discount_minus_ci95": discount_ci, "generosity_minus": generosity,
+            "generosity_minus_ci95": generosity_ci, "verdict": verdict}
 
 
 def discounting_rows(scenarios: Sequence[str], allocators: Sequence[str], seats: Mapping[str, Sequence[str]],
@@ -112,4 +134,4 @@ PREAMBLE = ("# What the allocator learned: discounting a bluffer, or generosity 
             "(experiments/evaluation/discounting.py). ± 95% CI over seeds.\n\n")
 
 
-__all__ = ["BLUFF", "COLUMNS", "PREAMBLE", "discounting_row", "discounting_rows", "seat_totals"]
+__all__ = ["BLUFF", "COLUMNS", "PREAMBLE", "discounting_row", "discounting_rows", "seat_totals", "what_it_learned"]
