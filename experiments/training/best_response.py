@@ -13,9 +13,14 @@ offered and sold, the learned broker's most chosen code): whether its price foll
 what that sells. The codes the learned seat chose (its module's action, before
 the codec) are counted, so the report can say which part is the codec and what is learned.
 
+The **final best response** (:data:`FINAL`) is the better of the checkpoint and the best fixed
+code on the selection seeds (the code found before training when the run searched it:
+:mod:`experiments.training.best_code`); its choice, and which part came from the search and which
+from learning, is the report's last section and ``best_response_choice.json``.
+
 Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed); the per-seed
-returns of every row to ``best_response_returns.json`` (``commons-arena exploit`` reads the
-best fixed code's from there).
+returns of every row, and of the final best response, to ``best_response_returns.json``
+(``commons-arena exploit`` reads the best fixed code's and the final one's from there).
 """
 
 from __future__ import annotations
@@ -289,5 +294,5 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
-__all__ = ["FINAL", "FIXED_PREFIX", "LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "pricing_by_demand", "report", "selection_seeds",
-           "write_report"]
+__all__ = ["FINAL", "FIXED_PREFIX", "LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "final_choice",
+           "pricing_by_demand", "report", "selection_seeds", "write_report"]
