@@ -13,12 +13,13 @@ from typing import Annotated, Literal
 import tyro
 
 import commons_arena
-from commands.common import UsageError, paired_seed_list, refuse_overwrite
+from commands.common import UsageError, check_number, paired_seed_list, refuse_overwrite
 from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import TrainArgs
 
 POPULATION = "population"  # arms-race --seat-otherwise: each scenario's own seat policy
+MAX_DISCOUNT_SEEDS = 100_000
 
 
 @dataclass
@@ -80,17 +81,19 @@ def _config_path(args: list[str]) -> Path | None:
 
 @dataclass
 class Exploit:
-    """How exploitable each allocator is: train a best-response team (and broker) against it and
-    print what it takes, paired with 95% CIs, beside the best scripted policy (experiments/evaluation/exploit.py)."""
+    """How exploitable each allocator is: train a best response in every seat (every team and the broker)
+    against it on every tier and print what it takes, paired with 95% CIs, beside the best scripted policy and
+    the best fixed code; per allocator and tier its exploitability (max over team seats) beside its welfare
+    (experiments/evaluation/exploit.py). A stored cell is skipped: rerun the same command to resume."""
 
-    allocators: tuple[str, ...] = ("proportional", "planner", "best_fit")
+    allocators: tuple[str, ...] = ("proportional", "planner", "best_fit", "drf", "max_min_fair")
     """allocators to exploit (any scripted one, or 'learned:<checkpoint dir>')"""
-    scenarios: tuple[str, ...] = ("standard", "crisis")
-    """scenarios (names or TOML paths)"""
-    seat: str = "search"
-    """the team seat that learns to bluff"""
+    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    """scenarios (names or TOML paths): every tier by default"""
+    seats: Annotated[tuple[str, ...], tyro.conf.arg(aliases=("--seat",))] = ("all",)
+    """the seats that learn: team seats and/or 'broker', or 'all' (every team seat and the broker)"""
     broker: bool = False
-    """also train a best-response broker against each allocator"""
+    """also the broker (when --seats does not name it)"""
     iterations: int = 20
     """training iterations per best response (reproducible budget)"""
     minutes: float = 10.0
@@ -99,25 +102,39 @@ class Exploit:
     """held-out seeds of every paired evaluation"""
     first_seed: int = SEED_RANGES["exploit"].first
     """held-out seeds first_seed .. first_seed + seeds - 1 (the exploit range of experiments/seeds.py)"""
+    discount_seeds: int = 30
+    """seeds (the first of the held-out ones, at most --seeds) of the discounting analysis per (tier, allocator,
+    team seat): does the allocator discount a bluffer or serve everyone more (experiments/evaluation/discounting.py);
+    0: none"""
     out: Path = Path("results/exploit")
-    """output folder: exploit.md / .csv / .png and one folder per cell (its checkpoint plays as learned:)"""
+    """output folder: exploit.md / .csv / .png, exploitability.md / .csv / .png, discounting.md / .csv and one
+    folder per cell (its checkpoint plays as learned:); a folder of an earlier exploit run is resumed"""
     force: bool = False
-    """write into an --out folder that already holds files"""
+    """write into an --out folder that holds other files"""
     train: Annotated[TrainArgs, tyro.conf.arg(name="train")] = field(default_factory=TrainArgs)
-    """training settings of every best response (--train.lr, --train.seat-codec, ...; experiment, learners,
-    scenario, background, iterations, minutes, out and the report seeds are set per cell)"""
+    """training settings of every best response (--train.lr, --train.seat-codec, --train.best-code-bias, ...;
+    experiment, learners, scenario, background, iterations, minutes, out and the report seeds are set per cell)"""
 
     def validate(self) -> None:
-        if not self.allocators or not self.scenarios:
-            raise UsageError("--allocators and --scenarios need at least one name each")
+        from experiments.evaluation.exploit import seats_of
+        from experiments.evaluation.exploitability import is_exploit_folder
+
+        if not self.allocators or not self.scenarios or not self.seats:
+            raise UsageError("--allocators, --scenarios and --seats need at least one name each")
         paired_seed_list(self.first_seed, self.seeds)
+        check_number("--discount-seeds", self.discount_seeds, 0, MAX_DISCOUNT_SEEDS)
         self.train_args().validate()
+        validate_lineup(list(self.scenarios), list(self.allocators), paired_seed_list(self.first_seed, self.seeds))
         for scenario in self.scenarios:
-            config = commons_arena.load_scenario(scenario)
-            if self.seat == "allocator" or self.seat not in config.agents:
-                raise UsageError(f"--seat must be a team or broker seat of {config.name!r} "
-                                 f"({[a for a in config.agents if a != 'allocator']}), got {self.seat!r}")
-        refuse_overwrite(self.out, self.force, what="folder")
+            try:
+                seats_of(scenario, self.learning_seats())
+            except ValueError as err:
+                raise UsageError(f"--seats: {err}") from None
+        if not is_exploit_folder(self.out):  # an earlier exploit run's folder is resumed
+            refuse_overwrite(self.out, self.force, what="folder")
+
+    def learning_seats(self) -> list[str]:
+        return [*self.seats, *(["broker"] if self.broker and "broker" not in self.seats else [])]
 
     def train_args(self) -> TrainArgs:
         return replace(self.train, iterations=self.iterations, minutes=self.minutes, report_seeds=self.seeds,
@@ -126,9 +143,9 @@ class Exploit:
     def run(self):
         from experiments.evaluation.exploit import exploit
 
-        seats = [self.seat, *(["broker"] if self.broker and self.seat != "broker" else [])]
-        return exploit(self.scenarios, self.allocators, seats, paired_seed_list(self.first_seed, self.seeds),
-                       self.train_args(), self.out)
+        return exploit(self.scenarios, self.allocators, self.learning_seats(),
+                       paired_seed_list(self.first_seed, self.seeds), self.train_args(), self.out,
+                       discount_seeds=min(self.discount_seeds, self.seeds))
 
 
 @dataclass

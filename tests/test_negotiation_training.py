@@ -156,19 +156,24 @@ def test_a_broker_best_response_reports_profit_and_price_response(ray_session, t
 
 def test_exploit_runs_end_to_end_on_one_allocator(ray_session, tmp_path, capsys):
     out = tmp_path / "exploit"
-    main(["exploit", "--allocators", "proportional", "--scenarios", "crisis", "--seat", "search",
-          "--iterations", "1", "--seeds", "3", "--out", str(out), "--train.eval-seeds", "2",
-          "--train.train-batch-size", "200", "--train.minibatch-size", "50", "--train.num-epochs", "1",
-          "--train.num-envs-per-env-runner", "2", "--train.hidden", "16", "16", "--train.quiet",
-          "--train.selection-seeds", "1"])
+    argv = ["exploit", "--allocators", "proportional", "--scenarios", "crisis", "--seat", "search",
+            "--iterations", "1", "--seeds", "3", "--out", str(out), "--train.eval-seeds", "2",
+            "--train.train-batch-size", "200", "--train.minibatch-size", "50", "--train.num-epochs", "1",
+            "--train.num-envs-per-env-runner", "2", "--train.hidden", "16", "16", "--train.quiet",
+            "--train.selection-seeds", "1"]
+    main(argv)
     with (out / "exploit.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 1
     row = rows[0]
     assert (row["scenario"], row["allocator"], row["seat"], row["vs"]) == ("crisis", "proportional", "search", "truthful")
-    for key in ("learned_gain", "allocator_loss", "best_scripted_gain", "greedy_bluffer_gain", "best_fixed_code_gain"):
+    for key in ("best_response_gain", "learned_gain", "allocator_loss", "best_scripted_gain", "greedy_bluffer_gain",
+                "best_fixed_code_gain", "best_response_minus_best_fixed_code"):
         assert np.isfinite(float(row[key])) and float(row[f"{key}_ci95"]) >= 0
     assert row["best_fixed_code"].startswith("bluff code: x")
+    # deliverable 1 on a tiny budget: the best response is not below the best fixed code (its CI reaches 0)
+    assert row["best_response_source"] in ("search", "learning")
+    assert float(row["best_response_minus_best_fixed_code"]) + float(row["best_response_minus_best_fixed_code_ci95"]) >= 0
     assert (out / "exploit.png").stat().st_size > 0 and "Exploitability" in (out / "exploit.md").read_text()
     # the tournament's truthful row is the best-response report's truthful row: one engine, the same seeds
     cell = out / "crisis-proportional-search"
@@ -176,7 +181,23 @@ def test_exploit_runs_end_to_end_on_one_allocator(ray_session, tmp_path, capsys)
     env = commons_arena.parallel_env("crisis")
     population = Population(agents={ALLOCATOR: "proportional", "search": "truthful"})
     assert report["truthful"]["seat"][0] == pytest.approx(run_episode(env, population, seed=700_000)["search"]["return"])
+    # the learner started at the best fixed code: its greedy action at iteration 0 is that code
+    search = json.loads((cell / "search" / "fixed_code_search.json").read_text())
+    untrained = make_policy(f"learned:{cell / 'search' / 'iteration_0'}", env.config, "search")
+    assert report["best response"]["seeds"] == [700_000, 700_001, 700_002] and search["codes_tried"] == 48
+    untrained.reset(0)
+    untrained.act(env.reset(seed=700_000)[0]["search"])
+    assert list(untrained.last_module_action) == search["code"]
     # the checkpoint is kept and plays the seat
     assert row["checkpoint"] == f"learned:{cell / 'search' / 'best'}"
     make_policy(row["checkpoint"], env.config, "search")
-    assert "learned_gain" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "learned_gain" in printed and "exploitability" in printed
+    summary = (out / "exploitability.md").read_text()
+    assert "| crisis | proportional |" in summary and (out / "exploitability.png").stat().st_size > 0
+    assert "| crisis | proportional | robotics |" not in (out / "discounting.md").read_text()  # only the seats run
+    # rerun: the stored cell is skipped, the table is the same
+    main(argv)
+    assert "crisis-proportional-search: stored, skipped" in capsys.readouterr().out
+    with (out / "exploit.csv").open() as handle:
+        assert list(csv.DictReader(handle)) == rows

@@ -145,7 +145,7 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
     assert png.stat().st_size > 10_000
     text = md.read_text()
     for heading in ("Learning or design?", "Every learning seat, trained together", "Do learned teams over-declare?", "The learned allocator's grants",
-                    "The learned broker's prices"):
+                    "The learned broker's prices", "What the allocator learned: discounting a bluffer"):
         assert heading in text
     report = json.loads(data.read_text())
     assert {r["allocator"] for r in report["teams_vs_allocators"]} >= {"proportional", "learned"}
@@ -154,6 +154,12 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
     assert [r["seat"] for r in report["together"]] == report["learned"]  # trained vs iteration 0, every seat
     assert len(report["credit"]) == 5 and report["returns_over_training"][0]["env_steps"] == 0  # from iteration 0
     assert all(np.isfinite(g["slope_on_declared"]) for g in report["allocator_grants"])
+    # per seat: the learned allocator's discount of a bluffer and generosity, beside planner's and proportional's
+    assert [(r["seat"], r["vs"]) for r in report["what_it_learned"]] == [(t, "planner") for t in TEAMS]
+    assert {(r["seat"], r["allocator"]) for r in report["discounting"]} == \
+        {(t, a) for t in TEAMS for a in ("learned", "planner", "proportional")}
+    assert all(r["verdict"] in ("discounts a bluffer", "more generous to everyone", "neither shows")
+               for r in report["what_it_learned"])
 
 
 def test_bluffers_declare_more_than_truthful_teams():

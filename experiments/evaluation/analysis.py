@@ -281,6 +281,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
                 gain, ci = mean_ci95(np.subtract(bluff, truth))
                 gains.append({"allocator": name, "team": team, "misreport_gain": gain, "gain_ci95": ci})
         report["misreport_gain"] = gains
+        report["discounting"], report["what_it_learned"] = discounting_part(info, config, seeds)
     if BROKER in info.learned:
         pricing = []
         for name, population in (("learned", joint_population(info)),
@@ -289,6 +290,24 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
             pricing.append({"broker": name, **response})
         report["broker_pricing"] = pricing
     return report
+
+
+def discounting_part(info: RunInfo, config: ScenarioConfig, seeds: Sequence[int]
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per team seat: the learned allocator's discount of a x3 bluffer and its generosity to a truthful
+    team beside ``planner``'s and ``proportional``'s, and what it learned against ``planner``
+    (experiments/evaluation/discounting.py)."""
+    from experiments.evaluation.discounting import discounting_row, what_it_learned
+
+    rows, verdicts = [], []
+    for team in config.team_names:
+        measured = {name: discounting_row(info.scenario, policy, team, seeds, background=info.background)
+                    for name, policy in (("learned", info.policy), ("planner", "planner"),
+                                         ("proportional", "proportional"))}
+        for name, row in measured.items():
+            rows.append({**{k: v for k, v in row.items() if k != "per_seed"}, "allocator": name})
+        verdicts.append(what_it_learned({**measured["learned"], "allocator": "learned"}, measured["planner"]))
+    return rows, verdicts
 
 
 # ----------------------------------------------------------------------------- output
@@ -348,6 +367,16 @@ def summary_markdown(report: dict[str, Any]) -> str:
         lines += [f"Mean misreport gain: learned **{gain['learned']:.2f}**, planner **{gain['planner']:.2f}**, "
                   f"proportional **{gain['proportional']:.2f}** (a learned allocator that plays planner has planner's).",
                   ""]
+    if report.get("what_it_learned"):
+        from experiments.evaluation.discounting import COLUMNS
+
+        lines += ["## What the allocator learned: discounting a bluffer, or generosity to everyone", "",
+                  "Per seat, a truthful team and a bluffer (`truthful` declaring x3, same stance) on the same seeds. "
+                  "`discount` = 1 - (granted/declared of the bluffer) / (granted/declared of the truthful team); "
+                  "`generosity` = granted / true need of the truthful team (experiments/evaluation/discounting.py):",
+                  "", markdown_table([{c: r.get(c, "") for c in COLUMNS} for r in report["discounting"]]), "",
+                  "The learned allocator minus `planner`, per seat, paired by seed (95% CI):", "",
+                  markdown_table(report["what_it_learned"]), ""]
     if "broker_pricing" in report:
         lines += ["## The learned broker's prices", "",
                   "Correlation of the price level it posts with the demand it sees, and the mean level per demand bin:", ""]

@@ -124,6 +124,10 @@ class TrainArgs:
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone. Default 3.0; 0 in
     best_response and 1.0 in selfplay, where at 3.0 the learner never left it (args.py constants)"""
+    best_code_bias: float = 2.0
+    """best_response: initial logit advantage of the seat codec's best fixed code, searched on --selection-seeds
+    before training (the learner starts from it; the report's final best response is the better of the two on
+    those seeds: experiments/training/best_code.py); 0 starts from RLlib's initialisation (--zero-bias applies)"""
     init_from: str | None = None
     """start the learning allocator from a data-only checkpoint's policy (learned:<dir>) instead of its
     codec's zero code: its weights and observation scale; the value function starts fresh. Refused unless
@@ -202,6 +206,8 @@ class TrainArgs:
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
             (math.isfinite(self.favour_strength) and self.favour_strength >= 0,
              f"--zero-bias must be >= 0, got {self.zero_bias}"),
+            (math.isfinite(self.best_code_bias) and self.best_code_bias >= 0,
+             f"--best-code-bias must be >= 0, got {self.best_code_bias}"),
             (self.report_seeds >= 2, f"--report-seeds must be at least 2 (a paired CI), got {self.report_seeds}"),
             (self.report_first_seed >= 0, f"--report-first-seed must be non-negative, got {self.report_first_seed}"),
             (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),

@@ -13,9 +13,14 @@ offered and sold, the learned broker's most chosen code): whether its price foll
 what that sells. The codes the learned seat chose (its module's action, before
 the codec) are counted, so the report can say which part is the codec and what is learned.
 
+The **final best response** (:data:`FINAL`) is the better of the checkpoint and the best fixed
+code on the selection seeds (the code found before training when the run searched it:
+:mod:`experiments.training.best_code`); its choice, and which part came from the search and which
+from learning, is the report's last section and ``best_response_choice.json``.
+
 Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed); the per-seed
-returns of every row to ``best_response_returns.json`` (``commons-arena exploit`` reads the
-best fixed code's from there).
+returns of every row, and of the final best response, to ``best_response_returns.json``
+(``commons-arena exploit`` reads the best fixed code's and the final one's from there).
 """
 
 from __future__ import annotations
@@ -32,18 +37,21 @@ import numpy as np
 from commons_arena.enums import BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout, role_of
-from experiments.evaluation.fixed_codes import Arena, best_code, uniform_codes
+from experiments.evaluation.fixed_codes import Arena
 from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.evaluation.traces import price_demand_correlation
 from experiments.seeds import SEED_RANGES
+from experiments.training.best_code import CHOICE_FILE, LEARNING, CodeSearch, cached_search, choose
 from policies.base import Policy
-from policies.codecs import DEFAULT_CODECS, CodedPolicy, DescribesCodes, make_codec
+from policies.codecs import DEFAULT_CODECS, CodedPolicy, make_codec
 from policies.population import Population
 from policies.registry import available_policies, make_policy
 
 SELECTION_FIRST_SEED = SEED_RANGES["evaluate"].first  # as experiments.evaluation.fixed_codes: where fixed codes are chosen
 LEARNED = "learned (best response)"
+FINAL = "best response"  # the better of LEARNED and the best fixed code on the selection seeds (best_code.py)
+FIXED_PREFIX = "best fixed "  # the row of the codec's best fixed code
 RETURNS_FILE = "best_response_returns.json"  # policy -> {"seeds", "seat", "allocator"}: per-seed returns
 PerSeed = dict[str, dict[str, list[int] | list[float]]]  # RETURNS_FILE's content
 
@@ -139,16 +147,15 @@ def pricing_by_demand(recorders: Mapping[str, Recorder], edges: np.ndarray) -> l
 
 
 def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena: Arena,
-               selection: Sequence[int]) -> dict[str, Policy]:
-    """Every scripted policy of the seat's role, and the codec's best fixed code on ``selection``."""
+               selection: Sequence[int], folder: Path | None = None) -> tuple[dict[str, Policy], CodeSearch]:
+    """Every scripted policy of the seat's role, and the codec's best fixed code on ``selection``
+    (the run's search before training when ``folder`` holds it: experiments/training/best_code.py)."""
     role = role_of(config, seat)
     out: dict[str, Policy] = {name: make_policy(name, config, seat) for name in available_policies(role)}
     codec = make_codec(codec_name or DEFAULT_CODECS[role], config, seat)
-    if not isinstance(codec, DescribesCodes):  # seats.py lets only a team or the broker learn here
-        raise ValueError(f"codec {codec.name!r} cannot name its codes; a best response needs a team or broker codec")
-    code, _ = best_code(arena, codec.name, uniform_codes(codec), selection)
-    out[f"best fixed {codec.name} code: {codec.describe(code)}"] = CodedPolicy(codec, code)
-    return out
+    found = cached_search(folder, arena, codec, selection)
+    out[f"{FIXED_PREFIX}{codec.name} code: {found.description}"] = CodedPolicy(codec, np.asarray(found.code))
+    return out, found
 
 
 def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int], allocator: str = "allocator"
@@ -178,24 +185,47 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
 
 
 def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
-           seeds: Sequence[int], selection: Sequence[int]
+           seeds: Sequence[int], selection: Sequence[int], folder: Path | None = None
            ) -> tuple[list[dict[str, Any]], str, PerSeed]:
-    """The report's rows, its markdown and the per-seed returns (see the module docstring)."""
+    """The report's rows, its markdown and the per-seed returns (see the module docstring); the
+    final best response (:data:`FINAL`: the checkpoint or the best fixed code, the better on the
+    selection seeds) is added to the per-seed returns, and its choice written to ``folder``."""
     arena = Arena(config, None, seat, background)
     learned = make_policy(f"learned:{checkpoint}", config, seat)  # as anyone would load it
-    policies = {LEARNED: learned, **contenders(config, seat, codec_name, arena, selection)}
+    scripted, found = contenders(config, seat, codec_name, arena, selection, folder)
+    policies = {LEARNED: learned, **scripted}
     rows, recorders, per_seed = seat_rows(arena, policies, seeds)
+    choice = final_choice(arena, learned, found, per_seed, folder)
     pricing = pricing_by_demand(recorders, demand_quartiles(recorders[LEARNED])) if seat == BROKER else []
     return rows, markdown(config, seat, checkpoint, background, codec_name, seeds, rows, recorders[LEARNED],
-                          pricing), per_seed
+                          pricing, choice), per_seed
+
+
+def final_choice(arena: Arena, learned: Policy, found: CodeSearch, per_seed: PerSeed, folder: Path | None
+                 ) -> dict[str, Any]:
+    """The final best response: the checkpoint if it beats the best fixed code on the selection seeds,
+    else the fixed code (experiments/training/best_code.py). Its per-seed returns join ``per_seed``
+    as :data:`FINAL`; the choice is written to ``folder/best_response_choice.json``."""
+    learned_mean = float(arena.returns(learned, found.seeds).mean())
+    source = choose(learned_mean, found)
+    fixed = next(name for name in per_seed if name.startswith(FIXED_PREFIX))
+    per_seed[FINAL] = dict(per_seed[LEARNED if source == LEARNING else fixed])
+    mine, theirs = per_seed[FINAL]["seat"], per_seed[fixed]["seat"]
+    diff, ci = paired_difference([float(v) for v in mine], [float(v) for v in theirs])
+    choice = {"source": source, "fixed_code": fixed.removeprefix(FIXED_PREFIX), "codes_tried": found.codes_tried,
+              "selection_seeds": list(found.seeds), "fixed_selection_mean": found.selection_mean,
+              "learned_selection_mean": learned_mean, "final_minus_fixed": diff, "final_minus_fixed_ci95": ci}
+    if folder is not None:
+        (folder / CHOICE_FILE).write_text(json.dumps(choice, indent=1))
+    return choice
 
 
 def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
              seeds: Sequence[int], rows: Sequence[Mapping[str, Any]], learned: Recorder,
-             pricing: Sequence[Mapping[str, Any]] = ()) -> str:
+             pricing: Sequence[Mapping[str, Any]] = (), choice: Mapping[str, Any] | None = None) -> str:
     allocator = background.resolve(config, strict=False).get("allocator")
-    scripted = [r for r in rows[1:] if not r["policy"].startswith("best fixed")]
-    fixed = [r for r in rows if r["policy"].startswith("best fixed")]
+    scripted = [r for r in rows[1:] if not r["policy"].startswith(FIXED_PREFIX)]
+    fixed = [r for r in rows if r["policy"].startswith(FIXED_PREFIX)]
     beaten = [r["policy"] for r in rows[1:] if r["learned_minus_this"] - r["ci95"] > 0]
     lost = [r["policy"] for r in rows[1:] if r["learned_minus_this"] + r["ci95"] < 0]
     total = sum(learned.codes.values()) or 1
@@ -224,6 +254,8 @@ def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Po
         f"Beaten (CI above 0): {', '.join(beaten) or 'none'}. Beats the learned seat (CI below 0): "
         f"{', '.join(lost) or 'none'}. Scripted policies compared: {len(scripted)}.",
     ]
+    if choice is not None:
+        lines += ["", "## The best response: search, then learning", "", choice_words(choice)]
     if pricing:
         lines += ["", "## Pricing by demand", "",
                   "Every broker row's ticks in the quartiles of the demand the learned broker saw (Σ over tiers): "
@@ -234,11 +266,23 @@ def markdown(config: ScenarioConfig, seat: str, checkpoint: Path, background: Po
     return "\n".join(lines) + "\n"
 
 
+def choice_words(choice: Mapping[str, Any]) -> str:
+    """The report's paragraph on which part of the final best response came from the search and which from learning."""
+    seeds = choice["selection_seeds"]
+    learned = "the learned checkpoint" if choice["source"] == LEARNING else "the fixed code itself"
+    return (f"Search: `{choice['fixed_code']}`, the best of {choice['codes_tried']} fixed codes on {len(seeds)} "
+            f"selection seeds ({seeds[0]}..{seeds[-1]}; mean return {choice['fixed_selection_mean']:.2f}); learning "
+            f"started there and reached {choice['learned_selection_mean']:.2f} on the same seeds. The final best "
+            f"response (`{FINAL}` in `{RETURNS_FILE}`) is {learned} (**{choice['source']}**); on the report seeds it "
+            f"gets {choice['final_minus_fixed']:+.2f} ± {choice['final_minus_fixed_ci95']:.2f} over the best fixed "
+            "code (0 when it is the code).")
+
+
 def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population,
                  codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path) -> list[dict[str, Any]]:
     """:func:`report`, written to ``out/best_response.{md,csv}`` (the per-seed returns to
     ``best_response_returns.json``) and printed."""
-    rows, text, per_seed = report(config, seat, checkpoint, background, codec_name, seeds, selection)
+    rows, text, per_seed = report(config, seat, checkpoint, background, codec_name, seeds, selection, out)
     (out / "best_response.md").write_text(text)
     (out / RETURNS_FILE).write_text(json.dumps(per_seed))
     write_csv(rows, out / "best_response.csv")
@@ -250,5 +294,5 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
-__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "pricing_by_demand", "report", "selection_seeds",
-           "write_report"]
+__all__ = ["FINAL", "FIXED_PREFIX", "LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "final_choice",
+           "pricing_by_demand", "report", "selection_seeds", "write_report"]

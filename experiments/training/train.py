@@ -63,6 +63,7 @@ from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
+from experiments.training.best_code import start_at_best_code
 from experiments.training.callbacks import MIX_SHARE_KEY, set_scenario_everywhere
 from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
 from experiments.training.heldout import allocator_reports, describe, evaluate
@@ -102,7 +103,7 @@ def train(args: TrainArgs) -> Path:
     else:
         if args.init_from is not None:  # the allocator continues a checkpoint's policy (warm_start.py)
             load_warm_start(algo, setup.plan.module_of[ALLOCATOR], args.init_from)
-        else:
+        elif start_at_best_code(algo, setup, run) is None:  # a best response starts at its best fixed code
             favour_zero_code(algo, setup)
         keep_untrained(algo, setup, run)
     if not args.mixed:

@@ -5,6 +5,8 @@
 * :func:`learning_curve` — a training metric against iterations or timesteps, with the
   baselines (random, heuristics, oracle) as labelled horizontal lines.
 * :func:`heatmap` — a labelled matrix (the tournament's cross-play and win matrices).
+* :func:`welfare_exploitability` — every allocator as a point (welfare, exploitability) with
+  both CIs, one panel per tier (``commons-arena exploit``).
 * ``mean_ci`` (from :mod:`experiments.evaluation.statistics`) — the interval used by both.
 
 Each function writes one PNG and returns its path; the figure is closed afterwards.
@@ -197,6 +199,53 @@ def heatmap(matrix: Sequence[Sequence[float]], rows: Sequence[str], columns: Seq
     fig.colorbar(image, ax=ax, label=colorbar)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def welfare_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],
+                           title: str = "Welfare and exploitability of each allocator") -> Path:
+    """One panel per ``scenario``; each row a point at (``welfare``, ``exploitability``) with
+    ``welfare_ci95`` / ``exploitability_ci95`` error bars, labelled with its ``allocator``
+    (:func:`draw_welfare_exploitability`). Rows without a finite exploitability are left out."""
+    scenarios = list(dict.fromkeys(str(r["scenario"]) for r in rows))
+    if not scenarios:
+        raise ValueError("welfare_exploitability: no rows to plot")
+    fig = Figure(figsize=(4.6 * len(scenarios), 4.4), dpi=110)
+    FigureCanvasAgg(fig)
+    for i, scenario in enumerate(scenarios):
+        ax = fig.add_subplot(1, len(scenarios), i + 1)
+        draw_welfare_exploitability(ax, [r for r in rows if str(r["scenario"]) == scenario])
+        ax.set_title(scenario)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def draw_welfare_exploitability(ax: Any, rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float, float]]:
+    """The points of one panel on ``ax``: (allocator, welfare, exploitability) per drawn row, in order."""
+    drawn = []
+    for j, row in enumerate(rows):
+        x, y = _number(row.get("welfare")), _number(row.get("exploitability"))
+        if not (math.isfinite(x) and math.isfinite(y)):
+            continue
+        name = str(row["allocator"])
+        ax.errorbar([x], [y], xerr=[_number(row.get("welfare_ci95"), 0.0)],
+                    yerr=[_number(row.get("exploitability_ci95"), 0.0)], fmt="o", capsize=3,
+                    color=PALETTE[j % len(PALETTE)], label=name)
+        ax.annotate(name if len(name) <= 28 else name[:12] + "..." + name[-13:], (x, y), xytext=(4, 4),
+                    textcoords="offset points", fontsize=7)
+        drawn.append((name, x, y))
+    ax.axhline(0.0, color="#999", linewidth=0.6)
+    ax.set_xlabel("welfare: allocator return, own population (95% CI)")
+    ax.set_ylabel("exploitability: max over team seats of the\nbest response's gain over truthful (95% CI)")
+    ax.grid(alpha=0.3)
+    return drawn
+
+
+def _number(value: Any, default: float = math.nan) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:

@@ -1,0 +1,117 @@
+"""A best response that starts where its codec's fixed codes end, and is never below them (issue 30).
+
+A learner in a team or broker seat can mix a dozen codes where one fixed code pays more (the
+``robotics`` seat against ``planner`` on ``crisis``: docs/negotiation.md). So a best response
+(``--experiment best_response``) is made in two parts:
+
+1. **search**: before training, every fixed code of the seat's codec with one choice on every
+   tier (:func:`experiments.evaluation.fixed_codes.uniform_codes`: ``bluff``'s 48, ``markup``'s
+   300) plays the ``--selection-seeds`` against the frozen background; the best is written to
+   ``<run>/fixed_code_search.json`` (the report reads it there instead of searching again);
+2. **learning**: the learner starts from that code (its logit advantage ``--best-code-bias``,
+   :func:`experiments.training.weights.favour_code`: the greedy action at iteration 0 *is*
+   the code) and may learn to switch codes tick by tick on what it observes.
+
+After training the learned seat plays the same selection seeds, and the **final** best response
+is the better of the two there (:func:`choose`): the checkpoint, or the fixed code itself. Both
+were chosen on the selection seeds and are reported on held-out ones, so the final best response
+is below the best fixed code only by the noise of that choice, and the report says per cell which
+part came from the search and which from learning (``best_response_choice.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena, uniform_codes
+from policies.codecs import Codec, DescribesCodes
+
+SEARCH_FILE = "fixed_code_search.json"
+CHOICE_FILE = "best_response_choice.json"
+SEARCH, LEARNING = "search", "learning"  # where the final best response came from
+
+
+@dataclass(frozen=True)
+class CodeSearch:
+    """The best fixed code of a codec on the selection seeds (every uniform code tried)."""
+
+    codec: str
+    code: tuple[int, ...]
+    description: str
+    selection_mean: float  # the seat's mean return on `seeds`
+    seeds: tuple[int, ...]
+    codes_tried: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "code": list(self.code), "seeds": list(self.seeds)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CodeSearch:
+        return cls(codec=str(data["codec"]), code=tuple(int(c) for c in data["code"]),
+                   description=str(data["description"]), selection_mean=float(data["selection_mean"]),
+                   seeds=tuple(int(s) for s in data["seeds"]), codes_tried=int(data["codes_tried"]))
+
+
+def search(arena: Arena, codec: Codec, seeds: Sequence[int]) -> CodeSearch:
+    """Every uniform fixed code of ``codec`` in ``arena``'s seat on ``seeds``: the best (the first on a tie)."""
+    if not isinstance(codec, DescribesCodes):
+        raise ValueError(f"codec {codec.name!r} cannot name its codes; a best response needs a team or broker codec")
+    codes = uniform_codes(codec)
+    means = [float(arena.coded(codec.name, code, seeds).mean()) for code in codes]
+    best = int(np.argmax(means))
+    return CodeSearch(codec.name, tuple(int(c) for c in codes[best]), codec.describe(codes[best]), means[best],
+                      tuple(int(s) for s in seeds), len(codes))
+
+
+def cached_search(folder: Path | None, arena: Arena, codec: Codec, seeds: Sequence[int]) -> CodeSearch:
+    """:func:`search`, read from ``folder/fixed_code_search.json`` when it searched the same codec on
+    the same seeds (written there otherwise; ``folder`` None: nothing is read or written)."""
+    path = None if folder is None else folder / SEARCH_FILE
+    if path is not None and path.is_file():
+        found = CodeSearch.from_json(json.loads(path.read_text()))
+        if found.codec == codec.name and list(found.seeds) == list(seeds):
+            return found
+    found = search(arena, codec, seeds)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(found.to_json(), indent=1))
+    return found
+
+
+def choose(learned_selection_mean: float, found: CodeSearch) -> str:
+    """The final best response's source: the checkpoint only if it beat the fixed code on the selection seeds."""
+    return LEARNING if learned_selection_mean > found.selection_mean else SEARCH
+
+
+def start_at_best_code(algo: Any, setup: Any, run: Path) -> CodeSearch | None:
+    """A best response's learner starts at its codec's best fixed code (None, nothing done: another
+    experiment, ``--best-code-bias 0``, or a seat without a codec)."""
+    from experiments.training.weights import favour_code
+    from policies.codecs import make_codec
+
+    args = setup.args
+    if args.experiment != "best_response" or args.best_code_bias == 0:
+        return None
+    seat = setup.plan.seats[0]
+    codec_name = setup.codecs.get(seat)
+    if not codec_name:
+        return None
+    config = setup.stages[0]
+    codec = make_codec(codec_name, config, seat)
+    selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.selection_seeds)  # the report's too
+    found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection))
+    favour_code(algo, setup.plan.module_of[seat], codec.nvec, np.asarray(found.code), args.best_code_bias)
+    print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection seeds: "
+          f"{found.description} (mean return {found.selection_mean:.2f}); learning starts there "
+          f"(logit advantage {args.best_code_bias:g})")
+    return found
+
+
+__all__ = ["CHOICE_FILE", "LEARNING", "SEARCH", "SEARCH_FILE", "CodeSearch", "cached_search", "choose",
+           "search", "start_at_best_code"]
