@@ -309,7 +309,7 @@ def _objects(text: str, start: int, stop: int, levels: int = 2) -> list[tuple[di
     for begin, end, fenced in _spans(text, start, stop):
         try:
             value = strict_json(text[begin:end])
-        except ValueError:
+        except (ValueError, RecursionError):  # 1,200 nested "[" inside braces: not an action, like any bad JSON
             if levels:
                 found += [(v, fenced or inner) for v, inner in _objects(text, begin + 1, end - 1, levels - 1)]
             continue

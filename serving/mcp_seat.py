@@ -30,11 +30,12 @@ openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Strict
 from starlette.types import Message, Receive, Scope, Send
 
 from serving.briefing import render_briefing
@@ -47,10 +48,16 @@ INSTRUCTIONS = (
     "true. A refused action changes nothing: read the error and act again."
 )
 INVALID_REQUEST = -32600  # JSON-RPC 2.0
+INVALID_PARAMS = -32602
+MAX_ERROR_CHARS = 500  # a tool error (and the SDK's log line of it) quotes at most this much of the request
+# strict like POST /reset: "7", true and 7.0 are not a seed, 7 is not a seat name
+StrictInt = Annotated[int, Strict()]
+StrictStr = Annotated[str, Strict()]
 
 
 def _tool_error(err: ServeError) -> ToolError:
-    return ToolError(f"{err.code}: {err.message}")
+    text = f"{err.code}: {err.message}"
+    return ToolError(text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…")
 
 
 def _view(session: Session) -> dict[str, Any]:
@@ -75,7 +82,8 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             raise _tool_error(err) from None
 
     @server.tool()
-    def start_episode(seat: str | None = None, scenario: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    async def start_episode(seat: StrictStr | None = None, scenario: StrictStr | None = None,
+                            seed: StrictInt | None = None) -> dict[str, Any]:
         """Open an episode in one seat (default: the server's first seat) and return its session_id, briefing and
         first observation. Seats you do not play are played by the server's policies."""
         try:
@@ -96,12 +104,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
                 "seed": metadata["seed"], "max_ticks": config.max_ticks if config else None, **_view(session)}
 
     @server.tool()
-    def observe(session_id: str) -> dict[str, Any]:
+    async def observe(session_id: StrictStr) -> dict[str, Any]:
         """The briefing and observation of the session's seat now (changes nothing)."""
         return _view(session_of(session_id))
 
     @server.tool()
-    def act(session_id: str, action: dict[str, Any] | str) -> dict[str, Any]:
+    async def act(session_id: StrictStr, action: dict[str, Any] | StrictStr) -> dict[str, Any]:
         """Play one tick. action: the JSON action (e.g. {"grant": {"search": {"small": 2}}}) or a text holding one
         JSON action. Returns the reward and its terms, the next briefing and observation, and the totals at the end.
         A refused action is an error naming the entry and its range; the episode does not move."""
@@ -121,12 +129,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         return out
 
     @server.tool()
-    def episode_state(session_id: str) -> dict[str, Any]:
+    async def episode_state(session_id: StrictStr) -> dict[str, Any]:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
         return session_of(session_id).state()
 
     @server.tool()
-    def end_episode(session_id: str) -> dict[str, Any]:
+    async def end_episode(session_id: StrictStr) -> dict[str, Any]:
         """Close the session (sessions left open are closed after the server's idle limit)."""
         store.close(session_of(session_id).id)
         return {"closed": session_id}
@@ -144,11 +152,17 @@ class McpEndpoint:
                                               transport_security=security, max_request_body_size=limit)
         self.handler = self.sdk.routes[0].app  # type: ignore[attr-defined]  # StreamableHTTPASGIApp
         self.session_manager = server.session_manager
-        self.limit = limit
+        self.server, self.limit = server, limit
+        self.arguments: dict[str, frozenset[str]] | None = None  # each tool's argument names (on the first call)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http":
             await self.handler(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            # stateless: no stream outlives a request, so no GET stream is held open (the spec's 405)
+            await _jsonrpc_error(send, 405, "Method Not Allowed: this MCP endpoint is stateless; POST JSON-RPC "
+                                 "messages to /mcp", headers=[(b"allow", b"POST")])
             return
         body, more = bytearray(), True
         while more:
@@ -158,9 +172,13 @@ class McpEndpoint:
             if len(body) > self.limit:
                 await _jsonrpc_error(send, 413, f"Invalid Request: the body is over the limit of {self.limit} bytes")
                 return
-        error = _not_jsonrpc(bytes(body))
+        if self.arguments is None:
+            self.arguments = {t.name: frozenset(t.input_schema.get("properties", {}))
+                              for t in await self.server.list_tools()}
+        status, error = _not_jsonrpc(bytes(body), self.arguments)
         if error is not None:
-            await _jsonrpc_error(send, 200, error)  # as openenv-core's /mcp answers (its validator's probe)
+            await _jsonrpc_error(send, status, error,
+                                 code=INVALID_PARAMS if status == 200 and "arguments" in error else INVALID_REQUEST)
             return
         sent = False
 
@@ -174,23 +192,53 @@ class McpEndpoint:
         await self.handler(scope, replay, send)
 
 
-async def _jsonrpc_error(send: Send, status: int, message: str) -> None:
-    payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}})
+async def _jsonrpc_error(send: Send, status: int, message: str, code: int = INVALID_REQUEST,
+                         headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *(headers or [])]})
     await send({"type": "http.response.body", "body": payload.encode()})
 
 
-def _not_jsonrpc(body: bytes) -> str | None:
-    """Why a JSON object body is not a JSON-RPC 2.0 message (None: pass it on, the SDK answers the rest)."""
+def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int, str | None]:
+    """Why a body is not a message the tools take (status and message; None: pass it on, the SDK answers the rest).
+
+    Nesting deeper than the server's JSON limit is a 400, as on every route; a JSON object that
+    is not JSON-RPC 2.0 gets openenv's 200 and an error object; a ``tools/call`` whose
+    ``arguments`` is not an object or names an argument the tool does not have is refused
+    like ``POST /reset`` refuses an unknown key (the SDK would read ``null`` as ``{}`` and
+    drop unknown names)."""
+    from serving.app import MAX_JSON_DEPTH, loads  # the app's one JSON rule (the app imports this module)
+
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
+        value = loads(body, "the body")
+    except ServeError as err:
+        if err.code == "INVALID_JSON":
+            return 200, None  # the SDK answers a parse error itself
+        return err.status, f"Invalid Request: {err.message} (the limit of every route: {MAX_JSON_DEPTH})"
     if isinstance(value, dict) and value.get("jsonrpc") != "2.0":
-        return ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
-                '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call')
-    return None
+        return 200, ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
+                     '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call')
+    for message in value if isinstance(value, list) else [value]:
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            continue
+        params = message.get("params")
+        if not isinstance(params, dict) or params.get("name") not in arguments:
+            continue  # the SDK names what is wrong
+        given = params.get("arguments", {})
+        if not isinstance(given, dict):
+            return 200, f"Invalid params: arguments must be an object of named arguments, got {_kind(given)}"
+        unknown = sorted(set(given) - arguments[params["name"]])
+        if unknown:
+            shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+            return 200, (f"Invalid params: unknown arguments {shown} of tool {params['name']}; it takes "
+                         f"{sorted(arguments[params['name']])}")
+    return 200, None
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_mcp"]

@@ -14,11 +14,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from commons_arena.inputs import InputError, load_json, load_json_object
 from experiments.training.args import LATEST, TrainArgs
 from experiments.training.config_file import write_experiment
 
 # On resume the saved run's arguments win, except these, which belong to this session.
 SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
+# ... but the budget (a total over the run's sessions) stays the recorded one unless this session gives one
+BUDGET = ("minutes", "iterations")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
 VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
@@ -78,8 +81,12 @@ def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
     """The saved run's arguments, with this session's (:data:`SESSION_ARGS`) and, for flags
     added since, the value the run trained with."""
     values: dict[str, Any] = {}
+    defaults = TrainArgs()
+    keep_budget = current.iterations is None and current.minutes == defaults.minutes  # no budget given now
     for f in fields(TrainArgs):
-        if f.name in SESSION_ARGS:
+        if f.name in BUDGET and keep_budget and f.name in saved:
+            values[f.name] = saved[f.name]  # the run's recorded budget, not today's default
+        elif f.name in SESSION_ARGS:
             values[f.name] = getattr(current, f.name)
         elif f.name not in saved:
             values[f.name] = VALUE_BEFORE_FLAG.get(f.name, getattr(current, f.name))
@@ -104,7 +111,26 @@ def run_args(args: TrainArgs) -> TrainArgs:
         replace(resumed, resume=None, run_name=None).validate()
     except (TypeError, ValueError) as err:
         raise ValueError(f"cannot resume {run}: {err}") from None
+    done = saved_state(run).iterations
+    if resumed.iterations is not None and done >= resumed.iterations:
+        raise ValueError(f"cannot resume {run}: it has trained {done} of its {resumed.iterations} iterations; pass "
+                         f"--iterations with a larger total to train on")
     return resumed
+
+
+def saved_state(run: Path) -> RunState:
+    """A run folder's ``state.json`` (a fresh state if it was killed before the first evaluation), checked."""
+    path = run / "state.json"
+    if not path.exists():
+        return RunState()
+    data = load_json_object(path, "run state")
+    known = {f.name for f in fields(RunState)}
+    if set(data) - known or not isinstance(data.get("iterations", 0), int) or not isinstance(data.get("history", []), list):
+        raise ValueError(f"{path} is not the state of a `commons-arena train` run (keys {sorted(known)})")
+    try:
+        return RunState(**data)
+    except TypeError as err:
+        raise ValueError(f"{path} is not the state of a `commons-arena train` run: {err}") from None
 
 
 def saved_args(run: Path) -> dict[str, Any]:
@@ -112,9 +138,9 @@ def saved_args(run: Path) -> dict[str, Any]:
     values of their types: a hand-made or damaged file stops ``--resume`` before anything is written."""
     path = Path(run) / "args.json"
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not JSON ({err}): not a run folder of `commons-arena train`") from None
+        saved = load_json(path, "run arguments")
+    except InputError as err:
+        raise ValueError(f"{err}: not a run folder of `commons-arena train`") from None
     defaults = {f.name: getattr(TrainArgs(), f.name) for f in fields(TrainArgs)}
     unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else []
     if not isinstance(saved, dict) or "experiment" not in saved or unknown:
@@ -138,8 +164,7 @@ def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
     run = run_folder(args)
     state = RunState()
     if args.resume is not None:
-        if (run / "state.json").is_file():  # absent if killed before the first evaluation
-            state = RunState(**json.loads((run / "state.json").read_text()))
+        state = saved_state(run)  # a fresh state if killed before the first evaluation
     else:
         if run.name != args.name:
             print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
@@ -156,4 +181,5 @@ def save_state(run: Path, state: RunState) -> None:
     (run / "history.json").write_text(json.dumps(state.history, indent=1))
 
 
-__all__ = ["RunState", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state", "saved_args"]
+__all__ = ["RunState", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state", "saved_args",
+           "saved_state"]
