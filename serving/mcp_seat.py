@@ -175,10 +175,9 @@ class McpEndpoint:
         if self.arguments is None:
             self.arguments = {t.name: frozenset(t.input_schema.get("properties", {}))
                               for t in await self.server.list_tools()}
-        status, error = _not_jsonrpc(bytes(body), self.arguments)
+        status, error, code, request_id = _not_jsonrpc(bytes(body), self.arguments)
         if error is not None:
-            await _jsonrpc_error(send, status, error,
-                                 code=INVALID_PARAMS if status == 200 and "arguments" in error else INVALID_REQUEST)
+            await _jsonrpc_error(send, status, error, code, request_id)
             return
         sent = False
 
@@ -192,17 +191,18 @@ class McpEndpoint:
         await self.handler(scope, replay, send)
 
 
-async def _jsonrpc_error(send: Send, status: int, message: str, code: int = INVALID_REQUEST,
+async def _jsonrpc_error(send: Send, status: int, message: str, code: int = INVALID_REQUEST, request_id: Any = None,
                          headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+    payload = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": payload.encode()})
 
 
-def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int, str | None]:
-    """Why a body is not a message the tools take (status and message; None: pass it on, the SDK answers the rest).
+def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int, str | None, int, Any]:
+    """Why a body is not a message the tools take: HTTP status, message (None: pass it on, the SDK
+    answers the rest), JSON-RPC error code and the request's id.
 
     Nesting deeper than the server's JSON limit is a 400, as on every route; a JSON object that
     is not JSON-RPC 2.0 gets openenv's 200 and an error object; a ``tools/call`` whose
@@ -215,26 +215,30 @@ def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int
         value = loads(body, "the body")
     except ServeError as err:
         if err.code == "INVALID_JSON":
-            return 200, None  # the SDK answers a parse error itself
-        return err.status, f"Invalid Request: {err.message} (the limit of every route: {MAX_JSON_DEPTH})"
+            return 200, None, 0, None  # the SDK answers a parse error itself
+        return err.status, f"Invalid Request: {err.message} (the limit of every route: {MAX_JSON_DEPTH})", \
+            INVALID_REQUEST, None
     if isinstance(value, dict) and value.get("jsonrpc") != "2.0":
         return 200, ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
-                     '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call')
+                     '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call'), \
+            INVALID_REQUEST, None
     for message in value if isinstance(value, list) else [value]:
         if not isinstance(message, dict) or message.get("method") != "tools/call":
             continue
         params = message.get("params")
         if not isinstance(params, dict) or params.get("name") not in arguments:
             continue  # the SDK names what is wrong
-        given = params.get("arguments", {})
+        given, request_id = params.get("arguments", {}), message.get("id")
+        request_id = request_id if isinstance(request_id, int | str) and not isinstance(request_id, bool) else None
         if not isinstance(given, dict):
-            return 200, f"Invalid params: arguments must be an object of named arguments, got {_kind(given)}"
+            return 200, f"Invalid params: arguments must be an object of named arguments, got {_kind(given)}", \
+                INVALID_PARAMS, request_id
         unknown = sorted(set(given) - arguments[params["name"]])
         if unknown:
             shown = ", ".join(repr(k[:40]) for k in unknown[:5])
             return 200, (f"Invalid params: unknown arguments {shown} of tool {params['name']}; it takes "
-                         f"{sorted(arguments[params['name']])}")
-    return 200, None
+                         f"{sorted(arguments[params['name']])}"), INVALID_PARAMS, request_id
+    return 200, None, 0, None
 
 
 def _kind(value: Any) -> str:
