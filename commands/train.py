@@ -222,6 +222,33 @@ class ArmsRace:
 
 
 @dataclass
+class Aggregate:
+    """Redo the report across training seeds (what `train --train-seeds` writes at the end) from the seeds'
+    run folders under PARENT: aggregate.md / .json, vs_scripted.csv, learning_curves.png
+    (experiments/training/aggregate.py)."""
+
+    parent: tyro.conf.Positional[Path]
+    """the folder holding the seeds' run folders"""
+    compare_seeds: int = 100
+    """held-out episodes per tier of the paired comparison with every scripted allocator (0: none)"""
+    force: bool = False
+    """replace an earlier report in PARENT"""
+
+    def validate(self) -> None:
+        from experiments.outputs import check_outputs
+        from experiments.training.aggregate import OUTPUTS, seed_runs
+
+        check_number("--compare-seeds", self.compare_seeds, 0, MAX_SEEDS)
+        seed_runs(self.parent)  # every run folder read and checked before any work
+        check_outputs(self.parent, OUTPUTS, self.force)
+
+    def run(self) -> Path:
+        from experiments.training.aggregate import aggregate
+
+        return aggregate(self.parent, self.compare_seeds, progress=True, force=self.force)
+
+
+@dataclass
 class ConvertCheckpoint:
     """Give an old pickled checkpoint the data-only files `learned:` loads (arena_policy.safetensors
     and a format_version 2 arena_policy.json). This UNPICKLES the checkpoint, which can run any

@@ -39,6 +39,10 @@ class InputError(ValueError):
         self.where, self.reason = where, reason
 
 
+class TooDeep(InputError):
+    """Input nested deeper than :data:`MAX_DEPTH`."""
+
+
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether ``value`` (JSON or TOML data) nests deeper than ``limit`` (iterative: no recursion)."""
     stack = [(value, 1)]
@@ -101,9 +105,9 @@ def loads_toml(text: str, what: str = "the TOML") -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except RecursionError:
-        raise InputError(what, f"nests deeper than {MAX_DEPTH} levels") from None
+        raise TooDeep(what, f"nests deeper than {MAX_DEPTH} levels") from None
     if too_deep(data):
-        raise InputError(what, f"nests deeper than {MAX_DEPTH} levels")
+        raise TooDeep(what, f"nests deeper than {MAX_DEPTH} levels")
     return data
 
 
@@ -121,31 +125,36 @@ def _finite_float(text: str) -> float:
 _STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
-def loads_json(text: str | bytes, what: str = "the JSON") -> Any:
-    """Strict JSON (no NaN or Infinity) at most :data:`MAX_DEPTH` deep, else :class:`InputError`."""
+_LENIENT = json.JSONDecoder()
+
+
+def loads_json(text: str | bytes, what: str = "the JSON", allow_nan: bool = False) -> Any:
+    """Strict JSON (no NaN or Infinity, unless ``allow_nan``: files Python's ``json`` wrote) at most
+    :data:`MAX_DEPTH` deep, else :class:`InputError`."""
     try:
-        value = _STRICT.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
+        value = (_LENIENT if allow_nan else _STRICT).decode(text.decode("utf-8") if isinstance(text, bytes) else text)
     except RecursionError:
-        raise InputError(what, f"nests deeper than {MAX_DEPTH} levels") from None
+        raise TooDeep(what, f"nests deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise InputError(what, f"not valid JSON: {err}") from None
     if too_deep(value):
-        raise InputError(what, f"nests deeper than {MAX_DEPTH} levels")
+        raise TooDeep(what, f"nests deeper than {MAX_DEPTH} levels")
     return value
 
 
-def load_json(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> Any:
+def load_json(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
+              allow_nan: bool = False) -> Any:
     """A JSON file under every rule of this module."""
-    return loads_json(read_bytes(path, what, max_bytes), f"{what} {path}")
+    return loads_json(read_bytes(path, what, max_bytes), f"{what} {path}", allow_nan)
 
 
-def load_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
+def load_json_object(path: str | os.PathLike[str], what: str = "file", allow_nan: bool = False) -> dict[str, Any]:
     """:func:`load_json` of a file that must hold one JSON object."""
-    value = load_json(path, what)
+    value = load_json(path, what, allow_nan=allow_nan)
     if not isinstance(value, dict):
         raise InputError(f"{what} {path}", f"must hold a JSON object, got {type(value).__name__}")
     return value
 
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "check_regular", "load_json",
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "load_json",
            "load_json_object", "loads_json", "loads_toml", "read_bytes", "read_text", "too_deep"]

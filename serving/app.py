@@ -61,6 +61,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Red
 from starlette.routing import Route
 
 import commons_arena
+from commons_arena.inputs import MAX_DEPTH
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
 from serving.session import ServeError, ServeSettings, Session, SessionStore
@@ -111,7 +112,7 @@ OBSERVATION_EXTRAS = {
 }
 
 
-MAX_JSON_DEPTH = 32  # deepest nesting of a body or message; an action nests 3 deep
+MAX_JSON_DEPTH = MAX_DEPTH  # deepest nesting of a body or message (an action nests 3 deep): every input's rule
 
 
 def _error_response(err: ServeError) -> JSONResponse:

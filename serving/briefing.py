@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from commons_arena.inputs import too_deep
 from serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action, strict_json
 
 ROLE_INTRO = {
@@ -313,7 +314,7 @@ def _objects(text: str, start: int, stop: int, levels: int = 2) -> list[tuple[di
             if levels:
                 found += [(v, fenced or inner) for v, inner in _objects(text, begin + 1, end - 1, levels - 1)]
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not too_deep(value, MAX_TEXT_DEPTH):
             found.append((value, fenced))
     return found
 

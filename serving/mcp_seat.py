@@ -38,6 +38,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Strict
 from starlette.types import Message, Receive, Scope, Send
 
+from commons_arena.inputs import InputError, TooDeep, loads_json
 from serving.briefing import render_briefing
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import encode_observation
@@ -209,15 +210,12 @@ def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int
     ``arguments`` is not an object or names an argument the tool does not have is refused
     like ``POST /reset`` refuses an unknown key (the SDK would read ``null`` as ``{}`` and
     drop unknown names)."""
-    from serving.app import MAX_JSON_DEPTH, loads  # the app's one JSON rule (the app imports this module)
-
     try:
-        value = loads(body, "the body")
-    except ServeError as err:
-        if err.code == "INVALID_JSON":
-            return 200, None, 0, None  # the SDK answers a parse error itself
-        return err.status, f"Invalid Request: {err.message} (the limit of every route: {MAX_JSON_DEPTH})", \
-            INVALID_REQUEST, None
+        value = loads_json(body, "the body")  # the nesting rule of every route and file (commons_arena.inputs)
+    except TooDeep as err:
+        return 400, f"Invalid Request: {err}", INVALID_REQUEST, None
+    except InputError:
+        return 200, None, 0, None  # the SDK answers a parse error itself
     if isinstance(value, dict) and value.get("jsonrpc") != "2.0":
         return 200, ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
                      '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call'), \
