@@ -52,6 +52,7 @@ import logging
 import socket
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,7 @@ OBSERVATION_EXTRAS = {
 }
 
 
+MAX_LOG_CHARS = 4_000  # longest server log entry about one request
 MAX_JSON_DEPTH = MAX_DEPTH  # deepest nesting of a body or message (an action nests 3 deep): every input's rule
 
 
@@ -121,7 +123,12 @@ def _error_response(err: ServeError) -> JSONResponse:
 
 def _internal(err: Exception) -> ServeError:
     """What the client hears of an error the server did not foresee (a bug: the server log has the rest)."""
-    logging.getLogger("commons_arena.serve").error("unexpected error", exc_info=err)
+    # bounded: a client's input can make a traceback long (a deep value's repeated frames)
+    text = "".join(traceback.format_exception(err))
+    if len(text) > MAX_LOG_CHARS:
+        text = text[:MAX_LOG_CHARS // 2] + f"\n... ({len(text) - MAX_LOG_CHARS} characters left out) ...\n" \
+            + text[-MAX_LOG_CHARS // 2:]
+    logging.getLogger("commons_arena.serve").error("unexpected error: %s", text)
     return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
                       "in the episode")
 
