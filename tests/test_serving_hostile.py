@@ -556,3 +556,54 @@ def test_deep_text_actions_and_bodies_are_4xx_everywhere(url, http):
 def test_reset_refuses_wrong_parameter_types_and_unknown_agents(http, population):
     response = http.post("/reset", json={"population": population})
     assert response.status_code == 422 and response.json()["error"]["field"] == "population", response.text
+
+
+TOOLS = st.sampled_from(["start_episode", "observe", "act", "episode_state", "end_episode", "nope", ""])
+ARGUMENT_NAMES = st.sampled_from(["session_id", "action", "seat", "scenario", "seed", "bogus"])
+
+
+@st.composite
+def mcp_body(draw):
+    kind = draw(st.sampled_from(["call", "call", "call", "other", "raw"]))
+    if kind == "raw":
+        return draw(RAW)
+    if kind == "other":
+        return _dumps({"jsonrpc": draw(st.sampled_from(["2.0", "1.0", None])), "id": draw(JSON_LEAF),
+                       "method": draw(st.sampled_from(["tools/list", "initialize", "ping", "bogus"]) | st.text(max_size=10)),
+                       "params": draw(NAMED)})
+    arguments = draw(st.none() | st.dictionaries(ARGUMENT_NAMES, NAMED | st.just("SID"), max_size=4) | NAMED)
+    return _dumps({"jsonrpc": "2.0", "id": draw(st.integers(0, 10**6)), "method": "tools/call",
+                   "params": {"name": draw(TOOLS), "arguments": arguments}})
+
+
+def test_fuzz_mcp(served):
+    """Generated JSON-RPC bodies at /mcp: always an answer below 500 (a JSON-RPC error or a tool error),
+    never a traceback, and the server's sessions all closed afterwards."""
+    url, _ = served
+    with httpx.Client(base_url=url, timeout=20) as http, HealthWatch(url) as watch:
+        status, answer = mcp_call(http, "start_episode", {"seat": "search", "seed": 3})
+        sid = tool_answer(answer)[1]["session_id"]
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(mcp_body())
+        def fuzz(body):
+            content = body.replace('"SID"', json.dumps(sid)) if isinstance(body, str) else body
+            response = http.post("/mcp", content=content, headers=MCP_HEADERS)
+            assert response.status_code < 500, (body, response.text)
+            if response.status_code == 202:  # a notification (no id) is accepted without an answer
+                return
+            answer = response.json()
+            assert "INTERNAL" not in response.text and "Traceback" not in response.text, response.text
+            if "result" in answer and isinstance(answer["result"], dict) and "content" in answer["result"]:
+                text = answer["result"]["content"][0]["text"]
+                if not answer["result"].get("isError"):
+                    opened = json.loads(text).get("session_id")
+                    if opened and opened != sid:  # a session the fuzz opened: close it
+                        mcp_call(http, "end_episode", {"session_id": opened})
+
+        fuzz()
+        mcp_call(http, "end_episode", {"session_id": sid})
+        time.sleep(0.2)
+        assert http.get("/info").json()["sessions"] == 0
+    times = sorted(watch.times)
+    assert times[len(times) * 9 // 10] < 0.1
