@@ -250,10 +250,19 @@ BIG = str(10**30)
     (["exploit", "--allocators", "edf", "--first-seed", BIG, "--out", "{tmp}/runs/exploit"], "--first-seed"),
     (["verify", "{tmp}/fifo"], "a FIFO, not a regular file"),
     (["verify", "/dev/zero"], "a character device"),
+    (["tournament", "{tmp}/roster.toml", "--out", "{tmp}/runs/t"], "seeds must be at most 2**63 - 1"),
+    (["tournament", "{tmp}/fifo", "--out", "{tmp}/runs/t"], "a FIFO, not a regular file"),
+    (["arms-race", "--first-seed", BIG, "--out", "{tmp}/runs/ar"], "--first-seed"),
+    (["evaluate", "--seeds", str(10**12), "--out", "{tmp}/runs/e"], "--seeds must be"),
+    (["play", "--scenario", "{tmp}/fifo", "--quiet"], "a FIFO, not a regular file"),
+    (["play", "--population", "{tmp}/fifo", "--quiet"], "a FIFO, not a regular file"),
+    (["replay", "{tmp}/fifo", "-o", "{tmp}/r.html"], "a FIFO, not a regular file"),
+    (["analyze", "{tmp}/runs", "--seeds", str(10**12)], "--seeds must be"),
 ])
 def test_a_bad_value_changes_nothing_and_starts_no_work(capsys, place, argv, match):
     """Every command checks before it writes or trains: the file system and `latest` stay as they were."""
     _experiment(place, "seed = 0")
+    (place / "roster.toml").write_text(f'scenarios = ["standard"]\nentrants = ["edf"]\nseeds = [{2**63}]\n')
     before = snapshot(place)
     argv = [a.format(tmp=place) for a in argv]
     if argv[0] == "train":
@@ -551,3 +560,20 @@ def test_the_cache_is_rehashed_and_a_refused_unpack_leaves_nothing(tmp_path, cac
     with pytest.raises(shipping.ShippingError, match="leaves the checkpoint"):
         shipping.unpack(bad)
     assert sorted(p.name for p in cache.iterdir()) == [packed.sha256] and not (tmp_path / "evil").exists()
+
+
+def test_analyze_reads_a_mixed_run_on_its_hardest_tier(tmp_path):
+    """The main job's run (allocator_mixed) records its rows as scenario "mixed": analyze used to look for a
+    scenario named 'mixed'; it analyses the mix on its hardest tier."""
+    from dataclasses import asdict
+
+    from experiments.evaluation.analysis import read_run
+    from experiments.training.args import TrainArgs
+    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
+
+    run = tmp_path / "run"
+    save_agent(run / "checkpoint", "standard", ALLOCATOR)
+    (run / "args.json").write_text(json.dumps(asdict(TrainArgs(experiment="allocator_mixed")), default=str))
+    (run / "history.json").write_text(json.dumps([{"iteration": 5, "env_steps": 10, "scenario": "mixed",
+                                                   "score": 0.5, "score/standard": 0.4, "score/crisis": 0.6}]))
+    assert read_run(run).scenario == "crisis"
