@@ -40,7 +40,9 @@ is full. Over the WebSocket the same error is a frame ``{"type": "error", "data"
 Every limit, its value and its error are listed in ``docs/limits.md``.
 
 Environment steps are short (well under a millisecond) and run on the event loop itself:
-sessions never share an environment, and one thread means no locks.
+sessions never share an environment, and one thread means no locks. Every route, WebSocket
+frame and MCP tool that touches a session is a coroutine on that loop (none runs in a worker
+thread), so concurrent calls on one session play one after another.
 """
 
 from __future__ import annotations

@@ -22,7 +22,13 @@ sessions are the server's own (the same store, limits and idle expiry as ``POST 
 the briefing is :func:`serving.briefing.render_briefing`, the text seat's.
 
 The endpoint is stateless streamable HTTP with JSON answers: every tool call carries its
-``session_id``, so no MCP session has to outlive a request. ``POST /mcp`` with a body that
+``session_id``, so no MCP session has to outlive a request (``GET /mcp``, a stream nothing
+would close or count, is 405). The tools are ``async``: the SDK runs them on the server's
+event loop, like every route and frame, so two calls on one session never run at once (a
+plain function would run in a worker thread). Arguments are checked as ``POST /reset``
+checks its body: strict types (a seed ``"7"`` or ``true`` is refused), and a call naming an
+argument the tool does not have, or whose ``arguments`` is not an object, is a JSON-RPC
+error -32602. ``POST /mcp`` with a body that
 is not a JSON-RPC message (``{}``, openenv's validator's probe) is answered like
 openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 """
