@@ -183,21 +183,6 @@ class TrainArgs:
                    if get_origin(hint) is Literal and value not in get_args(hint)]
         if literal:  # a saved args.json (--resume) is read without tyro: its names are checked here too
             raise ValueError(literal[0])
-        bounded = [("--seed", self.seed, MAX_TRAIN_SEED), ("--num-env-runners", self.num_env_runners, MAX_RUNNERS),
-                   ("--num-envs-per-env-runner", self.num_envs_per_env_runner, MAX_ENVS_PER_RUNNER),
-                   ("--train-batch-size", self.train_batch_size, MAX_BATCH), ("--num-epochs", self.num_epochs, MAX_EPOCHS),
-                   ("--eval-every", self.eval_every, MAX_ITERATIONS), ("--eval-seeds", self.eval_seeds, MAX_EVAL_SEEDS),
-                   ("--eval-first-seed", self.eval_first_seed, MAX_FIRST_SEED - self.eval_seeds + 1),
-                   ("--report-seeds", self.report_seeds, MAX_EVAL_SEEDS),
-                   ("--report-first-seed", self.report_first_seed, MAX_FIRST_SEED - self.report_seeds + 1),
-                   ("--selection-seeds", self.selection_seeds, MAX_EVAL_SEEDS),
-                   ("--iterations", self.iterations or 0, MAX_ITERATIONS), ("--minutes", self.minutes, MAX_MINUTES),
-                   ("--torch-threads", self.torch_threads, MAX_TORCH_THREADS),
-                   ("--promote-after", self.promote_after, MAX_ITERATIONS),
-                   ("--snapshot-gap", self.snapshot_gap, MAX_ITERATIONS)]
-        for flag, value, high in bounded:
-            if not value <= high:  # NaN fails this too
-                raise ValueError(f"{flag} must be at most {high}, got {value}")
         checks = [
             (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
             (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
@@ -239,6 +224,21 @@ class TrainArgs:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        bounded = [("--seed", self.seed, MAX_TRAIN_SEED), ("--num-env-runners", self.num_env_runners, MAX_RUNNERS),
+                   ("--num-envs-per-env-runner", self.num_envs_per_env_runner, MAX_ENVS_PER_RUNNER),
+                   ("--train-batch-size", self.train_batch_size, MAX_BATCH), ("--num-epochs", self.num_epochs, MAX_EPOCHS),
+                   ("--eval-every", self.eval_every, MAX_ITERATIONS), ("--eval-seeds", self.eval_seeds, MAX_EVAL_SEEDS),
+                   ("--eval-first-seed", self.eval_first_seed, MAX_FIRST_SEED - self.eval_seeds + 1),
+                   ("--report-seeds", self.report_seeds, MAX_EVAL_SEEDS),
+                   ("--report-first-seed", self.report_first_seed, MAX_FIRST_SEED - self.report_seeds + 1),
+                   ("--selection-seeds", self.selection_seeds, MAX_EVAL_SEEDS),
+                   ("--iterations", self.iterations or 0, MAX_ITERATIONS), ("--minutes", self.minutes, MAX_MINUTES),
+                   ("--torch-threads", self.torch_threads, MAX_TORCH_THREADS),
+                   ("--promote-after", self.promote_after, MAX_ITERATIONS),
+                   ("--snapshot-gap", self.snapshot_gap, MAX_ITERATIONS)]
+        for flag, value, high in bounded:
+            if not value <= high:
+                raise ValueError(f"{flag} must be at most {high}, got {value}")
 
     @property
     def stages(self) -> tuple[str, ...]:
