@@ -142,7 +142,7 @@ def check_saved_files(run: Path) -> None:
                 raise ValueError(f"{path}: not the file a run writes: {format_validation_error(err)}") from None
     league = run / "league.json"
     if league.exists():
-        for number, line in enumerate(read_text(league, "league log").splitlines(), 1):
+        for number, line in enumerate(read_text(league, "league log", MAX_LOG_BYTES).splitlines(), 1):
             row = loads_json(line, f"{league}:{number}", allow_nan=True) if line.strip() else {}
             if line.strip() and (not isinstance(row, dict) or isinstance(row.get("iteration"), bool)
                                  or not isinstance(row.get("iteration"), int) or not isinstance(row.get("mix", []), list)):
@@ -212,6 +212,7 @@ class HistoryRow(BaseModel):
 
 
 MAX_HISTORY_ROWS = 1_000_000
+MAX_LOG_BYTES = 256 * 2**20  # league.json: one line per iteration
 
 
 def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
@@ -221,7 +222,7 @@ def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
     path = Path(run) / "history.json"
     if not path.exists() and not required:
         return []
-    rows = load_json(path, "run history", allow_nan=True)  # the run wrote it with Python's json (NaN allowed)
+    rows = load_json(path, "run history", MAX_LOG_BYTES, allow_nan=True)  # Python's json wrote it (NaN allowed)
     if not isinstance(rows, list) or len(rows) > MAX_HISTORY_ROWS:
         raise ValueError(f"{path} is not a run's history: a JSON list of evaluation rows")
     checked = []
