@@ -34,7 +34,7 @@ from commands.common import PROG
 from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
 from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve, ServeCheck
-from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
+from commands.train import Aggregate, ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
 from commons_arena.errors import one_line
 from experiments.training.hash_seed import pin_hash_seed
 
@@ -63,6 +63,7 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[Train, train]
         | Annotated[Exploit, tyro.conf.subcommand("exploit")]
         | Annotated[ArmsRace, tyro.conf.subcommand("arms-race")]
+        | Annotated[Aggregate, tyro.conf.subcommand("aggregate")]
         | Annotated[Replay, tyro.conf.subcommand("replay")]
         | Annotated[Analyze, tyro.conf.subcommand("analyze")]
         | Annotated[Serve, tyro.conf.subcommand("serve")]

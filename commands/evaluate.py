@@ -201,18 +201,21 @@ class Analyze:
     """overwrite an earlier analysis in the output folder"""
 
     def validate(self) -> None:
-        from experiments.evaluation.analysis import read_run
+        from experiments.evaluation.analysis import OUTPUTS, read_run
+        from experiments.outputs import check_outputs
 
         seed_list(self.first_seed, self.seeds)
+        out = self.out or self.run_folder / "analysis"
+        check_outputs(out, OUTPUTS, self.force)  # never through a symlink (RUN/analysis or a file in it)
         read_run(self.run_folder, self.checkpoint)  # a run folder with that checkpoint, or says what is missing
-        refuse_overwrite(self.out or self.run_folder / "analysis", self.force, what="folder")
+        refuse_overwrite(out, self.force, what="folder")
 
     def run(self) -> list[Path]:
         from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
 
         report = analyze(self.run_folder, seed_list(self.first_seed, self.seeds), checkpoint=self.checkpoint)
         print(summary_markdown(report))
-        paths = write_analysis(report, self.out or self.run_folder / "analysis")
+        paths = write_analysis(report, self.out or self.run_folder / "analysis", self.force)
         for path in paths:
             print(f"wrote {path}")
         return paths

@@ -13,6 +13,7 @@ import tyro
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite
 from commons_arena.errors import one_line
+from commons_arena.inputs import MAX_RECORDING_BYTES, check_regular
 from experiments.seeds import MAX_SEED
 
 
@@ -241,8 +242,9 @@ class Replay:
         return self.output if self.output is not None else self.recording.with_suffix(".html")
 
     def validate(self) -> None:
-        if not self.recording.is_file():
+        if not self.recording.exists():
             raise UsageError(f"recording not found: {self.recording}")
+        check_regular(self.recording, "recording", MAX_RECORDING_BYTES)  # a FIFO or /dev/zero: refused unread
         if self.episode is not None:
             check_number("--episode", self.episode, 0, 1_000_000)
         refuse_overwrite(self.target, self.force, inputs=[self.recording])

@@ -13,10 +13,10 @@ from typing import Annotated, Literal
 import tyro
 
 import commons_arena
-from commands.common import UsageError, check_number, paired_seed_list, refuse_overwrite
+from commands.common import MAX_SEEDS, UsageError, check_number, paired_seed_list, refuse_overwrite
 from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
-from experiments.training.args import TrainArgs
+from experiments.training.args import MAX_TRAIN_SEED, TrainArgs
 
 POPULATION = "population"  # arms-race --seat-otherwise: each scenario's own seat policy
 MAX_DISCOUNT_SEEDS = 100_000
@@ -39,8 +39,11 @@ class Train:
 
     def validate(self) -> None:
         self.args.validate()
-        if len(set(self.train_seeds)) != len(self.train_seeds) or any(s < 0 for s in self.train_seeds):
-            raise UsageError(f"--train-seeds must be distinct non-negative seeds, got {list(self.train_seeds)}")
+        if (len(set(self.train_seeds)) != len(self.train_seeds)
+                or any(not 0 <= s <= MAX_TRAIN_SEED for s in self.train_seeds)):
+            raise UsageError(f"--train-seeds must be distinct seeds in [0, {MAX_TRAIN_SEED}], got "
+                             f"{list(self.train_seeds)[:10]}")
+        check_number("--compare-seeds", self.compare_seeds, 0, MAX_SEEDS)
         if self.train_seeds and self.args.resume is not None:
             raise UsageError("--train-seeds starts new runs; --resume continues one (resume each seed's folder)")
 
@@ -69,14 +72,18 @@ def _config_path(args: list[str]) -> Path | None:
     """The experiment file of a ``train --config FILE`` command line (None for any other)."""
     if not args or args[0] != "train":
         return None
+    paths: list[Path] = []
     for i, token in enumerate(args):
         if token.startswith("--config="):
-            return Path(token.split("=", 1)[1])
-        if token == "--config":
+            paths.append(Path(token.split("=", 1)[1]))
+        elif token == "--config":
             if i + 1 >= len(args):
                 raise UsageError("--config needs an experiment file (TOML)")
-            return Path(args[i + 1])
-    return None
+            paths.append(Path(args[i + 1]))
+    if len(paths) > 1:  # one would silently win: an experiment is one file (flags beside it override it)
+        raise UsageError(f"--config is given {len(paths)} times ({', '.join(map(str, paths[:3]))}); give one "
+                         "experiment file, and flags beside it for what differs")
+    return paths[0] if paths else None
 
 
 @dataclass
@@ -228,6 +235,33 @@ class ArmsRace:
         otherwise = None if self.seat_otherwise == POPULATION else self.seat_otherwise
         return arms_race(self.allocator, self.scenario, self.seat, paired_seed_list(self.first_seed, self.seeds), round1, round2,
                          self.share, self.out, otherwise)
+
+
+@dataclass
+class Aggregate:
+    """Redo the report across training seeds (what `train --train-seeds` writes at the end) from the seeds'
+    run folders under PARENT: aggregate.md / .json, vs_scripted.csv, learning_curves.png
+    (experiments/training/aggregate.py)."""
+
+    parent: tyro.conf.Positional[Path]
+    """the folder holding the seeds' run folders"""
+    compare_seeds: int = 100
+    """held-out episodes per tier of the paired comparison with every scripted allocator (0: none)"""
+    force: bool = False
+    """replace an earlier report in PARENT"""
+
+    def validate(self) -> None:
+        from experiments.outputs import check_outputs
+        from experiments.training.aggregate import OUTPUTS, seed_runs
+
+        check_number("--compare-seeds", self.compare_seeds, 0, MAX_SEEDS)
+        seed_runs(self.parent)  # every run folder read and checked before any work
+        check_outputs(self.parent, OUTPUTS, self.force)
+
+    def run(self) -> Path:
+        from experiments.training.aggregate import aggregate
+
+        return aggregate(self.parent, self.compare_seeds, progress=True, force=self.force)
 
 
 @dataclass

@@ -55,6 +55,7 @@ import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from commons_arena.enums import Stance
+from commons_arena.inputs import MAX_DEPTH, MAX_RECORDING_BYTES, check_regular, too_deep
 from commons_arena.mechanics.jobs import JobStatus
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
@@ -303,6 +304,7 @@ def _numbered_lines(f: Any, path: Any) -> Any:
 def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Parse a recording into episodes: ``[{"header": ..., "ticks": [...], "summary": ... | None}]``."""
     episodes: list[dict[str, Any]] = []
+    check_regular(path, "recording", MAX_RECORDING_BYTES)  # a FIFO or /dev/zero is refused before it is opened
     with Path(path).open(encoding="utf-8", errors="strict") as f:
         for number, line in _numbered_lines(f, path):
             line = line.strip()
@@ -314,6 +316,8 @@ def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
             except RecursionError:
                 raise ValueError(f"{path}:{number}: nested too deeply") from None
+            if too_deep(record):
+                raise ValueError(f"{path}:{number}: nested deeper than {MAX_DEPTH} levels")
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             kind = record.get("type")

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from commons_arena.enums import ALLOCATOR, BROKER, DEFAULT_SHOCK_TEAM, DIFFICULTIES, CarbonMode, ShockKind
 from commons_arena.errors import format_validation_error
+from commons_arena.inputs import InputError, loads_toml, read_text
 
 # Bounds. Every number is finite, and every size is capped so that a valid file cannot
 # exhaust memory (observation and queue sizes grow with these), overflow an int64 action
@@ -449,7 +450,7 @@ def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
     text = str(scenario)
     path = Path(text)
     if isinstance(scenario, Path) or text.endswith(".toml") or "/" in text:
-        if not path.is_file():
+        if not path.exists():
             raise ScenarioError(f"scenario file not found: {path}")
     else:
         path = scenario_path(text)
@@ -459,14 +460,11 @@ def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
 def read_toml(path: Path, what: str = "scenario", error: type[ScenarioError] = ScenarioError) -> dict[str, Any]:
     """A TOML file of at most MAX_FILE_BYTES as a dict; ``error`` names the file and what is wrong."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise error(f"invalid {what} {path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise error(f"invalid {what} {path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+        data = loads_toml(read_text(path, what, MAX_FILE_BYTES))
+    except InputError as err:  # a special file, too large, not UTF-8, nested too deeply
+        raise error(f"invalid {what} {path}: {err.reason}") from None
     except tomllib.TOMLDecodeError as err:
         raise error(f"invalid {what} {path}: not valid TOML: {err}") from None
-    except RecursionError:
-        raise error(f"invalid {what} {path}: nested too deeply") from None
     except OSError as err:
         raise error(f"cannot read {what} {path}: {err.strerror or err}") from None
+    return data

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.arena import ArenaEnv
-from commons_arena.recording import FORMAT, RecordEpisode, read_recording
+from commons_arena.recording import FORMAT, FORMAT_VERSION, RecordEpisode, read_recording
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
 from commons_arena.spaces import action_layout
 from commons_arena.version import ENV_NAME
@@ -67,17 +67,52 @@ class Verification:
 
 def recorded_actions(config: ScenarioConfig, named: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
     """A tick line's ``actions`` (named parts per agent) back as flat action vectors."""
+    if not isinstance(named, Mapping):
+        raise RecordingRefused(f"recorded actions must be an object of agents, got {type(named).__name__}")
+    unknown = [a for a in named if a not in config.agents]
+    missing_agents = [a for a in config.agents if a not in named]
+    if unknown or missing_agents:  # a tick line names every agent's action (an agent the env no longer has acts too)
+        raise RecordingRefused(f"recorded actions name agents {sorted(map(str, named))[:10]}; the scenario's agents "
+                               f"are {list(config.agents)}")
     actions = {}
     for agent, parts in named.items():
         layout = action_layout(config, agent)
+        if not isinstance(parts, Mapping):
+            raise RecordingRefused(f"recorded action of {agent!r} must be an object of parts")
         missing = [f.name for f in layout.fields if f.name not in parts]
-        if missing:
-            raise RecordingRefused(f"recorded action of {agent!r} lacks part(s) {missing}")
+        extra = [k for k in parts if k not in {f.name for f in layout.fields}]
+        if missing or extra:
+            raise RecordingRefused(f"recorded action of {agent!r} has parts {sorted(map(str, parts))[:10]}; an "
+                                   f"action has {[f.name for f in layout.fields]}")
+        flat = []
+        for f in layout.fields:
+            values = _integers(parts[f.name])
+            if values is None or len(values) != f.size:
+                raise RecordingRefused(f"recorded action of {agent!r}: {f.name} must be {f.size} integer(s) (not "
+                                       f"true/false, 1.5 or \"1\"), got {parts[f.name]!r:.60}")
+            flat += values
         try:
-            actions[agent] = np.concatenate([np.asarray(parts[f.name], dtype=np.int64).ravel() for f in layout.fields])
-        except (OverflowError, TypeError, ValueError) as err:  # a number no action holds: cannot be checked
+            actions[agent] = np.asarray(flat, dtype=np.int64)
+        except OverflowError as err:  # a number no action holds: cannot be checked
             raise RecordingRefused(f"recorded action of {agent!r} is not integers of the action's shape: {err}") from None
     return actions
+
+
+def _integers(value: Any) -> list[int] | None:
+    """An action part as written (an integer, or nested lists of them), flattened; None if any entry is not an int."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        out: list[int] = []
+        for item in value:
+            inner = _integers(item)
+            if inner is None:
+                return None
+            out += inner
+        return out
+    return None
 
 
 def first_difference(recorded: Any, replayed: Any, where: str = "") -> tuple[str, Any, Any] | None:
@@ -106,7 +141,13 @@ def first_difference(recorded: Any, replayed: Any, where: str = "") -> tuple[str
 
 def _check_header(header: Mapping[str, Any], config: ScenarioConfig, where: str) -> None:
     if header.get("format") != FORMAT:
-        raise RecordingRefused(f"{where}: not a commons_arena recording (format {header.get('format')!r})")
+        raise RecordingRefused(f"{where}: not a commons_arena recording (format {header.get('format')!r:.60})")
+    if header.get("format_version") != FORMAT_VERSION or isinstance(header.get("format_version"), bool):
+        raise RecordingRefused(f"{where}: recording format_version {header.get('format_version')!r:.60}; this "
+                               f"version reads format_version {FORMAT_VERSION}")
+    seed = header.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+        raise RecordingRefused(f"{where}: the seed must be an integer in [0, 2**64), got {seed!r:.60}")
     if header.get("env") != ENV_NAME:
         raise RecordingRefused(
             f"{where}: recorded with env {header.get('env')!r}, this is {ENV_NAME!r}; the rules changed on purpose "

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from commons_arena.arena import ArenaEnv
+from commons_arena.inputs import InputError, loads_toml, read_text
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.base import Policy
@@ -143,10 +144,12 @@ class Population:
     def from_toml(cls, path: str | Path, config: ScenarioConfig | str | None = None) -> Population:
         """Read a roster file; with ``config``, also check it against that scenario."""
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise PopulationError(f"population file not found: {path}")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = loads_toml(read_text(path, "population file"))
+        except InputError as err:  # a special file, too large, not UTF-8, nested too deeply
+            raise PopulationError(f"population {path}: {err.reason}") from None
         except tomllib.TOMLDecodeError as err:
             raise PopulationError(f"population {path}: not valid TOML: {err}") from None
         population = cls.from_dict(data, source=str(path))

@@ -194,9 +194,16 @@ def make_policy(
             f"policy {name!r} got unknown parameter(s) {sorted(unknown)}; it accepts {list(spec.params) or 'none'}"
         )
     for key, value in params.items():
-        if value is not None and not _plain_number(value):
+        if value is None:
+            continue
+        if key in FLAG_PARAMETERS:
+            if not isinstance(value, bool):
+                raise ValueError(f"policy {name!r} parameter {key} must be true or false, got {value!r}")
+        elif isinstance(value, bool) or not _plain_number(value):
             raise ValueError(f"policy {name!r} parameter {key} must be a finite number of magnitude at most "
                              f"{MAX_PARAMETER:g}, got {value!r}")
+        elif key in INTEGER_PARAMETERS and not isinstance(value, int):
+            raise ValueError(f"policy {name!r} parameter {key} must be an integer, got {value!r}")
     try:
         if spec.needs_env:
             return spec.factory(config, agent, seed=seed, env=env, **params)
@@ -206,6 +213,8 @@ def make_policy(
 
 
 MAX_PARAMETER = 1e6  # largest magnitude of a policy parameter (every one is a number: a factor, a level, ticks)
+INTEGER_PARAMETERS = frozenset({"level", "escalate_after", "crisis_levels", "horizon", "exact_ticks"})  # 1.5 is no level
+FLAG_PARAMETERS = frozenset({"defer"})  # true or false; every other parameter is a number (never true)
 
 
 def _plain_number(value: Any) -> bool:

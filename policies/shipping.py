@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from pathlib import Path
 from policies.checkpoint_format import SIDECAR, WEIGHTS
 from policies.learned import LEARNED_PREFIX
 
+MAX_FILE_BYTES = 512 * 2**20  # one file of a packed checkpoint (the largest network's weights: 256 MiB)
+MAX_PACK_BYTES = 1024 * 2**20  # a whole packed checkpoint (a policy set's members together)
 # the driver's path as written after "learned:" -> where this process unpacked it
 _INSTALLED: dict[str, Path] = {}
 
@@ -55,19 +59,45 @@ def digest(files: Iterable[tuple[str, bytes]]) -> str:
 
 
 def pack(source: str) -> PackedCheckpoint:
-    """The checkpoint folder ``source`` (a single policy or a policy set) as bytes."""
+    """The checkpoint folder ``source`` (a single policy or a policy set) as bytes.
+
+    Only regular files named like a checkpoint's data-only files, inside the folder: a
+    symlink (to a file or a folder) is never followed, whatever it points at, and a file
+    over :data:`MAX_FILE_BYTES` or a total over :data:`MAX_PACK_BYTES` is refused before it
+    is read (the folder itself may be reached through a symlink, e.g. ``runs/latest/best``)."""
     folder = Path(source)
     if not folder.is_dir():
         raise ShippingError(f"checkpoint {source}: not a folder on this machine (the driver packs what nodes play)")
     names = {SIDECAR, WEIGHTS}
-    files = tuple(
-        (path.relative_to(folder).as_posix(), path.read_bytes())
-        for path in sorted(folder.rglob("*"))
-        if path.name in names and path.is_file()
-    )
+    paths: list[Path] = []
+    for root, dirs, filenames in os.walk(folder, followlinks=False):  # a symlinked folder is not entered
+        dirs.sort()
+        paths += [Path(root) / name for name in filenames if name in names]
+    files, total = [], 0
+    for path in sorted(paths):
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):  # a symlink or a special file: never read
+            raise ShippingError(f"checkpoint {source}: {path.relative_to(folder)} is not a regular file (a "
+                                "symlink?); a checkpoint's files are packed only as files inside it")
+        total += info.st_size
+        if info.st_size > MAX_FILE_BYTES or total > MAX_PACK_BYTES:
+            raise ShippingError(f"checkpoint {source}: over the size limit of a packed checkpoint "
+                                f"({MAX_FILE_BYTES // 2**20} MiB a file, {MAX_PACK_BYTES // 2**20} MiB in all)")
+        files.append((path.relative_to(folder).as_posix(), _read_regular(path, source)))
     if not any(rel.endswith(SIDECAR) for rel, _ in files):
         raise ShippingError(f"checkpoint {source}: no {SIDECAR} in it or in its policies/ folders")
-    return PackedCheckpoint(source, files, digest(files))
+    return PackedCheckpoint(source, tuple(files), digest(files))
+
+
+def _read_regular(path: Path, source: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ShippingError(f"checkpoint {source}: {path} is not a regular file")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ShippingError(f"checkpoint {source}: {path} is over {MAX_FILE_BYTES // 2**20} MiB")
+    return data
 
 
 def learned_sources(policy_names: Iterable[str]) -> list[str]:
@@ -86,26 +116,61 @@ def cache_root() -> Path:
 
 
 def unpack(packed: PackedCheckpoint) -> Path:
-    """Check ``packed`` against its hash and write it once into ``cache_root()/<hash>``."""
+    """Check ``packed`` against its hash and write it once into ``cache_root()/<hash>``.
+
+    A folder already there is used only if its files hash to the same SHA-256 (anyone who can
+    write to the cache could have planted it): otherwise it is replaced. A refused unpack
+    leaves nothing behind."""
     if digest(packed.files) != packed.sha256:
         raise ShippingError(f"checkpoint {packed.source}: its bytes do not match their SHA-256 (damaged in transit)")
+    for rel, _ in packed.files:  # checked before anything is written
+        if ".." in Path(rel).parts or Path(rel).is_absolute() or Path(rel).name not in (SIDECAR, WEIGHTS):
+            raise ShippingError(f"checkpoint {packed.source}: file name {rel!r} leaves the checkpoint")
     target = cache_root() / packed.sha256
-    if target.is_dir():
+    if _holds(target, packed):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{packed.sha256[:12]}-", dir=target.parent))
-    for rel, data in packed.files:
-        path = staging / rel
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
-            raise ShippingError(f"checkpoint {packed.source}: file name {rel!r} leaves the checkpoint")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
     try:
-        staging.rename(target)  # atomic: another process unpacking the same hash either wins or finds it
-    except OSError:
-        if not target.is_dir():
-            raise
+        for rel, data in packed.files:
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if target.is_symlink() or target.exists():  # planted or damaged: moved aside, then removed
+            aside = Path(tempfile.mkdtemp(prefix=f".{packed.sha256[:12]}-old-", dir=target.parent))
+            os.replace(target, aside / "old")
+            _remove(aside)
+        try:
+            staging.rename(target)  # atomic: another process unpacking the same hash either wins or finds it
+        except OSError:
+            if not _holds(target, packed):
+                raise
+    finally:
+        _remove(staging)
     return target
+
+
+def _holds(target: Path, packed: PackedCheckpoint) -> bool:
+    """Whether ``target`` is a real folder whose regular files ``packed.files`` names hash to its SHA-256."""
+    if target.is_symlink() or not target.is_dir():
+        return False
+    files = []
+    for rel, data in packed.files:
+        path = target / rel
+        try:
+            if path.is_symlink() or not path.is_file() or path.stat().st_size != len(data):
+                return False
+            files.append((rel, path.read_bytes()))
+        except OSError:
+            return False
+    return digest(files) == packed.sha256
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def install(packed: Iterable[PackedCheckpoint]) -> dict[str, Path]:

@@ -44,7 +44,9 @@ is full. Over the WebSocket the same error is a frame ``{"type": "error", "data"
 Every limit, its value and its error are listed in ``docs/limits.md``.
 
 Environment steps are short (well under a millisecond) and run on the event loop itself:
-sessions never share an environment, and one thread means no locks.
+sessions never share an environment, and one thread means no locks. Every route, WebSocket
+frame and MCP tool that touches a session is a coroutine on that loop (none runs in a worker
+thread), so concurrent calls on one session play one after another.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import logging
 import socket
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Red
 from starlette.routing import Route
 
 import commons_arena
+from commons_arena.inputs import MAX_DEPTH
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
 from serving.explain import preview as explain_preview
@@ -125,7 +129,8 @@ OBSERVATION_EXTRAS = {
 }
 
 
-MAX_JSON_DEPTH = 32  # deepest nesting of a body or message; an action nests 3 deep
+MAX_LOG_CHARS = 4_000  # longest server log entry about one request
+MAX_JSON_DEPTH = MAX_DEPTH  # deepest nesting of a body or message (an action nests 3 deep): every input's rule
 
 
 def _error_response(err: ServeError) -> JSONResponse:
@@ -134,7 +139,12 @@ def _error_response(err: ServeError) -> JSONResponse:
 
 def _internal(err: Exception) -> ServeError:
     """What the client hears of an error the server did not foresee (a bug: the server log has the rest)."""
-    logging.getLogger("commons_arena.serve").error("unexpected error", exc_info=err)
+    # bounded: a client's input can make a traceback long (a deep value's repeated frames)
+    text = "".join(traceback.format_exception(err))
+    if len(text) > MAX_LOG_CHARS:
+        text = text[:MAX_LOG_CHARS // 2] + f"\n... ({len(text) - MAX_LOG_CHARS} characters left out) ...\n" \
+            + text[-MAX_LOG_CHARS // 2:]
+    logging.getLogger("commons_arena.serve").error("unexpected error: %s", text)
     return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
                       "in the episode")
 

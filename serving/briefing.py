@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from commons_arena.inputs import too_deep
 from serving.explain import LAG_RULE, PLACEMENT_RULE, placement_lines, tier_cost_lines, tier_costs
 from serving.wire import STANCES, ActionError, Part, SeatSpec, encode_action, strict_json
 
@@ -333,11 +334,11 @@ def _objects(text: str, start: int, stop: int, levels: int = 2) -> list[tuple[di
     for begin, end, fenced in _spans(text, start, stop):
         try:
             value = strict_json(text[begin:end])
-        except ValueError:
+        except (ValueError, RecursionError):  # 1,200 nested "[" inside braces: not an action, like any bad JSON
             if levels:
                 found += [(v, fenced or inner) for v, inner in _objects(text, begin + 1, end - 1, levels - 1)]
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not too_deep(value, MAX_TEXT_DEPTH):
             found.append((value, fenced))
     return found
 

@@ -35,7 +35,13 @@ sessions are the server's own (the same store, limits and idle expiry as ``POST 
 the briefing is :func:`serving.briefing.render_briefing`, the text seat's.
 
 The endpoint is stateless streamable HTTP with JSON answers: every tool call carries its
-``session_id``, so no MCP session has to outlive a request. ``POST /mcp`` with a body that
+``session_id``, so no MCP session has to outlive a request (``GET /mcp``, a stream nothing
+would close or count, is 405). The tools are ``async``: the SDK runs them on the server's
+event loop, like every route and frame, so two calls on one session never run at once (a
+plain function would run in a worker thread). Arguments are checked as ``POST /reset``
+checks its body: strict types (a seed ``"7"`` or ``true`` is refused), and a call naming an
+argument the tool does not have, or whose ``arguments`` is not an object, is a JSON-RPC
+error -32602. ``POST /mcp`` with a body that
 is not a JSON-RPC message (``{}``, openenv's validator's probe) is answered like
 openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 """
@@ -52,6 +58,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from starlette.types import Message, Receive, Scope, Send
 
+from commons_arena.inputs import InputError, TooDeep, loads_json
 from serving.briefing import parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
@@ -66,6 +73,8 @@ INSTRUCTIONS = (
     "error and call act again. At the end, act and observe show your totals beside reference policies' scores."
 )
 INVALID_REQUEST = -32600  # JSON-RPC 2.0
+INVALID_PARAMS = -32602
+MAX_ERROR_CHARS = 500  # a tool error (and the SDK's log line of it) quotes at most this much of the request
 AFTER_ACTION_ERROR = " Nothing was played: call act again with a corrected action (preview checks one without playing)."
 
 
@@ -87,7 +96,8 @@ def _tool_error(err: ServeError, tool: str = "") -> ToolError:
         text = err.message.rstrip(".") + "." + AFTER_ACTION_ERROR
     else:
         text = err.message
-    return ToolError(f"{err.code}: {text}")
+    text = f"{err.code}: {text}"
+    return ToolError(text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…")
 
 
 def _plain_error(message: str) -> ToolError:
@@ -312,11 +322,17 @@ class McpEndpoint:
                                               transport_security=security, max_request_body_size=limit)
         self.handler = self.sdk.routes[0].app  # type: ignore[attr-defined]  # StreamableHTTPASGIApp
         self.session_manager = server.session_manager
-        self.limit = limit
+        self.server, self.limit = server, limit
+        self.arguments: dict[str, frozenset[str]] | None = None  # each tool's argument names (on the first call)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http":
             await self.handler(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            # stateless: no stream outlives a request, so no GET stream is held open (the spec's 405)
+            await _jsonrpc_error(send, 405, "Method Not Allowed: this MCP endpoint is stateless; POST JSON-RPC "
+                                 "messages to /mcp", headers=[(b"allow", b"POST")])
             return
         body, more = bytearray(), True
         while more:
@@ -326,9 +342,12 @@ class McpEndpoint:
             if len(body) > self.limit:
                 await _jsonrpc_error(send, 413, f"Invalid Request: the body is over the limit of {self.limit} bytes")
                 return
-        error = _not_jsonrpc(bytes(body))
+        if self.arguments is None:
+            self.arguments = {t.name: frozenset(t.input_schema.get("properties", {}))
+                              for t in await self.server.list_tools()}
+        status, error, code, request_id = _not_jsonrpc(bytes(body), self.arguments)
         if error is not None:
-            await _jsonrpc_error(send, 200, error)  # as openenv-core's /mcp answers (its validator's probe)
+            await _jsonrpc_error(send, status, error, code, request_id)
             return
         sent = False
 
@@ -342,23 +361,55 @@ class McpEndpoint:
         await self.handler(scope, replay, send)
 
 
-async def _jsonrpc_error(send: Send, status: int, message: str) -> None:
-    payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}})
+async def _jsonrpc_error(send: Send, status: int, message: str, code: int = INVALID_REQUEST, request_id: Any = None,
+                         headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *(headers or [])]})
     await send({"type": "http.response.body", "body": payload.encode()})
 
 
-def _not_jsonrpc(body: bytes) -> str | None:
-    """Why a JSON object body is not a JSON-RPC 2.0 message (None: pass it on, the SDK answers the rest)."""
+def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int, str | None, int, Any]:
+    """Why a body is not a message the tools take: HTTP status, message (None: pass it on, the SDK
+    answers the rest), JSON-RPC error code and the request's id.
+
+    Nesting deeper than the server's JSON limit is a 400, as on every route; a JSON object that
+    is not JSON-RPC 2.0 gets openenv's 200 and an error object; a ``tools/call`` whose
+    ``arguments`` is not an object or names an argument the tool does not have is refused
+    like ``POST /reset`` refuses an unknown key (the SDK would read ``null`` as ``{}`` and
+    drop unknown names)."""
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
+        value = loads_json(body, "the body")  # the nesting rule of every route and file (commons_arena.inputs)
+    except TooDeep as err:
+        return 400, f"Invalid Request: {err}", INVALID_REQUEST, None
+    except InputError:
+        return 200, None, 0, None  # the SDK answers a parse error itself
     if isinstance(value, dict) and value.get("jsonrpc") != "2.0":
-        return ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
-                '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call')
-    return None
+        return 200, ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
+                     '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call'), \
+            INVALID_REQUEST, None
+    for message in value if isinstance(value, list) else [value]:
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            continue
+        params = message.get("params")
+        if not isinstance(params, dict) or params.get("name") not in arguments:
+            continue  # the SDK names what is wrong
+        given, request_id = params.get("arguments", {}), message.get("id")
+        request_id = request_id if isinstance(request_id, int | str) and not isinstance(request_id, bool) else None
+        if not isinstance(given, dict):
+            return 200, f"Invalid params: arguments must be an object of named arguments, got {_kind(given)}", \
+                INVALID_PARAMS, request_id
+        unknown = sorted(set(given) - arguments[params["name"]])
+        if unknown:
+            shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+            return 200, (f"Invalid params: unknown arguments {shown} of tool {params['name']}; it takes "
+                         f"{sorted(arguments[params['name']])}"), INVALID_PARAMS, request_id
+    return 200, None, 0, None
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_mcp"]

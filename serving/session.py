@@ -102,7 +102,7 @@ class ServeSettings:
             return next(iter(self.configs.values()))
         if name not in self.configs:
             allowed = list(self.configs)
-            raise ServeError(422, "INVALID_REQUEST", f"unknown scenario {name!r}; this server hosts {allowed}",
+            raise ServeError(422, "INVALID_REQUEST", f"unknown scenario {_short_id(repr(name))}; this server hosts {allowed}",
                              field="scenario", allowed=allowed)
         return self.configs[name]
 
@@ -197,20 +197,20 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
         raise _bad(f"unknown reset parameter(s) {unknown}; known: {list(RESET_KEYS)}", unknown[0])
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
-        raise _bad(f"seed must be an integer in [0, 2**63), got {seed!r}", "seed")
+        raise _bad(f"seed must be an integer in [0, 2**63), got {_short_id(repr(seed))}", "seed")
     episode_id = data.get("episode_id")
     if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
         raise _bad("episode_id must be a string of at most 255 characters", "episode_id")
     scenario = data.get("scenario")
     if scenario is not None and not isinstance(scenario, str):
-        raise _bad(f"scenario must be a scenario name, got {scenario!r}", "scenario")
+        raise _bad(f"scenario must be a scenario name, got {_short_id(repr(scenario))}", "scenario")
     config = settings.config(scenario)
     seats_value = data.get("seats", list(settings.seats))
     seats_list = [seats_value] if isinstance(seats_value, str) else seats_value
     if (not isinstance(seats_list, list) or not seats_list or len(set(map(str, seats_list))) != len(seats_list)
             or any(s not in config.agents for s in seats_list)):
         raise ServeError(422, "INVALID_REQUEST", f"seats must be one or more distinct seats of scenario "
-                         f"{config.name!r}: {list(config.agents)}; got {seats_value!r}", field="seats",
+                         f"{config.name!r}: {list(config.agents)}; got {_short_id(repr(seats_value))}", field="seats",
                          allowed=list(config.agents))
     population = settings.population or Population.default(config)
     overrides = data.get("population")
@@ -225,6 +225,11 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
             extra = Population.from_dict(overrides, source="in the reset request")
         except PopulationError as err:
             raise _bad(str(err), "population") from None
+        ghosts = [a for a in extra.agents if a not in config.agents]
+        if ghosts:  # the server's own roster may span scenarios; a client names this table's agents
+            raise ServeError(422, "INVALID_REQUEST", f"population.agents: scenario {config.name!r} has no agent "
+                             f"{_short_id(ghosts[0])!r}; its agents: {list(config.agents)}", field="population",
+                             allowed=list(config.agents))
         # checkpoints are files on the server: only its operator chooses them
         entries = [Entry.parse(e, "population") for e in [*extra.agents.values(), *extra.roles.values()]]
         if any(e.policy == "oracle" for e in entries):
@@ -243,11 +248,11 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
     for key in ("text", "record"):
         value = data.get(key, False)
         if not isinstance(value, bool):
-            raise _bad(f"{key} must be true or false, got {value!r}", key)
+            raise _bad(f"{key} must be true or false, got {_short_id(repr(value))}", key)
         flags[key] = value
     on_invalid = data.get("on_invalid", "reject")
     if on_invalid not in ON_INVALID:
-        raise ServeError(422, "INVALID_REQUEST", f"on_invalid must be one of {list(ON_INVALID)}, got {on_invalid!r}",
+        raise ServeError(422, "INVALID_REQUEST", f"on_invalid must be one of {list(ON_INVALID)}, got {_short_id(repr(on_invalid))}",
                          field="on_invalid", allowed=list(ON_INVALID))
     return Options(seed, episode_id, config, tuple(seats_list), population, flags["text"], flags["record"], on_invalid)
 

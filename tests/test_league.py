@@ -159,7 +159,7 @@ def test_league_run_snapshots_play_through_learned_pay_off_and_resume(ray_sessio
     assert sum(payoff["nash"].values()) == pytest.approx(1.0)
     assert (run / "league_tournament" / "results.sqlite").is_file()  # played through the tournament core
 
-    train(TrainArgs(resume=run, iterations=1))
+    train(TrainArgs(resume=run, iterations=3))  # the run's total: one more iteration
     resumed = [json.loads(line) for line in (run / "league.json").read_text().splitlines()][-1]
     assert resumed["iteration"] == 3
     assert resumed["mix"][:5] == log[-1]["mix"] and resumed["snapshot"] == "team_v3"

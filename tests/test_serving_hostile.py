@@ -374,3 +374,236 @@ def test_fuzz_http_and_ws(served):
     times = sorted(watch.times)
     assert times[len(times) * 9 // 10] < 0.1, f"/health: 90th percentile {times[len(times) * 9 // 10] * 1000:.0f} ms"
     assert rss - baseline < 30_000_000, f"memory grew {(rss - baseline) / 1e6:.1f} MB in the second round"
+
+
+# ------------------------------------------------------------------ round three (issue 33)
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+STEADY = {"buy": [0, 0, 0]}
+
+
+def mcp_call(client, tool, arguments, raw=None):
+    """One JSON-RPC tools/call over stateless streamable HTTP: (HTTP status, the JSON answer)."""
+    body = raw if raw is not None else {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                        "params": {"name": tool, "arguments": arguments}}
+    response = client.post("/mcp", content=json.dumps(body), headers=MCP_HEADERS)
+    return response.status_code, response.json()
+
+
+def tool_answer(answer):
+    """(is_error, the tool's JSON result or error text) of a tools/call answer."""
+    result = answer["result"]
+    text = result["content"][0]["text"]
+    return result.get("isError", False), (text if result.get("isError") else json.loads(text))
+
+
+def in_process_rewards(seed: int) -> list[float]:
+    """The episode of a steady allocator played in this process, tick by tick (the reference)."""
+    store = SessionStore(ServeSettings())
+    session = store.open("http")
+    session.reset({"seed": seed})
+    rewards = []
+    while not session.done:
+        rewards.append(session.step(STEADY)["reward"])
+    return rewards
+
+
+def test_eight_concurrent_calls_on_one_session_play_the_in_process_episode(url):
+    """Eight calls at once on one session, over MCP (the tools used to run in worker threads),
+    HTTP and one WebSocket: every tick is played once, and the episode is the in-process one."""
+    import asyncio
+
+    expected = in_process_rewards(77)
+    ticks = len(expected)
+
+    async def over_mcp() -> dict[int, float]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            async def act(sid):
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                        "params": {"name": "act", "arguments": {"session_id": sid, "action": STEADY}}}
+                response = await client.post("/mcp", content=json.dumps(body), headers=MCP_HEADERS)
+                assert response.status_code == 200, response.text
+                return tool_answer(response.json())
+
+            start = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "start_episode", "arguments": {"seed": 77}}}
+            _, first = tool_answer((await client.post("/mcp", content=json.dumps(start), headers=MCP_HEADERS)).json())
+            seen, done = {}, False
+            while not done:
+                for error, answer in await asyncio.gather(*(act(first["session_id"]) for _ in range(8))):
+                    if error:
+                        assert "EPISODE_DONE" in answer, answer
+                        done = True
+                    else:
+                        assert answer["tick"] not in seen, "two calls played the same tick"
+                        seen[answer["tick"]] = answer["reward"]
+            await client.post("/mcp", content=json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "end_episode", "arguments": {"session_id": first["session_id"]}}}), headers=MCP_HEADERS)
+            return seen
+
+    def over_http() -> dict[int, float]:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            sid = reset(client, seed=77)
+            seen, lock = {}, threading.Lock()
+
+            def steps():
+                with httpx.Client(base_url=url, timeout=30) as own:
+                    while True:
+                        response = own.post("/step", json={"session_id": sid, "action": STEADY})
+                        if response.status_code == 409:
+                            return
+                        assert response.status_code == 200, response.text
+                        body = response.json()
+                        with lock:
+                            tick = body["observation"]["metadata"]["tick"]
+                            assert tick not in seen, "two requests played the same tick"
+                            seen[tick] = body["reward"]
+
+            threads = [threading.Thread(target=steps) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            client.post("/close", json={"session_id": sid})
+            return seen
+
+    def over_ws() -> dict[int, float]:
+        seen = {}
+        with connect(ws_url(url)) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 77}}))
+            ws.recv(timeout=10)
+            done = False
+            while not done:
+                for _ in range(8):  # eight frames in flight before the first reply is read
+                    ws.send(json.dumps({"type": "step", "data": STEADY}))
+                for _ in range(8):
+                    reply = json.loads(ws.recv(timeout=10))
+                    if reply["type"] == "error":
+                        assert reply["data"]["code"] == "EPISODE_DONE", reply
+                        done = True
+                    else:
+                        seen[reply["data"]["observation"]["metadata"]["tick"]] = reply["data"]["reward"]
+        return seen
+
+    # the server runs in this process (a thread): switching threads every few microseconds instead of
+    # every 5 ms makes a race between two worker threads on one session all but certain within an episode
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        played = [(wire, play()) for wire, play in [("mcp", lambda: asyncio.run(over_mcp())), ("http", over_http),
+                                                     ("ws", over_ws)] for _ in range(3)]
+    finally:
+        sys.setswitchinterval(interval)
+    for wire, seen in played:
+        assert sorted(seen) == list(range(1, ticks + 1)), wire
+        assert [seen[t] for t in range(1, ticks + 1)] == expected, wire  # exactly, float for float
+
+
+def test_get_mcp_holds_no_stream(url, http):
+    """GET /mcp used to open a stream nothing closed or counted: a stateless endpoint answers 405 at once."""
+    started = time.perf_counter()
+    for _ in range(50):
+        response = http.get("/mcp", headers={"accept": "text/event-stream"})
+        assert response.status_code == 405 and response.headers["allow"] == "POST"
+        assert response.json()["error"]["code"] == -32600
+    assert time.perf_counter() - started < 10
+    assert http.delete("/mcp").status_code == 405
+
+
+def test_mcp_arguments_are_checked_as_reset_checks_them(http):
+    """seed "7", true and 7.0, unknown arguments and arguments null: refused over MCP as over POST /reset."""
+    for seed in ("7", True, 7.0):
+        assert http.post("/reset", json={"seed": seed}).status_code == 422
+        status, answer = mcp_call(http, "start_episode", {"seed": seed})
+        assert status == 200 and tool_answer(answer)[0], answer
+    assert http.post("/reset", json={"seed": 7, "bogus": 1}).status_code == 422
+    status, answer = mcp_call(http, "start_episode", {"seed": 7, "bogus": 1})
+    assert status == 200 and answer["error"]["code"] == -32602 and "bogus" in answer["error"]["message"]
+    assert answer["id"] == 1
+    for arguments in (None, [], "x", 5):
+        status, answer = mcp_call(http, "", None, raw={"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                                      "params": {"name": "start_episode", "arguments": arguments}})
+        assert status == 200 and answer["error"]["code"] == -32602, answer
+    assert http.get("/info").json()["sessions"] == 0  # nothing was opened by a refused call
+
+
+def test_deep_text_actions_and_bodies_are_4xx_everywhere(url, http):
+    """1,200 nested "[" inside a text action (a RecursionError: 500 before) and a /mcp body of 30,000."""
+    deep = "{" + "[" * 1200 + "]" * 1200 + "}"
+    sid = reset(http, seed=1)
+    response = http.post("/step", json={"session_id": sid, "action": {"text": deep}})
+    assert response.status_code == 422 and response.json()["error"]["code"] == "UNPARSEABLE_TEXT", response.text
+    _, answer = mcp_call(http, "act", {"session_id": sid, "action": deep})
+    error, text = tool_answer(answer)
+    assert error and "UNPARSEABLE_TEXT" in text
+    assert http.get("/state", params={"session_id": sid}).json()["step_count"] == 0
+    http.post("/close", json={"session_id": sid})
+    with connect(ws_url(url)) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"seed": 1}}))
+        ws.recv(timeout=10)
+        ws.send(json.dumps({"type": "step", "data": {"text": deep}}))
+        reply = json.loads(ws.recv(timeout=10))
+        assert reply["type"] == "error" and reply["data"]["code"] == "UNPARSEABLE_TEXT", reply
+    response = http.post("/mcp", content="[" * 30000, headers=MCP_HEADERS)
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("population", [
+    {"agents": {"broker": {"policy": "fixed_price", "level": 1.5}}},
+    {"agents": {"broker": {"policy": "fixed_price", "level": True}}},
+    {"agents": {"broker": {"policy": "fixed_price", "margin": True}}},
+    {"agents": {"ghost": "edf"}},
+])
+def test_reset_refuses_wrong_parameter_types_and_unknown_agents(http, population):
+    response = http.post("/reset", json={"population": population})
+    assert response.status_code == 422 and response.json()["error"]["field"] == "population", response.text
+
+
+TOOLS = st.sampled_from(["start_episode", "observe", "act", "episode_state", "end_episode", "nope", ""])
+ARGUMENT_NAMES = st.sampled_from(["session_id", "action", "seat", "scenario", "seed", "bogus"])
+
+
+@st.composite
+def mcp_body(draw):
+    kind = draw(st.sampled_from(["call", "call", "call", "other", "raw"]))
+    if kind == "raw":
+        return draw(RAW)
+    if kind == "other":
+        return _dumps({"jsonrpc": draw(st.sampled_from(["2.0", "1.0", None])), "id": draw(JSON_LEAF),
+                       "method": draw(st.sampled_from(["tools/list", "initialize", "ping", "bogus"]) | st.text(max_size=10)),
+                       "params": draw(NAMED)})
+    arguments = draw(st.none() | st.dictionaries(ARGUMENT_NAMES, NAMED | st.just("SID"), max_size=4) | NAMED)
+    return _dumps({"jsonrpc": "2.0", "id": draw(st.integers(0, 10**6)), "method": "tools/call",
+                   "params": {"name": draw(TOOLS), "arguments": arguments}})
+
+
+def test_fuzz_mcp(served):
+    """Generated JSON-RPC bodies at /mcp: always an answer below 500 (a JSON-RPC error or a tool error),
+    never a traceback, and the server's sessions all closed afterwards."""
+    url, _ = served
+    with httpx.Client(base_url=url, timeout=20) as http, HealthWatch(url) as watch:
+        status, answer = mcp_call(http, "start_episode", {"seat": "search", "seed": 3})
+        sid = tool_answer(answer)[1]["session_id"]
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(mcp_body())
+        def fuzz(body):
+            content = body.replace('"SID"', json.dumps(sid)) if isinstance(body, str) else body
+            response = http.post("/mcp", content=content, headers=MCP_HEADERS)
+            assert response.status_code < 500, (body, response.text)
+            if response.status_code == 202:  # a notification (no id) is accepted without an answer
+                return
+            answer = response.json()
+            assert "INTERNAL" not in response.text and "Traceback" not in response.text, response.text
+            if "result" in answer and isinstance(answer["result"], dict) and "content" in answer["result"]:
+                text = answer["result"]["content"][0]["text"]
+                if not answer["result"].get("isError"):
+                    opened = json.loads(text).get("session_id")
+                    if opened and opened != sid:  # a session the fuzz opened: close it
+                        mcp_call(http, "end_episode", {"session_id": opened})
+
+        fuzz()
+        mcp_call(http, "end_episode", {"session_id": sid})
+        time.sleep(0.2)
+        assert http.get("/info").json()["sessions"] == 0
+    times = sorted(watch.times)
+    assert times[len(times) * 9 // 10] < 0.1

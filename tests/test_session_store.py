@@ -36,3 +36,25 @@ def test_websocket_sessions_are_left_to_their_socket():
     assert set(store.sessions) == {socket.id}
     store.close(socket.id)
     assert store.sessions == {}
+
+
+def test_everything_that_touches_a_session_runs_on_the_event_loop():
+    """One session, one thread (issue 33): every HTTP route and WebSocket handler and every MCP tool is a
+    coroutine; a plain function would run in a worker thread beside the loop (the MCP SDK and FastAPI both
+    do that), and two calls on one session could interleave inside the environment."""
+    import asyncio
+    import inspect
+
+    from serving.app import create_app
+    from serving.mcp_seat import build_mcp
+
+    app = create_app(ServeSettings())
+    endpoints = [route.endpoint for route in app.routes if hasattr(route, "endpoint") and hasattr(route, "methods")
+                 or type(route).__name__ == "APIWebSocketRoute"]
+    handlers = [e if inspect.isfunction(e) else e.__call__ for e in endpoints]  # /mcp: an ASGI app
+    assert len(handlers) > 10 and all(inspect.iscoroutinefunction(h) for h in handlers), \
+        [h.__qualname__ for h in handlers if not inspect.iscoroutinefunction(h)]
+    tools = asyncio.run(build_mcp(ServeSettings(), SessionStore(ServeSettings())).list_tools())
+    assert {t.name for t in tools} == {"start_episode", "observe", "act", "episode_state", "end_episode"}
+    server = build_mcp(ServeSettings(), SessionStore(ServeSettings()))
+    assert all(server._tool_manager.get_tool(t.name).is_async for t in tools)

@@ -164,7 +164,7 @@ def test_learned_checkpoints_in_a_tournament(trained, tmp_path):
 def test_resume_continues_from_the_last_checkpoint(trained):
     run = trained.parent
     before = json.loads((run / "state.json").read_text())
-    train(TrainArgs(resume=run, iterations=1, quiet=True))
+    train(TrainArgs(resume=run, iterations=before["iterations"] + 1, quiet=True))  # the run's total
     after = json.loads((run / "state.json").read_text())
     assert after["iterations"] == before["iterations"] + 1
     assert after["env_steps"] > before["env_steps"]  # RLlib's counters came back from the checkpoint

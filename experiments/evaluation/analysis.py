@@ -46,6 +46,8 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.errors import one_line
+from commons_arena.inputs import load_json_object
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, play_many
 from experiments.evaluation.statistics import mean_ci95, paired_difference
@@ -59,6 +61,9 @@ from experiments.evaluation.traces import (
     reference_ratios,
     slope,
 )
+from experiments.outputs import check_outputs, write_output
+from experiments.training.args import CURRICULUM
+from experiments.training.runs import HistoryRow, saved_args, saved_history
 from policies.population import Population
 
 # ----------------------------------------------------------------------------- the run
@@ -86,17 +91,25 @@ def read_run(run: Path, checkpoint: str = "checkpoint") -> RunInfo:
     run = Path(run)
     if not (run / "args.json").is_file():
         raise ValueError(f"{run} is not a training run folder (no args.json); pass the folder `commons-arena train` wrote")
-    args = json.loads((run / "args.json").read_text())
-    history = json.loads((run / "history.json").read_text()) if (run / "history.json").is_file() else []
+    args = saved_args(run)  # each file of the run folder checked: one line naming it, never a traceback
+    history = saved_history(run, required=False)
     folder = run / checkpoint
     if not folder.is_dir():
         raise ValueError(f"{run} has no {checkpoint}/ folder; choose --checkpoint checkpoint or best")
     learned = list(members(folder)) if is_policy_set(folder) else [read_sidecar(folder)["agent"]]
-    scenario = history[-1]["scenario"] if history else args["scenario"]
+    scenario = history[-1]["scenario"] if history else args.get("scenario", "standard")
+    if scenario == "mixed":  # a mix of tiers (allocator_mixed): analysed on its hardest tier
+        scenario = CURRICULUM[-1]
     config = commons_arena.load_scenario(scenario)
     background = Population.from_toml(args["background"], config) if args.get("background") else Population.default(config)
     untrained_path = run / UNTRAINED / "heldout.json"
-    untrained = json.loads(untrained_path.read_text()) if untrained_path.is_file() else None
+    untrained = None
+    if untrained_path.exists():
+        untrained = load_json_object(untrained_path, "untrained evaluation", allow_nan=True)
+        try:
+            HistoryRow.model_validate(untrained)
+        except ValueError as err:
+            raise ValueError(f"{untrained_path}: {one_line(err)}") from None
     return RunInfo(run, folder.resolve(), scenario, learned, history, background, untrained)
 
 
@@ -313,11 +326,18 @@ def discounting_part(info: RunInfo, config: ScenarioConfig, seeds: Sequence[int]
 # ----------------------------------------------------------------------------- output
 
 
-def write_analysis(report: dict[str, Any], out: Path) -> list[Path]:
+OUTPUTS = ("analysis.png", "analysis.md", "analysis.json")
+
+
+def write_analysis(report: dict[str, Any], out: Path, force: bool = False) -> list[Path]:
+    """The three files in ``out``: never through a symlink (the folder or a file), never over earlier
+    ones without ``force`` (checked again here: the command checks before any work)."""
+    check_outputs(out, OUTPUTS, force)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "analysis.json").write_text(json.dumps(report, indent=1))
-    (out / "analysis.md").write_text(summary_markdown(report))
-    return [figure(report, out / "analysis.png"), out / "analysis.md", out / "analysis.json"]
+    write_output(out / "analysis.json", json.dumps(report, indent=1))
+    write_output(out / "analysis.md", summary_markdown(report))
+    write_output(out / "analysis.png", lambda tmp: figure(report, tmp))
+    return [out / "analysis.png", out / "analysis.md", out / "analysis.json"]
 
 
 def summary_markdown(report: dict[str, Any]) -> str:

@@ -52,7 +52,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
+from commons_arena.inputs import InputError, loads_toml, read_text
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
+from experiments.seeds import MAX_SEED
 from policies.population import Entry, Population, PopulationError
 from policies.registry import policy_spec
 
@@ -98,6 +100,8 @@ class RosterModel(_Strict):
                 raise ValueError(f"a seed range is {{ first = <seed>, count = <how many> }} with integers, got {value!r}")
             if value["count"] < 1 or value["count"] > 1_000_000:
                 raise ValueError(f"count must be 1 .. 1000000, got {value['count']}")
+            if not 0 <= value["first"] <= MAX_SEED - value["count"] + 1:
+                raise ValueError(f"first must be in [0, 2**63 - count], got {value['first']}")
             value = list(range(value["first"], value["first"] + value["count"]))
         if not isinstance(value, list) or not all(is_int(s) for s in value):
             raise ValueError(f"expected a list of integer seeds, e.g. [1, 2, 3], or {{ first = 1000, count = 20 }}; got {value!r}")
@@ -105,6 +109,8 @@ class RosterModel(_Strict):
             raise ValueError("give at least one seed")
         if any(s < 0 for s in value):
             raise ValueError("seeds must be >= 0")
+        if any(s > MAX_SEED for s in value):  # checked before any episode: a results row stores it (SQLite)
+            raise ValueError(f"seeds must be at most 2**63 - 1 = {MAX_SEED}")
         if len(set(value)) != len(value):
             raise ValueError("seeds repeat; each seed is one cell")
         return value
@@ -224,11 +230,16 @@ def _entry(value: Any, where: str, role: str) -> Entry:
 def _players(model: RosterModel, role: str) -> list[Player]:
     players = [Player(name, _entry(value, f"entrants.{name}", role)) for name, value in model.entrants.items()]
     defaults = {"low": RANDOM_ANCHOR, "high": "oracle" if role == ALLOCATOR else None}
+    anchors: dict[str, Entry] = {}
     for which in ("low", "high"):
         value = getattr(model.anchors, which) or defaults[which]
         if value is None:
             continue
         entry = _entry(value, f"anchors.{which}", role)
+        if anchors.get("low") == entry:  # every score would be 0/0
+            raise PopulationError(f"anchors: low and high are the same policy ({entry.policy}); a score puts a "
+                                  "return between two different anchors")
+        anchors[which] = entry
         name = value if isinstance(value, str) else f"{which}_anchor"
         same = next((p for p in players if p.entry == entry), None)
         if same is not None:  # an entrant doubles as the anchor: played once
@@ -272,11 +283,13 @@ def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path
 
 def load_roster(path: str | Path) -> Roster:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise RosterError(f"roster file not found: {path}")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        data = loads_toml(read_text(path, "roster"))
+    except InputError as err:  # a special file, too large, not UTF-8, nested too deeply
+        raise RosterError(f"roster {path}: {err.reason}") from None
+    except tomllib.TOMLDecodeError as err:
         raise RosterError(f"roster {path}: not valid TOML: {err}") from None
     return roster_from_dict(data, source=str(path), base=path.parent)
 

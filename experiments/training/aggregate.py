@@ -13,7 +13,7 @@ the parent:
 * ``learning_curves.png``: the held-out score against iterations, the mean over seeds with
   a band from the lowest to the highest seed (per tier for a mix).
 
-    python -m experiments.training.aggregate runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100
+    commons-arena aggregate runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100 [--force]
 
 With three seeds a bootstrap CI is no wider than the seeds' range: read it as how far the
 figure moves between these seeds, not as the spread of all training runs.
@@ -28,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.inputs import load_json_object
 from experiments.evaluation.statistics import bootstrap_ci, iqm, iqm_of
 from experiments.evaluation.tables import markdown_table, write_csv
+from experiments.outputs import check_outputs, write_output
 from experiments.seeds import first_seed
+from experiments.training.runs import saved_args, saved_history
 
 COMPARE_FIRST_SEED = first_seed("compare")  # as the main job's comparison (experiments/seeds.py)
 
@@ -45,17 +48,39 @@ class SeedRun:
 
 
 def seed_runs(parent: Path) -> list[SeedRun]:
-    """The parent's run folders (those with an ``args.json`` and a ``history.json``), by seed."""
+    """The parent's run folders (those with an ``args.json`` and a ``history.json``), by seed; each
+    file checked (a damaged or hand-made one is one line naming it and the key)."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        raise ValueError(f"{parent} is not a folder: give the parent of the training seeds' run folders")
     runs = []
-    for folder in sorted(p for p in Path(parent).iterdir() if p.is_dir() and not p.is_symlink()):
+    for folder in sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()):
         if not (folder / "args.json").is_file() or not (folder / "history.json").is_file():
             continue
-        args = json.loads((folder / "args.json").read_text())
+        args = saved_args(folder)
+        history = saved_history(folder)
+        if not history:
+            continue  # killed before its first evaluation: not finished
         final_path = folder / "final_scores.json"
-        final = json.loads(final_path.read_text()) if final_path.is_file() else {}
-        runs.append(SeedRun(int(args["seed"]), folder, args, json.loads((folder / "history.json").read_text()), final))
+        final = load_json_object(final_path, "final scores", allow_nan=True) if final_path.exists() else {}
+        for tier, report in final.items():
+            if not isinstance(report, dict) or isinstance(report.get("score"), bool) \
+                    or not isinstance(report.get("score"), int | float):
+                raise ValueError(f"{final_path}: {tier}: expected an object with a number \"score\"")
+        seed = args.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"{folder / 'args.json'}: seed must be an integer")
+        runs.append(SeedRun(seed, folder, args, history, final))
     if not runs:
-        raise ValueError(f"no finished run folders in {parent} (each needs args.json and history.json)")
+        raise ValueError(f"no finished run folders in {parent} (each needs args.json and a history.json with "
+                         "at least one evaluation)")
+    seeds = [r.seed for r in runs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{parent}: two run folders have the same seed ({sorted(seeds)}): one folder per seed")
+    shapes = {tuple(tiers(r)) for r in runs}
+    if len(shapes) > 1:
+        raise ValueError(f"{parent}: the runs were judged on different scenarios {sorted(shapes)}: not one "
+                         "experiment over seeds")
     return sorted(runs, key=lambda r: r.seed)
 
 
@@ -168,13 +193,18 @@ def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: lis
     return "\n".join(lines) + "\n"
 
 
-def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) -> Path:
-    """Write the report across the parent's seed runs; returns ``aggregate.md``."""
+OUTPUTS = ("aggregate.md", "aggregate.json", "vs_scripted.csv", "learning_curves.png")
+
+
+def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False, force: bool = False) -> Path:
+    """Write the report across the parent's seed runs; returns ``aggregate.md``. Its files are
+    never written through a symlink, nor over an earlier report without ``force``."""
     from experiments.evaluation.checkpoint import compare_many
     from experiments.viewing.plots import learning_curve
 
     parent = Path(parent)
     runs = seed_runs(parent)
+    check_outputs(parent, OUTPUTS, force)
     scores = score_table(runs)
     learns_allocator = "allocator" in runs[0].args.get("learners", ()) or runs[0].args["experiment"].startswith("allocator")
     pooled: list[dict[str, Any]] = []
@@ -182,26 +212,36 @@ def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) ->
         checkpoints = {f"s{r.seed}": r.folder / "best" for r in runs}
         episodes = list(range(COMPARE_FIRST_SEED, COMPARE_FIRST_SEED + compare_seeds))
         rows = compare_many(checkpoints, tiers(runs[0]), episodes, progress=progress)
-        write_csv(rows, parent / "vs_scripted.csv")
+        write_output(parent / "vs_scripted.csv", lambda tmp: write_csv(rows, tmp))
         pooled = pooled_comparison(rows, [r.seed for r in runs])
-    learning_curve(curve_rows(runs), None, parent / "learning_curves.png", y="score", x="iteration",
-                   title="held-out normalised score over training seeds")
-    (parent / "aggregate.json").write_text(json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
-                                                       "vs_scripted": pooled}, indent=1))
-    path = parent / "aggregate.md"
-    path.write_text(markdown(runs, scores, pooled, compare_seeds))
-    print(path.read_text())
+    write_output(parent / "learning_curves.png", lambda tmp: learning_curve(
+        curve_rows(runs), None, tmp, y="score", x="iteration", title="held-out normalised score over training seeds"))
+    write_output(parent / "aggregate.json", json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
+                                                        "vs_scripted": pooled}, indent=1))
+    text = markdown(runs, scores, pooled, compare_seeds)
+    path = write_output(parent / "aggregate.md", text)
+    print(text)
     return path
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `commons-arena aggregate PARENT` does the same (and is the documented way)
+    import sys
+
     import tyro
 
-    def main(parent: tyro.conf.Positional[Path], compare_seeds: int = 100) -> None:
-        """Redo the report across the training seeds' runs under PARENT."""
-        aggregate(parent, compare_seeds, progress=True)
+    from commons_arena.errors import one_line
 
-    tyro.cli(main)
+    def main(parent: tyro.conf.Positional[Path], compare_seeds: int = 100, force: bool = False) -> None:
+        """Redo the report across the training seeds' runs under PARENT (--force replaces an earlier one)."""
+        if not 0 <= compare_seeds <= 100_000:
+            raise ValueError(f"--compare-seeds must be in [0, 100000], got {compare_seeds}")
+        aggregate(parent, compare_seeds, progress=True, force=force)
+
+    try:
+        tyro.cli(main)
+    except (ValueError, OSError) as exc:  # one line, as every command's errors (commands/cli.py)
+        print(f"aggregate: error: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 __all__ = ["SeedRun", "aggregate", "across_seeds", "curve_rows", "final_scores", "pooled_comparison", "seed_runs"]

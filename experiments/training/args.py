@@ -9,9 +9,10 @@ scenarios parsed, the learning seats, the background, codecs, scales) is resolve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args, get_origin
 
 import tyro
 
@@ -32,6 +33,21 @@ SELFPLAY_ZERO_BIAS = 1.0
 BEST_RESPONSE_ZERO_BIAS = 0.0
 SWITCHING = ("allocator_curriculum", "allocator_mixed", "allocator_family", "league")
 SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_family) instead of one scenario
+
+
+# Upper bounds of the numbers a run takes (docs/limits.md): refused up front, before anything is written.
+MAX_TRAIN_SEED = 2**31 - 1  # RLlib seeds numpy's generators (< 2**32) with seed + runner index
+MAX_EVAL_SEEDS = 100_000  # held-out episodes of one evaluation or report (the commands' --seeds bound)
+MAX_RUNNERS = 256
+MAX_ENVS_PER_RUNNER = 4_096
+MAX_BATCH = 10_000_000
+MAX_EPOCHS = 1_000
+MAX_HIDDEN = 4_096  # widest layer; at most MAX_LAYERS layers (4 x 65536 would be 12.9 billion weights)
+MAX_LAYERS = 8
+MAX_TORCH_THREADS = 256
+MAX_ITERATIONS = 10_000_000
+MAX_MINUTES = 1_000_000.0  # ~2 years
+MAX_FIRST_SEED = 2**63 - 1  # a held-out seed: reset() takes any int >= 0, a results row stores int64
 
 
 @dataclass
@@ -178,6 +194,11 @@ class TrainArgs:
     def validate(self) -> None:
         """Refuse arguments that cannot work on their own (no file is read: the scenarios, the
         learners and the roster are checked when the run is set up, ``setup.resolve``)."""
+        literal = [f"--{f.name.replace('_', '-')} must be one of {list(get_args(hint))}, got {value!r:.60}"
+                   for f in fields(TrainArgs) for hint in [_HINTS[f.name]] for value in [getattr(self, f.name)]
+                   if get_origin(hint) is Literal and value not in get_args(hint)]
+        if literal:  # a saved args.json (--resume) is read without tyro: its names are checked here too
+            raise ValueError(literal[0])
         checks = [
             (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
             (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
@@ -194,8 +215,8 @@ class TrainArgs:
              f"--gae-lambda must be in [0, 1], got {self.gae_lambda}"),
             (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
             (self.vf_clip > 0, f"--vf-clip must be > 0 (inf: no clip), got {self.vf_clip}"),
-            (len(self.hidden) >= 1 and all(1 <= h <= 65_536 for h in self.hidden),
-             f"--hidden needs one or more layer sizes in [1, 65536], got {list(self.hidden)}"),
+            (1 <= len(self.hidden) <= MAX_LAYERS and all(1 <= h <= MAX_HIDDEN for h in self.hidden),
+             f"--hidden needs 1 to {MAX_LAYERS} layer sizes in [1, {MAX_HIDDEN}], got {list(self.hidden)[:MAX_LAYERS + 1]}"),
             (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
             (self.eval_seeds >= 1, f"--eval-seeds must be at least 1, got {self.eval_seeds}"),
             (self.eval_first_seed >= 0, f"--eval-first-seed must be non-negative, got {self.eval_first_seed}"),
@@ -228,6 +249,21 @@ class TrainArgs:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        bounded = [("--seed", self.seed, MAX_TRAIN_SEED), ("--num-env-runners", self.num_env_runners, MAX_RUNNERS),
+                   ("--num-envs-per-env-runner", self.num_envs_per_env_runner, MAX_ENVS_PER_RUNNER),
+                   ("--train-batch-size", self.train_batch_size, MAX_BATCH), ("--num-epochs", self.num_epochs, MAX_EPOCHS),
+                   ("--eval-every", self.eval_every, MAX_ITERATIONS), ("--eval-seeds", self.eval_seeds, MAX_EVAL_SEEDS),
+                   ("--eval-first-seed", self.eval_first_seed, MAX_FIRST_SEED - self.eval_seeds + 1),
+                   ("--report-seeds", self.report_seeds, MAX_EVAL_SEEDS),
+                   ("--report-first-seed", self.report_first_seed, MAX_FIRST_SEED - self.report_seeds + 1),
+                   ("--selection-seeds", self.selection_seeds, MAX_EVAL_SEEDS),
+                   ("--iterations", self.iterations or 0, MAX_ITERATIONS), ("--minutes", self.minutes, MAX_MINUTES),
+                   ("--torch-threads", self.torch_threads, MAX_TORCH_THREADS),
+                   ("--promote-after", self.promote_after, MAX_ITERATIONS),
+                   ("--snapshot-gap", self.snapshot_gap, MAX_ITERATIONS)]
+        for flag, value, high in bounded:
+            if not value <= high:
+                raise ValueError(f"{flag} must be at most {high}, got {value}")
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -268,3 +304,6 @@ class TrainArgs:
         if what.endswith(".toml") or "/" in what or "\\" in what:  # a scenario file: its stem, not a path
             what = Path(what).stem
         return f"{self.experiment}-{what}-s{self.seed}"
+
+
+_HINTS = typing.get_type_hints(TrainArgs)  # the fields' types (Literal choices checked by validate)

@@ -33,15 +33,17 @@ import hashlib
 import math
 import re
 import tomllib
+import types
 import typing
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_model
 
 import commons_arena
 from commons_arena.errors import format_validation_error
+from commons_arena.inputs import InputError, loads_toml, read_bytes, read_text
 from experiments.training.args import SPLIT_PREFIX, TrainArgs
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
@@ -55,11 +57,24 @@ class ExperimentFileError(ValueError):
     """An experiment file that cannot be used; the message names the key to fix."""
 
 
+def _strict(hint: Any) -> Any:
+    """``hint`` with its numbers, flags and strings strict: ``iterations = "2"``, ``seed = true`` and
+    ``seed = 2.0`` are refused, as the command line refuses them (a float field still takes an integer)."""
+    if hint in (int, float, bool, str):
+        return Annotated[hint, Strict()]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:
+        return tuple[tuple(a if a is Ellipsis else _strict(a) for a in args)]  # type: ignore[misc]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_strict(a) for a in args)]  # noqa: UP007
+    return hint
+
+
 def _train_section() -> type[BaseModel]:
-    """A pydantic model of TrainArgs' fields (types from its annotations, defaults from it)."""
+    """A pydantic model of TrainArgs' fields (types from its annotations, strict; defaults from it)."""
     hints = typing.get_type_hints(TrainArgs, include_extras=False)
     defaults = TrainArgs()
-    spec: dict[str, Any] = {f.name: (hints[f.name], getattr(defaults, f.name))
+    spec: dict[str, Any] = {f.name: (_strict(hints[f.name]), getattr(defaults, f.name))
                             for f in fields(TrainArgs) if f.name not in SESSION_FIELDS}
     return create_model("TrainSection", __config__=ConfigDict(extra="forbid"), **spec)
 
@@ -92,7 +107,7 @@ def scenario_hashes(args: TrainArgs) -> dict[str, str]:
 
 
 def file_hash(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes(path, "roster")).hexdigest()
 
 
 def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
@@ -135,9 +150,11 @@ def load_experiment(path: str | Path) -> TrainArgs:
     """Read and check an experiment file."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = loads_toml(read_text(path, "experiment file"))
     except FileNotFoundError:
         raise ExperimentFileError(f"no experiment file at {path}") from None
+    except InputError as err:  # a special file (/dev/zero, a FIFO), too large, not UTF-8, nested too deeply
+        raise ExperimentFileError(f"invalid experiment file {path}: {err.reason}") from None
     except tomllib.TOMLDecodeError as err:
         raise ExperimentFileError(f"invalid experiment file {path}: not TOML ({err})") from None
     return args_from_dict(data, str(path))

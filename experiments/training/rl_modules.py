@@ -13,12 +13,13 @@ inside the functions, so importing this module stays cheap.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from commons_arena.errors import one_line
+from commons_arena.inputs import load_json_object
 from policies.checkpoint_format import CheckpointError, NetworkSpec, PolicyNetwork, write_checkpoint
 from policies.learned import SIDECAR, module_dir
 
@@ -134,33 +135,40 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
     --i-trust-this-checkpoint`` is the command-line form. The old files stay; ``learned:``
     reads only the new ones from then on.
     """
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
     checkpoint = Path(checkpoint).resolve()  # RLlib reads checkpoints as URIs: relative paths fail
     path = checkpoint / SIDECAR
     if not path.is_file():
         raise CheckpointError(f"{checkpoint} has no {SIDECAR}: not a commons_arena checkpoint")
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        old_format = isinstance(old, dict) and "format_version" not in old
+    try:  # the sidecar is checked (type, size, depth, fields) before anything is unpickled
+        old = load_json_object(path, "sidecar")
+        old_format = "format_version" not in old
         fields = {k: old[k] for k in ("agent", "scenario", "scenario_hash", "observation_shape", "action_nvec",
                                       "observation_scale")} if old_format else {}
     except (ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path} is not a format-1 sidecar: {exc}") from None
+        raise CheckpointError(f"{path} is not a format-1 sidecar: {one_line(exc)}") from None
     if not old_format:
-        raise CheckpointError(f"{checkpoint} is already in the data-only format (format_version {old.get('format_version')})")
+        raise CheckpointError(f"{checkpoint} is already in the data-only format (format_version "
+                              f"{old.get('format_version')!r:.40})")
+    agent, codec, history = fields["agent"], old.get("action_codec"), old.get("history", 1)
+    if not isinstance(agent, str) or not agent.isidentifier():
+        raise CheckpointError(f"{path}: agent must be an agent's name, got {agent!r:.60}")
+    if codec is not None and not isinstance(codec, str):
+        raise CheckpointError(f"{path}: action_codec must be a codec's name, got {codec!r:.60}")
+    if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= 64:
+        raise CheckpointError(f"{path}: history must be an integer in [1, 64], got {history!r:.60}")
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
     source = module_dir(checkpoint, fields["agent"])
     if not source.is_dir():
         raise CheckpointError(f"checkpoint {checkpoint} has no module {fields['agent']!r} (looked in {source})")
     module: Any = RLModule.from_checkpoint(source)  # a torch module (eval(), a MultiDiscrete action space)
     module.eval()
     network = network_from_rl_module(module, [int(n) for n in module.action_space.nvec])
-    codec = old.get("action_codec")
     fields |= {
         "env": "commons_arena_v0",
         "role": fields["agent"] if fields["agent"] in ("allocator", "broker") else "team",
         "action_codec": {"name": codec, "params": {}} if codec else None,
-        "history": int(old.get("history", 1)),
+        "history": history,
         "input_size": network.input_size,  # codec features and history widen it past the observation
     }
     return write_checkpoint(checkpoint, fields, network)

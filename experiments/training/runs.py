@@ -12,13 +12,19 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
+
+from commons_arena.errors import format_validation_error
+from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
 from experiments.training.args import LATEST, TrainArgs
 from experiments.training.config_file import write_experiment
 
 # On resume the saved run's arguments win, except these, which belong to this session.
 SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
+# ... but the budget (a total over the run's sessions) stays the recorded one unless this session gives one
+BUDGET = ("minutes", "iterations")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
 VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
@@ -78,8 +84,12 @@ def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
     """The saved run's arguments, with this session's (:data:`SESSION_ARGS`) and, for flags
     added since, the value the run trained with."""
     values: dict[str, Any] = {}
+    defaults = TrainArgs()
+    keep_budget = current.iterations is None and current.minutes == defaults.minutes  # no budget given now
     for f in fields(TrainArgs):
-        if f.name in SESSION_ARGS:
+        if f.name in BUDGET and keep_budget and f.name in saved:
+            values[f.name] = saved[f.name]  # the run's recorded budget, not today's default
+        elif f.name in SESSION_ARGS:
             values[f.name] = getattr(current, f.name)
         elif f.name not in saved:
             values[f.name] = VALUE_BEFORE_FLAG.get(f.name, getattr(current, f.name))
@@ -104,7 +114,54 @@ def run_args(args: TrainArgs) -> TrainArgs:
         replace(resumed, resume=None, run_name=None).validate()
     except (TypeError, ValueError) as err:
         raise ValueError(f"cannot resume {run}: {err}") from None
+    check_saved_files(run)
+    done = saved_state(run).iterations
+    if resumed.iterations is not None and done >= resumed.iterations:
+        raise ValueError(f"cannot resume {run}: it has trained {done} of its {resumed.iterations} iterations; pass "
+                         f"--iterations with a larger total to train on")
     return resumed
+
+
+_FINITE = Annotated[float, Field(allow_inf_nan=False)]
+_NUMBER = Annotated[float, Field(allow_inf_nan=True)]
+SAVED_FILES: dict[str, TypeAdapter[Any]] = {  # what --resume reads back besides args.json and state.json
+    "observation_scale.json": TypeAdapter(dict[str, list[_FINITE]] | list[_FINITE]),
+    "references.json": TypeAdapter(dict[str, dict[str, list[_NUMBER] | _NUMBER]]),
+}
+
+
+def check_saved_files(run: Path) -> None:
+    """The run folder's other files a resumed run reads (scales, references, the league's log), checked
+    before anything is written: a damaged or planted one is one line naming it."""
+    for name, adapter in SAVED_FILES.items():
+        path = run / name
+        if path.exists():
+            try:
+                adapter.validate_python(load_json(path, "run file", allow_nan=True), strict=False)
+            except ValidationError as err:
+                raise ValueError(f"{path}: not the file a run writes: {format_validation_error(err)}") from None
+    league = run / "league.json"
+    if league.exists():
+        for number, line in enumerate(read_text(league, "league log", MAX_LOG_BYTES).splitlines(), 1):
+            row = loads_json(line, f"{league}:{number}", allow_nan=True) if line.strip() else {}
+            if line.strip() and (not isinstance(row, dict) or isinstance(row.get("iteration"), bool)
+                                 or not isinstance(row.get("iteration"), int) or not isinstance(row.get("mix", []), list)):
+                raise ValueError(f"{league}:{number}: not a league log row (iteration, mix, snapshot)")
+
+
+def saved_state(run: Path) -> RunState:
+    """A run folder's ``state.json`` (a fresh state if it was killed before the first evaluation), checked."""
+    path = run / "state.json"
+    if not path.exists():
+        return RunState()
+    data = load_json_object(path, "run state", allow_nan=True)
+    known = {f.name for f in fields(RunState)}
+    if set(data) - known or not isinstance(data.get("iterations", 0), int) or not isinstance(data.get("history", []), list):
+        raise ValueError(f"{path} is not the state of a `commons-arena train` run (keys {sorted(known)})")
+    try:
+        return RunState(**data)
+    except TypeError as err:
+        raise ValueError(f"{path} is not the state of a `commons-arena train` run: {err}") from None
 
 
 def saved_args(run: Path) -> dict[str, Any]:
@@ -112,9 +169,9 @@ def saved_args(run: Path) -> dict[str, Any]:
     values of their types: a hand-made or damaged file stops ``--resume`` before anything is written."""
     path = Path(run) / "args.json"
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not JSON ({err}): not a run folder of `commons-arena train`") from None
+        saved = load_json(path, "run arguments", allow_nan=True)
+    except InputError as err:
+        raise ValueError(f"{err}: not a run folder of `commons-arena train`") from None
     defaults = {f.name: getattr(TrainArgs(), f.name) for f in fields(TrainArgs)}
     unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else []
     if not isinstance(saved, dict) or "experiment" not in saved or unknown:
@@ -131,6 +188,56 @@ def saved_args(run: Path) -> dict[str, Any]:
     return saved
 
 
+class HistoryRow(BaseModel):
+    """One held-out evaluation of ``history.json``, as the readers of a run folder use it (aggregate,
+    analyze, the learning curve); other keys are the run's own figures and are kept."""
+
+    model_config = ConfigDict(extra="allow")
+    iteration: Annotated[int, Strict(), Field(ge=0)]
+    env_steps: Annotated[int, Strict(), Field(ge=0)] = 0
+    scenario: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
+    minutes: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    score: Annotated[float, Field(allow_inf_nan=True)] | None = None
+    returns: dict[str, Annotated[float, Field(allow_inf_nan=True)]] | None = None
+    declared_to_need: dict[str, Annotated[float, Field(allow_inf_nan=True)]] | None = None
+
+    @model_validator(mode="after")
+    def _tier_scores(self) -> HistoryRow:
+        for key, value in (self.model_extra or {}).items():
+            if key.startswith("score/") and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f"{key} must be a number, got {value!r:.40}")
+        if self.score is None and not any(k.startswith("score/") for k in self.model_extra or {}):
+            raise ValueError("a row needs its held-out score (score, or score/<tier> for each tier of a mix)")
+        return self
+
+
+MAX_HISTORY_ROWS = 1_000_000
+MAX_LOG_BYTES = 256 * 2**20  # league.json: one line per iteration
+
+
+def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
+    """A run folder's ``history.json``: a list of :class:`HistoryRow` objects in rising iterations (checked:
+    a damaged or hand-made file is one line naming the row, never a traceback later). Absent: ``[]``
+    unless ``required``."""
+    path = Path(run) / "history.json"
+    if not path.exists() and not required:
+        return []
+    rows = load_json(path, "run history", MAX_LOG_BYTES, allow_nan=True)  # Python's json wrote it (NaN allowed)
+    if not isinstance(rows, list) or len(rows) > MAX_HISTORY_ROWS:
+        raise ValueError(f"{path} is not a run's history: a JSON list of evaluation rows")
+    checked = []
+    for i, row in enumerate(rows):
+        try:
+            HistoryRow.model_validate(row)
+        except ValidationError as err:
+            raise ValueError(f"{path}: row {i}: {format_validation_error(err)}") from None
+        checked.append(dict(row))
+    iterations = [row["iteration"] for row in checked]
+    if iterations != sorted(set(iterations)):
+        raise ValueError(f"{path}: the rows' iterations must rise, got {iterations[:10]}")
+    return checked
+
+
 def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
     """The run folder (created, or the one resumed), the arguments as written to its
     ``args.json`` (a new run's with its folder name) and its state so far; ``<out>/latest``
@@ -138,8 +245,7 @@ def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
     run = run_folder(args)
     state = RunState()
     if args.resume is not None:
-        if (run / "state.json").is_file():  # absent if killed before the first evaluation
-            state = RunState(**json.loads((run / "state.json").read_text()))
+        state = saved_state(run)  # a fresh state if killed before the first evaluation
     else:
         if run.name != args.name:
             print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
@@ -156,4 +262,5 @@ def save_state(run: Path, state: RunState) -> None:
     (run / "history.json").write_text(json.dumps(state.history, indent=1))
 
 
-__all__ = ["RunState", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state", "saved_args"]
+__all__ = ["HistoryRow", "RunState", "saved_history", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state", "saved_args",
+           "check_saved_files", "saved_state"]

@@ -121,7 +121,8 @@ def train(args: TrainArgs) -> Path:
         elapsed = time.perf_counter() - start
         # at least one iteration per session, so a checkpoint is always written
         out_of_budget = elapsed >= args.minutes * 60 and session_iterations > 0
-        if out_of_budget or (args.iterations is not None and session_iterations >= args.iterations):
+        # --iterations is the run's total (a resumed run trains up to it), like --minutes
+        if out_of_budget or (args.iterations is not None and state.iterations >= args.iterations):
             break
         result = algo.train()
         state.iterations += 1
@@ -137,7 +138,7 @@ def train(args: TrainArgs) -> Path:
         reporter.iteration(state, result, values, elapsed / 60)
         due = state.iterations % args.eval_every == 0
         out_of_time = time.perf_counter() - start >= args.minutes * 60
-        last = args.iterations is not None and session_iterations >= args.iterations
+        last = args.iterations is not None and state.iterations >= args.iterations
         if due or out_of_time or last:
             evaluate_and_save(algo, setup, state, run, result, values.get("return_mean"), reporter, start)
 
