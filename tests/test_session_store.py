@@ -55,6 +55,6 @@ def test_everything_that_touches_a_session_runs_on_the_event_loop():
     assert len(handlers) > 10 and all(inspect.iscoroutinefunction(h) for h in handlers), \
         [h.__qualname__ for h in handlers if not inspect.iscoroutinefunction(h)]
     tools = asyncio.run(build_mcp(ServeSettings(), SessionStore(ServeSettings())).list_tools())
-    assert {t.name for t in tools} == {"start_episode", "observe", "act", "episode_state", "end_episode"}
+    assert {t.name for t in tools} == {"start_episode", "observe", "act", "preview", "episode_state", "end_episode"}
     server = build_mcp(ServeSettings(), SessionStore(ServeSettings()))
     assert all(server._tool_manager.get_tool(t.name).is_async for t in tools)
