@@ -61,6 +61,7 @@ from commons_arena.scenario import (
     Ticks,
     _Frozen,
     _scenario_dirs,
+    names_a_file,
     read_toml,
     scenario_from_dict,
     validate_data,
@@ -287,7 +288,7 @@ def load_family(family: str | Path | FamilyConfig) -> FamilyConfig:
         return family
     text = str(family)
     path = Path(text)
-    if isinstance(family, Path) or text.endswith(".toml") or "/" in text:
+    if isinstance(family, Path) or names_a_file(text):
         if not path.is_file():
             raise FamilyError(f"family file not found: {path}")
     else:

@@ -443,13 +443,26 @@ def validate_data(model: type[M], data: Mapping[str, Any], what: str, source: st
         raise error(f"invalid {what} {source}:\n  {problems}") from None
 
 
+def names_a_file(text: str) -> bool:
+    """Whether a scenario (or family, suite, ...) reference is a path rather than a shipped name."""
+    return text.endswith(".toml") or "/" in text
+
+
+def resolve_reference(name: str, base: Path | None) -> str:
+    """``name`` as given, or, if it is a relative path, relative to ``base`` (the folder of the
+    file that names it: a roster, a suite)."""
+    if base is not None and names_a_file(name) and not Path(name).is_absolute():
+        return str(base / name)
+    return name
+
+
 def load_scenario(scenario: str | Path | ScenarioConfig) -> ScenarioConfig:
     """Load a scenario by name (``"standard"``), by path to a TOML file, or pass one through."""
     if isinstance(scenario, ScenarioConfig):
         return scenario
     text = str(scenario)
     path = Path(text)
-    if isinstance(scenario, Path) or text.endswith(".toml") or "/" in text:
+    if isinstance(scenario, Path) or names_a_file(text):
         if not path.exists():
             raise ScenarioError(f"scenario file not found: {path}")
     else:

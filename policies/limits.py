@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commons_arena.enums import ShockKind
-from commons_arena.mechanics import carbon
+from commons_arena.mechanics import carbon, market
 from commons_arena.scenario import MAX_MULTIPLIER, ScenarioConfig
 from commons_arena.spaces import Layout
 
@@ -92,23 +92,12 @@ class LimitReader:
 
 
 def fit_buy(buy: Sequence[int], offer_qty: Sequence[int], offer_price: Sequence[float], budget: float) -> list[int]:
-    """Purchases cut to the offer, then (most expensive tier first, ties: the higher tier) to
-    the budget less a rounding margin; prices counted with a rounding slack."""
-    fixed = [max(0, min(int(b), q)) for b, q in zip(buy, offer_qty, strict=True)]
-    price = [p * PRICE_SLACK for p in offer_price]
-    money = budget * (1 - BUDGET_MARGIN)
-    cost = sum(b * p for b, p in zip(fixed, price, strict=True))
-    if cost <= money:
-        return fixed
-    for k in sorted(range(len(fixed)), key=lambda k: (price[k], k), reverse=True):
-        if cost <= money:
-            break
-        if price[k] <= 0 or fixed[k] == 0:
-            continue
-        drop = math.ceil(min((cost - money) / price[k], fixed[k]))  # (min before ceil: the quotient may be inf)
-        fixed[k] -= drop
-        cost = sum(b * p for b, p in zip(fixed, price, strict=True))
-    return fixed
+    """Purchases cut as the env cuts them (:func:`market.repair_purchases`: to the offer, then
+    the most expensive tier first to the budget), with the observed prices raised by a rounding
+    slack and the observed budget lowered by a rounding margin."""
+    price = np.asarray(offer_price, dtype=np.float64) * PRICE_SLACK
+    wanted = [max(0, int(b)) for b in buy]
+    return [int(b) for b in market.repair_purchases(wanted, offer_qty, price, budget * (1 - BUDGET_MARGIN))[0]]
 
 
 def _trim(grant: list[list[int]], k: int, n: int, order: Sequence[int]) -> int:

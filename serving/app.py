@@ -68,7 +68,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Red
 from starlette.routing import Route
 
 import commons_arena
-from commons_arena.inputs import MAX_DEPTH
+from commons_arena.inputs import MAX_DEPTH, too_deep
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
 from serving.explain import preview as explain_preview
@@ -149,20 +149,6 @@ def _internal(err: Exception) -> ServeError:
                       "in the episode")
 
 
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests deeper than ``limit`` (iterative: a deep value cannot overflow the stack)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack += [(v, depth + 1) for v in item.values()]
-        elif isinstance(item, list):
-            stack += [(v, depth + 1) for v in item]
-    return False
-
-
 def loads(raw: str | bytes, what: str = "the body") -> Any:
     """Client JSON → data, or a 400: strict JSON (no NaN or Infinity), at most :data:`MAX_JSON_DEPTH` deep.
 
@@ -176,7 +162,7 @@ def loads(raw: str | bytes, what: str = "the body") -> Any:
         raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err}") from None
     else:
         brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
-        deep = brackets > MAX_JSON_DEPTH and _too_deep(value, MAX_JSON_DEPTH)
+        deep = brackets > MAX_JSON_DEPTH and too_deep(value, MAX_JSON_DEPTH)
     if deep:
         raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels", limit=MAX_JSON_DEPTH)
     return value

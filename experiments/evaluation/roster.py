@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
 from commons_arena.inputs import InputError, loads_toml, read_text
-from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
+from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario, resolve_reference
 from experiments.seeds import MAX_SEED
 from policies.population import Entry, Population, PopulationError
 from policies.registry import policy_spec
@@ -267,12 +267,8 @@ def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path
         raise RosterError(f"roster {source}: {str(err).removeprefix('population ')}") from None
     scenarios = []
     for i, name in enumerate(model.scenarios):
-        path = Path(name)
-        if base is not None and (name.endswith(".toml") or "/" in name) and not path.is_absolute():
-            path = base / path
-            name = str(path)
         try:
-            scenarios.append(load_scenario(name))
+            scenarios.append(load_scenario(resolve_reference(name, base)))
         except ScenarioError as err:
             raise RosterError(f"roster {source}: scenarios[{i}]: {err}") from None
     roster = Roster(model.name, seat, tuple(scenarios), tuple(model.scenarios), tuple(model.seeds), tuple(players),

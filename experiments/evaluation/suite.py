@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
-from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
+from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario, resolve_reference
 from experiments.evaluation.roster import RosterError, focal_agents, seat_role
 from policies.population import Population, PopulationError
 
@@ -167,10 +167,7 @@ def _scenarios(entry: EntryModel, base: Path | None) -> tuple[ScenarioConfig, ..
         configs = _split(entry.split)
         return configs[: entry.take] if entry.take is not None else configs
     assert entry.scenario is not None
-    name = entry.scenario
-    if base is not None and (name.endswith(".toml") or "/" in name) and not Path(name).is_absolute():
-        name = str(base / name)
-    return (load_scenario(name),)
+    return (load_scenario(resolve_reference(entry.scenario, base)),)
 
 
 def suite_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path | None = None) -> Suite:
