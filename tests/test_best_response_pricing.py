@@ -40,9 +40,9 @@ class EveryOtherTick:
 
 def test_each_offer_is_credited_with_what_it_sold():
     arena = Arena("crisis", "best_fit", BROKER)
-    recorder = Recorder(EveryOtherTick(arena.config), arena.config, BROKER)  # type: ignore[arg-type]
+    recorder = Recorder(arena.config, BROKER)
     seeds = range(5)
-    episodes = arena.episodes(recorder, seeds)  # type: ignore[arg-type]
+    episodes = arena.episodes(EveryOtherTick(arena.config), seeds, recorder)
     sales = np.asarray(recorder.sales)
     ticks = len(sales) // len(seeds)
     assert len(sales) == ticks * len(seeds) and ticks > 4
@@ -57,10 +57,9 @@ def test_each_offer_is_credited_with_what_it_sold():
 
 def test_pricing_by_demand_reads_every_row_in_the_same_quartiles():
     arena = Arena("crisis", "planner", BROKER)
-    recorders = {name: Recorder(make_policy(name, arena.config, BROKER), arena.config, BROKER)
-                 for name in ("demand_priced", "fixed_price")}
-    for recorder in recorders.values():
-        arena.episodes(recorder, range(6))  # type: ignore[arg-type]
+    recorders = {name: Recorder(arena.config, BROKER) for name in ("demand_priced", "fixed_price")}
+    for name, recorder in recorders.items():
+        arena.episodes(make_policy(name, arena.config, BROKER), range(6), recorder)
     edges = demand_quartiles(recorders["demand_priced"])
     rows = pricing_by_demand(recorders, edges)
     by_name = {name: [r for r in rows if r["policy"] == name] for name in recorders}

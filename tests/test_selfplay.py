@@ -158,12 +158,12 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
 
 def test_bluffers_declare_more_than_truthful_teams():
     """The analysis measures what it claims: greedy bluffers' declared/need ratio exceeds truthful teams'."""
-    from experiments.evaluation.traces import declared_to_need, play_many_traced, slope
+    from experiments.evaluation.traces import declared_to_need, slope, traced
 
     config = commons_arena.load_scenario("standard")
     seeds = range(3)
-    bluffers = play_many_traced(config, Population(roles={"team": "greedy_bluffer"}), seeds)
-    truthful = play_many_traced(config, Population(roles={"team": "truthful"}), seeds)
+    bluffers = traced(config, Population(roles={"team": "greedy_bluffer"}), seeds)
+    truthful = traced(config, Population(roles={"team": "truthful"}), seeds)
     for team in TEAMS:
         assert declared_to_need(bluffers, team) > declared_to_need(truthful, team) > 0
     assert slope([(1.0, 2.0), (2.0, 4.0)]) == 2.0 and np.isnan(slope([]))

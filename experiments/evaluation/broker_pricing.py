@@ -59,9 +59,10 @@ def brokers(args: Args, arena: Arena) -> dict[str, Policy]:
 def main(args: Args) -> list[dict]:
     arena = Arena(args.scenario, args.allocator, BROKER)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    recorders = {name: Recorder(policy, arena.config, BROKER) for name, policy in brokers(args, arena).items()}
+    lineup = brokers(args, arena)
+    recorders = {name: Recorder(arena.config, BROKER) for name in lineup}
     for name, recorder in recorders.items():
-        profit = float(np.mean([e[BROKER]["return"] for e in arena.episodes(recorder, seeds)]))  # type: ignore[arg-type]
+        profit = float(np.mean([e[BROKER]["return"] for e in arena.episodes(lineup[name], seeds, recorder)]))
         print(f"{name}: profit {profit:.2f}, price/demand correlation {recorder.price_correlation():.2f}")
     rows = pricing_by_demand(recorders, demand_quartiles(recorders[args.broker]))
     print(markdown_table(rows))

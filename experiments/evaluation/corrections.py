@@ -18,10 +18,10 @@ import tyro
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import ResidualPlannerCodec
-from policies.focal import run_episode
 from policies.learned import LearnedPolicy
 
 
@@ -37,25 +37,22 @@ class Args:
     """seeds are first_seed .. first_seed + seeds - 1"""
 
 
-class CorrectionRecorder:
-    """Plays the learned policy and sums its corrections per tick (a Policy)."""
+class CorrectionRecorder(Observer):
+    """Sums the allocator's corrections per tick (an engine observer of a learned allocator
+    whose codec corrects the planner)."""
 
-    def __init__(self, policy: LearnedPolicy, codec: ResidualPlannerCodec) -> None:
-        self.policy, self.codec = policy, codec
+    def __init__(self, codec: ResidualPlannerCodec) -> None:
+        self.codec = codec
         shape = (codec.config.max_ticks + 1, codec.n_teams, codec.n_tiers)
         self.total, self.count = np.zeros(shape), np.zeros(shape[0])
         self._tick = codec.obs.slices["tick"]
 
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset(seed)
-
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        action = self.policy.act(observation)
-        assert self.policy.last_module_action is not None
-        tick = min(int(observation[self._tick][0]), len(self.count) - 1)
-        self.total[tick] += self.codec.correction(self.policy.last_module_action)
-        self.count[tick] += 1
-        return action
+    def tick(self, tick: Tick) -> None:
+        module_action = getattr(tick.policies[ALLOCATOR], "last_module_action", None)
+        assert module_action is not None
+        index = min(int(tick.observations[ALLOCATOR][self._tick][0]), len(self.count) - 1)
+        self.total[index] += self.codec.correction(module_action)
+        self.count[index] += 1
 
 
 def mean_corrections(checkpoint: Path, scenario: str, seeds: range) -> dict[int, np.ndarray]:
@@ -65,11 +62,10 @@ def mean_corrections(checkpoint: Path, scenario: str, seeds: range) -> dict[int,
     if not isinstance(policy.codec, ResidualPlannerCodec):
         raise ValueError(f"checkpoint {checkpoint} does not correct the planner (its codec is "
                          f"{getattr(policy.codec, 'name', None)!r}; need or residual do)")
-    recorder = CorrectionRecorder(policy, policy.codec)
+    recorder = CorrectionRecorder(policy.codec)
     policies = dict(Population.default(env.config).build(env.config, env=env))
-    policies[ALLOCATOR] = recorder
-    for seed in seeds:
-        run_episode(env, policies, seed)
+    policies[ALLOCATOR] = policy
+    play_all(env, policies, seeds, recorder)
     return {t: recorder.total[t] / n for t, n in enumerate(recorder.count) if n > 0}
 
 

@@ -29,12 +29,12 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.engine import Observer, play
 from experiments.evaluation.statistics import mean_ci95, paired_difference
 from experiments.evaluation.tables import markdown_table
 from experiments.seeds import first_seed
 from policies.base import Policy
 from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
-from policies.focal import run_episode
 from policies.population import Population
 from policies.registry import make_policy
 
@@ -56,10 +56,10 @@ class Arena:
             population = population.with_agent(ALLOCATOR, allocator)
         self.policies = dict(population.build(self.config, env=self.env, strict=False))
 
-    def episodes(self, policy: Policy, seeds: Sequence[int]) -> list[dict[str, dict[str, float]]]:
+    def episodes(self, policy: Policy, seeds: Sequence[int], observer: Observer | None = None
+                 ) -> list[dict[str, dict[str, float]]]:
         """Every agent's episode summary per seed, ``policy`` in the seat (the same seeds pair them)."""
-        policies = {**self.policies, self.seat: policy}
-        return [run_episode(self.env, policies, seed) for seed in seeds]
+        return [e.summaries for e in play(self.env, {**self.policies, self.seat: policy}, seeds, observer)]
 
     def returns(self, policy: Policy, seeds: Sequence[int]) -> np.ndarray:
         return np.array([episode[self.seat]["return"] for episode in self.episodes(policy, seeds)])

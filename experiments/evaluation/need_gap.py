@@ -32,12 +32,12 @@ import tyro
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from experiments.evaluation.engine import play_returns
 from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import AllocatorCodec
-from policies.focal import run_episode
 from policies.planner import PlannerAllocator
 
 
@@ -93,7 +93,7 @@ def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
     env = commons_arena.parallel_env(scenario=scenario)
     policies = dict(Population.default(env.config).build(env.config, env=env))
     variant = policies[ALLOCATOR] = PlannerVariant(env, rule, on_grants)
-    result = np.array([run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds])
+    result = np.array(play_returns(env, policies, seeds, ALLOCATOR))
     return result, variant
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from commons_arena.enums import BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout, role_of
+from experiments.evaluation.engine import Observer, Tick
 from experiments.evaluation.fixed_codes import Arena, best_code, uniform_codes
 from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
@@ -49,12 +50,11 @@ PerSeed = dict[str, dict[str, list[int] | list[float]]]  # RETURNS_FILE's conten
 
 
 @dataclass
-class Recorder:
-    """A policy in the seat, recording what the report reads from each tick: a team's
+class Recorder(Observer):
+    """What the report reads from each tick of a seat (an engine observer): a team's
     declaration against its true need per tier, a broker's price level against the demand
     it saw, and a learned module's code (its action before the codec)."""
 
-    policy: Policy
     config: ScenarioConfig
     seat: str
     ratios: list[list[float]] = field(default_factory=list)  # per tier: declared / need on ticks with need
@@ -70,13 +70,12 @@ class Recorder:
         self.ratios = [[] for _ in self.config.gpu_tiers]
         self._unsold: list[list[float]] = []  # the last two sales rows, until their sales are seen
 
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset(seed)
+    def begin(self, seed: int) -> None:
         self._unsold = []
 
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        action = self.policy.act(observation)
-        seen, done = self.observed.view(np.asarray(observation)), self.acted.view(np.asarray(action))
+    def tick(self, tick: Tick) -> None:
+        seen = self.observed.view(np.asarray(tick.observations[self.seat]))
+        done = self.acted.view(np.asarray(tick.actions[self.seat]))
         if self.seat == BROKER:
             demand, level = float(seen["demand"].sum()), float(np.mean(done["price_level"]))
             if len(self._unsold) == 2:  # the offer of two ticks ago: its sales are `last_sold` now
@@ -87,11 +86,11 @@ class Recorder:
             for tier, (need, declared) in enumerate(zip(seen["need"], done["request"], strict=True)):
                 if need > 0:
                     self.ratios[tier].append(float(declared) / float(need))
-        code = getattr(self.policy, "last_module_action", None)
-        describe = getattr(getattr(self.policy, "codec", None), "describe", None)  # team and broker codecs
+        policy = tick.policies[self.seat]
+        code = getattr(policy, "last_module_action", None)
+        describe = getattr(getattr(policy, "codec", None), "describe", None)  # team and broker codecs
         if code is not None and describe is not None:
             self.tick_codes.append(describe(np.asarray(code)))
-        return action
 
     @property
     def codes(self) -> Counter[str]:
@@ -155,8 +154,8 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
               ) -> tuple[list[dict[str, Any]], dict[str, Recorder], PerSeed]:
     """Each policy in the seat on ``seeds``: its return and the allocator's, paired with the first
     (the learned seat); what its recorder read; and the per-seed returns (policy -> seat / allocator)."""
-    recorders = {name: Recorder(policy, arena.config, arena.seat) for name, policy in policies.items()}
-    episodes = {name: arena.episodes(recorder, seeds) for name, recorder in recorders.items()}  # type: ignore[arg-type]
+    recorders = {name: Recorder(arena.config, arena.seat) for name in policies}
+    episodes = {name: arena.episodes(policy, seeds, recorders[name]) for name, policy in policies.items()}
     seat_returns = {name: [e[arena.seat]["return"] for e in eps] for name, eps in episodes.items()}
     allocator_returns = {name: [e[allocator]["return"] for e in eps] for name, eps in episodes.items()}
     first = next(iter(policies))

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.engine import play_returns
 from experiments.evaluation.evaluate import (
     BASELINE_ALLOCATORS,
     best_other,
@@ -22,19 +22,16 @@ from experiments.evaluation.evaluate import (
     plain_ratio,
 )
 from experiments.evaluation.statistics import paired_difference
-from experiments.evaluation.traces import declared_to_need, play_traced
+from experiments.evaluation.traces import declared_to_need, traced
 from experiments.training.setup import RunSetup
-from policies.focal import run_episode
 from policies.learned import LearnedPolicy, ModuleInterface
 from policies.population import Population
 
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
     """Per-seed returns of the learned allocator (greedy) against the scenario's own population."""
-    env = commons_arena.parallel_env(scenario=config)
-    policies = Population.default(config).build(config, env=env)
-    policies[ALLOCATOR] = policy
-    return [run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]
+    return play_returns(config, lambda env: {**Population.default(config).build(config, env=env), ALLOCATOR: policy},
+                        seeds, ALLOCATOR)
 
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
@@ -76,10 +73,7 @@ def held_out_seat_returns(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Mean return per learning seat, the learned seats playing together, greedy; and each
     learning team's declared / true need ratio in those episodes (its bluffing)."""
-    env = commons_arena.parallel_env(scenario=config)
-    everyone = background.build(config, env=env, strict=False)
-    everyone.update(policies)
-    traces = [play_traced(env, everyone, seed) for seed in seeds]
+    traces = traced(config, lambda env: {**background.build(config, env=env, strict=False), **policies}, seeds)
     returns = {seat: float(np.mean([t.returns[seat] for t in traces])) for seat in policies}
     ratios = {team: declared_to_need(traces, team) for team in config.team_names if team in policies}
     return returns, ratios

@@ -21,12 +21,12 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.training.args import SWITCHING, TrainArgs
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
 from experiments.training.warm_start import check_warm_start, warm_scale
-from policies.focal import FocalEnv
 from policies.learned import observation_scale
 from policies.population import Population
 
@@ -107,17 +107,23 @@ def scale_sample_seeds(run_seed: int, episodes: int = SCALE_EPISODES) -> list[in
 def sample_observations(configs: Sequence[ScenarioConfig], run_seed: int) -> dict[str, np.ndarray]:
     """Every seat's observations from the scenario's population with a random and a
     proportional allocator (the spread the observation scales are fitted on)."""
-    rows: dict[str, list[np.ndarray]] = {}
+    samples = Observations()
     for config in configs:
         for allocator in ("random", "proportional"):
-            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
-            for seed in scale_sample_seeds(run_seed):
-                episode.reset(seed=seed)
-                while not episode.episode_over:
-                    for seat, obs in episode.seat_observations.items():
-                        rows.setdefault(seat, []).append(obs)
-                    episode.step({})
-    return {seat: np.stack(obs) for seat, obs in rows.items()}
+            play_all(config, Population.default(config).with_agent(ALLOCATOR, allocator), scale_sample_seeds(run_seed),
+                     samples)
+    return {seat: np.stack(obs) for seat, obs in samples.rows.items()}
+
+
+class Observations(Observer):
+    """Every seat's observation of every tick played (as it acted on it)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[np.ndarray]] = {}
+
+    def tick(self, tick: Tick) -> None:
+        for seat, obs in tick.observations.items():
+            self.rows.setdefault(seat, []).append(obs)
 
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
