@@ -9,6 +9,11 @@ type", is still a cycle or a skipped layer. The layers (docs/architecture.md, "L
                                                    evaluation, ...)
 
 Each package may import only the packages to its left; nothing imports ``commands``.
+
+The engine (``experiments/evaluation/engine.py``) is the only episode loop: no module
+outside it, the layers that define the substrate (``commons_arena``, ``policies``) and the
+places named in :data:`EPISODE_LOOP_ALLOWED` (each with its reason) uses ``run_episode`` or
+``FocalEnv``.
 """
 
 from __future__ import annotations
@@ -143,3 +148,42 @@ def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
                                                                    ("pkg.sibling", "pkg")]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+# ------------------------------------------------------------------ the one episode loop
+
+LOOP_NAMES = {"run_episode", "FocalEnv"}
+SUBSTRATE = ("commons_arena", "policies")  # where the loop's parts are defined
+EPISODE_LOOP_ALLOWED = {
+    "experiments.evaluation.engine": "the engine: the one episode loop",
+    "serving.session": "a front door: a remote client steps its seats of a FocalEnv, the server plays none itself",
+    "experiments.training.env": "RLlib's env: RLlib steps the focal seats (a training env, not an episode loop)",
+    "experiments.bench.scripted": "a benchmark of the substrate itself (FocalEnv's env and policy timers)",
+    "experiments.bench.step_ab": "a benchmark of the substrate itself (step time, A/B)",
+    "experiments.bench.serve": "a benchmark: the server against a local FocalEnv stepped the same way",
+}
+
+
+def loop_uses(path: Path) -> list[int]:
+    """Lines of ``path`` that use ``run_episode`` or ``FocalEnv`` (a call, an attribute, a
+    reference), imports and strings not counted."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if (isinstance(node, ast.Name) and node.id in LOOP_NAMES)
+                   or (isinstance(node, ast.Attribute) and node.attr in LOOP_NAMES)})
+
+
+def test_episodes_are_played_by_the_engine_only() -> None:
+    users = {module: lines for module, path in module_files().items()
+             if module.split(".")[0] not in SUBSTRATE and (lines := loop_uses(path))}
+    wrong = sorted(f"{module} (lines {lines})" for module, lines in users.items() if module not in EPISODE_LOOP_ALLOWED)
+    assert not wrong, ("play episodes through experiments.evaluation.engine.play (an Observer sees every tick), "
+                       "not run_episode / FocalEnv: " + "; ".join(wrong))
+    stale = sorted(set(EPISODE_LOOP_ALLOWED) - set(users))
+    assert not stale, f"allowed but no longer playing episodes themselves (drop them from the list): {stale}"
+
+
+def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("from policies.focal import FocalEnv, run_episode\n'run_episode'\n"
+                      "x = focal.run_episode(env, p, 1)\ny = FocalEnv.from_scenario('standard', ())\n")
+    assert loop_uses(source) == [3, 4]

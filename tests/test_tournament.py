@@ -395,3 +395,13 @@ def test_cli_bad_tournament_input_is_one_line(tmp_path, capsys):
     ]:
         assert_one_line_error(capsys, *argv, match=match)
     assert (other / "notes.txt").read_text() == "mine" and not (other / "results.sqlite").exists()
+
+
+def test_stored_rows_become_one_series_per_cell():
+    """store.by_seed: the one reading of stored rows as per-seed series (tables, exploit, arms race)."""
+    from experiments.evaluation.store import by_seed
+
+    rows = [{"scenario": "s", "background": "b", "player": p, "seed": seed, "focal_return": r, "episode": {"x": r}}
+            for p, seed, r in (("a", 2, 1.0), ("a", 1, 2.0), ("c", 1, 3.0))]
+    assert by_seed(rows, lambda row: row["focal_return"]) == {("s", "b", "a"): {2: 1.0, 1: 2.0}, ("s", "b", "c"): {1: 3.0}}
+    assert by_seed(rows, lambda row: row["episode"]["x"] * 2)[("s", "b", "c")] == {1: 6.0}

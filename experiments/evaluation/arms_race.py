@@ -46,7 +46,7 @@ from experiments.evaluation.engine import QUIET, planned_keys
 from experiments.evaluation.exploit import TEAM_BASE, Cell, train_best_response
 from experiments.evaluation.roster import roster_from_dict
 from experiments.evaluation.statistics import mean_ci95
-from experiments.evaluation.store import ResultStore
+from experiments.evaluation.store import ResultStore, by_seed
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.evaluation.tournament import run_tournament
 from experiments.training.args import CURRICULUM, TrainArgs
@@ -103,11 +103,8 @@ def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, 
     result = run_tournament(roster, folder, options=replace(QUIET, workers=1))
     with ResultStore(result.store) as store:
         rows = store.rows(planned_keys(roster))
-    by_seed: dict[tuple[str, str, str], dict[int, float]] = {}
-    for row in rows:
-        key = (row["scenario"], row["background"], row["player"])
-        by_seed.setdefault(key, {})[int(row["seed"])] = float(row["episode"][seat]["return"])
-    return {key: [returns[s] for s in seeds] for key, returns in by_seed.items()}
+    series = by_seed(rows, lambda row: float(row["episode"][seat]["return"]))
+    return {key: [returns[s] for s in seeds] for key, returns in series.items()}
 
 
 def difference_row(measure: str, scenario: str, values: Sequence[float] | np.ndarray) -> dict[str, Any]:
