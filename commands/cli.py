@@ -36,7 +36,7 @@ from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve
 from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
 from commons_arena.errors import one_line
-from experiments.training.hash_seed import pin_hash_seed
+from experiments.hash_seed import pin_hash_seed
 
 DEBUG_FLAG = "--debug"
 EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors; `verify`: the recording cannot be checked

@@ -45,7 +45,7 @@ class Train:
 
     def run(self):
         if self.train_seeds:
-            from experiments.training.seeds import train_seeds
+            from experiments.studies.train_seeds import train_seeds
 
             return train_seeds(self.args, self.train_seeds, self.compare_seeds)
         from experiments.training.train import train
@@ -81,7 +81,7 @@ def _config_path(args: list[str]) -> Path | None:
 @dataclass
 class Exploit:
     """How exploitable each allocator is: train a best-response team (and broker) against it and
-    print what it takes, paired with 95% CIs, beside the best scripted policy (experiments/evaluation/exploit.py)."""
+    print what it takes, paired with 95% CIs, beside the best scripted policy (experiments/studies/exploit.py)."""
 
     allocators: tuple[str, ...] = ("proportional", "planner", "best_fit")
     """allocators to exploit (any scripted one, or 'learned:<checkpoint dir>')"""
@@ -124,7 +124,7 @@ class Exploit:
                        report_first_seed=self.first_seed)
 
     def run(self):
-        from experiments.evaluation.exploit import exploit
+        from experiments.studies.exploit import exploit
 
         seats = [self.seat, *(["broker"] if self.broker and self.seat != "broker" else [])]
         return exploit(self.scenarios, self.allocators, seats, paired_seed_list(self.first_seed, self.seeds),
@@ -134,7 +134,7 @@ class Exploit:
 @dataclass
 class ArmsRace:
     """The arms race, two rounds: a best-response bluffer against an allocator, then the allocator
-    continued against that bluffer (in a share of episodes); paired report (experiments/evaluation/arms_race.py)."""
+    continued against that bluffer (in a share of episodes); paired report (experiments/studies/arms_race.py)."""
 
     allocator: str = "planner"
     """round 1's allocator A1: a scripted one, or 'learned:<checkpoint dir>' (round 2 continues its weights)"""
@@ -205,7 +205,7 @@ class ArmsRace:
                         minutes=self.minutes, history=self.round2_history))
 
     def run(self):
-        from experiments.evaluation.arms_race import arms_race
+        from experiments.studies.arms_race import arms_race
 
         round1, round2 = self.rounds()
         otherwise = None if self.seat_otherwise == POPULATION else self.seat_otherwise

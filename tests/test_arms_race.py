@@ -11,7 +11,7 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.arms_race import (
+from experiments.studies.arms_race import (
     A1,
     A2,
     BLUFFER,

@@ -12,9 +12,9 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import BROKER
 from commons_arena.spaces import action_layout
+from experiments.evaluation.best_response import Recorder, demand_quartiles, pricing_by_demand
 from experiments.evaluation.fixed_codes import Arena
 from experiments.evaluation.tables import markdown_table
-from experiments.training.best_response import Recorder, demand_quartiles, pricing_by_demand
 from policies.registry import make_policy
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import commons_arena
 from commands import cli
+from experiments.hash_seed import TRAINING_HASH_SEED, needs_pinning
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import (
     SESSION_FIELDS,
@@ -23,7 +24,6 @@ from experiments.training.config_file import (
     experiment_text,
     load_experiment,
 )
-from experiments.training.hash_seed import TRAINING_HASH_SEED, needs_pinning
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 SHIPPED = sorted(CONFIGS.glob("*.toml"))
@@ -136,7 +136,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
     two remote env runners side by side, with or without a background mix; self-play, five
     RLlib modules drawing from one torch generator in RLlib's set order of agents), each in its
     own Python process started with another string-hash seed, give the same weights bit for bit
-    (training pins the hash seed: experiments/training/hash_seed.py; the start weights reach
+    (training pins the hash seed: experiments/hash_seed.py; the start weights reach
     every remote runner before it samples: experiments/training/weight_sync.py); another seed does not."""
     import ray
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.evaluation.statistics import mean_ci
+from experiments.statistics import mean_ci
 from experiments.viewing.plots import aggregate, learning_curve, score_bars
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -42,12 +42,12 @@ def test_default_counts_fit_their_range():
 def test_every_command_reads_the_table():
     from commands.evaluate import Analyze, Evaluate, Tournament
     from commands.train import Exploit
+    from experiments.evaluation.best_response import selection_seeds
     from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.evaluation.corrections import Args as CorrectionsArgs
     from experiments.evaluation.fixed_codes import REPORT_SEEDS, SELECTION_SEEDS
-    from experiments.training.aggregate import COMPARE_FIRST_SEED
+    from experiments.studies.seed_report import COMPARE_FIRST_SEED
     from experiments.training.args import TrainArgs
-    from experiments.training.best_response import selection_seeds
 
     assert Evaluate.first_seed == first_seed("evaluate")
     assert Tournament().build_roster().seeds[0] == first_seed("tournament")

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.evaluation import statistics
-from experiments.evaluation.statistics import bootstrap_ci, iqm, iqm_of, mean_ci
-from experiments.training.aggregate import aggregate, curve_rows, final_scores, pooled_comparison, seed_runs
+from experiments import statistics
+from experiments.statistics import bootstrap_ci, iqm, iqm_of, mean_ci
+from experiments.studies.seed_report import aggregate, curve_rows, final_scores, pooled_comparison, seed_runs
 from experiments.training.args import TrainArgs
 
 pytestmark = pytest.mark.timeout(900)
@@ -90,7 +90,7 @@ def test_pooled_comparison_keeps_every_seed():
 
 
 def test_train_seeds_runs_each_seed_in_its_folder_and_reports(ray_session, tmp_path):
-    from experiments.training.seeds import train_seeds
+    from experiments.studies.train_seeds import train_seeds
 
     tiny = TrainArgs(experiment="allocator_ppo", iterations=1, eval_every=1, eval_seeds=2, train_batch_size=128,
                      minibatch_size=64, num_epochs=1, num_envs_per_env_runner=2, hidden=(16, 16), quiet=True,

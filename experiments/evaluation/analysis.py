@@ -49,7 +49,6 @@ from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import arena_for, play_all, play_returns
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, play_many
-from experiments.evaluation.statistics import mean_ci95, paired_difference
 from experiments.evaluation.tables import markdown_table
 from experiments.evaluation.traces import (
     SeatCodes,
@@ -60,6 +59,7 @@ from experiments.evaluation.traces import (
     slope,
     traced,
 )
+from experiments.statistics import mean_ci95, paired_difference
 from policies.population import Population
 
 # ----------------------------------------------------------------------------- the run

@@ -5,7 +5,7 @@
         --scenario crisis --codes 3,0,2 3,2,0
 
 Prints each broker's profit (its return) and price/demand correlation, then the best-response
-report's "Pricing by demand" table (:func:`experiments.training.best_response.pricing_by_demand`):
+report's "Pricing by demand" table (:func:`experiments.evaluation.best_response.pricing_by_demand`):
 every broker's ticks in the quartiles of the demand the first one saw, with its mean price
 level, GPUs offered and GPUs of that offer sold. Use it on checkpoints whose report predates
 that table, or to set other fixed codes beside one (``--codes margin,slope,crisis_levels``).
@@ -19,10 +19,10 @@ import numpy as np
 import tyro
 
 from commons_arena.enums import BROKER
+from experiments.evaluation.best_response import Recorder, demand_quartiles, pricing_by_demand
 from experiments.evaluation.fixed_codes import Arena
 from experiments.evaluation.tables import markdown_table
 from experiments.seeds import SEED_RANGES
-from experiments.training.best_response import Recorder, demand_quartiles, pricing_by_demand
 from policies.base import Policy
 from policies.codecs import CodedPolicy, MarkupBrokerCodec
 from policies.registry import make_policy

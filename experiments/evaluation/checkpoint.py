@@ -31,9 +31,9 @@ from typing import Any
 import tyro
 
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, evaluate
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.seeds import SEED_RANGES
+from experiments.statistics import paired_difference
 from policies.learned import LEARNED_PREFIX
 
 

@@ -30,9 +30,9 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Observer, play
-from experiments.evaluation.statistics import mean_ci95, paired_difference
 from experiments.evaluation.tables import markdown_table
 from experiments.seeds import first_seed
+from experiments.statistics import mean_ci95, paired_difference
 from policies.base import Policy
 from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
 from policies.population import Population

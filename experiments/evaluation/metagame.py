@@ -43,8 +43,8 @@ import numpy as np
 
 from experiments.evaluation.evaluate import STAT_COLUMNS, normalised_score, plain_ratio
 from experiments.evaluation.roster import Roster
-from experiments.evaluation.statistics import mean_ci95
 from experiments.evaluation.store import by_seed
+from experiments.statistics import mean_ci95
 
 
 def match_ranks(returns: Sequence[float]) -> list[int]:

@@ -33,9 +33,9 @@ import tyro
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import play_returns
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
+from experiments.statistics import paired_difference
 from policies import Population
 from policies.codecs import AllocatorCodec
 from policies.planner import PlannerAllocator

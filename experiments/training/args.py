@@ -43,7 +43,7 @@ class TrainArgs:
     (seat plan: experiments/training/seats.py); league: a team learns against a mix of scripted teams
     and frozen snapshots of itself (experiments/training/league.py); best_response: the one --learners seat (a
     team, or the broker) learns against a frozen --background, then reports against every scripted policy of its
-    role on --report-seeds held-out seeds (experiments/training/best_response.py)"""
+    role on --report-seeds held-out seeds (experiments/evaluation/best_response.py)"""
     learners: tuple[str, ...] = ("allocator",)
     """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team);
     best_response: the one seat that learns (a team's name, or broker)"""

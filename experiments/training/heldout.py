@@ -21,8 +21,8 @@ from experiments.evaluation.evaluate import (
     normalised_score,
     plain_ratio,
 )
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.traces import declared_to_need, traced
+from experiments.statistics import paired_difference
 from experiments.training.setup import RunSetup
 from policies.learned import LearnedPolicy, ModuleInterface
 from policies.population import Population

@@ -158,8 +158,8 @@ def train(args: TrainArgs) -> Path:
 
 
 def best_response_report(setup: RunSetup, run: Path) -> None:
-    """``best_response.{md,csv}`` in the run folder (experiments/training/best_response.py)."""
-    from experiments.training.best_response import selection_seeds, write_report
+    """``best_response.{md,csv}`` in the run folder (experiments/evaluation/best_response.py)."""
+    from experiments.evaluation.best_response import selection_seeds, write_report
 
     args, seat = setup.args, setup.plan.seats[0]
     seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))

@@ -5,7 +5,7 @@
 * :func:`learning_curve` — a training metric against iterations or timesteps, with the
   baselines (random, heuristics, oracle) as labelled horizontal lines.
 * :func:`heatmap` — a labelled matrix (the tournament's cross-play and win matrices).
-* ``mean_ci`` (from :mod:`experiments.evaluation.statistics`) — the interval used by both.
+* ``mean_ci`` (from :mod:`experiments.statistics`) — the interval used by both.
 
 Each function writes one PNG and returns its path; the figure is closed afterwards.
 """
@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.evaluation.statistics import mean_ci
+from experiments.statistics import mean_ci
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")

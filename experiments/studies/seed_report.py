@@ -5,7 +5,7 @@ the parent:
 
 * ``aggregate.md`` / ``aggregate.json``: the final held-out normalised score of every seed
   (per tier for a mix), their mean and IQM with percentile-bootstrap 95 % CIs across seeds
-  (:mod:`experiments.evaluation.statistics`), and the paired comparison of every seed's
+  (:mod:`experiments.statistics`), and the paired comparison of every seed's
   ``best`` checkpoint with every scripted allocator on fresh held-out seeds
   (:func:`experiments.evaluation.checkpoint.compare_many`): per seed its mean difference, pooled
   over seeds their mean with a bootstrap CI across seeds, and the spread (min, max).
@@ -13,7 +13,7 @@ the parent:
 * ``learning_curves.png``: the held-out score against iterations, the mean over seeds with
   a band from the lowest to the highest seed (per tier for a mix).
 
-    python -m experiments.training.aggregate runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100
+    python -m experiments.studies.seed_report runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100
 
 With three seeds a bootstrap CI is no wider than the seeds' range: read it as how far the
 figure moves between these seeds, not as the spread of all training runs.
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evaluation.statistics import bootstrap_ci, iqm, iqm_of
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import first_seed
+from experiments.statistics import bootstrap_ci, iqm, iqm_of
 
 COMPARE_FIRST_SEED = first_seed("compare")  # as the main job's comparison (experiments/seeds.py)
 

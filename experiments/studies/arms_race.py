@@ -4,7 +4,7 @@
         --round1-iterations 40 --round2-iterations 120 --round2-history 4 --share 0.5 --seeds 300
 
 * **Round 1**: a best response B1 learns the seat against the allocator A1 (the exploit
-  cell's training, :func:`experiments.evaluation.exploit.train_best_response`: its
+  cell's training, :func:`experiments.studies.exploit.train_best_response`: its
   ``background.toml`` names A1; ``round1/<seat>/best``).
 * **Round 2**: the allocator A2 is A1 continued: an allocator run (``--round2-experiment``,
   default ``allocator_mixed``, the main job's) in which B1 (``learned:``) plays the seat in a
@@ -43,12 +43,12 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import QUIET, planned_keys
-from experiments.evaluation.exploit import TEAM_BASE, Cell, train_best_response
 from experiments.evaluation.roster import roster_from_dict
-from experiments.evaluation.statistics import mean_ci95
 from experiments.evaluation.store import ResultStore, by_seed
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.evaluation.tournament import run_tournament
+from experiments.statistics import mean_ci95
+from experiments.studies.exploit import TEAM_BASE, Cell, train_best_response
 from experiments.training.args import CURRICULUM, TrainArgs
 from experiments.training.warm_start import LEARNED_PREFIX, checkpoint_dir
 

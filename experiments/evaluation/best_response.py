@@ -34,10 +34,10 @@ from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout, role_of
 from experiments.evaluation.engine import Observer, Tick
 from experiments.evaluation.fixed_codes import Arena, best_code, uniform_codes
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.evaluation.traces import price_demand_correlation
 from experiments.seeds import SEED_RANGES
+from experiments.statistics import paired_difference
 from policies.base import Policy
 from policies.codecs import DEFAULT_CODECS, CodedPolicy, DescribesCodes, make_codec
 from policies.population import Population
