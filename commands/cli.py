@@ -41,6 +41,7 @@ from experiments.hash_seed import pin_hash_seed
 DEBUG_FLAG = "--debug"
 EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors; `verify`: the recording cannot be checked
 EXIT_BUG = 3  # an error the command did not foresee (a traceback): never 1, which `verify` uses for "differs"
+TRAINING_COMMANDS = frozenset({"train", "exploit", "arms-race"})  # they pin the string-hash seed (experiments/hash_seed.py)
 
 
 class Command(Protocol):
@@ -123,7 +124,7 @@ DOMAIN_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, sqlite3.D
 def main(argv: list[str] | None = None) -> None:
     """Parse, validate, run; domain errors exit 2 with one line on stderr (see the module docstring)."""
     if argv is None:  # the whole process is this command: training pins the string-hash seed first
-        pin_hash_seed(next((a for a in sys.argv[1:] if not a.startswith("-")), None))
+        pin_hash_seed(next((a for a in sys.argv[1:] if not a.startswith("-")), None) in TRAINING_COMMANDS)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in args or os.environ.get("COMMONS_ARENA_DEBUG") == "1"
     args = [a for a in args if a != DEBUG_FLAG]

@@ -171,7 +171,13 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
     assert any(not np.array_equal(first[seat][k], other[seat][k]) for seat in first for k in first[seat])
 
 
-def test_only_training_commands_pin_the_hash_seed():
-    assert needs_pinning("train", {"PYTHONHASHSEED": "1"}) and needs_pinning("exploit", {})
-    assert not needs_pinning("train", {"PYTHONHASHSEED": TRAINING_HASH_SEED})
-    assert not needs_pinning("tournament", {"PYTHONHASHSEED": "1"}) and not needs_pinning(None, {})
+def test_only_training_commands_pin_the_hash_seed(capsys):
+    from commands.cli import TRAINING_COMMANDS, main
+
+    for name in TRAINING_COMMANDS:  # every one names a subcommand (a renamed one would pin nothing)
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0 and f"commons-arena {name}" in capsys.readouterr().out
+    assert needs_pinning(True, {"PYTHONHASHSEED": "1"}) and needs_pinning(True, {})
+    assert not needs_pinning(True, {"PYTHONHASHSEED": TRAINING_HASH_SEED})
+    assert not needs_pinning(False, {"PYTHONHASHSEED": "1"}) and not needs_pinning(False, {})

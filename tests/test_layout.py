@@ -10,6 +10,13 @@ type", is still a cycle or a skipped layer. The layers (docs/architecture.md, "L
 
 Each package may import only the packages to its left; nothing imports ``commands``.
 
+Inside ``experiments`` the sub-packages stack the same way (:data:`EXPERIMENT_LAYERS`)::
+
+    experiments/*.py  <-  viewing  <-  evaluation  <-  training  <-  studies  <-  bench
+    (seed table,          (plots,      (plays and      (RLlib; may    (train, then   (speed
+     statistics, Ray)      replay)      measures;       evaluate)      measure)       benchmarks)
+                                        no RLlib)
+
 The engine (``experiments/evaluation/engine.py``) is the only episode loop: no module
 outside it, the layers that define the substrate (``commons_arena``, ``policies``) and the
 places named in :data:`EPISODE_LOOP_ALLOWED` (each with its reason) uses ``run_episode`` or
@@ -36,6 +43,10 @@ LAYERS: dict[str, set[str]] = {
     "commands": {"commons_arena", "policies", "serving", "experiments"},
 }
 NO_RLLIB = ("commons_arena", "policies", "serving")  # RLlib (and Ray) live where training lives: experiments/
+# inside experiments, lowest first: each may import only those before it ("experiments": its top-level modules)
+EXPERIMENT_LAYERS = ["experiments", "experiments.viewing", "experiments.evaluation", "experiments.training",
+                     "experiments.studies", "experiments.bench"]
+NO_RLLIB_IN_EXPERIMENTS = ("experiments", "experiments.viewing", "experiments.evaluation")  # RLlib: training and up
 
 
 def shipped_packages() -> list[str]:
@@ -138,6 +149,41 @@ def test_no_rllib_below_experiments(package: str) -> None:
         if (name := names[-1]).split(".")[0] == "ray"
     )
     assert not wrong, f"{package} must not import Ray/RLlib (training lives in experiments/): " + "; ".join(wrong)
+
+
+def experiment_layer(module: str) -> str:
+    """The sub-layer of an ``experiments`` module (its sub-package, or ``experiments`` for a top-level module)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (len(parts) == 2 and ".".join(parts) in EXPERIMENT_LAYERS) \
+        else "experiments"
+
+
+def test_every_experiments_subpackage_has_a_layer() -> None:
+    packages = {experiment_layer(m) for m, path in module_files().items()
+                if m.split(".")[0] == "experiments" and path.name == "__init__.py"}
+    assert packages == set(EXPERIMENT_LAYERS), "a new experiments/ sub-package gets a place in EXPERIMENT_LAYERS"
+
+
+def test_experiments_subpackages_import_only_the_layers_below_them() -> None:
+    rank = {layer: i for i, layer in enumerate(EXPERIMENT_LAYERS)}
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in project_graph().items() if module.split(".")[0] == "experiments"
+        for target in targets if target.split(".")[0] == "experiments"
+        and rank[experiment_layer(target)] > rank[experiment_layer(module)]
+    )
+    assert not wrong, f"experiments/ stacks {' <- '.join(EXPERIMENT_LAYERS)}: " + "; ".join(wrong)
+
+
+def test_no_rllib_in_evaluation() -> None:
+    wrong = sorted(
+        f"{module} imports {name}"
+        for module, path in module_files().items()
+        if module.split(".")[0] == "experiments" and experiment_layer(module) in NO_RLLIB_IN_EXPERIMENTS
+        for names in imports_of(path, module, path.name == "__init__.py")
+        if (name := names[-1]).startswith("ray.rllib") or name.startswith("ray.tune")
+    )
+    assert not wrong, "evaluation plays and measures; RLlib is training's: " + "; ".join(wrong)
 
 
 def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
