@@ -3,7 +3,8 @@
 Each subcommand is a dataclass of arguments (one docstring per field, shown by ``--help``)
 parsed by tyro, in the module of its group: ``commands/play.py`` (scenarios, play, replay,
 verify), ``commands/evaluate.py`` (evaluate, tournament, analyze), ``commands/train.py``
-(train, exploit, arms-race, convert-checkpoint) and ``commands/serve.py``; what they share
+(train, exploit, arms-race, convert-checkpoint), ``commands/measure.py`` (compare-checkpoint,
+fixed-codes, need-gap, corrections, broker-pricing, seed-report) and ``commands/serve.py``; what they share
 is ``commands/common.py``. Heavy imports (Ray, torch, matplotlib) happen inside the
 subcommand that needs them, so ``commons-arena scenarios`` stays instant.
 
@@ -32,6 +33,7 @@ import tyro
 
 from commands.common import PROG
 from commands.evaluate import Analyze, Evaluate, Tournament
+from commands.measure import BrokerPricing, CompareCheckpoint, Corrections, FixedCodes, NeedGap, SeedReport
 from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve
 from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
@@ -68,6 +70,12 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[Serve, tyro.conf.subcommand("serve")]
         | Annotated[Verify, tyro.conf.subcommand("verify")]
         | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
+        | Annotated[CompareCheckpoint, tyro.conf.subcommand("compare-checkpoint")]
+        | Annotated[FixedCodes, tyro.conf.subcommand("fixed-codes")]
+        | Annotated[NeedGap, tyro.conf.subcommand("need-gap")]
+        | Annotated[Corrections, tyro.conf.subcommand("corrections")]
+        | Annotated[BrokerPricing, tyro.conf.subcommand("broker-pricing")]
+        | Annotated[SeedReport, tyro.conf.subcommand("seed-report")]
     )
 
 

@@ -73,12 +73,19 @@ def test_pricing_by_demand_reads_every_row_in_the_same_quartiles():
     assert "| fixed_price | 4 |" in markdown_table(rows)  # every row renders in the report's table
 
 
-def test_broker_pricing_reads_any_broker_beside_fixed_codes_and_names_a_bad_code():
+def test_broker_pricing_reads_any_broker_beside_fixed_codes_and_names_a_bad_code(capsys):
     import pytest
 
-    from experiments.evaluation.broker_pricing import Args, main
+    from commands.cli import main
+    from commands.measure import BrokerPricing
 
-    rows = main(Args("fixed_price", allocator="proportional", codes=("3,0,2",), seeds=3))
+    command = BrokerPricing("fixed_price", allocator="proportional", codes=("3,0,2",), seeds=3)
+    command.validate()
+    rows = command.run()
     assert {r["policy"] for r in rows} == {"fixed_price", "demand_priced", "fixed margin 3, slope 0, crisis +2"}
-    with pytest.raises(SystemExit, match="--codes '3,4,0': give margin,slope,crisis_levels"):
-        main(Args("fixed_price", codes=("3,4,0",), seeds=2))  # slope 4 is not on the grid
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # slope 4 is not on the grid: one line, before any episode
+        main(["broker-pricing", "fixed_price", "--codes", "3,4,0", "--seeds", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--codes '3,4,0': give margin,slope,crisis_levels" in err
+    assert len(err.strip().splitlines()) == 1

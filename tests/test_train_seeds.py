@@ -11,7 +11,7 @@ import pytest
 
 from experiments import statistics
 from experiments.statistics import bootstrap_ci, iqm, iqm_of, mean_ci
-from experiments.studies.seed_report import aggregate, curve_rows, final_scores, pooled_comparison, seed_runs
+from experiments.studies.seed_report import curve_rows, final_scores, pooled_comparison, seed_runs, write_seed_report
 from experiments.training.args import TrainArgs
 
 pytestmark = pytest.mark.timeout(900)
@@ -71,7 +71,7 @@ def test_report_across_seeds_from_the_run_folders(tmp_path):
     standard = next(rows for label, rows in curves.items() if label.startswith("standard"))
     assert [r["iteration"] for r in standard] == [5, 10]
     assert standard[1] == {"iteration": 10, "score": pytest.approx(0.6), "score_low": 0.5, "score_high": 0.7}
-    report = aggregate(tmp_path, compare_seeds=0)
+    report = write_seed_report(tmp_path, compare_seeds=0)
     text = report.read_text()
     assert "| standard | 0.600 | 0.900 | 0.750 [0.600, 0.900] | 0.750 |" in text
     assert (tmp_path / "learning_curves.png").stat().st_size > 0

@@ -5,36 +5,21 @@ For a checkpoint whose codec corrects the planner (``need``: its need estimates;
 scenario's population and prints, per tick, the mean correction per (team, tier) — the
 ticks where every mean is below 0.05 in size are left out.
 
-    python -m experiments.evaluation.corrections runs/allocator_mixed-mixed-s0/best --seeds 30
+    commons-arena corrections runs/allocator_mixed-mixed-s0/best --seeds 30
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tyro
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import Observer, Tick, play_all
-from experiments.seeds import SEED_RANGES
 from policies import Population
 from policies.codecs import ResidualPlannerCodec
 from policies.learned import LearnedPolicy
-
-
-@dataclass
-class Args:
-    checkpoint: tyro.conf.Positional[Path]
-    """checkpoint folder (with arena_policy.json) of a need or residual allocator"""
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
-    """scenarios to play"""
-    seeds: int = 30
-    """episodes per scenario"""
-    first_seed: int = SEED_RANGES["compare"].first
-    """seeds are first_seed .. first_seed + seeds - 1"""
 
 
 class CorrectionRecorder(Observer):
@@ -69,16 +54,12 @@ def mean_corrections(checkpoint: Path, scenario: str, seeds: range) -> dict[int,
     return {t: recorder.total[t] / n for t, n in enumerate(recorder.count) if n > 0}
 
 
-def main(args: Args) -> None:
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    for scenario in args.scenarios:
+def report(checkpoint: Path, scenarios: tuple[str, ...], seeds: range) -> None:
+    """``commons-arena corrections``: per scenario, the ticks whose mean correction reaches 0.05."""
+    for scenario in scenarios:
         config = commons_arena.load_scenario(scenario)
         print(f"{scenario}: mean correction per tick, rows {config.team_names}, columns "
-              f"{[t.name for t in config.gpu_tiers]} ({args.seeds} seeds from {args.first_seed})")
-        for tick, mean in mean_corrections(args.checkpoint, scenario, seeds).items():
+              f"{[t.name for t in config.gpu_tiers]} ({len(seeds)} seeds from {seeds.start})")
+        for tick, mean in mean_corrections(checkpoint, scenario, seeds).items():
             if np.abs(mean).max() >= 0.05:
                 print(f"  tick {tick:2d}: {np.round(mean, 2).tolist()}")
-
-
-if __name__ == "__main__":
-    main(tyro.cli(Args))

@@ -13,7 +13,7 @@ the parent:
 * ``learning_curves.png``: the held-out score against iterations, the mean over seeds with
   a band from the lowest to the highest seed (per tier for a mix).
 
-    python -m experiments.studies.seed_report runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100
+    commons-arena seed-report runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100
 
 With three seeds a bootstrap CI is no wider than the seeds' range: read it as how far the
 figure moves between these seeds, not as the spread of all training runs.
@@ -168,7 +168,7 @@ def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: lis
     return "\n".join(lines) + "\n"
 
 
-def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) -> Path:
+def write_seed_report(parent: Path, compare_seeds: int = 100, progress: bool = False) -> Path:
     """Write the report across the parent's seed runs; returns ``aggregate.md``."""
     from experiments.evaluation.checkpoint import compare_many
     from experiments.viewing.plots import learning_curve
@@ -194,14 +194,4 @@ def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False) ->
     return path
 
 
-if __name__ == "__main__":
-    import tyro
-
-    def main(parent: tyro.conf.Positional[Path], compare_seeds: int = 100) -> None:
-        """Redo the report across the training seeds' runs under PARENT."""
-        aggregate(parent, compare_seeds, progress=True)
-
-    tyro.cli(main)
-
-
-__all__ = ["SeedRun", "aggregate", "across_seeds", "curve_rows", "final_scores", "pooled_comparison", "seed_runs"]
+__all__ = ["SeedRun", "across_seeds", "curve_rows", "final_scores", "pooled_comparison", "seed_runs", "write_seed_report"]
