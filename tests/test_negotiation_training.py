@@ -13,8 +13,9 @@ import pytest
 import commons_arena
 from commands.cli import main
 from commons_arena.enums import ALLOCATOR, BROKER
+from experiments.training.kinds import plan_for
 from experiments.training.seat_codecs import parse_seat_codecs, seat_codecs
-from experiments.training.seats import SeatPlan, plan_for
+from experiments.training.seats import SeatPlan
 from experiments.training.train import TrainArgs, train
 from policies import Population, run_episode
 from policies.learned import LearnedPolicy, read_sidecar

@@ -40,7 +40,7 @@ def test_seat_plans():
     assert shared.mapping_fn()("safety") == "team" and shared.mapping_fn()("broker") == "broker"
     with pytest.raises(ValueError, match=r"unknown learner 'teams'.*'team' means every team"):
         SeatPlan.build(config, ["teams"])
-    from experiments.training.seats import plan_for
+    from experiments.training.kinds import plan_for
 
     assert plan_for("selfplay", config, ("allocator",), "per_team").modules == {
         seat: [seat] for seat in config.agents}

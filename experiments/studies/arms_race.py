@@ -49,7 +49,7 @@ from experiments.evaluation.tables import markdown_table, write_table
 from experiments.evaluation.tournament import run_tournament
 from experiments.statistics import mean_ci95
 from experiments.studies.exploit import TEAM_BASE, Cell, train_best_response
-from experiments.training.args import CURRICULUM, TrainArgs
+from experiments.training.args import TrainArgs
 from experiments.training.warm_start import LEARNED_PREFIX, checkpoint_dir
 
 BLUFFER, A1, A2, PLANNER = "B1", "A1", "A2", "planner"
@@ -206,7 +206,7 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
     bluffing = play("B1 against A1 and A2", seat, [scenario], {TEAM_BASE: TEAM_BASE, BLUFFER: f"{LEARNED_PREFIX}{bluffer}"},
                     {A1: {"agents": {ALLOCATOR: allocator}}, A2: {"agents": {ALLOCATOR: a2}}}, seeds,
                     out / "play" / "bluffer")
-    tiers = list(dict.fromkeys([*CURRICULUM, scenario])) if args.experiment != "allocator_ppo" else [scenario]
+    tiers = list(dict.fromkeys([*args.stages, scenario]))  # every tier the defender trained on
     entrants = {PLANNER: PLANNER, A1: allocator, A2: a2} if allocator != PLANNER else {PLANNER: PLANNER, A2: a2}
     allocating = play("A2 against planner and A1", ALLOCATOR, tiers, entrants, {"default": {}}, seeds,
                       out / "play" / "allocators", anchors={"high": PLANNER})  # planner, not the oracle's MILP

@@ -11,36 +11,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
 from experiments.seeds import first_seed
+from experiments.training.kinds import KINDS, Kind, kind_of
 
-CURRICULUM = ("standard", "elevated", "crisis")
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
-# The experiments whose background switches while they run (a curriculum stage, a tier of the
-# mix, a league's members): their background always plays inside the env.
-ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
-# In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
-# greedy action never left the zero code in 6.5 minutes on crisis (+0.00 ± 0.00 against planner);
-# at 1.0 it did within 4 iterations, no worse than planner (docs/training.md, "Self-play").
-SELFPLAY_ZERO_BIAS = 1.0
-# A best response starts from no favoured code: at 3.0 a team best response on crisis against
-# proportional still played truthful on 100% of ticks after 11 iterations (+0 over truthful);
-# at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
-BEST_RESPONSE_ZERO_BIAS = 0.0
-SWITCHING = ("allocator_curriculum", "allocator_mixed", "league")
+if TYPE_CHECKING:
+    ExperimentName = str
+else:  # tyro's choices and the experiment file's check: the kinds' names, in one place (kinds.KINDS)
+    ExperimentName = Literal[tuple(KINDS)]
 
 
 @dataclass
 class TrainArgs:
-    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "seats_ppo", "selfplay",
-                        "league", "best_response"] = "allocator_ppo"
+    experiment: ExperimentName = "allocator_ppo"
     """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
     elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis;
     seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
-    (seat plan: experiments/training/seats.py); league: a team learns against a mix of scripted teams
+    (one class per kind: experiments/training/kinds.py); league: a team learns against a mix of scripted teams
     and frozen snapshots of itself (experiments/training/league.py); best_response: the one --learners seat (a
     team, or the broker) learns against a frozen --background, then reports against every scripted policy of its
     role on --report-seeds held-out seeds (experiments/evaluation/best_response.py)"""
@@ -207,20 +198,21 @@ class TrainArgs:
     @property
     def stages(self) -> tuple[str, ...]:
         """Curriculum stages, the mixed tiers, or the one scenario."""
-        return CURRICULUM if self.experiment in ("allocator_curriculum", "allocator_mixed") else (self.scenario,)
+        return self.kind.stages(self.scenario)
+
+    @property
+    def kind(self) -> Kind:
+        """The experiment kind (experiments/training/kinds.py)."""
+        return kind_of(self.experiment)
 
     @property
     def mixed(self) -> bool:
-        return self.experiment == "allocator_mixed"
+        return self.kind.mixed
 
     @property
     def favour_strength(self) -> float:
         """``--zero-bias``, or its default for this experiment."""
-        if self.zero_bias is not None:
-            return self.zero_bias
-        if self.experiment == "best_response":
-            return BEST_RESPONSE_ZERO_BIAS
-        return SELFPLAY_ZERO_BIAS if self.experiment == "selfplay" else ZERO_BIAS
+        return self.zero_bias if self.zero_bias is not None else self.kind.zero_bias
 
     @property
     def codec(self) -> str | None:

@@ -1,7 +1,7 @@
 """What a run's arguments mean, resolved once: :class:`RunSetup`.
 
 :func:`resolve` parses the scenarios (once; the env runners receive the parsed configs as
-data), decides the learning seats (``seats.plan_for``), reads the background roster, and
+data), decides the learning seats (the experiment kind's seat plan, ``kinds.py``), reads the background roster, and
 names each learning seat's codec and history; it raises ``ValueError`` naming what to fix,
 before Ray starts or anything is written. :func:`measure` adds what is computed from
 episodes and kept in the run folder (so ``--resume`` reuses it): the observation scales and
@@ -22,10 +22,10 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Observer, Tick, play_all
-from experiments.training.args import SWITCHING, TrainArgs
+from experiments.training.args import TrainArgs
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
-from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
+from experiments.training.seats import SeatPlan, exact_scale, module_scales
 from experiments.training.warm_start import check_warm_start, warm_scale
 from policies.learned import observation_scale
 from policies.population import Population
@@ -69,7 +69,8 @@ def resolve(args: TrainArgs) -> RunSetup:
     """Parse and check everything the arguments name (see the module docstring)."""
     args.validate()
     stages = tuple(commons_arena.load_scenario(name) for name in args.stages)
-    plan = plan_for(args.experiment, stages[0], args.learners, args.team_modules)  # names a bad learner
+    kind = args.kind
+    plan = kind.seat_plan(stages[0], args.learners, args.team_modules)  # names a bad learner
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
@@ -87,8 +88,8 @@ def resolve(args: TrainArgs) -> RunSetup:
         background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
         mix_background=None if args.mix_background is None else background_population(args.mix_background, stages[0]),
         # a curriculum, a mix or a league switches populations (or members): those play in the env
-        scripted_in_env=args.scripted_in_env or args.experiment in SWITCHING,
-        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=args.experiment == "league"),
+        scripted_in_env=args.scripted_in_env or kind.switches_populations,
+        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=kind.league),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
     )
@@ -130,7 +131,7 @@ def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     """Learning seat -> observation scale, fitted per module on every seat it plays."""
     samples = sample_observations(setup.stages, setup.args.seed)
     # a league shares team seats between learned and scripted members: exact (power-of-two) scales
-    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.experiment == "league" else observation_scale
+    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.kind.league else observation_scale
     return module_scales(setup.plan, samples, fit)
 
 

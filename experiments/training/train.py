@@ -1,6 +1,6 @@
 """Train seats of the arena with RLlib (new API stack) against a background population.
 
-The experiments, read top to bottom:
+The experiment kinds (one class each in ``kinds.py``), read top to bottom:
 
 * ``allocator_ppo``: the allocator learns on one scenario, fixed background population.
 * ``allocator_curriculum``: ``standard → elevated → crisis``; an RLlib callback
@@ -43,9 +43,9 @@ Every run gets its own folder (``runs.py``). The parts, in the order a run uses 
 plan, background, codecs, observation scales, references), ``algorithm.py`` (the RLlib
 algorithm: ``env.py``, ``scripted.py``, ``callbacks.py``, ``league.py``, ``weights.py``),
 this loop, ``heldout.py`` (held-out evaluation), ``export.py`` (checkpoints) and
-``reporting.py`` (lines, TensorBoard, the learning curve). A new experiment is a name in
-``args.TrainArgs.experiment``, its learning seats in ``seats.plan_for`` and, if it needs
-more than the seat plan, its pieces in ``algorithm.build_algorithm``.
+``reporting.py`` (lines, TensorBoard, the learning curve). A new experiment is one class in
+``kinds.py`` (its seat plan, stages, env config and callbacks, resume and after-training
+hooks), added to ``kinds.KINDS``: this loop and the setup ask the kind, never its name.
 """
 
 from __future__ import annotations
@@ -92,9 +92,7 @@ def train(args: TrainArgs) -> Path:
     algo = build_algorithm(setup, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
-        if args.experiment == "league":  # the snapshots' modules must exist before their weights load
-            mix, since = league.last_mix(run, state.iterations)
-            league.restore_mix(algo, mix, setup.plan.seats, since)
+        args.kind.before_restore(algo, setup, run, state.iterations)  # a league's snapshots' modules
         algo.restore_from_path(str(checkpoint))
         # RLlib's own push of the restored weights may be dropped (see push_learner_weights);
         # this one also brings a league's snapshots, which add_module gave random weights
@@ -146,25 +144,10 @@ def train(args: TrainArgs) -> Path:
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
     reporter.close()
     algo.stop()
-    if args.experiment == "best_response":  # the learned seat beside everything scripted in its seat
-        best_response_report(setup, run)
-    if args.experiment == "league" and (run / league.SNAPSHOTS).is_dir():
-        payoff = league.payoff_matrix(run, setup.stages[0], setup.eval_seeds)
-        print(f"league payoff matrix ({len(payoff['snapshots'])} snapshots) and Nash mixture: "
-              f"{run / 'league_payoff.json'}; Nash {payoff['nash']}")
+    args.kind.after_training(setup, run)  # a best response's report, a league's payoff matrix
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
     print(f"use one as: learned:{run / 'best'}")
     return checkpoint
-
-
-def best_response_report(setup: RunSetup, run: Path) -> None:
-    """``best_response.{md,csv}`` in the run folder (experiments/evaluation/best_response.py)."""
-    from experiments.evaluation.best_response import selection_seeds, write_report
-
-    args, seat = setup.args, setup.plan.seats[0]
-    seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))
-    write_report(setup.stages[0], seat, run / "best", setup.background, setup.codecs.get(seat), seeds,
-                 selection_seeds(args.selection_seeds), run)
 
 
 UNTRAINED = "iteration_0"
