@@ -59,9 +59,9 @@ class CompareCheckpoint:
         refuse_overwrite(self.out, self.force, what="folder")
 
     def run(self):
-        from experiments.evaluation.checkpoint import report
+        from experiments.evaluation.checkpoint import checkpoint_report
 
-        return report(self.checkpoint, self.scenarios, paired_seed_list(self.first_seed, self.seeds), self.scripted,
+        return checkpoint_report(self.checkpoint, self.scenarios, paired_seed_list(self.first_seed, self.seeds), self.scripted,
                       self.out)
 
 
@@ -95,9 +95,9 @@ class FixedCodes:
         seed_list(0, self.reproduction_seeds)
 
     def run(self) -> None:
-        from experiments.evaluation.fixed_codes import report
+        from experiments.evaluation.fixed_codes import fixed_codes_report
 
-        report(self.scenario, self.allocator, self.seat, self.seeds, self.reproduction_seeds, self.parts)
+        fixed_codes_report(self.scenario, self.allocator, self.seat, self.seeds, self.reproduction_seeds, self.parts)
 
 
 @dataclass
@@ -124,9 +124,9 @@ class NeedGap:
             refuse_overwrite(self.out, self.force)
 
     def run(self):
-        from experiments.evaluation.need_gap import report
+        from experiments.evaluation.need_gap import need_gap_report
 
-        return report(self.scenarios, self.train, self.test, self.out)
+        return need_gap_report(self.scenarios, self.train, self.test, self.out)
 
 
 @dataclass
@@ -148,10 +148,10 @@ class Corrections:
         validate_lineup(list(self.scenarios), [f"learned:{self.checkpoint}"], seed_list(self.first_seed, self.seeds))
 
     def run(self) -> None:
-        from experiments.evaluation.corrections import report
+        from experiments.evaluation.corrections import corrections_report
 
         seeds = seed_list(self.first_seed, self.seeds)
-        report(self.checkpoint, self.scenarios, range(seeds[0], seeds[-1] + 1))
+        corrections_report(self.checkpoint, self.scenarios, range(seeds[0], seeds[-1] + 1))
 
 
 @dataclass
@@ -182,9 +182,9 @@ class BrokerPricing:
         make_policy(self.broker, commons_arena.load_scenario(self.scenario), "broker")
 
     def run(self):
-        from experiments.evaluation.broker_pricing import parse_codes, report
+        from experiments.evaluation.broker_pricing import broker_pricing_report, parse_codes
 
-        return report(self.broker, self.allocator, self.scenario, parse_codes(self.codes, self.scenario),
+        return broker_pricing_report(self.broker, self.allocator, self.scenario, parse_codes(self.codes, self.scenario),
                       seed_list(self.first_seed, self.seeds))
 
 

@@ -11,7 +11,6 @@ import enum
 
 ALLOCATOR = "allocator"  # agent id of the allocator (its role's name too)
 BROKER = "broker"  # agent id of the broker
-DEFAULT_TEAMS = ("search", "robotics", "safety")
 
 
 class Role(enum.StrEnum):

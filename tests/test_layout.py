@@ -233,3 +233,54 @@ def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
     source.write_text("from policies.focal import FocalEnv, run_episode\n'run_episode'\n"
                       "x = focal.run_episode(env, p, 1)\ny = FocalEnv.from_scenario('standard', ())\n")
     assert loop_uses(source) == [3, 4]
+
+
+# ------------------------------------------------------------------ one name per idea
+
+# the same public name defined in several modules, allowed only where it is one idea (with why)
+SHARED_NAMES = {
+    "Args": "the arguments of each hand-run benchmark script (experiments/bench/, `python -m`)",
+    "main": "the entry point of each hand-run benchmark script and of the command line",
+    "post_offer": "a tick phase (tick.py) and the market rule it applies",
+    "judge_escalations": "a tick phase (tick.py) and the social rule it applies",
+    "broker_profit": "the broker's profit (mechanics/market.py) and the reward term that reads it",
+}
+# module names used twice, allowed only where one mirrors the other (with why)
+SHARED_MODULE_NAMES = {
+    "evaluate": "commands/evaluate.py is the command of experiments/evaluation/evaluate.py",
+    "train": "commands/train.py is the command of experiments/training/train.py",
+    "serve": "experiments/bench/serve.py benchmarks what commands/serve.py starts",
+    "tournament": "experiments/bench/tournament.py benchmarks experiments/evaluation/tournament.py",
+    "env": "experiments/bench/env.py benchmarks the env; experiments/training/env.py is RLlib's env of it",
+    "scripted": "experiments/bench/scripted.py benchmarks scripted seats; training/scripted.py plays them in RLlib",
+}
+
+
+def public_definitions() -> dict[str, list[str]]:
+    """Public name -> the modules whose top level defines it (a function or a class)."""
+    out: dict[str, list[str]] = {}
+    for module, path in module_files().items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                out.setdefault(node.name, []).append(module)
+    return out
+
+
+def test_no_public_name_means_two_things() -> None:
+    twice = {name: modules for name, modules in public_definitions().items() if len(modules) > 1}
+    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items() if name not in SHARED_NAMES)
+    assert not wrong, "one name per idea: rename one of " + "; ".join(wrong)
+    stale = sorted(set(SHARED_NAMES) - set(twice))
+    assert not stale, f"no longer defined twice (drop them from SHARED_NAMES): {stale}"
+
+
+def test_no_module_name_means_two_things() -> None:
+    names: dict[str, list[str]] = {}
+    for module, path in module_files().items():
+        if path.name != "__init__.py":
+            names.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    twice = {name: modules for name, modules in names.items() if len(modules) > 1}
+    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items()
+                   if name not in SHARED_MODULE_NAMES)
+    assert not wrong, "one module name per idea: rename one of " + "; ".join(wrong)
+    assert not sorted(set(SHARED_MODULE_NAMES) - set(twice)), "drop the names no longer shared from SHARED_MODULE_NAMES"

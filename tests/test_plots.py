@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.statistics import mean_ci
-from experiments.viewing.plots import aggregate, learning_curve, score_bars
+from experiments.viewing.plots import bar_intervals, learning_curve, score_bars
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -39,12 +39,12 @@ def test_learning_curve_writes_png(tmp_path):
     assert _is_png(learning_curve(runs, None, tmp_path / "runs.png", y="return_mean", x="iteration"))
 
 
-def test_mean_ci_and_aggregate():
+def test_mean_ci_and_bar_intervals():
     mean, low, high = mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0 and low == pytest.approx(2.0 - 4.302653 / math.sqrt(3)) and high > mean
     assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
     assert all(math.isnan(v) for v in mean_ci([]))
-    table = aggregate([{"scenario": "a", "policy": "x", "score": v} for v in (1.0, 3.0)]
+    table = bar_intervals([{"scenario": "a", "policy": "x", "score": v} for v in (1.0, 3.0)]
                       + [{"scenario": "a", "policy": "y", "mean": 0.5, "ci95": 0.1}])
     assert [(r["policy"], r["n"]) for r in table] == [("x", 2), ("y", 0)]
     assert table[1]["low"] == pytest.approx(0.4)

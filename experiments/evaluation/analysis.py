@@ -276,7 +276,7 @@ def write_analysis(report: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(report, indent=1))
     (out / "analysis.md").write_text(summary_markdown(report))
-    return [figure(report, out / "analysis.png"), out / "analysis.md", out / "analysis.json"]
+    return [analysis_figure(report, out / "analysis.png"), out / "analysis.md", out / "analysis.json"]
 
 
 def summary_markdown(report: dict[str, Any]) -> str:
@@ -337,7 +337,7 @@ def summary_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def figure(report: dict[str, Any], path: Path) -> Path:
+def analysis_figure(report: dict[str, Any], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -176,7 +176,7 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
     return rows, recorders, per_seed
 
 
-def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
+def best_response_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
            seeds: Sequence[int], selection: Sequence[int]
            ) -> tuple[list[dict[str, Any]], str, PerSeed]:
     """The report's rows, its markdown and the per-seed returns (see the module docstring)."""
@@ -237,7 +237,7 @@ def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background
                  codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path) -> list[dict[str, Any]]:
     """:func:`report`, written to ``out/best_response.{md,csv}`` (the per-seed returns to
     ``best_response_returns.json``) and printed."""
-    rows, text, per_seed = report(config, seat, checkpoint, background, codec_name, seeds, selection)
+    rows, text, per_seed = best_response_report(config, seat, checkpoint, background, codec_name, seeds, selection)
     (out / "best_response.md").write_text(text)
     (out / RETURNS_FILE).write_text(json.dumps(per_seed))
     write_csv(rows, out / "best_response.csv")
@@ -249,5 +249,5 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
-__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "pricing_by_demand", "report", "selection_seeds",
+__all__ = ["LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "pricing_by_demand", "best_response_report", "selection_seeds",
            "write_report"]

@@ -55,7 +55,7 @@ def brokers(broker: str, codes: Sequence[MarkupCode], arena: Arena) -> dict[str,
     return out
 
 
-def report(broker: str, allocator: str, scenario: str, codes: Sequence[MarkupCode], seeds: Sequence[int]
+def broker_pricing_report(broker: str, allocator: str, scenario: str, codes: Sequence[MarkupCode], seeds: Sequence[int]
            ) -> list[dict[str, Any]]:
     """``commons-arena broker-pricing``: each broker's profit and price/demand correlation, then the table."""
     arena = Arena(scenario, allocator, BROKER)

@@ -73,7 +73,7 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def report(checkpoint: Path, scenarios: tuple[str, ...], seeds: list[int], scripted: tuple[str, ...],
+def checkpoint_report(checkpoint: Path, scenarios: tuple[str, ...], seeds: list[int], scripted: tuple[str, ...],
            out: Path) -> list[dict[str, Any]]:
     """``commons-arena compare-checkpoint``: the rows printed, the verdicts, and the table written to ``out``."""
     rows = compare(checkpoint, scenarios, seeds, scripted)

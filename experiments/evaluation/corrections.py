@@ -54,7 +54,7 @@ def mean_corrections(checkpoint: Path, scenario: str, seeds: range) -> dict[int,
     return {t: recorder.total[t] / n for t, n in enumerate(recorder.count) if n > 0}
 
 
-def report(checkpoint: Path, scenarios: tuple[str, ...], seeds: range) -> None:
+def corrections_report(checkpoint: Path, scenarios: tuple[str, ...], seeds: range) -> None:
     """``commons-arena corrections``: per scenario, the ticks whose mean correction reaches 0.05."""
     for scenario in scenarios:
         config = commons_arena.load_scenario(scenario)

@@ -156,7 +156,7 @@ def broker_codes(scenario: str, allocator: str, selection: Sequence[int], report
     return rows
 
 
-def report(scenario: str, allocator: str, seat: str, seeds: int, reproduction_seeds: int, parts: Sequence[str]) -> None:
+def fixed_codes_report(scenario: str, allocator: str, seat: str, seeds: int, reproduction_seeds: int, parts: Sequence[str]) -> None:
     """``commons-arena fixed-codes``: the measurements of ``parts`` (see the module docstring), printed."""
     report_seeds = range(REPORT_SEEDS.start, REPORT_SEEDS.start + seeds)
     selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + seeds)

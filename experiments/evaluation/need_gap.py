@@ -82,7 +82,7 @@ def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
     return result, variant
 
 
-def measure(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
+def measure_gaps(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
     _, recorder = returns(scenario, train)
     bias = np.clip(np.rint(recorder.gap / np.maximum(recorder.count, 1)[:, None, None]), -2, 2).astype(np.int64)
     planner, _ = returns(scenario, test)
@@ -104,10 +104,10 @@ def measure(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[di
     return rows
 
 
-def report(scenarios: tuple[str, ...], train: int, test: int, out: Path | None = None) -> list[dict[str, Any]]:
+def need_gap_report(scenarios: tuple[str, ...], train: int, test: int, out: Path | None = None) -> list[dict[str, Any]]:
     """``commons-arena need-gap``: the table printed (and written to ``out`` as CSV)."""
     rows = [row for s in scenarios
-            for row in measure(s, SEED_RANGES["measure"].seeds(train), SEED_RANGES["compare"].seeds(test))]
+            for row in measure_gaps(s, SEED_RANGES["measure"].seeds(train), SEED_RANGES["compare"].seeds(test))]
     print(markdown_table(rows))
     if out is not None:
         write_csv(rows, out)

@@ -92,7 +92,7 @@ def mix_roster(seat: str, bluffer: Path) -> str:
     return seat_roster(f"round-1 bluffer in {seat}", seat, f"{LEARNED_PREFIX}{bluffer}")
 
 
-def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, str],
+def tournament_series(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, str],
          backgrounds: Mapping[str, Mapping[str, Any]], seeds: Sequence[int], folder: Path,
          anchors: Mapping[str, str] | None = None) -> Series:
     """One tournament (its store and tables in ``folder``); the seat's return per seed of every
@@ -151,7 +151,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], tiers: Sequence[str]) -> list[str
     return lines
 
 
-def write_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta: Mapping[str, Any], tiers: Sequence[str],
+def write_arms_race_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta: Mapping[str, Any], tiers: Sequence[str],
                  out: Path) -> list[Path]:
     """``arms_race.{csv,md,png,json}`` in ``out``."""
     from experiments.viewing.plots import score_bars
@@ -203,12 +203,12 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
     defender = train(args)  # the run's last checkpoint
     print("== report: B1 against A1 and A2; A2 against planner and A1 on every tier")
     a2 = f"{LEARNED_PREFIX}{defender}"
-    bluffing = play("B1 against A1 and A2", seat, [scenario], {TEAM_BASE: TEAM_BASE, BLUFFER: f"{LEARNED_PREFIX}{bluffer}"},
+    bluffing = tournament_series("B1 against A1 and A2", seat, [scenario], {TEAM_BASE: TEAM_BASE, BLUFFER: f"{LEARNED_PREFIX}{bluffer}"},
                     {A1: {"agents": {ALLOCATOR: allocator}}, A2: {"agents": {ALLOCATOR: a2}}}, seeds,
                     out / "play" / "bluffer")
     tiers = list(dict.fromkeys([*args.stages, scenario]))  # every tier the defender trained on
     entrants = {PLANNER: PLANNER, A1: allocator, A2: a2} if allocator != PLANNER else {PLANNER: PLANNER, A2: a2}
-    allocating = play("A2 against planner and A1", ALLOCATOR, tiers, entrants, {"default": {}}, seeds,
+    allocating = tournament_series("A2 against planner and A1", ALLOCATOR, tiers, entrants, {"default": {}}, seeds,
                       out / "play" / "allocators", anchors={"high": PLANNER})  # planner, not the oracle's MILP
     if allocator == PLANNER:  # A1 is planner: the same episodes
         allocating.update({(t, b, A1): v for (t, b, p), v in list(allocating.items()) if p == PLANNER})
@@ -216,7 +216,7 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
     meta = {"allocator": allocator, "scenario": scenario, "seat": seat, "bluffer": bluffer, "round2": defender,
             "share": share, "otherwise": otherwise, "round1_iterations": round1.iterations,
             "round2_iterations": args.iterations, "seeds": list(seeds)}
-    write_report(rows, {"bluffer": bluffing, "allocators": allocating}, meta, tiers, out)
+    write_arms_race_report(rows, {"bluffer": bluffing, "allocators": allocating}, meta, tiers, out)
     print("\n".join(verdict(rows, tiers)))
     print(markdown_table(rows))
     return rows

@@ -144,7 +144,7 @@ def pooled_row(row: dict[str, Any], seeds: list[int]) -> dict[str, str]:
             "min..max": f"{row['min']:+.2f}..{row['max']:+.2f}", "above": f"{row['seeds_above']}/{len(seeds)}"}
 
 
-def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: list[dict[str, Any]],
+def seed_report_markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: list[dict[str, Any]],
              compare_seeds: int) -> str:
     seeds = [r.seed for r in runs]
     head = runs[0].args
@@ -189,7 +189,7 @@ def write_seed_report(parent: Path, compare_seeds: int = 100, progress: bool = F
     (parent / "aggregate.json").write_text(json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
                                                        "vs_scripted": pooled}, indent=1))
     path = parent / "aggregate.md"
-    path.write_text(markdown(runs, scores, pooled, compare_seeds))
+    path.write_text(seed_report_markdown(runs, scores, pooled, compare_seeds))
     print(path.read_text())
     return path
 

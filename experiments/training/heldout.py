@@ -79,7 +79,7 @@ def held_out_seat_returns(
     return returns, ratios
 
 
-def evaluate(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[ScenarioConfig]
+def held_out_evaluation(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[ScenarioConfig]
              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """One held-out evaluation: the history row's results and, when the allocator learns, its
     report per scenario. Several learners play the first scenario together; the allocator is
@@ -119,7 +119,7 @@ __all__ = [
     "allocator_reports",
     "allocator_returns_alone",
     "describe",
-    "evaluate",
+    "held_out_evaluation",
     "held_out_report",
     "held_out_seat_returns",
     "learned_policies",

@@ -52,9 +52,6 @@ class RunSetup:
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
 
-    def stage(self, index: int) -> ScenarioConfig:
-        return self.stages[index]
-
     @property
     def anchors(self) -> dict[str, dict[str, float]]:
         """Scenario name -> reference allocator -> mean held-out return."""

@@ -65,7 +65,7 @@ from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
 from experiments.training.callbacks import MIX_SHARE_KEY, set_scenario_everywhere
 from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
-from experiments.training.heldout import allocator_reports, describe, evaluate
+from experiments.training.heldout import allocator_reports, describe, held_out_evaluation
 from experiments.training.reporting import Reporter, plot, scalars
 from experiments.training.runs import RunState, open_run, run_args, save_state
 from experiments.training.seat_codecs import codec_summary
@@ -159,7 +159,7 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     untrained reference of the learning curve and of ``commons-arena analyze``."""
     scenarios = setup.stages if setup.args.mixed else (setup.stages[0],)
     networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
-    results, _ = evaluate(setup, networks, scenarios)
+    results, _ = held_out_evaluation(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
            **results}
     (run / UNTRAINED).mkdir(parents=True, exist_ok=True)  # an LSTM module writes no data-only policy there
@@ -187,7 +187,7 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
     # a mix is judged on every tier (its score: the mean), a stage on itself
     scenarios = setup.stages if setup.args.mixed else (setup.stages[state.stage],)
     networks = seat_networks(algo, setup.plan)  # what the checkpoint stores is what is evaluated
-    results, reports = evaluate(setup, networks, scenarios)
+    results, reports = held_out_evaluation(setup, networks, scenarios)
     if "returns" in results:
         reporter.seats(scenarios[0].name, len(setup.eval_seeds), results["returns"], state.env_steps)
     reporter.allocator(reports, len(setup.eval_seeds))

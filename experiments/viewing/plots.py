@@ -30,7 +30,7 @@ Y_CANDIDATES = ("score", "normalised_score", "return_mean", "episode_return_mean
 X_CANDIDATES = ("timesteps", "env_steps", "iteration", "step")
 
 
-def aggregate(rows: Sequence[Mapping[str, Any]], value: str = "score", category: str = "scenario",
+def bar_intervals(rows: Sequence[Mapping[str, Any]], value: str = "score", category: str = "scenario",
               group: str = "policy", confidence: float = 0.95) -> list[dict[str, Any]]:
     """Per (category, group): ``mean``, ``low``, ``high``, ``n``, in first-seen order.
 
@@ -66,7 +66,7 @@ def score_bars(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], 
     default to ``random = 0`` and ``oracle = 1``."""
     if not rows:
         raise ValueError("score_bars: no rows to plot")
-    table = aggregate(rows, value, category, group, confidence)
+    table = bar_intervals(rows, value, category, group, confidence)
     categories = list(dict.fromkeys(r[category] for r in table))
     groups = list(dict.fromkeys(r[group] for r in table))
     cell = {(r[category], r[group]): r for r in table}
