@@ -63,16 +63,16 @@ from starlette.routing import Route
 import commons_arena
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
+from serving.page_assets import SHARED_STYLE, shared_asset_path
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import action_schema, form_spec, observation_schema, seat_spec, strict_json
 
 ASSETS = Path(__file__).parent / "assets"
-# the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css): a file
-# read by path from the sibling package in the same install, not an import of experiments/
+# the play page reuses the replay page's style sheet (serving/page_assets.py: both pages' shared files)
 PLAY_ASSETS = {
     "play.js": (ASSETS / "play.js", "text/javascript"),
     "play.css": (ASSETS / "play.css", "text/css"),
-    "replay.css": (Path(__file__).parent.parent / "experiments" / "viewing" / "assets" / "replay.css", "text/css"),
+    SHARED_STYLE: (shared_asset_path(SHARED_STYLE), "text/css"),
 }
 # The page may load and call only this server; no inline script, no plugins, no framing.
 PLAY_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "
