@@ -11,6 +11,7 @@ import tyro
 
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite, same_file, scenario_names, seed_list
+from commons_arena.enums import TIERS
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 
@@ -114,7 +115,7 @@ class Tournament:
             return load_roster(self.roster)
         first = SEED_RANGES["tournament"].first if self.first_seed is None else self.first_seed
         seeds = seed_list(first, 20 if self.seeds is None else self.seeds)
-        return flag_roster(scenario_names(self.scenarios or ("standard", "elevated", "crisis")),
+        return flag_roster(scenario_names(self.scenarios or TIERS),
                            list(self.allocators if self.allocators is not None else BASELINE_ALLOCATORS), seeds)
 
     def output(self) -> Path:

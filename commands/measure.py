@@ -19,6 +19,7 @@ import tyro
 
 import commons_arena
 from commands.common import UsageError, check_number, paired_seed_list, refuse_overwrite, seed_list
+from commons_arena.enums import TIERS
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 
@@ -40,7 +41,7 @@ class CompareCheckpoint:
 
     checkpoint: tyro.conf.Positional[Path]
     """checkpoint folder (with arena_policy.json)"""
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    scenarios: tuple[str, ...] = TIERS
     """scenarios to play"""
     seeds: int = 100
     """seeds per scenario (at least 30 for a useful interval)"""
@@ -105,7 +106,7 @@ class NeedGap:
     """What the planner cannot see, and what knowing it would be worth: one markdown table
     (experiments/evaluation/need_gap.py)."""
 
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    scenarios: tuple[str, ...] = TIERS
     """scenarios to measure"""
     train: int = 200
     """episodes (the ``measure`` seed range) that measure the average gap"""
@@ -136,7 +137,7 @@ class Corrections:
 
     checkpoint: tyro.conf.Positional[Path]
     """checkpoint folder (with arena_policy.json) of a need or residual allocator"""
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
+    scenarios: tuple[str, ...] = TIERS
     """scenarios to play"""
     seeds: int = 30
     """episodes per scenario"""

@@ -13,7 +13,7 @@ import tyro
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite
 from commons_arena.errors import one_line
-from experiments.seeds import MAX_SEED
+from commons_arena.spaces import MAX_SEED
 
 
 @dataclass

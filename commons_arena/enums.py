@@ -76,4 +76,8 @@ class Difficulty(enum.StrEnum):
     CRISIS = "crisis"
 
 
+# the tiers in curriculum order; each is also the name of the shipped scenario of that difficulty
+TIERS: tuple[str, ...] = tuple(d.value for d in Difficulty)
+
+
 DIFFICULTIES = tuple(d.value for d in Difficulty)

@@ -34,7 +34,7 @@ import commons_arena
 from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode, jsonable
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
-from commons_arena.spaces import role_of
+from commons_arena.spaces import MAX_SEED, role_of
 from policies.base import Policy
 from policies.focal import FocalEnv
 from policies.population import Entry, Population, PopulationError
@@ -196,7 +196,7 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
     if unknown:
         raise _bad(f"unknown reset parameter(s) {unknown}; known: {list(RESET_KEYS)}", unknown[0])
     seed = data.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise _bad(f"seed must be an integer in [0, 2**63), got {seed!r}", "seed")
     episode_id = data.get("episode_id")
     if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):

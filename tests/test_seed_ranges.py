@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.seeds import MAX_SEED, SEED_RANGES, first_seed, validate_seeds
+from commons_arena.spaces import MAX_SEED
+from experiments.seeds import SEED_RANGES, first_seed, validate_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 

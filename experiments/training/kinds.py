@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from commons_arena.enums import TIERS
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules
 
-CURRICULUM = ("standard", "elevated", "crisis")  # the allocator's tiers: curriculum stages, the mix
 ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
 # In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
 # greedy action never left the zero code in 6.5 minutes on crisis (+0.00 ± 0.00 against planner);
@@ -77,7 +77,7 @@ class AllocatorCurriculum(Kind):
     switches_populations = True
 
     def stages(self, scenario: str) -> tuple[str, ...]:
-        return CURRICULUM
+        return TIERS
 
     def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
         from experiments.training.callbacks import CurriculumCallback
@@ -96,7 +96,7 @@ class AllocatorMixed(Kind):
     mixed = True
 
     def stages(self, scenario: str) -> tuple[str, ...]:
-        return CURRICULUM
+        return TIERS
 
 
 class SeatsPPO(Kind):
@@ -197,4 +197,4 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
     return kind_of(experiment).seat_plan(config, learners, team_modules)
 
 
-__all__ = ["CURRICULUM", "KINDS", "Kind", "kind_of", "plan_for"]
+__all__ = ["KINDS", "Kind", "kind_of", "plan_for"]
