@@ -9,6 +9,7 @@ import pytest
 
 from experiments.statistics import mean_ci
 from experiments.viewing.plots import bar_intervals, learning_curve, score_bars
+from tests.figures import assert_drawn
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -61,6 +62,6 @@ def test_heatmap_writes_a_png_and_checks_its_shape(tmp_path):
     from experiments.viewing.plots import heatmap
 
     path = heatmap([[0.5, 1.0], [0.0, float("nan")]], ["a", "b"], ["x", "y"], tmp_path / "h.png", limits=(0.0, 1.0))
-    assert path.stat().st_size > 1000
+    assert_drawn(path)
     with pytest.raises(ValueError, match="2 x 3 matrix"):
         heatmap([[1.0, 2.0], [3.0, 4.0]], ["a", "b"], ["x", "y", "z"], tmp_path / "bad.png")

@@ -17,6 +17,7 @@ from policies import Population, run_episode
 from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar
 from policies.policy_set import member_for
 from policies.registry import make_policy
+from tests.figures import assert_drawn
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -142,7 +143,7 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
     history = json.loads((run / "history.json").read_text())
     assert set(history[-1]["declared_to_need"]) == set(TEAMS)  # bluffing recorded over training
     png, md, data = Analyze(run_folder=run, seeds=2).run()
-    assert png.stat().st_size > 10_000
+    assert_drawn(png)
     text = md.read_text()
     for heading in ("Learning or design?", "Every learning seat, trained together", "Do learned teams over-declare?", "The learned allocator's grants",
                     "The learned broker's prices"):
