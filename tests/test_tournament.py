@@ -291,7 +291,8 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, t
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "commands", "tournament", str(roster_path), "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    target = random.Random().randint(20, total // 2)  # a random moment: after this many stored episodes
+    kill_seed = 20_231 + int(workers)  # seeded: a failure at one kill point reruns at the same point
+    target = random.Random(kill_seed).randint(20, total // 2)  # after this many stored episodes
     proc = subprocess.Popen([*cmd, "--workers", workers, "--ray-min-seconds", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     db = out / "results.sqlite"

@@ -162,8 +162,9 @@ def test_learned_checkpoints_in_a_tournament(trained, tmp_path):
         run_tournament(roster_from_dict(roster), tmp_path / "a", **quiet)
 
 
-def test_resume_continues_from_the_last_checkpoint(trained):
-    run = trained.parent
+def test_resume_continues_from_the_last_checkpoint(trained, tmp_path):
+    run = tmp_path / trained.parent.name  # a copy: the other tests read the one-iteration run, in any order
+    shutil.copytree(trained.parent, run, symlinks=True)
     before = json.loads((run / "state.json").read_text())
     train(TrainArgs(resume=run, iterations=1, quiet=True))
     after = json.loads((run / "state.json").read_text())
