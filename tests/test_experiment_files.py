@@ -181,3 +181,23 @@ def test_only_training_commands_pin_the_hash_seed(capsys):
     assert needs_pinning(True, {"PYTHONHASHSEED": "1"}) and needs_pinning(True, {})
     assert not needs_pinning(True, {"PYTHONHASHSEED": TRAINING_HASH_SEED})
     assert not needs_pinning(False, {"PYTHONHASHSEED": "1"}) and not needs_pinning(False, {})
+
+
+def test_a_run_reads_its_scenario_files_once(tmp_path, monkeypatch):
+    """The setup parses every stage once; the run folder's experiment file reuses those configs."""
+    import commons_arena.scenario as scenario_module
+    from experiments.training.runs import open_run
+    from experiments.training.setup import resolve
+
+    parsed: list[str] = []
+    real = scenario_module.scenario_from_dict
+
+    def counting(data, source="<dict>"):
+        parsed.append(source)
+        return real(data, source=source)
+
+    monkeypatch.setattr(scenario_module, "scenario_from_dict", counting)
+    setup = resolve(TrainArgs(experiment="allocator_mixed", out=tmp_path))
+    run, _, _ = open_run(setup.args, setup.stages)
+    assert len(parsed) == 3, parsed  # standard, elevated, crisis: each once
+    assert load_experiment(run / "experiment.toml").stages == setup.args.stages

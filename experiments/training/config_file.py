@@ -33,6 +33,7 @@ import hashlib
 import math
 import tomllib
 import typing
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 import commons_arena
 from commons_arena.errors import format_validation_error
+from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
@@ -74,9 +76,12 @@ def _file_model() -> type[BaseModel]:
                         train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
 
 
-def scenario_hashes(args: TrainArgs) -> dict[str, str]:
-    """Every scenario the run plays (its stages), name -> content hash."""
-    return {name: commons_arena.load_scenario(name).content_hash for name in args.stages}
+def scenario_hashes(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> dict[str, str]:
+    """Every scenario the run plays (its stages), name -> content hash; ``configs``: the stages
+    already parsed (a run's setup), so the files are not read again."""
+    if configs is None:
+        configs = [commons_arena.load_scenario(name) for name in args.stages]
+    return {name: config.content_hash for name, config in zip(args.stages, configs, strict=True)}
 
 
 def file_hash(path: Path) -> str:
@@ -144,7 +149,7 @@ def _toml_value(value: Any) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def experiment_text(args: TrainArgs) -> str:
+def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> str:
     """The experiment file of ``args``: every field (but :data:`SESSION_FIELDS` and unset ones,
     which TOML cannot hold), the scenarios' hashes and the background's."""
     lines = [HEADER, "[train]"]
@@ -159,15 +164,15 @@ def experiment_text(args: TrainArgs) -> str:
             continue
         lines.append(f"{f.name} = {_toml_value(value)}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
-    lines += [f"{name} = {_toml_value(digest)}" for name, digest in scenario_hashes(args).items()]
+    lines += [f"{name} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
     for name in ROSTER_FIELDS:
         if getattr(args, name) is not None:
             lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 
-def write_experiment(path: Path, args: TrainArgs) -> Path:
-    path.write_text(experiment_text(args))
+def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> Path:
+    path.write_text(experiment_text(args, configs))
     return path
 
 

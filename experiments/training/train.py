@@ -80,7 +80,7 @@ def train(args: TrainArgs) -> Path:
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     # ---- the arguments resolved once (refused before anything is written), the run folder
     setup = resolve(run_args(args))
-    run, args, state = open_run(setup.args)
+    run, args, state = open_run(setup.args, setup.stages)  # the scenarios parsed once, by resolve
     setup = measure(replace(setup, args=args), run)  # observation scales, held-out references
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)
