@@ -406,3 +406,39 @@ def test_stored_rows_become_one_series_per_cell():
             for p, seed, r in (("a", 2, 1.0), ("a", 1, 2.0), ("c", 1, 3.0))]
     assert by_seed(rows, lambda row: row["focal_return"]) == {("s", "b", "a"): {2: 1.0, 1: 2.0}, ("s", "b", "c"): {1: 3.0}}
     assert by_seed(rows, lambda row: row["episode"]["x"] * 2)[("s", "b", "c")] == {1: 6.0}
+
+
+def test_the_engine_plays_what_run_episode_plays_and_shows_every_tick():
+    """engine.play: the same episodes as policies.focal.run_episode for a population, built policies or a
+    factory; an observer sees every tick in order and changes nothing."""
+    import commons_arena
+    from experiments.evaluation.engine import Observer, play_all
+    from policies.focal import run_episode
+    from policies.population import Population
+
+    config = commons_arena.load_scenario("crisis")
+    population = Population.default(config).with_agent("allocator", "planner")
+    expected = [run_episode(commons_arena.parallel_env(config), population, seed) for seed in (3, 4)]
+
+    class Ticks(Observer):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, int, int, int]] = []
+
+        def begin(self, seed: int) -> None:
+            self.seen.append(("begin", seed, -1, 0))
+
+        def tick(self, tick) -> None:
+            assert set(tick.observations) == set(tick.actions) == set(config.agents)
+            self.seen.append(("tick", tick.seed, tick.index, len(tick.env.seat_infos)))
+
+        def end(self, episode) -> None:
+            self.seen.append(("end", episode.seed, -1, 0))
+
+    watched = Ticks()
+    env = commons_arena.parallel_env(config)
+    built = population.build(config, env=env, strict=False)
+    for lineup, observer in ((population, None), (built, watched), (lambda e: population.build(config, env=e), None)):
+        assert [e.summaries for e in play_all(config, lineup, [3, 4], observer)] == expected
+    ticks = [s for s in watched.seen if s[0] == "tick"]
+    assert len(ticks) == 2 * config.max_ticks and [s[2] for s in ticks[:config.max_ticks]] == list(range(config.max_ticks))
+    assert [s[:2] for s in watched.seen if s[0] != "tick"] == [("begin", 3), ("end", 3), ("begin", 4), ("end", 4)]
