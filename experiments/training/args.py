@@ -102,7 +102,7 @@ class TrainArgs:
     zero_bias: float | None = None
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone. Default 3.0; 0 in
-    best_response and 1.0 in selfplay, where at 3.0 the learner never left it (args.py constants)"""
+    best_response and 1.0 in selfplay, where at 3.0 the learner never left it (each kind's zero_bias, kinds.py)"""
     init_from: str | None = None
     """start the learning allocator from a data-only checkpoint's policy (learned:<dir>) instead of its
     codec's zero code: its weights and observation scale; the value function starts fresh. Refused unless
