@@ -3,7 +3,8 @@
 Each subcommand is a dataclass of arguments (one docstring per field, shown by ``--help``)
 parsed by tyro, in the module of its group: ``commands/play.py`` (scenarios, play, replay,
 verify), ``commands/evaluate.py`` (evaluate, tournament, benchmark, analyze), ``commands/train.py``
-(train, exploit, arms-race, convert-checkpoint) and ``commands/serve.py``; what they share
+(train, exploit, arms-race, convert-checkpoint), ``commands/measure.py`` (compare-checkpoint,
+fixed-codes, need-gap, corrections, broker-pricing, seed-report) and ``commands/serve.py``; what they share
 is ``commands/common.py``. Heavy imports (Ray, torch, matplotlib) happen inside the
 subcommand that needs them, so ``commons-arena scenarios`` stays instant.
 
@@ -32,15 +33,17 @@ import tyro
 
 from commands.common import PROG
 from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
+from commands.measure import BrokerPricing, CompareCheckpoint, Corrections, FixedCodes, NeedGap, SeedReport
 from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve, ServeCheck
-from commands.train import Aggregate, ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
+from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Train, config_defaults
 from commons_arena.errors import one_line
-from experiments.training.hash_seed import pin_hash_seed
+from experiments.hash_seed import pin_hash_seed
 
 DEBUG_FLAG = "--debug"
 EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors; `verify`: the recording cannot be checked
 EXIT_BUG = 3  # an error the command did not foresee (a traceback): never 1, which `verify` uses for "differs"
+TRAINING_COMMANDS = frozenset({"train", "exploit", "arms-race"})  # they pin the string-hash seed (experiments/hash_seed.py)
 
 
 class Command(Protocol):
@@ -63,13 +66,18 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[Train, train]
         | Annotated[Exploit, tyro.conf.subcommand("exploit")]
         | Annotated[ArmsRace, tyro.conf.subcommand("arms-race")]
-        | Annotated[Aggregate, tyro.conf.subcommand("aggregate")]
         | Annotated[Replay, tyro.conf.subcommand("replay")]
         | Annotated[Analyze, tyro.conf.subcommand("analyze")]
         | Annotated[Serve, tyro.conf.subcommand("serve")]
         | Annotated[ServeCheck, tyro.conf.subcommand("serve-check")]
         | Annotated[Verify, tyro.conf.subcommand("verify")]
         | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
+        | Annotated[CompareCheckpoint, tyro.conf.subcommand("compare-checkpoint")]
+        | Annotated[FixedCodes, tyro.conf.subcommand("fixed-codes")]
+        | Annotated[NeedGap, tyro.conf.subcommand("need-gap")]
+        | Annotated[Corrections, tyro.conf.subcommand("corrections")]
+        | Annotated[BrokerPricing, tyro.conf.subcommand("broker-pricing")]
+        | Annotated[SeedReport, tyro.conf.subcommand("seed-report")]
     )
 
 
@@ -126,7 +134,7 @@ DOMAIN_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, sqlite3.D
 def main(argv: list[str] | None = None) -> None:
     """Parse, validate, run; domain errors exit 2 with one line on stderr (see the module docstring)."""
     if argv is None:  # the whole process is this command: training pins the string-hash seed first
-        pin_hash_seed(next((a for a in sys.argv[1:] if not a.startswith("-")), None))
+        pin_hash_seed(next((a for a in sys.argv[1:] if not a.startswith("-")), None) in TRAINING_COMMANDS)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in args or os.environ.get("COMMONS_ARENA_DEBUG") == "1"
     args = [a for a in args if a != DEBUG_FLAG]

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import commons_arena
-from experiments.seeds import MAX_SEED, validate_seeds
+from commons_arena.spaces import MAX_SEED
+from experiments.seeds import validate_seeds
 
 PROG = "commons-arena"
 MAX_SEEDS = 100_000  # episodes per scenario and policy in one command (evaluate, tournament flags, analyze)

@@ -12,6 +12,7 @@ import tyro
 
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite, same_file, scenario_names, seed_list
+from commons_arena.enums import TIERS
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 
@@ -115,7 +116,7 @@ class Tournament:
             return load_roster(self.roster)
         first = SEED_RANGES["tournament"].first if self.first_seed is None else self.first_seed
         seeds = seed_list(first, 20 if self.seeds is None else self.seeds)
-        return flag_roster(scenario_names(self.scenarios or ("standard", "elevated", "crisis")),
+        return flag_roster(scenario_names(self.scenarios or TIERS),
                            list(self.allocators if self.allocators is not None else BASELINE_ALLOCATORS), seeds)
 
     def output(self) -> Path:
@@ -185,7 +186,7 @@ def check_database(path: Path) -> None:
 @dataclass
 class Analyze:
     """Bluffing and pricing analysis of a training run: a PNG figure and a markdown summary
-    (experiments/evaluation/analysis.py)."""
+    (experiments/studies/analysis.py)."""
 
     run_folder: tyro.conf.Positional[Path]
     """the run folder `commons-arena train` wrote"""
@@ -201,8 +202,8 @@ class Analyze:
     """overwrite an earlier analysis in the output folder"""
 
     def validate(self) -> None:
-        from experiments.evaluation.analysis import OUTPUTS, read_run
         from experiments.outputs import check_outputs
+        from experiments.studies.analysis import OUTPUTS, read_run
 
         seed_list(self.first_seed, self.seeds)
         out = self.out or self.run_folder / "analysis"
@@ -211,7 +212,7 @@ class Analyze:
         refuse_overwrite(out, self.force, what="folder")
 
     def run(self) -> list[Path]:
-        from experiments.evaluation.analysis import analyze, summary_markdown, write_analysis
+        from experiments.studies.analysis import analyze, summary_markdown, write_analysis
 
         report = analyze(self.run_folder, seed_list(self.first_seed, self.seeds), checkpoint=self.checkpoint)
         print(summary_markdown(report))

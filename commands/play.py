@@ -14,7 +14,7 @@ import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite
 from commons_arena.errors import one_line
 from commons_arena.inputs import MAX_RECORDING_BYTES, check_regular
-from experiments.seeds import MAX_SEED
+from commons_arena.spaces import MAX_SEED
 
 
 @dataclass
@@ -185,25 +185,18 @@ class Play:
             refuse_overwrite(self.record, self.force, inputs=inputs)
 
     def run(self) -> dict[str, dict[str, float]]:
-        from policies.focal import FocalEnv
+        from experiments.evaluation.engine import play_all
 
         base = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "human")
         print(f"scenario {base.config.name} (hash {base.config.content_hash}), seed {self.seed}")
-        env = base
-        if self.record is not None:
-            from commons_arena.recording import RecordEpisode
-
-            env = RecordEpisode(base, self.record)
-        # every seat is background: the same seed plays the same episode as run_episode
-        episode = FocalEnv(env, (), self._background(base))
-        episode.reset(seed=self.seed)
-        summary = {agent: info["episode"] for agent, info in episode.play_out().items()}
+        # every seat is background: the same seed plays the same episode as any other command
+        [episode] = play_all(base, self._background(base), [self.seed], record=self.record)
+        summary = episode.summaries
         print("\nfinal totals")
         for agent, totals in summary.items():
             terms = ", ".join(f"{k.removeprefix('term/')} {v:+.1f}" for k, v in totals.items() if k.startswith("term/"))
             print(f"  {agent:<10} return {totals['return']:+8.2f}   ({terms})")
         if self.record is not None:
-            env.close()
             print(f"recorded to {self.record}")
         stats = summary[base.possible_agents[0]]
         print(

@@ -55,11 +55,11 @@ class Serve:
     def run(self) -> None:
         from policies.population import Population
         from serving.app import bind, make_server
-        from serving.session import Limits, ServeSettings
+        from serving.session import ServerLimits, ServeSettings
 
         population = Population.from_toml(self.population, self.scenario) if self.population else None
         settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population,
-                                 limits=Limits(self.max_sessions, self.idle_seconds, self.max_body_bytes))
+                                 limits=ServerLimits(self.max_sessions, self.idle_seconds, self.max_body_bytes))
         sock = bind(self.host, self.port)
         print(f"commons-arena serve: http://{self.host}:{sock.getsockname()[1]} (play page: /play, MCP: /mcp)", flush=True)
         make_server(settings, host=self.host, port=self.port, log_level=self.log_level).run(sockets=[sock])

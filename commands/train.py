@@ -49,7 +49,7 @@ class Train:
 
     def run(self):
         if self.train_seeds:
-            from experiments.training.seeds import train_seeds
+            from experiments.studies.train_seeds import train_seeds
 
             return train_seeds(self.args, self.train_seeds, self.compare_seeds)
         from experiments.training.train import train
@@ -91,7 +91,7 @@ class Exploit:
     """How exploitable each allocator is: train a best response in every seat (every team and the broker)
     against it on every tier and print what it takes, paired with 95% CIs, beside the best scripted policy and
     the best fixed code; per allocator and tier its exploitability (max over team seats) beside its welfare
-    (experiments/evaluation/exploit.py). A stored cell is skipped: rerun the same command to resume."""
+    (experiments/studies/exploit.py). A stored cell is skipped: rerun the same command to resume."""
 
     allocators: tuple[str, ...] = ("proportional", "planner", "best_fit", "drf", "max_min_fair")
     """allocators to exploit (any scripted one, or 'learned:<checkpoint dir>')"""
@@ -123,8 +123,8 @@ class Exploit:
     experiment, learners, scenario, background, iterations, minutes, out and the report seeds are set per cell)"""
 
     def validate(self) -> None:
-        from experiments.evaluation.exploit import seats_of
-        from experiments.evaluation.exploitability import is_exploit_folder
+        from experiments.studies.exploit import seats_of
+        from experiments.studies.exploitability import is_exploit_folder
 
         if not self.allocators or not self.scenarios or not self.seats:
             raise UsageError("--allocators, --scenarios and --seats need at least one name each")
@@ -148,7 +148,7 @@ class Exploit:
                        report_first_seed=self.first_seed)
 
     def run(self):
-        from experiments.evaluation.exploit import exploit
+        from experiments.studies.exploit import exploit
 
         return exploit(self.scenarios, self.allocators, self.learning_seats(),
                        paired_seed_list(self.first_seed, self.seeds), self.train_args(), self.out,
@@ -158,7 +158,7 @@ class Exploit:
 @dataclass
 class ArmsRace:
     """The arms race, two rounds: a best-response bluffer against an allocator, then the allocator
-    continued against that bluffer (in a share of episodes); paired report (experiments/evaluation/arms_race.py)."""
+    continued against that bluffer (in a share of episodes); paired report (experiments/studies/arms_race.py)."""
 
     allocator: str = "planner"
     """round 1's allocator A1: a scripted one, or 'learned:<checkpoint dir>' (round 2 continues its weights)"""
@@ -229,39 +229,12 @@ class ArmsRace:
                         minutes=self.minutes, history=self.round2_history))
 
     def run(self):
-        from experiments.evaluation.arms_race import arms_race
+        from experiments.studies.arms_race import arms_race
 
         round1, round2 = self.rounds()
         otherwise = None if self.seat_otherwise == POPULATION else self.seat_otherwise
         return arms_race(self.allocator, self.scenario, self.seat, paired_seed_list(self.first_seed, self.seeds), round1, round2,
                          self.share, self.out, otherwise)
-
-
-@dataclass
-class Aggregate:
-    """Redo the report across training seeds (what `train --train-seeds` writes at the end) from the seeds'
-    run folders under PARENT: aggregate.md / .json, vs_scripted.csv, learning_curves.png
-    (experiments/training/aggregate.py)."""
-
-    parent: tyro.conf.Positional[Path]
-    """the folder holding the seeds' run folders"""
-    compare_seeds: int = 100
-    """held-out episodes per tier of the paired comparison with every scripted allocator (0: none)"""
-    force: bool = False
-    """replace an earlier report in PARENT"""
-
-    def validate(self) -> None:
-        from experiments.outputs import check_outputs
-        from experiments.training.aggregate import OUTPUTS, seed_runs
-
-        check_number("--compare-seeds", self.compare_seeds, 0, MAX_SEEDS)
-        seed_runs(self.parent)  # every run folder read and checked before any work
-        check_outputs(self.parent, OUTPUTS, self.force)
-
-    def run(self) -> Path:
-        from experiments.training.aggregate import aggregate
-
-        return aggregate(self.parent, self.compare_seeds, progress=True, force=self.force)
 
 
 @dataclass

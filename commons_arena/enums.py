@@ -11,7 +11,6 @@ import enum
 
 ALLOCATOR = "allocator"  # agent id of the allocator (its role's name too)
 BROKER = "broker"  # agent id of the broker
-DEFAULT_TEAMS = ("search", "robotics", "safety")
 
 
 class Role(enum.StrEnum):
@@ -75,6 +74,10 @@ class Difficulty(enum.StrEnum):
     STANDARD = "standard"
     ELEVATED = "elevated"
     CRISIS = "crisis"
+
+
+# the tiers in curriculum order; each is also the name of the shipped scenario of that difficulty
+TIERS: tuple[str, ...] = tuple(d.value for d in Difficulty)
 
 
 DIFFICULTIES = tuple(d.value for d in Difficulty)

@@ -299,6 +299,11 @@ def check_action(agent: str, action: object, nvec: np.ndarray) -> list[int]:
     return values
 
 
+# The seed domain of every front door (command line, server, results rows: a SQLite INTEGER);
+# reset() itself takes any int >= 0 (check_seed).
+MAX_SEED = 2**63 - 1
+
+
 def check_seed(seed: object) -> int | None:
     """``reset()``'s seed as an int (or None), or ValueError saying what a seed must be.
 

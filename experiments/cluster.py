@@ -33,13 +33,13 @@ def code_packages() -> list[ModuleType]:
 
 def runtime_env() -> dict[str, Any]:
     """Ray's ``runtime_env`` that puts this checkout's packages on every worker's path and pins
-    the workers' string-hash seed (experiments/training/hash_seed.py says why)."""
+    the workers' string-hash seed (experiments/hash_seed.py says why)."""
     return {"py_modules": code_packages(), **hash_seed_env()}
 
 
 def hash_seed_env() -> dict[str, Any]:
     """The part of a ``runtime_env`` that gives Ray workers the training hash seed."""
-    from experiments.training.hash_seed import TRAINING_HASH_SEED
+    from experiments.hash_seed import TRAINING_HASH_SEED
 
     return {"env_vars": {"PYTHONHASHSEED": TRAINING_HASH_SEED}}
 

@@ -28,9 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from commons_arena.spaces import check_seed
-
-MAX_SEED = 2**63 - 1  # the largest seed a results row stores (SQLite INTEGER); reset() takes any int >= 0
+from commons_arena.spaces import MAX_SEED, check_seed
 
 
 @dataclass(frozen=True)
@@ -90,4 +88,4 @@ def validate_seeds(seeds: Sequence[int]) -> None:
         raise ValueError(f"seeds must be integers in [0, 2**63 - 1], got {bad[:3]}")
 
 
-__all__ = ["MAX_SEED", "SEED_RANGES", "SeedRange", "first_seed", "validate_seeds"]
+__all__ = ["SEED_RANGES", "SeedRange", "first_seed", "validate_seeds"]

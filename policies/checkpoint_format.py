@@ -126,7 +126,7 @@ class NetworkSpec(_Strict):
     weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class Codec(_Strict):
+class CodecSpec(_Strict):
     name: str = Field(min_length=1, max_length=100)
     # no codec takes parameters: a sidecar that gives some is refused here, not by a TypeError at load
     params: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=0)
@@ -153,7 +153,7 @@ class Sidecar(_Strict):
     action_nvec: list[Annotated[int, Field(ge=1, le=2**62)]] = Field(min_length=1, max_length=MAX_LAYER_WIDTH)
     observation_scale: list[Annotated[float, Field(ge=MIN_SCALE, le=MAX_SCALE, allow_inf_nan=False)]] = Field(
         max_length=MAX_LAYER_WIDTH)
-    action_codec: Codec | None
+    action_codec: CodecSpec | None
     history: Annotated[int, Field(ge=1, le=64)] = 1
     input_size: Width | None = None
     network: NetworkSpec
@@ -170,7 +170,7 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def read_sidecar(checkpoint: str | Path) -> Sidecar:
+def read_sidecar_model(checkpoint: str | Path) -> Sidecar:
     """The validated sidecar of ``checkpoint``; :class:`CheckpointError` naming the problem otherwise.
 
     A sidecar of the old format (no ``format_version``: the weights were only in RLlib's
@@ -394,7 +394,7 @@ class PolicyNetwork:
 
 def load_network(checkpoint: str | Path) -> tuple[Sidecar, PolicyNetwork]:
     """Sidecar and network of a data-only checkpoint. Reads two files; never unpickles."""
-    sidecar = read_sidecar(checkpoint)
+    sidecar = read_sidecar_model(checkpoint)
     return sidecar, PolicyNetwork(sidecar.network, read_weights(checkpoint, sidecar))
 
 
@@ -416,5 +416,5 @@ def write_checkpoint(checkpoint: str | Path, sidecar_fields: dict[str, Any], net
          "network": spec.model_dump(by_alias=True)}
     )
     (folder / SIDECAR).write_text(sidecar.to_json())
-    read_weights(folder, read_sidecar(folder))
+    read_weights(folder, read_sidecar_model(folder))
     return folder / SIDECAR

@@ -54,7 +54,7 @@ what a strategist reads from last tick: how far the grant fell short of the decl
 of the true need, per tier, and the allocator's overall discount (granted / declared). Why
 ``bluff`` (one factor) is the team default: on ``crisis`` against ``proportional`` (search
 seat) the best of all 512 per-tier factor triples gains exactly what the best single factor
-gains (``python -m experiments.evaluation.fixed_codes``, docs/codecs.md), while a factor on a
+gains (``commons-arena fixed-codes``, docs/codecs.md), while a factor on a
 tier the team does not use is a choice with no consequence, noise in the gradient of every
 other choice.
 
@@ -72,7 +72,7 @@ the corrected needs (its order of urgency, the spill to larger tiers, paced purc
 exists because of what the planner cannot know: its estimate is a declaration undone, one
 tick late, so at tick 0 (nothing declared yet) and whenever jobs arrive it sees nothing,
 while a learner sees, episode after episode, what teams need at each tick. Measured with
-``python -m experiments.evaluation.need_gap`` (30 held-out seeds, standard / elevated / crisis):
+``commons-arena need-gap`` (30 held-out seeds, standard / elevated / crisis):
 the planner plus the rounded average of (true need − estimate) at tick 0, learned from 200
 episodes (reading the hidden need, so only a measurement), beats the planner by +11.4 / +29.0 / +42.8; that correction at every tick,
 -0.5 / +35.3 / +57.2; the same applied to the grants instead (what ``residual`` can do),

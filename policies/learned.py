@@ -28,9 +28,9 @@ from policies.checkpoint_format import (
     CheckpointError,
     PolicyNetwork,
     load_network,
+    read_sidecar_model,
     write_checkpoint,
 )
-from policies.checkpoint_format import read_sidecar as read_sidecar_model
 from policies.codecs import CODECS, Codec, RelativeAllocatorCodec, check_codec
 
 LEARNED_PREFIX = "learned:"
@@ -63,7 +63,7 @@ class ModuleInterface:
         raw = make_observation_space(config, agent)
         if self.scale.shape != raw.shape:
             raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
-        self.codec: Codec | None = make_codec(codec, config, agent)
+        self.codec: Codec | None = sidecar_codec(codec, config, agent)
         self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
         self._raw_space = raw
         self._frames: list[np.ndarray] = []
@@ -128,7 +128,7 @@ def module_dir(checkpoint: str | Path, module_id: str) -> Path:
     return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
 
 
-def make_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig, agent: str) -> Codec | None:
+def sidecar_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig, agent: str) -> Codec | None:
     """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None) for
     ``agent``'s seat; :class:`CheckpointError` if it is unknown or another role's codec."""
     if spec is None:
@@ -342,7 +342,7 @@ __all__ = [
     "RelativeAllocatorCodec",
     "check_fits",
     "interface_for",
-    "make_codec",
+    "sidecar_codec",
     "observation_scale",
     "read_sidecar",
     "save_policy",

@@ -100,12 +100,12 @@ class SingleAgentEnv(gym.Env):
         self.arena.close()
 
 
-def register() -> None:
+def register_gymnasium_env() -> None:
     """Register ``commons_arena/SingleAgent-v0`` with Gymnasium (idempotent)."""
     if ENV_ID not in gym.registry:
         gym.register(id=ENV_ID, entry_point="policies.single_agent:SingleAgentEnv")
 
 
-register()
+register_gymnasium_env()
 
-__all__ = ["ENV_ID", "SingleAgentEnv", "register"]
+__all__ = ["ENV_ID", "SingleAgentEnv", "register_gymnasium_env"]

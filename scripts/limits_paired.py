@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import numpy as np
 
 import commons_arena
-from experiments.evaluation.statistics import paired_difference
 from experiments.seeds import first_seed
+from experiments.statistics import paired_difference
 from policies import allocators, planner
 from policies.focal import run_episode
 from policies.population import Population

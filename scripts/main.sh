@@ -28,7 +28,7 @@ RUN=runs/$(readlink runs/latest)  # the folder this training wrote (a stable nam
 .venv/bin/commons-arena tournament --scenarios standard elevated crisis \
   --allocators equal_split proportional fifo edf best_fit max_min_fair drf planner "learned:$RUN/best" \
   --seeds 20 --out "$RUN/tournament"
-.venv/bin/python -m experiments.evaluation.checkpoint "$RUN/best" --seeds 100 --first-seed 7000 --out "$RUN/vs_scripted"
+.venv/bin/commons-arena compare-checkpoint "$RUN/best" --seeds 100 --first-seed 7000 --out "$RUN/vs_scripted"
 echo
 echo "learning curve: $RUN/learning_curve.png"
 echo "tournament:     $RUN/tournament/standings.md, scores.md, scores.png, standings.png, win_matrix.png"

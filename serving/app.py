@@ -72,7 +72,8 @@ from commons_arena.inputs import MAX_DEPTH, too_deep
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
 from serving.explain import preview as explain_preview
-from serving.references import summary_args, summary_of
+from serving.page_assets import SHARED_STYLE, shared_asset_path
+from serving.seat_references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import (
     ActionError,
@@ -85,12 +86,11 @@ from serving.wire import (
 )
 
 ASSETS = Path(__file__).parent / "assets"
-# the play page reuses the replay page's style sheet (experiments/viewing/assets/replay.css): a file
-# read by path from the sibling package in the same install, not an import of experiments/
+# the play page reuses the replay page's style sheet (serving/page_assets.py: both pages' shared files)
 PLAY_ASSETS = {
     "play.js": (ASSETS / "play.js", "text/javascript"),
     "play.css": (ASSETS / "play.css", "text/css"),
-    "replay.css": (Path(__file__).parent.parent / "experiments" / "viewing" / "assets" / "replay.css", "text/css"),
+    SHARED_STYLE: (shared_asset_path(SHARED_STYLE), "text/css"),
 }
 # The page may load and call only this server; no inline script, no plugins, no framing.
 PLAY_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "

@@ -138,7 +138,7 @@ PREVIEW_NOTES = {
              "rule, and how many requested GPUs would sit idle."),
     "broker": "Before you act you can preview an offer: its prices, what is cut, the profit if everything sells.",
 }
-# The references an ended episode is compared with live in serving/references.py (REFERENCES).
+# The references an ended episode is compared with live in serving/seat_references.py (REFERENCES).
 
 
 def split_totals(episode: dict[str, Any]) -> dict[str, dict[str, float]]:

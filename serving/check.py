@@ -127,7 +127,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["observations"] == b["observations"] and a["rewards"] == b["rewards"]
 
 
-def check_scenario(http: _Http, scenario: str, seed: int) -> ScenarioCheck:
+def check_served_scenario(http: _Http, scenario: str, seed: int) -> ScenarioCheck:
     nothing = _episode(http, scenario, seed, None)
     again = _episode(http, scenario, seed, None)
     other = _episode(http, scenario, seed + 1, None)
@@ -164,7 +164,7 @@ def check_server(url: str, scenarios: list[str] | None = None, seed: int = 7, ti
     unknown = [s for s in scenarios or [] if s not in hosted]
     if unknown:
         raise CheckError(f"the server does not host {unknown}; it hosts {hosted}")
-    return [check_scenario(http, name, seed) for name in (scenarios or hosted)]
+    return [check_served_scenario(http, name, seed) for name in (scenarios or hosted)]
 
 
 def report(results: list[ScenarioCheck]) -> str:

@@ -19,7 +19,7 @@ tool               what it does
 ``preview``        what an action would do this tick without playing it (spend, carbon,
                    idle; where each job runs; prices and profit), as text lines
 ``observe``        the observation now (``briefing: true`` repeats the briefing); after the
-                   end the totals and the references (:mod:`serving.references`)
+                   end the totals and the references (:mod:`serving.seat_references`)
 ``episode_state``  tick, returns, invalid-action counts, whether the episode is over
 ``end_episode``    closes the session
 =================  ==========================================================================
@@ -62,7 +62,7 @@ from commons_arena.inputs import InputError, TooDeep, loads_json
 from serving.briefing import parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
-from serving.references import summary_args, summary_of
+from serving.seat_references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.wire import ActionError, SeatSpec, encode_observation
 

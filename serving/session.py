@@ -10,7 +10,7 @@ of openenv-core's ``ResetResponse`` / ``StepResponse`` / ``State`` (which allow 
 :class:`ServeError` (an HTTP status, a code and a message) before anything changes.
 
 :class:`SessionStore` opens, finds, expires and closes sessions under the server's
-:class:`Limits`. Environments and their background policies are reused through a small
+:class:`ServerLimits`. Environments and their background policies are reused through a small
 pool (:class:`TablePool`): building a table costs milliseconds, a ``reset(seed)`` starts
 everything afresh, and the pool keeps memory flat however many sessions come and go.
 """
@@ -34,7 +34,7 @@ import commons_arena
 from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode, jsonable
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
-from commons_arena.spaces import role_of
+from commons_arena.spaces import MAX_SEED, role_of
 from policies.base import Policy
 from policies.focal import FocalEnv
 from policies.population import Entry, Population, PopulationError
@@ -63,7 +63,7 @@ class ServeError(Exception):
 
 
 @dataclass(frozen=True)
-class Limits:
+class ServerLimits:
     """What one server allows."""
 
     max_sessions: int = 64
@@ -84,7 +84,7 @@ class ServeSettings:
     """background policies (None: each scenario's own population)"""
     scenarios: tuple[str, ...] = ()
     """scenario names a client may choose (empty: every shipped scenario)"""
-    limits: Limits = field(default_factory=Limits)
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
     @functools.cached_property
     def configs(self) -> dict[str, ScenarioConfig]:
@@ -196,7 +196,7 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
     if unknown:
         raise _bad(f"unknown reset parameter(s) {unknown}; known: {list(RESET_KEYS)}", unknown[0])
     seed = data.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise _bad(f"seed must be an integer in [0, 2**63), got {_short_id(repr(seed))}", "seed")
     episode_id = data.get("episode_id")
     if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
@@ -487,7 +487,7 @@ def _short_id(value: Any) -> Any:
 
 
 __all__ = [
-    "Limits",
+    "ServerLimits",
     "ServeError",
     "ServeSettings",
     "Session",

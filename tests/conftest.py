@@ -51,7 +51,6 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules
     "test_cli_hostile::test_checkpoint_identity_reads_only_the_sidecar": ("rllib",),
     "test_cli_hostile::test_analyze_reads_a_mixed_run_on_its_hardest_tier": ("rllib",),  # saves an RLlib module
-    "test_cli_hostile::test_aggregate_as_a_module_answers_in_one_line": ("slow",),  # a subprocess
     "test_session_store::test_everything_that_touches_a_session_runs_on_the_event_loop": ("slow",),  # builds the app
     "test_openenv": ("server",),  # openenv validate and its client against the serve command
     "test_mcp": ("server",),  # the MCP SDK's client over streamable HTTP

@@ -11,7 +11,7 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.arms_race import (
+from experiments.studies.arms_race import (
     A1,
     A2,
     BLUFFER,
@@ -28,6 +28,7 @@ from experiments.training.warm_start import check_warm_start, expected_linears
 from policies.checkpoint_format import NetworkSpec, PolicyNetwork
 from policies.learned import ModuleInterface, read_sidecar, save_policy
 from policies.population import Population
+from tests.figures import assert_drawn
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -223,7 +224,7 @@ def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsy
     per_seed = json.loads((out / "arms_race.json").read_text())["per_seed"]
     gains = np.subtract(per_seed["bluffer"]["crisis / A1 / B1"], per_seed["bluffer"]["crisis / A1 / truthful"])
     assert float(rows[0]["mean"]) == pytest.approx(gains.mean())
-    assert (out / "arms_race.png").stat().st_size > 0
+    assert_drawn(out / "arms_race.png")
     text = (out / "arms_race.md").read_text()
     assert "The arms race, two rounds" in text and "cuts B1's gain by at least half" in text
     assert "`truthful` in the rest" in text

@@ -12,13 +12,13 @@ import pytest
 
 from experiments.evaluation.benchmark import SELECTION_RANGE, benchmark_seeds, run_benchmark
 from experiments.evaluation.engine import QUIET
-from experiments.evaluation.statistics import (
+from experiments.evaluation.suite import SuiteError, list_suites, load_suite, suite_from_dict
+from experiments.seeds import SEED_RANGES
+from experiments.statistics import (
     aggregate_iqm,
     probability_of_improvement,
     stratified_bootstrap_ci,
 )
-from experiments.evaluation.suite import SuiteError, list_suites, load_suite, suite_from_dict
-from experiments.seeds import SEED_RANGES
 from tests.conftest import TINY, toml_dumps
 from tests.test_cli_errors import run_cli
 

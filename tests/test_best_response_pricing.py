@@ -12,9 +12,9 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import BROKER
 from commons_arena.spaces import action_layout
+from experiments.evaluation.best_response import Recorder, demand_quartiles, pricing_by_demand
 from experiments.evaluation.fixed_codes import Arena
 from experiments.evaluation.tables import markdown_table
-from experiments.training.best_response import Recorder, demand_quartiles, pricing_by_demand
 from policies.registry import make_policy
 
 
@@ -40,9 +40,9 @@ class EveryOtherTick:
 
 def test_each_offer_is_credited_with_what_it_sold():
     arena = Arena("crisis", "best_fit", BROKER)
-    recorder = Recorder(EveryOtherTick(arena.config), arena.config, BROKER)  # type: ignore[arg-type]
+    recorder = Recorder(arena.config, BROKER)
     seeds = range(5)
-    episodes = arena.episodes(recorder, seeds)  # type: ignore[arg-type]
+    episodes = arena.episodes(EveryOtherTick(arena.config), seeds, recorder)
     sales = np.asarray(recorder.sales)
     ticks = len(sales) // len(seeds)
     assert len(sales) == ticks * len(seeds) and ticks > 4
@@ -57,10 +57,9 @@ def test_each_offer_is_credited_with_what_it_sold():
 
 def test_pricing_by_demand_reads_every_row_in_the_same_quartiles():
     arena = Arena("crisis", "planner", BROKER)
-    recorders = {name: Recorder(make_policy(name, arena.config, BROKER), arena.config, BROKER)
-                 for name in ("demand_priced", "fixed_price")}
-    for recorder in recorders.values():
-        arena.episodes(recorder, range(6))  # type: ignore[arg-type]
+    recorders = {name: Recorder(arena.config, BROKER) for name in ("demand_priced", "fixed_price")}
+    for name, recorder in recorders.items():
+        arena.episodes(make_policy(name, arena.config, BROKER), range(6), recorder)
     edges = demand_quartiles(recorders["demand_priced"])
     rows = pricing_by_demand(recorders, edges)
     by_name = {name: [r for r in rows if r["policy"] == name] for name in recorders}
@@ -74,12 +73,19 @@ def test_pricing_by_demand_reads_every_row_in_the_same_quartiles():
     assert "| fixed_price | 4 |" in markdown_table(rows)  # every row renders in the report's table
 
 
-def test_broker_pricing_reads_any_broker_beside_fixed_codes_and_names_a_bad_code():
+def test_broker_pricing_reads_any_broker_beside_fixed_codes_and_names_a_bad_code(capsys):
     import pytest
 
-    from experiments.evaluation.broker_pricing import Args, main
+    from commands.cli import main
+    from commands.measure import BrokerPricing
 
-    rows = main(Args("fixed_price", allocator="proportional", codes=("3,0,2",), seeds=3))
+    command = BrokerPricing("fixed_price", allocator="proportional", codes=("3,0,2",), seeds=3)
+    command.validate()
+    rows = command.run()
     assert {r["policy"] for r in rows} == {"fixed_price", "demand_priced", "fixed margin 3, slope 0, crisis +2"}
-    with pytest.raises(SystemExit, match="--codes '3,4,0': give margin,slope,crisis_levels"):
-        main(Args("fixed_price", codes=("3,4,0",), seeds=2))  # slope 4 is not on the grid
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # slope 4 is not on the grid: one line, before any episode
+        main(["broker-pricing", "fixed_price", "--codes", "3,4,0", "--seeds", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--codes '3,4,0': give margin,slope,crisis_levels" in err
+    assert len(err.strip().splitlines()) == 1

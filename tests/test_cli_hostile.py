@@ -370,29 +370,29 @@ def _seed_run(parent: Path, seed: int, **history_row) -> Path:
     (lambda p: (_seed_run(p, 1), _seed_run(p / "x", 1), os.rename(p / "x" / "s1", p / "s1b")), "the same seed"),
     (lambda p: (_seed_run(p, 1), _seed_run(p, 2, scenario="crisis")), "judged on different scenarios"),
 ])
-def test_aggregate_reports_every_bad_run_folder_in_one_line(capsys, tmp_path, damage, match):
+def test_seed_report_reports_every_bad_run_folder_in_one_line(capsys, tmp_path, damage, match):
     parent = tmp_path / "seeds"
     parent.mkdir()
     damage(parent)
     before = snapshot(tmp_path)
-    assert_one_line_error(capsys, "aggregate", str(parent), "--compare-seeds", "0", match=match)
+    assert_one_line_error(capsys, "seed-report", str(parent), "--compare-seeds", "0", match=match)
     assert snapshot(tmp_path) == before
 
 
-def test_aggregate_never_writes_through_a_symlink_nor_replaces_without_force(capsys, tmp_path):
+def test_seed_report_never_writes_through_a_symlink_nor_replaces_without_force(capsys, tmp_path):
     parent = tmp_path / "seeds"
     _seed_run(parent, 1), _seed_run(parent, 2)
     outside = tmp_path / "outside.md"
     outside.write_text("keep me")
     (parent / "aggregate.md").symlink_to(outside)
     for force in ([], ["--force"]):
-        assert_one_line_error(capsys, "aggregate", str(parent), "--compare-seeds", "0", *force, match="is a symlink")
+        assert_one_line_error(capsys, "seed-report", str(parent), "--compare-seeds", "0", *force, match="is a symlink")
     assert outside.read_text() == "keep me"
     (parent / "aggregate.md").unlink()
     (parent / "aggregate.json").write_text("earlier")
-    assert_one_line_error(capsys, "aggregate", str(parent), "--compare-seeds", "0", match="pass --force")
+    assert_one_line_error(capsys, "seed-report", str(parent), "--compare-seeds", "0", match="pass --force")
     assert (parent / "aggregate.json").read_text() == "earlier"
-    assert_one_line_error(capsys, "aggregate", str(tmp_path / "missing"), match="is not a folder")
+    assert_one_line_error(capsys, "seed-report", str(tmp_path / "missing"), match="is not a folder")
 
 
 def test_analyze_never_writes_through_a_symlinked_output(capsys, tmp_path):
@@ -428,15 +428,10 @@ def test_analyze_reports_odd_run_folders_in_one_line(capsys, tmp_path, history, 
     assert not (run / "analysis").exists()
 
 
-def test_aggregate_as_a_module_answers_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-m", "experiments.training.aggregate", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
-    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        f"aggregate: error: no finished run folders in {tmp_path} (each needs args.json and a history.json with at "
-        "least one evaluation)"], result.stderr
+def test_seed_report_of_a_folder_without_runs_answers_in_one_line(capsys, tmp_path):
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "seed-report", str(tmp_path), match=f"no finished run folders in {tmp_path}")
+    assert snapshot(tmp_path) == before
 
 
 # ------------------------------------------------------------------ verify, rosters, checkpoints
@@ -567,7 +562,7 @@ def test_analyze_reads_a_mixed_run_on_its_hardest_tier(tmp_path):
     scenario named 'mixed'; it analyses the mix on its hardest tier."""
     from dataclasses import asdict
 
-    from experiments.evaluation.analysis import read_run
+    from experiments.studies.analysis import read_run
     from experiments.training.args import TrainArgs
     from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
 

@@ -17,7 +17,7 @@ from experiments.evaluation.evaluate import (
     versus_best,
     write_tables,
 )
-from experiments.evaluation.statistics import mean_ci95, paired_difference
+from experiments.statistics import mean_ci95, paired_difference
 
 SEEDS = [11, 12, 13]
 

@@ -15,6 +15,7 @@ import pytest
 
 import commons_arena
 from commands import cli
+from experiments.hash_seed import TRAINING_HASH_SEED, needs_pinning
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import (
     SESSION_FIELDS,
@@ -23,7 +24,6 @@ from experiments.training.config_file import (
     experiment_text,
     load_experiment,
 )
-from experiments.training.hash_seed import TRAINING_HASH_SEED, needs_pinning
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 SHIPPED = sorted(CONFIGS.glob("*.toml"))
@@ -136,7 +136,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
     two remote env runners side by side, with or without a background mix; self-play, five
     RLlib modules drawing from one torch generator in RLlib's set order of agents), each in its
     own Python process started with another string-hash seed, give the same weights bit for bit
-    (training pins the hash seed: experiments/training/hash_seed.py; the start weights reach
+    (training pins the hash seed: experiments/hash_seed.py; the start weights reach
     every remote runner before it samples: experiments/training/weight_sync.py); another seed does not."""
     import ray
 
@@ -171,7 +171,33 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
     assert any(not np.array_equal(first[seat][k], other[seat][k]) for seat in first for k in first[seat])
 
 
-def test_only_training_commands_pin_the_hash_seed():
-    assert needs_pinning("train", {"PYTHONHASHSEED": "1"}) and needs_pinning("exploit", {})
-    assert not needs_pinning("train", {"PYTHONHASHSEED": TRAINING_HASH_SEED})
-    assert not needs_pinning("tournament", {"PYTHONHASHSEED": "1"}) and not needs_pinning(None, {})
+def test_only_training_commands_pin_the_hash_seed(capsys):
+    from commands.cli import TRAINING_COMMANDS, main
+
+    for name in TRAINING_COMMANDS:  # every one names a subcommand (a renamed one would pin nothing)
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0 and f"commons-arena {name}" in capsys.readouterr().out
+    assert needs_pinning(True, {"PYTHONHASHSEED": "1"}) and needs_pinning(True, {})
+    assert not needs_pinning(True, {"PYTHONHASHSEED": TRAINING_HASH_SEED})
+    assert not needs_pinning(False, {"PYTHONHASHSEED": "1"}) and not needs_pinning(False, {})
+
+
+def test_a_run_reads_its_scenario_files_once(tmp_path, monkeypatch):
+    """The setup parses every stage once; the run folder's experiment file reuses those configs."""
+    import commons_arena.scenario as scenario_module
+    from experiments.training.runs import open_run
+    from experiments.training.setup import resolve
+
+    parsed: list[str] = []
+    real = scenario_module.scenario_from_dict
+
+    def counting(data, source="<dict>"):
+        parsed.append(source)
+        return real(data, source=source)
+
+    monkeypatch.setattr(scenario_module, "scenario_from_dict", counting)
+    setup = resolve(TrainArgs(experiment="allocator_mixed", out=tmp_path))
+    run, _, _ = open_run(setup.args, setup.stages)
+    assert len(parsed) == 3, parsed  # standard, elevated, crisis: each once
+    assert load_experiment(run / "experiment.toml").stages == setup.args.stages

@@ -153,7 +153,7 @@ def test_sidecars_answer_in_one_line(tmp_path):
 def test_run_folders_answer_in_one_line(tmp_path, name):
     from dataclasses import asdict
 
-    from experiments.training.aggregate import seed_runs
+    from experiments.studies.seed_report import seed_runs
     from experiments.training.args import TrainArgs
     from experiments.training.runs import run_args
 

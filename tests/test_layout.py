@@ -9,6 +9,18 @@ type", is still a cycle or a skipped layer. The layers (docs/architecture.md, "L
                                                    evaluation, ...)
 
 Each package may import only the packages to its left; nothing imports ``commands``.
+
+Inside ``experiments`` the sub-packages stack the same way (:data:`EXPERIMENT_LAYERS`)::
+
+    experiments/*.py  <-  viewing  <-  evaluation  <-  training  <-  studies  <-  bench
+    (seed table,          (plots,      (plays and      (RLlib; may    (train, then   (speed
+     statistics, Ray)      replay)      measures;       evaluate)      measure)       benchmarks)
+                                        no RLlib)
+
+The engine (``experiments/evaluation/engine.py``) is the only episode loop: no module
+outside it, the layers that define the substrate (``commons_arena``, ``policies``) and the
+places named in :data:`EPISODE_LOOP_ALLOWED` (each with its reason) uses ``run_episode`` or
+``FocalEnv``.
 """
 
 from __future__ import annotations
@@ -31,6 +43,10 @@ LAYERS: dict[str, set[str]] = {
     "commands": {"commons_arena", "policies", "serving", "experiments"},
 }
 NO_RLLIB = ("commons_arena", "policies", "serving")  # RLlib (and Ray) live where training lives: experiments/
+# inside experiments, lowest first: each may import only those before it ("experiments": its top-level modules)
+EXPERIMENT_LAYERS = ["experiments", "experiments.viewing", "experiments.evaluation", "experiments.training",
+                     "experiments.studies", "experiments.bench"]
+NO_RLLIB_IN_EXPERIMENTS = ("experiments", "experiments.viewing", "experiments.evaluation")  # RLlib: training and up
 
 
 def shipped_packages() -> list[str]:
@@ -135,6 +151,41 @@ def test_no_rllib_below_experiments(package: str) -> None:
     assert not wrong, f"{package} must not import Ray/RLlib (training lives in experiments/): " + "; ".join(wrong)
 
 
+def experiment_layer(module: str) -> str:
+    """The sub-layer of an ``experiments`` module (its sub-package, or ``experiments`` for a top-level module)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (len(parts) == 2 and ".".join(parts) in EXPERIMENT_LAYERS) \
+        else "experiments"
+
+
+def test_every_experiments_subpackage_has_a_layer() -> None:
+    packages = {experiment_layer(m) for m, path in module_files().items()
+                if m.split(".")[0] == "experiments" and path.name == "__init__.py"}
+    assert packages == set(EXPERIMENT_LAYERS), "a new experiments/ sub-package gets a place in EXPERIMENT_LAYERS"
+
+
+def test_experiments_subpackages_import_only_the_layers_below_them() -> None:
+    rank = {layer: i for i, layer in enumerate(EXPERIMENT_LAYERS)}
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in project_graph().items() if module.split(".")[0] == "experiments"
+        for target in targets if target.split(".")[0] == "experiments"
+        and rank[experiment_layer(target)] > rank[experiment_layer(module)]
+    )
+    assert not wrong, f"experiments/ stacks {' <- '.join(EXPERIMENT_LAYERS)}: " + "; ".join(wrong)
+
+
+def test_no_rllib_in_evaluation() -> None:
+    wrong = sorted(
+        f"{module} imports {name}"
+        for module, path in module_files().items()
+        if module.split(".")[0] == "experiments" and experiment_layer(module) in NO_RLLIB_IN_EXPERIMENTS
+        for names in imports_of(path, module, path.name == "__init__.py")
+        if (name := names[-1]).startswith("ray.rllib") or name.startswith("ray.tune")
+    )
+    assert not wrong, "evaluation plays and measures; RLlib is training's: " + "; ".join(wrong)
+
+
 def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
     """The graph counts an import inside a function; the cycle search finds a three-module loop."""
     source = tmp_path / "m.py"
@@ -143,3 +194,96 @@ def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
                                                                    ("pkg.sibling", "pkg")]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+# ------------------------------------------------------------------ the one episode loop
+
+LOOP_NAMES = {"run_episode", "FocalEnv"}
+SUBSTRATE = ("commons_arena", "policies")  # where the loop's parts are defined
+EPISODE_LOOP_ALLOWED = {
+    "experiments.evaluation.engine": "the engine: the one episode loop",
+    "serving.session": "a front door: a remote client steps its seats of a FocalEnv, the server plays none itself",
+    "experiments.training.env": "RLlib's env: RLlib steps the focal seats (a training env, not an episode loop)",
+    "experiments.bench.scripted": "a benchmark of the substrate itself (FocalEnv's env and policy timers)",
+    "experiments.bench.step_ab": "a benchmark of the substrate itself (step time, A/B)",
+    "experiments.bench.serve": "a benchmark: the server against a local FocalEnv stepped the same way",
+    "experiments.bench.universal_shapes": "a benchmark of the shape-free networks (FocalEnv's observations only)",
+    "serving.seat_references": "the server's references for an ended session: serving lies below experiments, so it "
+                               "plays them with the substrate's run_episode",
+}
+
+
+def loop_uses(path: Path) -> list[int]:
+    """Lines of ``path`` that use ``run_episode`` or ``FocalEnv`` (a call, an attribute, a
+    reference), imports and strings not counted."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if (isinstance(node, ast.Name) and node.id in LOOP_NAMES)
+                   or (isinstance(node, ast.Attribute) and node.attr in LOOP_NAMES)})
+
+
+def test_episodes_are_played_by_the_engine_only() -> None:
+    users = {module: lines for module, path in module_files().items()
+             if module.split(".")[0] not in SUBSTRATE and (lines := loop_uses(path))}
+    wrong = sorted(f"{module} (lines {lines})" for module, lines in users.items() if module not in EPISODE_LOOP_ALLOWED)
+    assert not wrong, ("play episodes through experiments.evaluation.engine.play (an Observer sees every tick), "
+                       "not run_episode / FocalEnv: " + "; ".join(wrong))
+    stale = sorted(set(EPISODE_LOOP_ALLOWED) - set(users))
+    assert not stale, f"allowed but no longer playing episodes themselves (drop them from the list): {stale}"
+
+
+def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("from policies.focal import FocalEnv, run_episode\n'run_episode'\n"
+                      "x = focal.run_episode(env, p, 1)\ny = FocalEnv.from_scenario('standard', ())\n")
+    assert loop_uses(source) == [3, 4]
+
+
+# ------------------------------------------------------------------ one name per idea
+
+# the same public name defined in several modules, allowed only where it is one idea (with why)
+SHARED_NAMES = {
+    "Args": "the arguments of each hand-run benchmark script (experiments/bench/, `python -m`)",
+    "main": "the entry point of each hand-run benchmark script and of the command line",
+    "post_offer": "a tick phase (tick.py) and the market rule it applies",
+    "judge_escalations": "a tick phase (tick.py) and the social rule it applies",
+    "broker_profit": "the broker's profit (mechanics/market.py) and the reward term that reads it",
+}
+# module names used twice, allowed only where one mirrors the other (with why)
+SHARED_MODULE_NAMES = {
+    "evaluate": "commands/evaluate.py is the command of experiments/evaluation/evaluate.py",
+    "train": "commands/train.py is the command of experiments/training/train.py",
+    "serve": "experiments/bench/serve.py benchmarks what commands/serve.py starts",
+    "tournament": "experiments/bench/tournament.py benchmarks experiments/evaluation/tournament.py",
+    "env": "experiments/bench/env.py benchmarks the env; experiments/training/env.py is RLlib's env of it",
+    "scripted": "experiments/bench/scripted.py benchmarks scripted seats; training/scripted.py plays them in RLlib",
+}
+
+
+def public_definitions() -> dict[str, list[str]]:
+    """Public name -> the modules whose top level defines it (a function or a class)."""
+    out: dict[str, list[str]] = {}
+    for module, path in module_files().items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                out.setdefault(node.name, []).append(module)
+    return out
+
+
+def test_no_public_name_means_two_things() -> None:
+    twice = {name: modules for name, modules in public_definitions().items() if len(modules) > 1}
+    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items() if name not in SHARED_NAMES)
+    assert not wrong, "one name per idea: rename one of " + "; ".join(wrong)
+    stale = sorted(set(SHARED_NAMES) - set(twice))
+    assert not stale, f"no longer defined twice (drop them from SHARED_NAMES): {stale}"
+
+
+def test_no_module_name_means_two_things() -> None:
+    names: dict[str, list[str]] = {}
+    for module, path in module_files().items():
+        if path.name != "__init__.py":
+            names.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    twice = {name: modules for name, modules in names.items() if len(modules) > 1}
+    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items()
+                   if name not in SHARED_MODULE_NAMES)
+    assert not wrong, "one module name per idea: rename one of " + "; ".join(wrong)
+    assert not sorted(set(SHARED_MODULE_NAMES) - set(twice)), "drop the names no longer shared from SHARED_MODULE_NAMES"

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from experiments.evaluation.analysis import analyze, credit, summary_markdown
+from experiments.studies.analysis import analyze, credit, summary_markdown
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -13,12 +13,14 @@ import pytest
 import commons_arena
 from commands.cli import main
 from commons_arena.enums import ALLOCATOR, BROKER
+from experiments.training.kinds import plan_for
 from experiments.training.seat_codecs import parse_seat_codecs, seat_codecs
-from experiments.training.seats import SeatPlan, plan_for
+from experiments.training.seats import SeatPlan
 from experiments.training.train import TrainArgs, train
 from policies import Population, run_episode
 from policies.learned import LearnedPolicy, read_sidecar
 from policies.registry import available_policies, make_policy
+from tests.figures import assert_drawn
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -115,13 +117,16 @@ def test_a_team_best_response_reports_and_plays_as_learned(ray_session, tmp_path
     assert names[0] == "learned (best response)" and set(available_policies("team")) <= set(names)
     assert any(n.startswith("best fixed bluff code: x") for n in names)
     assert all(np.isfinite(float(r["return"])) for r in rows)
-    assert float(rows[0]["learned_minus_this"]) == 0.0  # the learned row paired with itself
     assert {"declared/need small", "declared/need medium"} <= set(rows[0])
     truthful = next(r for r in rows if r["policy"] == "truthful")
     assert abs(float(truthful["declared/need small"]) - 1.0) < 0.35  # ceil(need x 1) / need, near 1
     text = (run / "best_response.md").read_text()
     assert "What is the codec and what is learned" in text and "Codes the learned seat chose" in text
     returns = json.loads((run / "best_response_returns.json").read_text())
+    for row in rows:  # each row's paired difference, recomputed from the per-seed returns written beside it
+        mine, theirs = returns["learned (best response)"]["seat"], returns[row["policy"]]["seat"]
+        assert float(row["learned_minus_this"]) == pytest.approx(float(np.mean(np.subtract(mine, theirs))))
+        assert float(row["return"]) == pytest.approx(float(np.mean(theirs)))
     assert returns["truthful"]["seeds"] == list(range(600_000, 600_003))
     # the checkpoint plays its seat through learned: (the codec decoded), the same on the same seed
     env = commons_arena.parallel_env("crisis")
@@ -174,7 +179,8 @@ def test_exploit_runs_end_to_end_on_one_allocator(ray_session, tmp_path, capsys)
     # deliverable 1 on a tiny budget: the best response is not below the best fixed code (its CI reaches 0)
     assert row["best_response_source"] in ("search", "learning")
     assert float(row["best_response_minus_best_fixed_code"]) + float(row["best_response_minus_best_fixed_code_ci95"]) >= 0
-    assert (out / "exploit.png").stat().st_size > 0 and "Exploitability" in (out / "exploit.md").read_text()
+    assert_drawn(out / "exploit.png")
+    assert "Exploitability" in (out / "exploit.md").read_text()
     # the tournament's truthful row is the best-response report's truthful row: one engine, the same seeds
     cell = out / "crisis-proportional-search"
     report = json.loads((cell / "search" / "best_response_returns.json").read_text())

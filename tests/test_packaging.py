@@ -23,8 +23,8 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(Path(n).stem for n in names if Path(n).parent == Path("commons_arena/scenarios") and n.endswith(".toml"))
     assert shipped == commons_arena.list_scenarios()
-    assets = {f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "css", "js")}
-    assert assets <= set(names), "the replay page's asset files are package data"
+    assets = {*(f"experiments/viewing/assets/replay.{ext}" for ext in ("html", "js")), "serving/assets/replay.css"}
+    assert assets <= set(names), "the replay page's asset files are package data (its style sheet: the server's)"
     # the benchmark's suites are package data: `commons-arena benchmark --suite NAME` works from a wheel
     assert {f"experiments/suites/{n}.toml" for n in ("heldout-allocator", "tiers", "team-search", "broker")} <= set(names)
     # the play page's files ship beside the server that serves them

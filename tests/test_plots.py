@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from experiments.evaluation.statistics import mean_ci
-from experiments.viewing.plots import aggregate, learning_curve, score_bars
+from experiments.statistics import mean_ci
+from experiments.viewing.plots import bar_intervals, learning_curve, score_bars
+from tests.figures import assert_drawn
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -39,12 +40,12 @@ def test_learning_curve_writes_png(tmp_path):
     assert _is_png(learning_curve(runs, None, tmp_path / "runs.png", y="return_mean", x="iteration"))
 
 
-def test_mean_ci_and_aggregate():
+def test_mean_ci_and_bar_intervals():
     mean, low, high = mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0 and low == pytest.approx(2.0 - 4.302653 / math.sqrt(3)) and high > mean
     assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
     assert all(math.isnan(v) for v in mean_ci([]))
-    table = aggregate([{"scenario": "a", "policy": "x", "score": v} for v in (1.0, 3.0)]
+    table = bar_intervals([{"scenario": "a", "policy": "x", "score": v} for v in (1.0, 3.0)]
                       + [{"scenario": "a", "policy": "y", "mean": 0.5, "ci95": 0.1}])
     assert [(r["policy"], r["n"]) for r in table] == [("x", 2), ("y", 0)]
     assert table[1]["low"] == pytest.approx(0.4)
@@ -61,6 +62,6 @@ def test_heatmap_writes_a_png_and_checks_its_shape(tmp_path):
     from experiments.viewing.plots import heatmap
 
     path = heatmap([[0.5, 1.0], [0.0, float("nan")]], ["a", "b"], ["x", "y"], tmp_path / "h.png", limits=(0.0, 1.0))
-    assert path.stat().st_size > 1000
+    assert_drawn(path)
     with pytest.raises(ValueError, match="2 x 3 matrix"):
         heatmap([[1.0, 2.0], [3.0, 4.0]], ["a", "b"], ["x", "y", "z"], tmp_path / "bad.png")

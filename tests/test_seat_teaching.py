@@ -1,6 +1,6 @@
 """What a seat is taught: tier costs, placement, previews that match the rules, references on the same seed.
 
-serving/explain.py and serving/references.py are the one source the page, the text briefing and
+serving/explain.py and serving/seat_references.py are the one source the page, the text briefing and
 the MCP tools read; these tests hold them to the env itself.
 """
 
@@ -14,7 +14,7 @@ from policies.population import Population
 from policies.registry import make_policy
 from serving.briefing import render_briefing, seat_guide, split_totals
 from serving.explain import fitting_tier, placement, preview, tier_costs
-from serving.references import REFERENCES, how_you_did, reference_returns
+from serving.seat_references import REFERENCES, how_you_did, seat_reference_returns
 from serving.wire import ActionError, encode_action, encode_observation, seat_spec
 
 CONFIG = commons_arena.load_scenario("standard")
@@ -99,17 +99,17 @@ def test_the_briefing_and_the_guide_explain_costs_placement_lag_and_weights():
 
 
 def test_references_are_the_engines_on_the_same_seed_and_cached():
-    refs = reference_returns(CONFIG, 7, "allocator")
+    refs = seat_reference_returns(CONFIG, 7, "allocator")
     assert list(refs) == list(REFERENCES["allocator"])
     for name, value in refs.items():
         local = run_episode(commons_arena.parallel_env(CONFIG), Population.default(CONFIG).with_agent("allocator", name),
                             seed=7)
         assert value == local["allocator"]["return"]
     assert refs["oracle"] == max(refs.values())
-    assert reference_returns(CONFIG, 7, "allocator") == refs  # the cache answers
+    assert seat_reference_returns(CONFIG, 7, "allocator") == refs  # the cache answers
     team = how_you_did(CONFIG, 7, "search", 10.0)
     assert set(team["references"]) == {"truthful", "greedy_bluffer"} and team["text"].startswith("Your return 10.0")
-    broker = reference_returns(CONFIG, 7, "broker", Population.default(CONFIG))
+    broker = seat_reference_returns(CONFIG, 7, "broker", Population.default(CONFIG))
     assert set(broker) == {"demand_priced", "fixed_price"}
 
 
@@ -139,7 +139,7 @@ def test_http_preview_and_summary():
         while not frame["done"]:
             frame = client.post("/step", json={"session_id": sid, "action": {}}).json()
         summary = client.get(f"/sessions/{sid}/summary").json()
-        local = reference_returns(CONFIG, 7, "allocator")
+        local = seat_reference_returns(CONFIG, 7, "allocator")
         assert summary["references"] == local and summary["return"] == pytest.approx(summary["your_totals"]["return"])
         assert "completed" in summary["episode_totals"] and "completed" not in summary["your_totals"]
         after = client.post("/preview", json={"session_id": sid, "action": {}})
@@ -148,13 +148,13 @@ def test_http_preview_and_summary():
 
 def test_one_reference_computation_at_a_time(monkeypatch):
     """The oracle is a solver: while one set is computed, another request waits, then hears 'busy' (HTTP 503)."""
-    import serving.references as references
+    import serving.seat_references as references
 
     monkeypatch.setattr(references, "WAIT_SECONDS", 0.05)
     assert references._computing.acquire(timeout=5)
     try:
         with pytest.raises(references.ReferencesBusy, match="ask again in a few seconds"):
-            reference_returns(CONFIG, 987_654, "broker")
+            seat_reference_returns(CONFIG, 987_654, "broker")
     finally:
         references._computing.release()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.seeds import MAX_SEED, SEED_RANGES, first_seed, validate_seeds
+from commons_arena.spaces import MAX_SEED
+from experiments.seeds import SEED_RANGES, first_seed, validate_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +28,8 @@ def test_ranges_tile_without_overlap_and_training_is_above_every_other():
 def test_default_counts_fit_their_range():
     """The defaults a command plays stay inside its block (a larger --seeds may reach the next)."""
     from commands.evaluate import Analyze, Benchmark, Evaluate
+    from commands.measure import CompareCheckpoint as CheckpointArgs
     from commands.train import Exploit
-    from experiments.evaluation.checkpoint import Args as CheckpointArgs
     from experiments.training.args import TrainArgs
 
     train = TrainArgs()
@@ -42,13 +43,13 @@ def test_default_counts_fit_their_range():
 
 def test_every_command_reads_the_table():
     from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
+    from commands.measure import CompareCheckpoint as CheckpointArgs
+    from commands.measure import Corrections as CorrectionsArgs
     from commands.train import Exploit
-    from experiments.evaluation.checkpoint import Args as CheckpointArgs
-    from experiments.evaluation.corrections import Args as CorrectionsArgs
+    from experiments.evaluation.best_response import selection_seeds
     from experiments.evaluation.fixed_codes import REPORT_SEEDS, SELECTION_SEEDS
-    from experiments.training.aggregate import COMPARE_FIRST_SEED
+    from experiments.studies.seed_report import COMPARE_FIRST_SEED
     from experiments.training.args import TrainArgs
-    from experiments.training.best_response import selection_seeds
 
     assert Evaluate.first_seed == first_seed("evaluate")
     assert Benchmark.first_seed == first_seed("benchmark")
@@ -99,4 +100,6 @@ def test_validate_seeds_refuses_what_reset_cannot_take(seeds):
 
 
 def test_validate_seeds_accepts_the_whole_range():
-    validate_seeds([0, 7, MAX_SEED])
+    assert validate_seeds([0, 7, MAX_SEED]) is None  # raises on a refused seed
+    with pytest.raises(ValueError, match="seed"):
+        validate_seeds([MAX_SEED + 1])  # the range ends exactly at MAX_SEED

@@ -17,6 +17,7 @@ from policies import Population, run_episode
 from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar
 from policies.policy_set import member_for
 from policies.registry import make_policy
+from tests.figures import assert_drawn
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,7 +41,7 @@ def test_seat_plans():
     assert shared.mapping_fn()("safety") == "team" and shared.mapping_fn()("broker") == "broker"
     with pytest.raises(ValueError, match=r"unknown learner 'teams'.*'team' means every team"):
         SeatPlan.build(config, ["teams"])
-    from experiments.training.seats import plan_for
+    from experiments.training.kinds import plan_for
 
     assert plan_for("selfplay", config, ("allocator",), "per_team").modules == {
         seat: [seat] for seat in config.agents}
@@ -142,7 +143,7 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
     history = json.loads((run / "history.json").read_text())
     assert set(history[-1]["declared_to_need"]) == set(TEAMS)  # bluffing recorded over training
     png, md, data = Analyze(run_folder=run, seeds=2).run()
-    assert png.stat().st_size > 10_000
+    assert_drawn(png)
     text = md.read_text()
     for heading in ("Learning or design?", "Every learning seat, trained together", "Do learned teams over-declare?", "The learned allocator's grants",
                     "The learned broker's prices", "What the allocator learned: discounting a bluffer"):
@@ -164,12 +165,12 @@ def test_analyze_reads_the_run_and_writes_figure_and_summary(selfplay_checkpoint
 
 def test_bluffers_declare_more_than_truthful_teams():
     """The analysis measures what it claims: greedy bluffers' declared/need ratio exceeds truthful teams'."""
-    from experiments.evaluation.traces import declared_to_need, play_many_traced, slope
+    from experiments.evaluation.traces import declared_to_need, slope, traced
 
     config = commons_arena.load_scenario("standard")
     seeds = range(3)
-    bluffers = play_many_traced(config, Population(roles={"team": "greedy_bluffer"}), seeds)
-    truthful = play_many_traced(config, Population(roles={"team": "truthful"}), seeds)
+    bluffers = traced(config, Population(roles={"team": "greedy_bluffer"}), seeds)
+    truthful = traced(config, Population(roles={"team": "truthful"}), seeds)
     for team in TEAMS:
         assert declared_to_need(bluffers, team) > declared_to_need(truthful, team) > 0
     assert slope([(1.0, 2.0), (2.0, 4.0)]) == 2.0 and np.isnan(slope([]))

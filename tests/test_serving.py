@@ -31,10 +31,10 @@ from serving.client import (
     play_episode,
     policy_agent,
 )
-from serving.session import Limits, ServeSettings
+from serving.session import ServerLimits, ServeSettings
 from serving.wire import decode_observation, seat_spec
 
-LIMITS = Limits(max_sessions=6, idle_seconds=60.0, max_body_bytes=4096)
+LIMITS = ServerLimits(max_sessions=6, idle_seconds=60.0, max_body_bytes=4096)
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +305,7 @@ def wait_until(condition, timeout=10.0):
 
 
 def test_capacity_and_idle_expiry():
-    settings = ServeSettings(limits=Limits(max_sessions=2, idle_seconds=0.5))
+    settings = ServeSettings(limits=ServerLimits(max_sessions=2, idle_seconds=0.5))
     app = create_app(settings)
 
     with running_server(settings, app=app) as base, \

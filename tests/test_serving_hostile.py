@@ -25,10 +25,10 @@ from websockets.sync.client import connect
 from commons_arena.scenario import load_scenario
 from serving.app import MAX_JSON_DEPTH, running_server
 from serving.briefing import MAX_TEXT_CHARS, parse_text_action
-from serving.session import Limits, ServeSettings, SessionStore
+from serving.session import ServerLimits, ServeSettings, SessionStore
 from serving.wire import ActionError, seat_spec
 
-LIMITS = Limits(max_sessions=8, idle_seconds=60.0, max_body_bytes=64 * 1024)
+LIMITS = ServerLimits(max_sessions=8, idle_seconds=60.0, max_body_bytes=64 * 1024)
 
 
 @pytest.fixture(scope="module")
@@ -299,13 +299,20 @@ class HealthWatch:
 
     def __init__(self, url: str) -> None:
         self.url, self.times, self.done = url, [], threading.Event()
+        self.failures: list[str] = []  # read by the test: an assert in this thread would only warn
         self.thread = threading.Thread(target=self._run)
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=20) as client:
             while not self.done.is_set():
                 started = time.perf_counter()
-                assert client.get("/health").status_code == 200
+                try:
+                    status = client.get("/health").status_code
+                except httpx.HTTPError as err:
+                    self.failures.append(f"{type(err).__name__}: {err}")
+                    continue
+                if status != 200:
+                    self.failures.append(f"status {status}")
                 self.times.append(time.perf_counter() - started)
                 time.sleep(0.01)
 
@@ -371,6 +378,8 @@ def test_fuzz_http_and_ws(served):
     # machine; the wall-clock times of /health also count the machine's load (shared CI cores)
     cost, request = max(costs, key=lambda c: c[0])
     assert cost < 0.1, f"one request cost the server {cost * 1000:.0f} ms of CPU: {request!r:.200}"
+    assert not watch.failures, f"/health failed while the fuzz ran: {watch.failures[:3]}"
+    assert watch.times, "/health was never answered while the fuzz ran"
     times = sorted(watch.times)
     assert times[len(times) * 9 // 10] < 0.1, f"/health: 90th percentile {times[len(times) * 9 // 10] * 1000:.0f} ms"
     assert rss - baseline < 30_000_000, f"memory grew {(rss - baseline) / 1e6:.1f} MB in the second round"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from serving.session import Limits, ServeError, ServeSettings, SessionStore
+from serving.session import ServeError, ServerLimits, ServeSettings, SessionStore
 
 
 def test_idle_http_sessions_close_past_the_limit_and_not_before():
-    store = SessionStore(ServeSettings(limits=Limits(idle_seconds=30)))
+    store = SessionStore(ServeSettings(limits=ServerLimits(idle_seconds=30)))
     session = store.open("http")
     last = session.last_active
     assert store.expire(now=last + 29.9) == [] and store.expire(now=last + 30) == []
@@ -20,7 +20,7 @@ def test_idle_http_sessions_close_past_the_limit_and_not_before():
 
 
 def test_a_request_restarts_the_idle_clock():
-    store = SessionStore(ServeSettings(limits=Limits(idle_seconds=30)))
+    store = SessionStore(ServeSettings(limits=ServerLimits(idle_seconds=30)))
     session = store.open("http")
     now = session.last_active
     session.last_active = now - 100  # its last request, 100 s ago
@@ -30,7 +30,7 @@ def test_a_request_restarts_the_idle_clock():
 
 def test_websocket_sessions_are_left_to_their_socket():
     """A WebSocket session is closed by its connection's own idle timer, never by the store's sweep."""
-    store = SessionStore(ServeSettings(limits=Limits(idle_seconds=30)))
+    store = SessionStore(ServeSettings(limits=ServerLimits(idle_seconds=30)))
     socket = store.open("ws")
     assert store.expire(now=socket.last_active + 3600) == []
     assert set(store.sessions) == {socket.id}

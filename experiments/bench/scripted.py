@@ -35,7 +35,7 @@ class Args:
     """first episode seed (episode e uses seed + e)"""
 
 
-def play(env, policies, seed: int, clock: dict[str, float], per_tick: list[float] | None = None) -> int:
+def timed_episode(env, policies, seed: int, clock: dict[str, float], per_tick: list[float] | None = None) -> int:
     """One episode through the substrate, as ``run_episode`` plays it, timing env and policies
     separately; with ``per_tick``, the allocator is the focal seat and each of its ``act``
     times is appended. Returns ticks."""
@@ -73,7 +73,7 @@ def main(args: Args) -> dict[str, float]:
         b_clock = {"env": 0.0, "policies": 0.0}
         b_start = time.perf_counter()
         for e in range(args.episodes):
-            total_ticks += play(env, policies, args.seed + e, b_clock)
+            total_ticks += timed_episode(env, policies, args.seed + e, b_clock)
         b_wall = time.perf_counter() - b_start
         print(
             f"  {name:<13} {args.episodes / b_wall:7.1f} episodes/s  (policies {b_clock['policies'] / b_wall:4.0%} of the time)"
@@ -96,7 +96,7 @@ def main(args: Args) -> dict[str, float]:
     o_clock = {"env": 0.0, "policies": 0.0}
     o_start = time.perf_counter()
     for e in range(args.oracle_episodes):
-        play(env, oracle_policies, args.seed + e, o_clock, per_tick)
+        timed_episode(env, oracle_policies, args.seed + e, o_clock, per_tick)
     o_wall = time.perf_counter() - o_start
     ticks = np.array(per_tick) * 1e3
     print(

@@ -23,7 +23,7 @@ benchmarked next.
 
 **Scores**: per seed, ``(R - mean R_low) / (mean R_high - mean R_low)``; per evaluation
 scenario their mean (= the normalised score of the mean returns) with a 95% t interval over
-seeds. Across the suite (rliable's statistics, :mod:`experiments.evaluation.statistics`): the
+seeds. Across the suite (rliable's statistics, :mod:`experiments.statistics`): the
 IQM and the mean of every per-seed score, each with a stratified-bootstrap 95% interval, and
 the probability that the policy improves on the reference. An evaluation scenario whose
 anchors tie (``|span| < 1e-9``) has no score and is left out of the aggregates (the table says nan).
@@ -42,11 +42,11 @@ import numpy as np
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import DEFAULT_OPTIONS, PlayOptions, PlayReport, planned_keys, play_rosters
 from experiments.evaluation.roster import UNIFORM_RANDOM, Player, Roster, check_roster
-from experiments.evaluation.statistics import mean_ci95, probability_of_improvement, stratified_bootstrap_ci
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.suite import EvaluationScenario, Suite
 from experiments.evaluation.tables import write_table
 from experiments.seeds import SEED_RANGES
+from experiments.statistics import mean_ci95, probability_of_improvement, stratified_bootstrap_ci
 from policies.population import Entry
 
 SPAN_EPS = 1e-9

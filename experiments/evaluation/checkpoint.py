@@ -6,7 +6,7 @@ scenario the learned allocator's normalised score and plain ratio, and its paire
 difference (mean ± 95% CI over the seeds) to *every* scripted allocator. The verdict per
 scenario is "beats all" when every difference is > 0 with its CI above zero.
 
-    python -m experiments.evaluation.checkpoint runs/allocator_mixed-mixed-s0/best --seeds 100 --first-seed 7000
+    commons-arena compare-checkpoint runs/allocator_mixed-mixed-s0/best --seeds 100 --first-seed 7000
 
 The main job uses 100 seeds per tier: on ``standard`` the learned allocator's lead over
 ``planner`` is about +8 return with a per-seed standard deviation near 30, so 30 seeds give
@@ -24,33 +24,13 @@ scenario on two cores (the oracle's MILPs dominate).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tyro
-
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, evaluate
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_table
-from experiments.seeds import SEED_RANGES
+from experiments.statistics import paired_difference
 from policies.learned import LEARNED_PREFIX
-
-
-@dataclass
-class Args:
-    checkpoint: tyro.conf.Positional[Path]
-    """checkpoint folder (with arena_policy.json)"""
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
-    """scenarios to play"""
-    seeds: int = 100
-    """seeds per scenario (at least 30)"""
-    first_seed: int = SEED_RANGES["compare"].first
-    """seeds are first_seed .. first_seed + seeds - 1 (keep them out of training's ranges, experiments/seeds.py)"""
-    scripted: tuple[str, ...] = BASELINE_ALLOCATORS
-    """scripted allocators to compare with"""
-    out: Path = Path("results/checkpoint")
-    """output folder"""
 
 
 def compare(checkpoint: str | Path, scenarios: tuple[str, ...], seeds: list[int],
@@ -93,15 +73,13 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def main(args: Args) -> None:
-    seeds = SEED_RANGES["compare"].seeds(args.seeds, args.first_seed)
-    rows = compare(args.checkpoint, args.scenarios, seeds, args.scripted)
+def checkpoint_report(checkpoint: Path, scenarios: tuple[str, ...], seeds: list[int], scripted: tuple[str, ...],
+           out: Path) -> list[dict[str, Any]]:
+    """``commons-arena compare-checkpoint``: the rows printed, the verdicts, and the table written to ``out``."""
+    rows = compare(checkpoint, scenarios, seeds, scripted)
     print(markdown_table(rows))
     for scenario, verdict in verdicts(rows).items():
         print(f"{scenario}: {verdict}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_table(rows, args.out, "checkpoint_vs_scripted")
-
-
-if __name__ == "__main__":
-    main(tyro.cli(Args))
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(rows, out, "checkpoint_vs_scripted")
+    return rows

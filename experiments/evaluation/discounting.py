@@ -31,34 +31,47 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
-from experiments.evaluation.statistics import mean_ci95
+from experiments.evaluation.engine import Observer, Tick, play_all
+from experiments.statistics import mean_ci95
 from policies.base import Policy
-from policies.focal import FocalEnv
 from policies.population import Population
 from policies.registry import make_policy
 
 BLUFF = 3.0  # the bluffer's factor: the issue's best scripted bluff (x3)
 
 
-def seat_totals(env: Any, policies: Mapping[str, Policy], seat: str, seed: int) -> tuple[float, float, float]:
-    """One episode: the seat's (granted, declared, needed) GPUs summed over tiers and ticks >= 1."""
-    episode = FocalEnv(env, (), policies)
-    config = episode.config
-    index = list(config.team_names).index(seat)
-    seen_by_allocator, seen_by_team = observation_layout(config, ALLOCATOR), observation_layout(config, seat)
-    grant_of = action_layout(config, ALLOCATOR)
-    granted = declared = needed = 0.0
-    episode.reset(seed=seed)
-    while not episode.episode_over:
-        allocator = seen_by_allocator.view(np.asarray(episode.seat_observations[ALLOCATOR]))
-        team = seen_by_team.view(np.asarray(episode.seat_observations[seat]))
-        episode.step({})
+class SeatTotals(Observer):
+    """Per episode, one seat's (granted, declared, needed) GPUs summed over tiers and ticks >= 1: what
+    the allocator granted it, what it declared as the allocator saw it, and its true need."""
+
+    def __init__(self, config: ScenarioConfig, seat: str) -> None:
+        self.index = list(config.team_names).index(seat)
+        self.seat = seat
+        self.seen_by_allocator = observation_layout(config, ALLOCATOR)
+        self.seen_by_team = observation_layout(config, seat)
+        self.grant_of = action_layout(config, ALLOCATOR)
+        self.totals: list[tuple[float, float, float]] = []
+
+    def begin(self, seed: int) -> None:
+        self.totals.append((0.0, 0.0, 0.0))
+
+    def tick(self, tick: Tick) -> None:
+        allocator = self.seen_by_allocator.view(np.asarray(tick.observations[ALLOCATOR]))
+        team = self.seen_by_team.view(np.asarray(tick.observations[self.seat]))
         if team["tick"][0] >= 1:
-            granted += float(grant_of.view(np.asarray(episode.seat_actions[ALLOCATOR]))["grant"][index].sum())
-            declared += float(allocator["declared"][index].sum())
-            needed += float(team["need"].sum())
-    return granted, declared, needed
+            granted, declared, needed = self.totals[-1]
+            self.totals[-1] = (granted + float(self.grant_of.view(np.asarray(tick.actions[ALLOCATOR]))["grant"][self.index].sum()),
+                               declared + float(allocator["declared"][self.index].sum()),
+                               needed + float(team["need"].sum()))
+
+
+def seat_totals(env: Any, policies: Mapping[str, Policy], seat: str, seeds: Sequence[int]) -> list[tuple[float, float, float]]:
+    """Per seed, the seat's (granted, declared, needed) GPUs (:class:`SeatTotals`), played by the engine."""
+    totals = SeatTotals(env.config, seat)
+    play_all(env, dict(policies), seeds, totals)
+    return totals.totals
 
 
 def ratio(numerator: float, denominator: float) -> float:
@@ -73,8 +86,7 @@ def discounting_row(scenario: str, allocator: str, seat: str, seeds: Sequence[in
     policies = dict(population.build(env.config, env=env, strict=False))
     players = {"truthful": make_policy("truthful", env.config, seat),
                "bluffer": make_policy("truthful", env.config, seat, bluff=bluff)}
-    totals = {name: [seat_totals(env, {**policies, seat: policy}, seat, s) for s in seeds]
-              for name, policy in players.items()}
+    totals = {name: seat_totals(env, {**policies, seat: policy}, seat, seeds) for name, policy in players.items()}
     honest, bluffer = totals["truthful"], totals["bluffer"]
     discount = [1 - ratio(ratio(b[0], b[1]), ratio(t[0], t[1])) for t, b in zip(honest, bluffer, strict=True)]
     inflation = [ratio(ratio(b[1], b[2]), ratio(t[1], t[2])) for t, b in zip(honest, bluffer, strict=True)]

@@ -1,14 +1,25 @@
-"""The one engine: it plays episodes and stores them as rows.
+"""The one engine: the only episode loop of experiments/, and the rows it stores.
 
-Every evaluation is a roster and an aggregate over what this module plays: the
-``tournament`` command (:mod:`experiments.evaluation.tournament`), ``evaluate`` and its
+**What to play** (:func:`play`): a scenario (or an env), a *lineup* for every seat (a
+:class:`~policies.population.Population` of registry names, already-built policy objects,
+or a factory ``env -> policies``) and seeds; an optional :class:`Observer` sees every tick
+(what each seat observed, the joint action, who acted) and every finished
+:class:`Episode`. Every seat is background in one :class:`policies.focal.FocalEnv`, so each
+policy is seeded by the one rule and the same seed gives the same episode whatever plays
+it: training's held-out evaluation, traces, fixed codes, best-response reports, the codec
+measurements and the ``play`` command all play through here (``tests/test_layout.py``
+finds any other ``run_episode`` / ``FocalEnv`` call).
+
+**How rows are stored**: a tournament-like evaluation is a roster and an aggregate over
+what this module plays: the ``tournament`` command (:mod:`experiments.evaluation.tournament`), ``evaluate`` and its
 misreport table (:mod:`experiments.evaluation.evaluate`, whose runs are :class:`Group`\\ s
 played by :func:`play_group`), the checkpoint comparison (an ``evaluate`` lineup) and
 ``exploit`` (a tournament per cell). A :class:`Group` is one player in the focal seat of one
 scenario x background, on some seeds: its policies are built once (:func:`focal_policies`,
-the one place a uniformly random seat is made) and reset per episode by
-:func:`policies.population.run_episode`, so the same seed gives the same episode whichever
-command plays it.
+the one place a uniformly random seat is made) and played by :func:`play`. A stored row
+names its policies (registry names and checkpoints: hashed, and shipped to Ray workers);
+anything else (a wrapped or hand-built policy) plays through :func:`play` and is kept by its
+caller.
 
 **Rows** go to the SQLite store (:mod:`experiments.evaluation.store`), one committed
 transaction per episode as it finishes (:func:`play_roster`); a rerun plays only the
@@ -29,19 +40,22 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import commons_arena
+from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode
 from commons_arena.scenario import ScenarioConfig
 from experiments.cluster import start_ray
 from experiments.evaluation.roster import Player, Roster, focal_agents
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from policies.base import Policy, uniform_random_policies
-from policies.focal import run_episode
+from policies.focal import FocalEnv
 from policies.population import Population
 from policies.shipping import PackedCheckpoint, install, pack_all
 
@@ -53,6 +67,111 @@ LEARNED_SECONDS_PER_AGENT_TICK = 4e-4
 RAY_MIN_SECONDS = 15.0  # below this much estimated work, Ray's start-up (4-15 s here) is not worth it
 FLUSH_SECONDS = 0.1  # a Ray worker hands on its finished episodes this often
 BATCHES_PER_WORKER = 3  # a few batches per worker balance uneven batches without much per-task overhead
+
+
+# --------------------------------------------------------------------------- the episode loop
+
+Lineup = Population | Mapping[str, Policy] | Callable[[ArenaEnv], Mapping[str, Policy]]
+"""Who sits in every seat: a population (built here for the env, ``strict=False``), built policies
+(reused, reset per episode) or a factory given the env (for privileged policies that read it)."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One tick of an episode, as an :class:`Observer` sees it (after the step)."""
+
+    seed: int  # the episode's seed
+    index: int  # 0 for the episode's first step
+    observations: Mapping[str, np.ndarray]  # what every seat observed when it acted
+    actions: Mapping[str, Any]  # the joint action
+    policies: Mapping[str, Policy]  # who acted (a learned policy's ``last_module_action`` is its code)
+    env: FocalEnv  # the episode after the step (``seat_infos``, ``seat_rewards``, ``unwrapped``)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One finished episode."""
+
+    seed: int
+    summaries: dict[str, dict[str, float]]  # every agent's infos["episode"]
+    wall_seconds: float
+
+    def returns(self) -> dict[str, float]:
+        return {agent: float(summary["return"]) for agent, summary in self.summaries.items()}
+
+
+class Observer:
+    """Sees every tick and every episode :func:`play` plays (override what you need; it must
+    not act: trajectories are the same with or without it)."""
+
+    def begin(self, seed: int) -> None:
+        """A new episode of ``seed`` was reset."""
+
+    def tick(self, tick: Tick) -> None:
+        """One tick was played."""
+
+    def end(self, episode: Episode) -> None:
+        """The episode ended."""
+
+
+def lineup_policies(lineup: Lineup, env: ArenaEnv) -> dict[str, Policy]:
+    """Every seat's policy for ``env`` (see :data:`Lineup`)."""
+    if isinstance(lineup, Population):
+        return lineup.build(env.config, env=env, strict=False)
+    if callable(lineup):
+        return dict(lineup(env))
+    return dict(lineup)
+
+
+def arena_for(env: ArenaEnv | ScenarioConfig | str) -> Any:
+    """``env`` itself if it is an arena (or a wrapper of one), else a new arena of that scenario."""
+    return commons_arena.parallel_env(scenario=env) if isinstance(env, str | ScenarioConfig) else env
+
+
+def play(env: ArenaEnv | ScenarioConfig | str, lineup: Lineup, seeds: Iterable[int],
+         observer: Observer | None = None, record: Path | None = None) -> Iterator[Episode]:
+    """The one episode loop: every seed's episode in order, every seat played by ``lineup``
+    (policies built once, reset per episode by the one seeding rule of
+    :class:`~policies.focal.FocalEnv`), each yielded as soon as it ends. ``env``: an arena
+    (or a wrapper of one) to play on, or a scenario to make one of; ``record``: write the
+    episodes to this JSONL recording."""
+    base = arena_for(env)
+    policies = lineup_policies(lineup, base.unwrapped)
+    played = base if record is None else RecordEpisode(base, record)
+    episode = FocalEnv(played, (), policies)
+    try:
+        for seed in seeds:
+            start = time.perf_counter()
+            episode.reset(seed=seed)
+            if observer is not None:
+                observer.begin(seed)
+            index = 0
+            while not episode.episode_over:
+                observed = episode.seat_observations
+                episode.step({})
+                if observer is not None:
+                    observer.tick(Tick(seed, index, observed, episode.seat_actions, policies, episode))
+                index += 1
+            result = Episode(int(seed), {agent: info["episode"] for agent, info in episode.seat_infos.items()},
+                             time.perf_counter() - start)
+            if observer is not None:
+                observer.end(result)
+            yield result
+    finally:
+        if record is not None:
+            played.close()
+
+
+def play_all(env: ArenaEnv | ScenarioConfig | str, lineup: Lineup, seeds: Iterable[int],
+             observer: Observer | None = None, record: Path | None = None) -> list[Episode]:
+    """:func:`play`, every episode at once (a recording is closed when it returns)."""
+    return list(play(env, lineup, seeds, observer, record))
+
+
+def play_returns(env: ArenaEnv | ScenarioConfig | str, lineup: Lineup, seeds: Iterable[int], seat: str,
+                 observer: Observer | None = None) -> list[float]:
+    """``seat``'s return per seed."""
+    return [float(e.summaries[seat]["return"]) for e in play(env, lineup, seeds, observer)]
 
 
 @dataclass(frozen=True)
@@ -181,14 +300,10 @@ def focal_policies(group: Group, env: Any) -> dict[str, Policy]:
 def play_episodes(group: Group) -> Iterator[tuple[EpisodeKey, dict[str, dict[str, float]], float]]:
     """Play a group's episodes in order: ``(key, every agent's infos["episode"], wall seconds)`` each,
     as soon as it is finished."""
-    base = commons_arena.parallel_env(scenario=group.config)
-    policies = focal_policies(group, base)
-    env = base if group.record is None else RecordEpisode(base, group.record)
-    for key in group.keys:
-        start = time.perf_counter()
-        episode = run_episode(env, policies, key.seed)
-        yield key, episode, time.perf_counter() - start
-    env.close()
+    episodes = play(group.config, lambda env: focal_policies(group, env), [key.seed for key in group.keys],
+                    record=group.record)
+    for key, episode in zip(group.keys, episodes, strict=True):
+        yield key, episode.summaries, episode.wall_seconds
 
 
 def play_group(group: Group) -> Iterator[EpisodeResult]:
@@ -356,5 +471,6 @@ def play_rosters(rosters: Sequence[Roster], store: ResultStore, options: PlayOpt
     return report
 
 
-__all__ = ["DEFAULT_OPTIONS", "QUIET", "EpisodeResult", "Group", "PlayOptions", "PlayReport", "focal_policies", "planned_keys",
-           "play_episodes", "play_group", "play_roster", "play_rosters"]
+__all__ = ["DEFAULT_OPTIONS", "QUIET", "Episode", "EpisodeResult", "Group", "Lineup", "Observer", "PlayOptions", "PlayReport",
+           "Tick", "arena_for", "focal_policies", "lineup_policies", "planned_keys", "play", "play_all", "play_episodes", "play_group",
+           "play_returns", "play_roster", "play_rosters"]

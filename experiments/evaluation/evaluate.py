@@ -15,7 +15,7 @@ Writes ``<out>/evaluation.csv``, ``evaluation.md``, ``misreport.csv``, ``misrepo
 score plot ``scores.png``. Each (scenario, allocator) run is one :class:`~experiments.evaluation.engine.Group`
 of the engine (the allocator in the allocator seat, the scenario's own population around
 it): the same episodes a tournament plays on the same seeds. This module is the lineup
-and the aggregates (statistics: :mod:`experiments.evaluation.statistics`; tables:
+and the aggregates (statistics: :mod:`experiments.statistics`; tables:
 :mod:`experiments.evaluation.tables`); the progress bar is tqdm.
 """
 
@@ -33,10 +33,10 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import Group, play_episodes
 from experiments.evaluation.roster import Player
-from experiments.evaluation.statistics import mean_ci95, paired_difference
 from experiments.evaluation.store import EpisodeKey
 from experiments.evaluation.tables import write_table
 from experiments.seeds import validate_seeds
+from experiments.statistics import mean_ci95, paired_difference
 from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Entry, Population
 

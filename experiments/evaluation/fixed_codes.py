@@ -13,12 +13,11 @@ same seeds (the other seats unchanged) with a 95% CI:
 3. **The best fixed broker code**: every ``markup`` code with one margin on all tiers,
    chosen and reported the same way, against ``demand_priced``.
 
-    python -m experiments.evaluation.fixed_codes --scenario crisis --allocator proportional --seat search
+    commons-arena fixed-codes --scenario crisis --allocator proportional --seat search
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 from collections.abc import Sequence
@@ -29,18 +28,17 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.statistics import mean_ci95, paired_difference
+from experiments.evaluation.engine import Observer, play
 from experiments.evaluation.tables import markdown_table
 from experiments.seeds import first_seed
+from experiments.statistics import mean_ci95, paired_difference
 from policies.base import Policy
 from policies.codecs import BluffTeamCodec, Codec, CodedPolicy, MarkupBrokerCodec, PerTierBluffTeamCodec, make_codec
-from policies.focal import run_episode
 from policies.population import Population
 from policies.registry import make_policy
 
 REPORT_SEEDS = range(first_seed("codes_report"), first_seed("codes_report") + 30)  # the figures in docs/codecs.md
 SELECTION_SEEDS = range(first_seed("evaluate"), first_seed("evaluate") + 30)  # where the best fixed code is chosen
-PARTS = ("reproduction", "team", "broker")
 
 
 class Arena:
@@ -56,10 +54,10 @@ class Arena:
             population = population.with_agent(ALLOCATOR, allocator)
         self.policies = dict(population.build(self.config, env=self.env, strict=False))
 
-    def episodes(self, policy: Policy, seeds: Sequence[int]) -> list[dict[str, dict[str, float]]]:
+    def episodes(self, policy: Policy, seeds: Sequence[int], observer: Observer | None = None
+                 ) -> list[dict[str, dict[str, float]]]:
         """Every agent's episode summary per seed, ``policy`` in the seat (the same seeds pair them)."""
-        policies = {**self.policies, self.seat: policy}
-        return [run_episode(self.env, policies, seed) for seed in seeds]
+        return [e.summaries for e in play(self.env, {**self.policies, self.seat: policy}, seeds, observer)]
 
     def returns(self, policy: Policy, seeds: Sequence[int]) -> np.ndarray:
         return np.array([episode[self.seat]["return"] for episode in self.episodes(policy, seeds)])
@@ -158,32 +156,20 @@ def broker_codes(scenario: str, allocator: str, selection: Sequence[int], report
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scenario", default="crisis")
-    parser.add_argument("--allocator", default="proportional")
-    parser.add_argument("--seat", default="search")
-    parser.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report seeds 0..N-1")
-    parser.add_argument("--reproduction-seeds", type=int, default=10)
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which measurements to run")
-    args = parser.parse_args(argv)
-    report = range(REPORT_SEEDS.start, REPORT_SEEDS.start + args.seeds)
-    selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.seeds)
+def fixed_codes_report(scenario: str, allocator: str, seat: str, seeds: int, reproduction_seeds: int, parts: Sequence[str]) -> None:
+    """``commons-arena fixed-codes``: the measurements of ``parts`` (see the module docstring), printed."""
+    report_seeds = range(REPORT_SEEDS.start, REPORT_SEEDS.start + seeds)
+    selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + seeds)
     started = time.perf_counter()
-    if "reproduction" in args.parts:
-        print(f"## Reproduction (seeds 0..{args.reproduction_seeds - 1}): fixed code minus the scripted policy\n")
-        print(markdown_table(reproduction(["standard", args.scenario], ["proportional", "planner"],
-                                          range(args.reproduction_seeds))))
-    if "team" in args.parts:
-        print(f"\n## Best fixed team codes, {args.scenario} vs {args.allocator}, seat {args.seat}: chosen on seeds "
-              f"{selection.start}..{selection.stop - 1}, reported on seeds 0..{args.seeds - 1} (diff: minus truthful)\n")
-        print(markdown_table(team_codes(args.scenario, args.allocator, args.seat, selection, report)))
-    if "broker" in args.parts:
-        print(f"\n## Best fixed broker code, {args.scenario} vs {args.allocator} (diff: minus demand_priced)\n")
-        print(markdown_table(broker_codes(args.scenario, args.allocator, selection, report)))
+    if "reproduction" in parts:
+        print(f"## Reproduction (seeds 0..{reproduction_seeds - 1}): fixed code minus the scripted policy\n")
+        print(markdown_table(reproduction(["standard", scenario], ["proportional", "planner"], range(reproduction_seeds))))
+    if "team" in parts:
+        print(f"\n## Best fixed team codes, {scenario} vs {allocator}, seat {seat}: chosen on seeds "
+              f"{selection.start}..{selection.stop - 1}, reported on seeds 0..{seeds - 1} (diff: minus truthful)\n")
+        print(markdown_table(team_codes(scenario, allocator, seat, selection, report_seeds)))
+    if "broker" in parts:
+        print(f"\n## Best fixed broker code, {scenario} vs {allocator} (diff: minus demand_priced)\n")
+        print(markdown_table(broker_codes(scenario, allocator, selection, report_seeds)))
     print(f"\n{time.perf_counter() - started:.0f} s; mean return of a seat is its episode return; CI: 95% Student t "
           f"({mean_ci95.__module__}.mean_ci95)")
-
-
-if __name__ == "__main__":
-    main()

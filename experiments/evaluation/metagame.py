@@ -43,7 +43,8 @@ import numpy as np
 
 from experiments.evaluation.evaluate import STAT_COLUMNS, normalised_score, plain_ratio
 from experiments.evaluation.roster import Roster
-from experiments.evaluation.statistics import mean_ci95
+from experiments.evaluation.store import by_seed
+from experiments.statistics import mean_ci95
 
 
 def match_ranks(returns: Sequence[float]) -> list[int]:
@@ -108,12 +109,8 @@ def aggregate(roster: Roster, rows: Sequence[Mapping[str, Any]]) -> Aggregates:
     backgrounds = list(roster.backgrounds)
     scenarios = [c.name for c in roster.scenarios]
     low, high = roster.anchor("low"), roster.anchor("high")
-    returns: dict[tuple[str, str, str], dict[int, float]] = {}
-    episodes: dict[tuple[str, str, str], dict[int, Mapping[str, Any]]] = {}
-    for stored in rows:
-        k = (stored["scenario"], stored["background"], stored["player"])
-        returns.setdefault(k, {})[stored["seed"]] = stored["focal_return"]
-        episodes.setdefault(k, {})[stored["seed"]] = stored["episode"]
+    returns: dict[tuple[str, str, str], dict[int, float]] = by_seed(rows, lambda row: row["focal_return"])
+    episodes: dict[tuple[str, str, str], dict[int, Mapping[str, Any]]] = by_seed(rows, lambda row: row["episode"])
     seeds = list(roster.seeds)
     missing = [k for k in ((s, b, p) for s in scenarios for b in backgrounds for p in players)
                if sorted(returns.get(k, {})) != sorted(seeds)]

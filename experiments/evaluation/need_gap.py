@@ -15,7 +15,7 @@ per scenario:
    ``per-tick gap on grants`` (the same correction added to the grants, as the ``residual``
    codec would).
 
-    python -m experiments.evaluation.need_gap --train 200 --test 30
+    commons-arena need-gap --train 200 --test 30
 
 Prints one markdown table; ``--out`` also writes it as CSV.
 """
@@ -23,35 +23,20 @@ Prints one markdown table; ``--out`` also writes it as CSV.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tyro
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.statistics import paired_difference
+from experiments.evaluation.engine import play_returns
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
+from experiments.statistics import paired_difference
 from policies import Population
 from policies.codecs import AllocatorCodec
-from policies.focal import run_episode
 from policies.planner import PlannerAllocator
-
-
-@dataclass
-class Args:
-    scenarios: tuple[str, ...] = ("standard", "elevated", "crisis")
-    """scenarios to measure"""
-    train: int = 200
-    """episodes (the ``measure`` seed range, 100 ..) that measure the average gap"""
-    test: int = 30
-    """held-out episodes (the ``compare`` seed range, 7000 ..) that compare the variants with the planner"""
-    out: Path | None = None
-    """write the table as CSV here too"""
-
 
 # how a variant changes the planner's need estimate (est) before it plans:
 #   (estimate, true need now, tick) -> needs to plan on; None = correct the grants instead
@@ -93,11 +78,11 @@ def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
     env = commons_arena.parallel_env(scenario=scenario)
     policies = dict(Population.default(env.config).build(env.config, env=env))
     variant = policies[ALLOCATOR] = PlannerVariant(env, rule, on_grants)
-    result = np.array([run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds])
+    result = np.array(play_returns(env, policies, seeds, ALLOCATOR))
     return result, variant
 
 
-def measure(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
+def measure_gaps(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
     _, recorder = returns(scenario, train)
     bias = np.clip(np.rint(recorder.gap / np.maximum(recorder.count, 1)[:, None, None]), -2, 2).astype(np.int64)
     planner, _ = returns(scenario, test)
@@ -119,14 +104,11 @@ def measure(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[di
     return rows
 
 
-def main(args: Args) -> None:
-    rows = [row for s in args.scenarios
-            for row in measure(s, SEED_RANGES["measure"].seeds(args.train), SEED_RANGES["compare"].seeds(args.test))]
+def need_gap_report(scenarios: tuple[str, ...], train: int, test: int, out: Path | None = None) -> list[dict[str, Any]]:
+    """``commons-arena need-gap``: the table printed (and written to ``out`` as CSV)."""
+    rows = [row for s in scenarios
+            for row in measure_gaps(s, SEED_RANGES["measure"].seeds(train), SEED_RANGES["compare"].seeds(test))]
     print(markdown_table(rows))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_csv(rows, args.out)
-
-
-if __name__ == "__main__":
-    main(tyro.cli(Args))
+    if out is not None:
+        write_csv(rows, out)
+    return rows

@@ -33,9 +33,9 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Group, play_episodes
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, ORACLE, RANDOM, Episodes, score_rows
 from experiments.evaluation.roster import Player
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.store import EpisodeKey
 from experiments.evaluation.tables import write_table
+from experiments.statistics import paired_difference
 from policies.population import Entry, Population
 
 MISREPORT_ALLOCATORS = ("proportional", "planner")

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 KEY = ("seat", "scenario", "scenario_hash", "background", "background_hash", "player", "player_hash", "seed")
 
@@ -146,4 +148,14 @@ class ResultStore:
         return int(self.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0])
 
 
-__all__ = ["KEY", "ChangedError", "EpisodeKey", "ResultStore"]
+def by_seed(rows: Iterable[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], T]
+            ) -> dict[tuple[str, str, str], dict[int, T]]:
+    """Stored rows (:meth:`ResultStore.rows`) as per-seed series: (scenario, background, player)
+    -> seed -> ``value(row)`` (e.g. the focal return, or one seat's return read from the episode)."""
+    out: dict[tuple[str, str, str], dict[int, T]] = {}
+    for row in rows:
+        out.setdefault((row["scenario"], row["background"], row["player"]), {})[int(row["seed"])] = value(row)
+    return out
+
+
+__all__ = ["KEY", "ChangedError", "EpisodeKey", "ResultStore", "by_seed"]

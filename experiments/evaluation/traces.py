@@ -1,27 +1,28 @@
 """Traced episodes: what one episode shows about bluffing, granting and pricing.
 
-:func:`play_traced` plays one episode with every seat a background policy (through
-:class:`policies.focal.FocalEnv`, the one substrate) and records, tick by tick, what each
-team declared against its true need, what the allocator granted against declarations and
-revealed needs, and the broker's price level against the demand it saw; the functions
-below reduce traces to the figures of ``commons-arena analyze``
-(:mod:`experiments.evaluation.analysis`) and of training's held-out evaluation.
+A :class:`Tracer` watches the engine's episodes (:func:`experiments.evaluation.engine.play`,
+the one episode loop) and records, tick by tick, what each team declared against its true
+need, what the allocator granted against declarations and revealed needs, and the
+broker's price level against the demand it saw; :class:`SeatCodes` keeps the codes a
+learned seat chose. The functions below reduce traces to the figures of
+``commons-arena analyze`` (:mod:`experiments.studies.analysis`) and of training's
+held-out evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-import commons_arena
+from commons_arena.arena import ArenaEnv
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
-from policies.base import Policy, uniform_random_policies
-from policies.focal import FocalEnv
+from experiments.evaluation.engine import Episode, Lineup, Observer, Tick, arena_for, play
+from policies.base import uniform_random_policies
 from policies.population import Population
 
 
@@ -37,39 +38,61 @@ class Trace:
     prices: list[tuple[float, float]] = field(default_factory=list)  # (demand seen, mean price level)
 
 
-def play_traced(env: Any, policies: Mapping[str, Policy], seed: int) -> Trace:
-    """One episode, every seat background, recording the quantities of the module docstring."""
-    episode = FocalEnv(env, (), policies)
-    config: ScenarioConfig = episode.config
-    layouts = {seat: observation_layout(config, seat) for seat in episode.arena.possible_agents}
-    grant_of = action_layout(config, ALLOCATOR)
-    price_of = action_layout(config, BROKER)
-    teams = list(config.team_names)
-    trace = Trace(returns={}, declared=dict.fromkeys(teams, 0.0), need=dict.fromkeys(teams, 0.0))
-    episode.reset(seed=seed)
-    while not episode.episode_over:
-        observed = {seat: layouts[seat].view(obs) for seat, obs in episode.seat_observations.items()}
-        episode.step({})
+class Tracer(Observer):
+    """One :class:`Trace` per episode played (in :attr:`traces`), every seat as it played."""
+
+    def __init__(self, config: ScenarioConfig) -> None:
+        self.layouts = {seat: observation_layout(config, seat) for seat in config.agents}
+        self.grant_of = action_layout(config, ALLOCATOR)
+        self.price_of = action_layout(config, BROKER)
+        self.teams = list(config.team_names)
+        self.traces: list[Trace] = []
+
+    def begin(self, seed: int) -> None:
+        self.trace = Trace(returns={}, declared=dict.fromkeys(self.teams, 0.0), need=dict.fromkeys(self.teams, 0.0))
+
+    def tick(self, tick: Tick) -> None:
+        trace, teams = self.trace, self.teams
+        observed = {seat: self.layouts[seat].view(obs) for seat, obs in tick.observations.items()}
         if observed[teams[0]]["tick"][0] >= 1:
             for team in teams:
                 trace.declared[team] += float(observed[team]["declared"].sum())
                 trace.need[team] += float(observed[team]["need"].sum())
         seen = observed[ALLOCATOR]
-        grants = grant_of.view(np.asarray(episode.seat_actions[ALLOCATOR]))["grant"]
+        grants = self.grant_of.view(np.asarray(tick.actions[ALLOCATOR]))["grant"]
         for i in range(len(teams)):
             revealed = seen["revealed"][i] > 0
             basis = seen["revealed_need"][i] if revealed else seen["declared"][i]
             (trace.on_revealed if revealed else trace.on_declared).extend(zip(basis, grants[i], strict=True))
-        levels = price_of.view(np.asarray(episode.seat_actions[BROKER]))["price_level"]
+        levels = self.price_of.view(np.asarray(tick.actions[BROKER]))["price_level"]
         trace.prices.append((float(observed[BROKER]["demand"].sum()), float(np.mean(levels))))
-    trace.returns = {seat: float(info["episode"]["return"]) for seat, info in episode.seat_infos.items()}
-    return trace
+
+    def end(self, episode: Episode) -> None:
+        self.trace.returns = episode.returns()
+        self.traces.append(self.trace)
 
 
-def play_many_traced(config: ScenarioConfig, population: Population, seeds: Sequence[int]) -> list[Trace]:
-    env = commons_arena.parallel_env(config)
-    policies = population.build(config, env=env, strict=False)  # built once, reset per episode
-    return [play_traced(env, policies, seed) for seed in seeds]
+class SeatCodes(Observer):
+    """The codes one seat's learned module chose (its own action, before the codec), tick by
+    tick; a seat without a module (scripted) leaves :attr:`codes` empty."""
+
+    def __init__(self, seat: str) -> None:
+        self.seat = seat
+        self.codes: list[np.ndarray] = []
+
+    def tick(self, tick: Tick) -> None:
+        code = getattr(tick.policies[self.seat], "last_module_action", None)
+        if code is not None:
+            self.codes.append(np.array(code, copy=True))
+
+
+def traced(env: ArenaEnv | ScenarioConfig | str, lineup: Lineup, seeds: Sequence[int]) -> list[Trace]:
+    """Every seed's :class:`Trace`, ``lineup`` in every seat (policies built once, reset per episode)."""
+    arena = arena_for(env)
+    tracer = Tracer(arena.unwrapped.config)
+    for _ in play(arena, lineup, seeds, tracer):
+        pass
+    return tracer.traces
 
 
 def declared_to_need(traces: Sequence[Trace], team: str) -> float:
@@ -104,20 +127,23 @@ def reference_ratios(config: ScenarioConfig, background: Population, seeds: Sequ
     """Declared / true need of scripted teams and of uniformly random team actions (every
     team so played, the rest the background, a proportional allocator): the scale on which a
     learned team's ratio reads as truthful, bluffing, or still random."""
-    env = commons_arena.parallel_env(config)
     rows = []
     for name in ("truthful", "greedy_bluffer", "uniform random"):
         population = background.with_agent(ALLOCATOR, "proportional")
-        policies = population.build(config, env=env, strict=False)
-        if name == "uniform random":
-            policies.update(uniform_random_policies(env, config.team_names))
-        else:
-            for team in config.team_names:
-                policies[team] = population.with_agent(team, name).build(config, env=env)[team]
-        traces = [play_traced(env, policies, seed) for seed in seeds]
+
+        def lineup(env: ArenaEnv, name: str = name, population: Population = population) -> dict[str, Any]:
+            policies: dict[str, Any] = population.build(config, env=env, strict=False)
+            if name == "uniform random":
+                policies.update(uniform_random_policies(env, config.team_names))
+            else:
+                for team in config.team_names:
+                    policies[team] = population.with_agent(team, name).build(config, env=env)[team]
+            return policies
+
+        traces = traced(config, lineup, seeds)
         rows.append({"teams": name, **{team: declared_to_need(traces, team) for team in config.team_names}})
     return rows
 
 
-__all__ = ["Trace", "declared_to_need", "play_many_traced", "play_traced", "price_demand_correlation", "price_response",
-           "reference_ratios", "slope"]
+__all__ = ["SeatCodes", "Trace", "Tracer", "declared_to_need", "price_demand_correlation", "price_response",
+           "reference_ratios", "slope", "traced"]

@@ -2,7 +2,7 @@
 
 :func:`build_algorithm_config` wires the env, one trained module per module of the seat
 plan, the never-trained modules (scripted seats, a league's members) and the callbacks;
-:func:`build_algorithm` adds the run's experiment (curriculum, mix, league), resources and
+:func:`build_algorithm` adds the run's experiment (a curriculum's, a league's), resources and
 learning settings, and builds it.
 """
 
@@ -24,8 +24,7 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from commons_arena.enums import ALLOCATOR
-from experiments.training import league
-from experiments.training.callbacks import CurriculumCallback, RewardTermsCallback
+from experiments.training.callbacks import RewardTermsCallback
 from experiments.training.env import ArenaRLlibEnv, Scenario
 from experiments.training.scripted import PolicyFactory, ScriptedRLModule, registered_policy, row_tagging_connector
 from experiments.training.seats import SeatPlan
@@ -177,25 +176,12 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         "score_anchors": {c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
         "network": {ALLOCATOR: "cells"} if args.shape_free else {},  # padded: the same view, another module
     }
-    callbacks: type[RLlibCallback] = RewardTermsCallback
-    league_parts: dict[str, Any] = {}
     if args.mixed:
         env_config["scenarios"] = list(setup.stages)
     if setup.mix_background is not None:  # drawn per training episode (experiments.training.env)
         env_config["background_mix"] = {"background": setup.mix_background.to_dict(), "share": args.mix_share}
-    if args.experiment == "allocator_curriculum":
-        env_config["curriculum"] = {"stages": list(setup.stages), "promote_at": args.promote_at,
-                                    "min_iterations": args.promote_after, "stage": stage}
-        callbacks = CurriculumCallback
-    if args.experiment == "league":
-        pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
-        teams = plan.seats
-        env_config["league"] = {"pool": pool, "team_seats": teams, "margin": args.snapshot_margin,
-                                "gap": args.snapshot_gap}
-        league_parts = {"extra_modules": league.scripted_member_specs(args.league_scripted, first, teams,
-                                                                      setup.scales[teams[0]]),
-                        "mapping_fn": league.mapping_for(pool, teams)}
-        callbacks = league.LeagueCallback
+    kind_callbacks, kind_parts = args.kind.configure(setup, env_config, stage)  # a curriculum's, a league's
+    callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
     model_config: DefaultModelConfig | dict[str, Any] = DefaultModelConfig(
         fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False, use_lstm=args.use_lstm,
         lstm_cell_size=64, max_seq_len=16)
@@ -217,7 +203,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         algo_config=PPOConfig() if args.algo == "PPO" else APPOConfig(),
         seed=args.seed,
         callbacks=callbacks,
-        **league_parts,
+        **kind_parts,
     )
     config = config.env_runners(num_env_runners=fit_num_env_runners(args.num_env_runners),
                                 num_envs_per_env_runner=args.num_envs_per_env_runner)

@@ -12,28 +12,18 @@ import math
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Literal, get_args, get_origin
 
 import tyro
 
 from experiments.seeds import first_seed
+from experiments.training.kinds import KINDS, SPLIT_PREFIX, Kind, kind_of
 
-CURRICULUM = ("standard", "elevated", "crisis")
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
-# The experiments whose background switches while they run (a curriculum stage, a tier of the
-# mix, a league's members): their background always plays inside the env.
-ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
-# In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
-# greedy action never left the zero code in 6.5 minutes on crisis (+0.00 ± 0.00 against planner);
-# at 1.0 it did within 4 iterations, no worse than planner (docs/training.md, "Self-play").
-SELFPLAY_ZERO_BIAS = 1.0
-# A best response starts from no favoured code: at 3.0 a team best response on crisis against
-# proportional still played truthful on 100% of ticks after 11 iterations (+0 over truthful);
-# at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
-BEST_RESPONSE_ZERO_BIAS = 0.0
-SWITCHING = ("allocator_curriculum", "allocator_mixed", "allocator_family", "league")
-SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_family) instead of one scenario
-
+if TYPE_CHECKING:
+    ExperimentName = str
+else:  # tyro's choices and the experiment file's check: the kinds' names, in one place (kinds.KINDS)
+    ExperimentName = Literal[tuple(KINDS)]
 
 # Upper bounds of the numbers a run takes (docs/limits.md): refused up front, before anything is written.
 MAX_TRAIN_SEED = 2**31 - 1  # RLlib seeds numpy's generators (< 2**32) with seed + runner index
@@ -52,16 +42,15 @@ MAX_FIRST_SEED = 2**63 - 1  # a held-out seed: reset() takes any int >= 0, a res
 
 @dataclass
 class TrainArgs:
-    experiment: Literal["allocator_ppo", "allocator_curriculum", "allocator_mixed", "allocator_family", "seats_ppo",
-                        "selfplay", "league", "best_response"] = "allocator_ppo"
+    experiment: ExperimentName = "allocator_ppo"
     """allocator_ppo: the allocator learns on one scenario; allocator_curriculum: standard ->
     elevated -> crisis; allocator_mixed: each episode one of standard / elevated / crisis; allocator_family: each
     episode one scenario of a family's training split (--split), the shape-free allocator (--network cells);
     seats_ppo: the --learners seats learn; selfplay: allocator, teams and broker all learn
-    (seat plan: experiments/training/seats.py); league: a team learns against a mix of scripted teams
+    (one class per kind: experiments/training/kinds.py); league: a team learns against a mix of scripted teams
     and frozen snapshots of itself (experiments/training/league.py); best_response: the one --learners seat (a
     team, or the broker) learns against a frozen --background, then reports against every scripted policy of its
-    role on --report-seeds held-out seeds (experiments/training/best_response.py)"""
+    role on --report-seeds held-out seeds (experiments/evaluation/best_response.py)"""
     learners: tuple[str, ...] = ("allocator",)
     """seats_ppo: the seats that learn: seat ids or roles (allocator, broker, team = every team);
     best_response: the one seat that learns (a team's name, or broker)"""
@@ -139,11 +128,11 @@ class TrainArgs:
     zero_bias: float | None = None
     """initial logit advantage of the codec's zero code (residual: play the planner) over every
     other choice of each sub-action; 0 leaves RLlib's initialisation alone. Default 3.0; 0 in
-    best_response and 1.0 in selfplay, where at 3.0 the learner never left it (args.py constants)"""
+    best_response and 1.0 in selfplay, where at 3.0 the learner never left it (each kind's zero_bias, kinds.py)"""
     best_code_bias: float = 2.0
     """best_response: initial logit advantage of the seat codec's best fixed code, searched on --selection-seeds
     before training (the learner starts from it; the report's final best response is the better of the two on
-    those seeds: experiments/training/best_code.py); 0 starts from RLlib's initialisation (--zero-bias applies)"""
+    those seeds: experiments/evaluation/best_code.py); 0 starts from RLlib's initialisation (--zero-bias applies)"""
     init_from: str | None = None
     """start the learning allocator from a data-only checkpoint's policy (learned:<dir>) instead of its
     codec's zero code: its weights and observation scale; the value function starts fresh. Refused unless
@@ -236,8 +225,8 @@ class TrainArgs:
              f"--mix-share must be strictly between 0 and 1, got {self.mix_share}"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
-            (self.experiment != "allocator_family" or self.shape_free,
-             "allocator_family plays clusters of every shape: pass --network cells"),
+            (not self.kind.shape_free or self.shape_free,
+             f"{self.experiment} plays clusters of every shape: pass --network cells"),
             (not self.shape_free or (self.action_codec in ("need", "residual") and self.history == 1
                                      and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
@@ -268,9 +257,12 @@ class TrainArgs:
     @property
     def stages(self) -> tuple[str, ...]:
         """Curriculum stages, the mixed tiers, or the one scenario."""
-        if self.experiment == "allocator_family":
-            return (SPLIT_PREFIX + self.split,)
-        return CURRICULUM if self.experiment in ("allocator_curriculum", "allocator_mixed") else (self.scenario,)
+        return self.kind.stages(self)
+
+    @property
+    def kind(self) -> Kind:
+        """The experiment kind (experiments/training/kinds.py)."""
+        return kind_of(self.experiment)
 
     @property
     def shape_free(self) -> bool:
@@ -280,16 +272,12 @@ class TrainArgs:
     @property
     def mixed(self) -> bool:
         """Every episode draws its scenario from several (the tiers, or a family's split)."""
-        return self.experiment in ("allocator_mixed", "allocator_family")
+        return self.kind.mixed
 
     @property
     def favour_strength(self) -> float:
         """``--zero-bias``, or its default for this experiment."""
-        if self.zero_bias is not None:
-            return self.zero_bias
-        if self.experiment == "best_response":
-            return BEST_RESPONSE_ZERO_BIAS
-        return SELFPLAY_ZERO_BIAS if self.experiment == "selfplay" else ZERO_BIAS
+        return self.zero_bias if self.zero_bias is not None else self.kind.zero_bias
 
     @property
     def codec(self) -> str | None:

@@ -35,6 +35,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,7 +45,9 @@ from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_mode
 import commons_arena
 from commons_arena.errors import format_validation_error
 from commons_arena.inputs import InputError, loads_toml, read_bytes, read_text
-from experiments.training.args import SPLIT_PREFIX, TrainArgs
+from commons_arena.scenario import ScenarioConfig
+from experiments.training.args import TrainArgs
+from experiments.training.kinds import SPLIT_PREFIX
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
@@ -90,20 +93,24 @@ def _file_model() -> type[BaseModel]:
                         train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
 
 
-def stage_hash(name: str) -> str:
-    """A stage's content hash: a scenario's, or for ``split:<name>`` the first 12 hex of the sha256 of
-    its scenarios' hashes in order (the split file's list: a split that changed is refused too)."""
+def stage_hash(name: str, config: ScenarioConfig | None = None) -> str:
+    """A stage's content hash: a scenario's (``config``, when already parsed), or for ``split:<name>`` the
+    first 12 hex of the sha256 of its scenarios' hashes in order (the split file's list: a split that
+    changed is refused too)."""
     if name.startswith(SPLIT_PREFIX):
         from commons_arena.family import split_file
 
         hashes = split_file(name.removeprefix(SPLIT_PREFIX)).hashes
         return hashlib.sha256(",".join(hashes).encode()).hexdigest()[:12]
-    return commons_arena.load_scenario(name).content_hash
+    return (config or commons_arena.load_scenario(name)).content_hash
 
 
-def scenario_hashes(args: TrainArgs) -> dict[str, str]:
-    """Every scenario the run plays (its stages), name -> content hash."""
-    return {name: stage_hash(name) for name in args.stages}
+def scenario_hashes(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> dict[str, str]:
+    """Every scenario the run plays (its stages), name -> content hash; ``configs``: the stages already
+    parsed (a run's setup), so the files are not read again (a split's stage is many configs: not passed)."""
+    if configs is None or len(configs) != len(args.stages):
+        return {name: stage_hash(name) for name in args.stages}
+    return {name: stage_hash(name, config) for name, config in zip(args.stages, configs, strict=True)}
 
 
 def file_hash(path: Path) -> str:
@@ -178,7 +185,7 @@ def _toml_key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_value(name)
 
 
-def experiment_text(args: TrainArgs) -> str:
+def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> str:
     """The experiment file of ``args``: every field (but :data:`SESSION_FIELDS` and unset ones,
     which TOML cannot hold), the scenarios' hashes and the background's."""
     lines = [HEADER, "[train]"]
@@ -193,15 +200,15 @@ def experiment_text(args: TrainArgs) -> str:
             continue
         lines.append(f"{f.name} = {_toml_value(value)}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
-    lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args).items()]
+    lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
     for name in ROSTER_FIELDS:
         if getattr(args, name) is not None:
             lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 
-def write_experiment(path: Path, args: TrainArgs) -> Path:
-    path.write_text(experiment_text(args))
+def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> Path:
+    path.write_text(experiment_text(args, configs))
     return path
 
 

@@ -18,7 +18,6 @@ import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.utils.typing import MultiAgentDict
-from ray.tune.registry import register_env
 
 import commons_arena
 from commons_arena.scenario import ScenarioConfig
@@ -271,12 +270,3 @@ class ArenaRLlibEnv(MultiAgentEnv):
             par_env.close()
 
 
-def register_arena_env(name: str = "commons_arena") -> str:
-    """Register :class:`ArenaRLlibEnv` under ``name`` for string-based configs (Tune, CLI).
-
-    Needed in every process that restores an Algorithm configured with this name (else
-    ``Algorithm.from_checkpoint`` fails with an unrelated-looking ``IndexError``).
-    ``experiments.training.algorithm`` passes the class itself and does not need it.
-    """
-    register_env(name, lambda cfg: ArenaRLlibEnv(cfg))
-    return name

@@ -12,19 +12,18 @@ from typing import Any
 
 import numpy as np
 
-import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.engine import play_returns
 from experiments.evaluation.evaluate import (
     BASELINE_ALLOCATORS,
     best_other,
     normalised_score,
     plain_ratio,
 )
-from experiments.evaluation.statistics import paired_difference
-from experiments.evaluation.traces import declared_to_need, play_traced
+from experiments.evaluation.traces import declared_to_need, traced
+from experiments.statistics import paired_difference
 from experiments.training.setup import RunSetup
-from policies.focal import run_episode
 from policies.learned import LearnedPolicy, ModuleInterface
 from policies.population import Population
 from policies.universal import CellNetwork, UniversalInterface
@@ -32,10 +31,8 @@ from policies.universal import CellNetwork, UniversalInterface
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
     """Per-seed returns of the learned allocator (greedy) against the scenario's own population."""
-    env = commons_arena.parallel_env(scenario=config)
-    policies = Population.default(config).build(config, env=env)
-    policies[ALLOCATOR] = policy
-    return [run_episode(env, policies, seed)[ALLOCATOR]["return"] for seed in seeds]
+    return play_returns(config, lambda env: {**Population.default(config).build(config, env=env), ALLOCATOR: policy},
+                        seeds, ALLOCATOR)
 
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
@@ -82,16 +79,13 @@ def held_out_seat_returns(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Mean return per learning seat, the learned seats playing together, greedy; and each
     learning team's declared / true need ratio in those episodes (its bluffing)."""
-    env = commons_arena.parallel_env(scenario=config)
-    everyone = background.build(config, env=env, strict=False)
-    everyone.update(policies)
-    traces = [play_traced(env, everyone, seed) for seed in seeds]
+    traces = traced(config, lambda env: {**background.build(config, env=env, strict=False), **policies}, seeds)
     returns = {seat: float(np.mean([t.returns[seat] for t in traces])) for seat in policies}
     ratios = {team: declared_to_need(traces, team) for team in config.team_names if team in policies}
     return returns, ratios
 
 
-def evaluate(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[ScenarioConfig]
+def held_out_evaluation(setup: RunSetup, networks: Mapping[str, Any], scenarios: Sequence[ScenarioConfig]
              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """One held-out evaluation: the history row's results and, when the allocator learns, its
     report per scenario. Several learners play the first scenario together; the allocator is
@@ -132,7 +126,7 @@ __all__ = [
     "allocator_reports",
     "allocator_returns_alone",
     "describe",
-    "evaluate",
+    "held_out_evaluation",
     "held_out_report",
     "held_out_seat_returns",
     "learned_policies",

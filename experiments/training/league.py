@@ -60,7 +60,6 @@ from experiments.training.scripted import ScriptedRLModule, registered_policy
 LEARNER = "team"
 SNAPSHOT_PREFIX = "team_v"
 SCRIPTED_PREFIX = "scripted_"
-DEFAULT_SCRIPTED = ("truthful", "greedy_bluffer")
 
 
 def _draw(key: str, n: int) -> int:

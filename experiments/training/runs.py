@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, Validati
 
 from commons_arena.errors import format_validation_error
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
+from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import LATEST, TrainArgs
 from experiments.training.config_file import write_experiment
 
@@ -238,10 +240,10 @@ def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
     return checked
 
 
-def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
+def open_run(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> tuple[Path, TrainArgs, RunState]:
     """The run folder (created, or the one resumed), the arguments as written to its
     ``args.json`` (a new run's with its folder name) and its state so far; ``<out>/latest``
-    then points at it."""
+    then points at it. ``configs``: the run's stages, parsed once by its setup."""
     run = run_folder(args)
     state = RunState()
     if args.resume is not None:
@@ -252,7 +254,7 @@ def open_run(args: TrainArgs) -> tuple[Path, TrainArgs, RunState]:
         args = replace(args, run_name=run.name)
         run.mkdir(parents=True, exist_ok=False)
     (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
-    write_experiment(run / "experiment.toml", args)  # `train --config <run>/experiment.toml` reruns it
+    write_experiment(run / "experiment.toml", args, configs)  # `train --config <run>/experiment.toml` reruns it
     point_latest(run)
     return run, args, state
 

@@ -109,25 +109,6 @@ class SeatPlan:
 ALL_ROLES = ("allocator", "team", "broker")
 
 
-def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
-    """The learning seats an experiment trains: the allocator alone, the named ones, or all."""
-    if experiment == "best_response":  # one team or the broker against a frozen background
-        seats = SeatPlan.build(config, learners, team_modules).seats
-        if len(seats) != 1 or seats[0] == "allocator":
-            raise ValueError(f"--experiment best_response trains one team or the broker: name it with --learners "
-                             f"(one of {[a for a in config.agents if a != 'allocator']}), got {list(learners)}")
-        return SeatPlan.build(config, seats, "per_team")
-    if experiment != "seats_ppo" and tuple(learners) != ("allocator",):
-        raise ValueError(f"--learners is for --experiment seats_ppo; {experiment} decides its learners itself")
-    if experiment in ("allocator_ppo", "allocator_curriculum", "allocator_mixed", "allocator_family"):
-        return SeatPlan.single("allocator")
-    if experiment == "selfplay":
-        return SeatPlan.build(config, ALL_ROLES, team_modules)
-    if experiment == "league":  # the shared team module learns (experiments/training/league.py)
-        return SeatPlan.build(config, ["team"], "shared")
-    return SeatPlan.build(config, learners, team_modules)
-
-
 def module_for_seat(module_of: Mapping[str, str], agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
     return module_of.get(str(agent_id), str(agent_id))
 
@@ -168,4 +149,4 @@ def fold_identity(network: Any, identity: tuple[int, int]) -> Any:
     return PolicyNetwork(network.spec.model_copy(update={"layers": layers}), tensors)
 
 
-__all__ = ["SHARED_TEAM_MODULE", "SeatPlan", "TeamModules", "exact_scale", "fold_identity", "module_scales", "plan_for"]
+__all__ = ["SHARED_TEAM_MODULE", "SeatPlan", "TeamModules", "exact_scale", "fold_identity", "module_scales"]

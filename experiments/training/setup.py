@@ -1,7 +1,7 @@
 """What a run's arguments mean, resolved once: :class:`RunSetup`.
 
 :func:`resolve` parses the scenarios (once; the env runners receive the parsed configs as
-data), decides the learning seats (``seats.plan_for``), reads the background roster, and
+data), decides the learning seats (the experiment kind's seat plan, ``kinds.py``), reads the background roster, and
 names each learning seat's codec and history; it raises ``ValueError`` naming what to fix,
 before Ray starts or anything is written. :func:`measure` adds what is computed from
 episodes and kept in the run folder (so ``--resume`` reuses it): the observation scales and
@@ -21,12 +21,13 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
-from experiments.training.args import SPLIT_PREFIX, SWITCHING, TrainArgs
+from experiments.evaluation.engine import Observer, Tick, play_all
+from experiments.training.args import TrainArgs
+from experiments.training.kinds import SPLIT_PREFIX
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
-from experiments.training.seats import SeatPlan, exact_scale, module_scales, plan_for
+from experiments.training.seats import SeatPlan, exact_scale, module_scales
 from experiments.training.warm_start import check_warm_start, warm_scale
-from policies.focal import FocalEnv
 from policies.learned import observation_scale
 from policies.population import Population
 
@@ -55,9 +56,6 @@ class RunSetup:
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
 
-    def stage(self, index: int) -> ScenarioConfig:
-        return self.stages[index]
-
     @property
     def anchors(self) -> dict[str, dict[str, float]]:
         """Scenario name -> reference allocator -> mean held-out return."""
@@ -73,7 +71,8 @@ def resolve(args: TrainArgs) -> RunSetup:
     args.validate()
     stages = load_stages(args.stages)
     refuse_heldout_stages(stages)
-    plan = plan_for(args.experiment, stages[0], args.learners, args.team_modules)  # names a bad learner
+    kind = args.kind
+    plan = kind.seat_plan(stages[0], args.learners, args.team_modules)  # names a bad learner
     if args.shape_free:
         if plan.seats != [ALLOCATOR]:
             raise ValueError(f"--network {args.network} is the allocator learning alone; {args.experiment} trains "
@@ -101,8 +100,8 @@ def resolve(args: TrainArgs) -> RunSetup:
         background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
         mix_background=None if args.mix_background is None else background_population(args.mix_background, stages[0]),
         # a curriculum, a mix or a league switches populations (or members): those play in the env
-        scripted_in_env=args.scripted_in_env or args.experiment in SWITCHING,
-        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=args.experiment == "league"),
+        scripted_in_env=args.scripted_in_env or kind.switches_populations,
+        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=kind.league),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
         eval_stages=evaluation_stages(args, stages),
@@ -135,7 +134,7 @@ def evaluation_stages(args: TrainArgs, stages: tuple[ScenarioConfig, ...]) -> tu
     split; a single scenario or a curriculum is judged stage by stage (empty here)."""
     if not args.mixed:
         return ()
-    if args.experiment != "allocator_family" or len(stages) <= args.eval_scenarios:
+    if not args.kind.shape_free or len(stages) <= args.eval_scenarios:
         return stages
     order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[: args.eval_scenarios]
     return tuple(stages[i] for i in sorted(order.tolist()))
@@ -154,17 +153,23 @@ def scale_sample_seeds(run_seed: int, episodes: int = SCALE_EPISODES) -> list[in
 def sample_observations(configs: Sequence[ScenarioConfig], run_seed: int) -> dict[str, np.ndarray]:
     """Every seat's observations from the scenario's population with a random and a
     proportional allocator (the spread the observation scales are fitted on)."""
-    rows: dict[str, list[np.ndarray]] = {}
+    samples = Observations()
     for config in configs:
         for allocator in ("random", "proportional"):
-            episode = FocalEnv.from_scenario(config, (), Population.default(config).with_agent(ALLOCATOR, allocator))
-            for seed in scale_sample_seeds(run_seed):
-                episode.reset(seed=seed)
-                while not episode.episode_over:
-                    for seat, obs in episode.seat_observations.items():
-                        rows.setdefault(seat, []).append(obs)
-                    episode.step({})
-    return {seat: np.stack(obs) for seat, obs in rows.items()}
+            play_all(config, Population.default(config).with_agent(ALLOCATOR, allocator), scale_sample_seeds(run_seed),
+                     samples)
+    return {seat: np.stack(obs) for seat, obs in samples.rows.items()}
+
+
+class Observations(Observer):
+    """Every seat's observation of every tick played (as it acted on it)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[np.ndarray]] = {}
+
+    def tick(self, tick: Tick) -> None:
+        for seat, obs in tick.observations.items():
+            self.rows.setdefault(seat, []).append(obs)
 
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
@@ -173,7 +178,7 @@ def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
         return {}
     samples = sample_observations(setup.stages, setup.args.seed)
     # a league shares team seats between learned and scripted members: exact (power-of-two) scales
-    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.experiment == "league" else observation_scale
+    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.kind.league else observation_scale
     return module_scales(setup.plan, samples, fit)
 
 

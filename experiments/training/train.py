@@ -1,6 +1,6 @@
 """Train seats of the arena with RLlib (new API stack) against a background population.
 
-The experiments, read top to bottom:
+The experiment kinds (one class each in ``kinds.py``), read top to bottom:
 
 * ``allocator_ppo``: the allocator learns on one scenario, fixed background population.
 * ``allocator_curriculum``: ``standard → elevated → crisis``; an RLlib callback
@@ -43,9 +43,9 @@ Every run gets its own folder (``runs.py``). The parts, in the order a run uses 
 plan, background, codecs, observation scales, references), ``algorithm.py`` (the RLlib
 algorithm: ``env.py``, ``scripted.py``, ``callbacks.py``, ``league.py``, ``weights.py``),
 this loop, ``heldout.py`` (held-out evaluation), ``export.py`` (checkpoints) and
-``reporting.py`` (lines, TensorBoard, the learning curve). A new experiment is a name in
-``args.TrainArgs.experiment``, its learning seats in ``seats.plan_for`` and, if it needs
-more than the seat plan, its pieces in ``algorithm.build_algorithm``.
+``reporting.py`` (lines, TensorBoard, the learning curve). A new experiment is one class in
+``kinds.py`` (its seat plan, stages, env config and callbacks, resume and after-training
+hooks), added to ``kinds.KINDS``: this loop and the setup ask the kind, never its name.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from commons_arena.enums import ALLOCATOR
@@ -63,17 +64,16 @@ from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
-from experiments.training.best_code import start_at_best_code
 from experiments.training.callbacks import MIX_SHARE_KEY, set_scenario_everywhere
 from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
-from experiments.training.heldout import allocator_reports, describe, evaluate
+from experiments.training.heldout import allocator_reports, describe, held_out_evaluation
 from experiments.training.reporting import Reporter, plot, scalars
 from experiments.training.runs import RunState, open_run, run_args, save_state
 from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
 from experiments.training.weight_sync import push_learner_weights
-from experiments.training.weights import favour_zero_code
+from experiments.training.weights import favour_code, favour_zero_code
 
 
 def train(args: TrainArgs) -> Path:
@@ -81,7 +81,7 @@ def train(args: TrainArgs) -> Path:
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     # ---- the arguments resolved once (refused before anything is written), the run folder
     setup = resolve(run_args(args))
-    run, args, state = open_run(setup.args)
+    run, args, state = open_run(setup.args, setup.stages)  # the scenarios parsed once, by resolve
     setup = measure(replace(setup, args=args), run)  # observation scales, held-out references
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.torch_threads)
@@ -93,9 +93,7 @@ def train(args: TrainArgs) -> Path:
     algo = build_algorithm(setup, stage=state.stage)
     checkpoint = run / "checkpoint"
     if args.resume is not None and checkpoint.is_dir():
-        if args.experiment == "league":  # the snapshots' modules must exist before their weights load
-            mix, since = league.last_mix(run, state.iterations)
-            league.restore_mix(algo, mix, setup.plan.seats, since)
+        args.kind.before_restore(algo, setup, run, state.iterations)  # a league's snapshots' modules
         algo.restore_from_path(str(checkpoint))
         # RLlib's own push of the restored weights may be dropped (see push_learner_weights);
         # this one also brings a league's snapshots, which add_module gave random weights
@@ -103,14 +101,16 @@ def train(args: TrainArgs) -> Path:
     else:
         if args.init_from is not None:  # the allocator continues a checkpoint's policy (warm_start.py)
             load_warm_start(algo, setup.plan.module_of[ALLOCATOR], args.init_from)
-        elif start_at_best_code(algo, setup, run) is None:  # a best response starts at its best fixed code
+        elif (begin := args.kind.start_code(setup, run)) is not None:  # a best response: its best fixed code
+            favour_code(algo, setup.plan.module_of[begin.seat], np.asarray(begin.nvec), np.asarray(begin.code),
+                        begin.strength)
+        else:
             favour_zero_code(algo, setup)
         keep_untrained(algo, setup, run)
     if not args.mixed:
         set_scenario_everywhere(algo, setup.stages[state.stage])
     reporter = Reporter(run, args.quiet)
-    on = f"{len(setup.stages)} scenarios of {args.stages[0]}" if args.experiment == "allocator_family" \
-        else args.stages[state.stage]
+    on = f"{len(setup.stages)} scenarios of {args.stages[0]}" if args.kind.shape_free else args.stages[state.stage]
     print(f"run {run}: {args.experiment} on {on}, {args.algo}, "
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
 
@@ -151,28 +151,13 @@ def train(args: TrainArgs) -> Path:
         (run / "final_scores.json").write_text(json.dumps(final, indent=1))
     reporter.close()
     algo.stop()
-    if args.experiment == "best_response":  # the learned seat beside everything scripted in its seat
-        best_response_report(setup, run)
-    if args.experiment == "league" and (run / league.SNAPSHOTS).is_dir():
-        payoff = league.payoff_matrix(run, setup.stages[0], setup.eval_seeds)
-        print(f"league payoff matrix ({len(payoff['snapshots'])} snapshots) and Nash mixture: "
-              f"{run / 'league_payoff.json'}; Nash {payoff['nash']}")
+    args.kind.after_training(setup, run)  # a best response's report, a league's payoff matrix
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
     if args.network != "padded":  # a measurement: no learned: files
         print(f"use one as: learned:{run / 'best'}")
-    if args.experiment == "allocator_family" and args.network == "cells":  # training never reads the held-out split: the benchmark does
+    if args.kind.shape_free and args.network == "cells":  # training never reads the held-out split: the benchmark does
         print(f"held-out split: commons-arena benchmark learned:{run / 'best'} --suite heldout-allocator")
     return checkpoint
-
-
-def best_response_report(setup: RunSetup, run: Path) -> None:
-    """``best_response.{md,csv}`` in the run folder (experiments/training/best_response.py)."""
-    from experiments.training.best_response import selection_seeds, write_report
-
-    args, seat = setup.args, setup.plan.seats[0]
-    seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))
-    write_report(setup.stages[0], seat, run / "best", setup.background, setup.codecs.get(seat), seeds,
-                 selection_seeds(args.selection_seeds), run)
 
 
 UNTRAINED = "iteration_0"
@@ -184,7 +169,7 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     untrained reference of the learning curve and of ``commons-arena analyze``."""
     scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[0],)
     networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
-    results, _ = evaluate(setup, networks, scenarios)
+    results, _ = held_out_evaluation(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
            **results}
     (run / UNTRAINED).mkdir(parents=True, exist_ok=True)  # an LSTM module writes no data-only policy there
@@ -213,7 +198,7 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
     # a mix is judged on every tier (its score: the mean), a stage on itself
     scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[state.stage],)
     networks = seat_networks(algo, setup.plan)  # what the checkpoint stores is what is evaluated
-    results, reports = evaluate(setup, networks, scenarios)
+    results, reports = held_out_evaluation(setup, networks, scenarios)
     if "returns" in results:
         reporter.seats(scenarios[0].name, len(setup.eval_seeds), results["returns"], state.env_steps)
     reporter.allocator(reports, len(setup.eval_seeds))

@@ -6,7 +6,7 @@ value function starts fresh (PPO fits it from the first batch on), and the run o
 through the checkpoint's observation scale (the weights were trained on it). Nothing else is
 taken over silently: a checkpoint whose role, spaces, codec, history or layer sizes are not
 this run's is refused before Ray starts (:func:`check_warm_start`), with one line naming the
-flag to change. The arms race (:mod:`experiments.evaluation.arms_race`) continues a learned
+flag to change. The arms race (:mod:`experiments.studies.arms_race`) continues a learned
 allocator this way.
 """
 

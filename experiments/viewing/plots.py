@@ -7,7 +7,7 @@
 * :func:`heatmap` — a labelled matrix (the tournament's cross-play and win matrices).
 * :func:`welfare_exploitability` — every allocator as a point (welfare, exploitability) with
   both CIs, one panel per tier (``commons-arena exploit``).
-* ``mean_ci`` (from :mod:`experiments.evaluation.statistics`) — the interval used by both.
+* ``mean_ci`` (from :mod:`experiments.statistics`) — the interval used by both.
 
 Each function writes one PNG and returns its path; the figure is closed afterwards.
 """
@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.evaluation.statistics import mean_ci
+from experiments.statistics import mean_ci
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
@@ -32,7 +32,7 @@ Y_CANDIDATES = ("score", "normalised_score", "return_mean", "episode_return_mean
 X_CANDIDATES = ("timesteps", "env_steps", "iteration", "step")
 
 
-def aggregate(rows: Sequence[Mapping[str, Any]], value: str = "score", category: str = "scenario",
+def bar_intervals(rows: Sequence[Mapping[str, Any]], value: str = "score", category: str = "scenario",
               group: str = "policy", confidence: float = 0.95) -> list[dict[str, Any]]:
     """Per (category, group): ``mean``, ``low``, ``high``, ``n``, in first-seen order.
 
@@ -68,7 +68,7 @@ def score_bars(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], 
     default to ``random = 0`` and ``oracle = 1``."""
     if not rows:
         raise ValueError("score_bars: no rows to plot")
-    table = aggregate(rows, value, category, group, confidence)
+    table = bar_intervals(rows, value, category, group, confidence)
     categories = list(dict.fromkeys(r[category] for r in table))
     groups = list(dict.fromkeys(r[group] for r in table))
     cell = {(r[category], r[group]): r for r in table}

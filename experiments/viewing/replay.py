@@ -5,7 +5,8 @@
 The page needs no server and no network: styles, script and the episodes (as JSON) are
 inline, and every panel is drawn by the page itself on ``<canvas>`` elements or as DOM
 built from text. The page's markup, style and script are package files
-(``experiments/viewing/assets/replay.{html,css,js}``) filled in by :func:`render_page`.
+(``experiments/viewing/assets/replay.{html,js}`` and the style sheet it shares with the server's
+play page, ``serving/assets/replay.css``) filled in by :func:`render_page`.
 Recordings travel between people, so nothing in one is ever treated as markup: every value
 is written with ``textContent``/text nodes, and the page's Content-Security-Policy lets only
 its own script run.
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from commons_arena.recording import jsonable, read_recording
+from serving.page_assets import SHARED_STYLE, shared_asset_text
 
 
 def write_replay(jsonl_path: str | os.PathLike[str], html_path: str | os.PathLike[str],
@@ -91,8 +93,10 @@ _PLACEHOLDER = re.compile(r"%%([A-Z_]+)%%")
 
 @functools.cache
 def _asset(name: str) -> str:
-    """A file of ``experiments/viewing/assets`` (package data: shipped in the wheel)."""
-    text = resources.files("experiments.viewing").joinpath("assets", name).read_text(encoding="utf-8")
+    """A file of ``experiments/viewing/assets`` (package data: shipped in the wheel), or the style
+    sheet the server's play page shares (``serving/page_assets.py``)."""
+    text = (shared_asset_text(name) if name == SHARED_STYLE
+            else resources.files("experiments.viewing").joinpath("assets", name).read_text(encoding="utf-8"))
     if name.endswith((".js", ".css")) and re.search(r"</(script|style)", text, re.I):
         raise ValueError(f"asset {name} contains a closing tag and cannot be inlined")
     return text

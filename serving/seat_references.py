@@ -55,7 +55,7 @@ def _key(config: ScenarioConfig, seed: int, seat: str, population: Population) -
     return config.content_hash, int(seed), seat, background
 
 
-def reference_returns(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
+def seat_reference_returns(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
                       ) -> dict[str, float]:
     """Policy name -> the return it scores in ``seat`` on ``seed`` against ``population``'s other seats."""
     population = population or Population.default(config)
@@ -114,7 +114,7 @@ def summary_of(config: ScenarioConfig, seed: int, seat: str, own: float, populat
 def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
                 population: Population | None = None) -> dict[str, Any]:
     """The seat's return beside the references', with one line of text saying where it stands."""
-    refs = reference_returns(config, seed, seat, population)
+    refs = seat_reference_returns(config, seed, seat, population)
     best_name = max(refs, key=lambda n: refs[n])
     beaten = [n for n, r in refs.items() if own_return >= r - 1e-9]
     text = (f"Your return {own_return:.1f}; on the same seed in your seat "
@@ -125,5 +125,5 @@ def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
             "best": best_name, "beaten": beaten, "text": text}
 
 
-__all__ = ["REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "how_you_did", "reference_returns", "summary_args",
+__all__ = ["REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "how_you_did", "seat_reference_returns", "summary_args",
            "summary_of"]

@@ -45,24 +45,24 @@ from typing import Any
 import numpy as np
 
 import commons_arena
-from commons_arena.enums import ALLOCATOR, BROKER
+from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import one_line
 from commons_arena.inputs import load_json_object
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.engine import arena_for, play_all, play_returns
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, play_many
-from experiments.evaluation.statistics import mean_ci95, paired_difference
 from experiments.evaluation.tables import markdown_table
 from experiments.evaluation.traces import (
+    SeatCodes,
     Trace,
     declared_to_need,
-    play_many_traced,
-    play_traced,
     price_response,
     reference_ratios,
     slope,
+    traced,
 )
 from experiments.outputs import check_outputs, write_output
-from experiments.training.args import CURRICULUM
+from experiments.statistics import mean_ci95, paired_difference
 from experiments.training.runs import HistoryRow, saved_args, saved_history
 from policies.population import Population
 
@@ -99,7 +99,7 @@ def read_run(run: Path, checkpoint: str = "checkpoint") -> RunInfo:
     learned = list(members(folder)) if is_policy_set(folder) else [read_sidecar(folder)["agent"]]
     scenario = history[-1]["scenario"] if history else args.get("scenario", "standard")
     if scenario == "mixed":  # a mix of tiers (allocator_mixed): analysed on its hardest tier
-        scenario = CURRICULUM[-1]
+        scenario = TIERS[-1]
     config = commons_arena.load_scenario(scenario)
     background = Population.from_toml(args["background"], config) if args.get("background") else Population.default(config)
     untrained_path = run / UNTRAINED / "heldout.json"
@@ -129,26 +129,6 @@ REFERENCES = {"allocator": ("planner", "proportional"), "team": ("truthful", "gr
               "broker": ("demand_priced",)}
 
 
-class Recording:
-    """A learned policy that keeps the code (the module's own action) of every tick."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy = policy
-        self.codes: list[tuple[int, ...]] = []
-
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset(seed)
-
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        action = self.policy.act(observation)
-        self.codes.append(tuple(int(x) for x in np.asarray(self.policy.last_module_action).ravel()))
-        return action
-
-
-def seat_returns(config: ScenarioConfig, population: Population, seat: str, seeds: Sequence[int]) -> list[float]:
-    return [t.returns[seat] for t in play_many_traced(config, population, seeds)]
-
-
 def untrained_policy(info: RunInfo) -> str | None:
     """The run's untrained network (``<run>/iteration_0``) as a policy name; None when the run
     kept only its evaluation there (an LSTM run: no data-only export yet)."""
@@ -161,15 +141,12 @@ def untrained_policy(info: RunInfo) -> str | None:
 def code_usage(config: ScenarioConfig, population: Population, seat: str, seeds: Sequence[int]) -> dict[str, Any]:
     """The codes the seat's learned policy chooses on ``seeds``: the share of ticks on its
     codec's zero code and on its most frequent code (described by the codec when it can)."""
-    env = commons_arena.parallel_env(config)
+    env = arena_for(config)
     policies = population.build(config, env=env, strict=False)
-    learned = policies[seat]
-    codec = getattr(learned, "codec", None)
-    recording = Recording(learned)
-    policies[seat] = recording  # type: ignore[assignment]
-    for seed in seeds:
-        play_traced(env, policies, seed)
-    codes = recording.codes
+    codec = getattr(policies[seat], "codec", None)
+    chosen = SeatCodes(seat)
+    play_all(env, policies, seeds, chosen)
+    codes = [tuple(int(x) for x in code.ravel()) for code in chosen.codes]
     counts: dict[tuple[int, ...], int] = {}
     for code in codes:
         counts[code] = counts.get(code, 0) + 1
@@ -194,7 +171,7 @@ def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str, s
     references.update({name: name for name in REFERENCES[role]})
     rows = [{"seat": seat, "policy": "trained", "return": float(np.mean(trained)), "trained_minus": 0.0, "ci95": 0.0}]
     for name, policy in references.items():
-        values = seat_returns(config, joint_population(info, **{seat: policy}), seat, seeds)
+        values = play_returns(config, joint_population(info, **{seat: policy}), seeds, seat)
         diff, ci = paired_difference(trained, values)
         rows.append({"seat": seat, "policy": name, "return": float(np.mean(values)), "trained_minus": diff, "ci95": ci})
     return rows
@@ -208,7 +185,7 @@ def together_rows(config: ScenarioConfig, info: RunInfo, seeds: Sequence[int],
     untrained = untrained_policy(info)
     if untrained is None:
         return []
-    before = play_many_traced(config, joint_population(info, **dict.fromkeys(info.learned, untrained)), seeds)
+    before = traced(config, joint_population(info, **dict.fromkeys(info.learned, untrained)), seeds)
     rows = []
     for seat in info.learned:
         after_returns, before_returns = [t.returns[seat] for t in trained], [t.returns[seat] for t in before]
@@ -250,7 +227,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
     report["learning"] = []
     report["codes"] = []
     report["credit"] = []
-    trained = play_many_traced(config, joint_population(info), seeds)  # every learning seat the checkpoint: once
+    trained = traced(config, joint_population(info), seeds)  # every learning seat the checkpoint: once
     for seat in info.learned:
         role = "team" if seat in config.team_names else seat
         rows = learning_rows(config, info, seat, role, seeds, [t.returns[seat] for t in trained])
@@ -271,7 +248,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
         rows = []
         for allocator in allocators:
             policy = info.policy if allocator == "learned" else allocator
-            traces = play_many_traced(config, joint_population(info, allocator=policy), seeds)
+            traces = traced(config, joint_population(info, allocator=policy), seeds)
             for team in teams:
                 rows.append({"allocator": allocator, "team": team, "declared_to_need": declared_to_need(traces, team),
                              "team_return": float(np.mean([t.returns[team] for t in traces]))})
@@ -280,7 +257,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
     if ALLOCATOR in info.learned:
         grants = []
         for name, policy in (("learned", info.policy), ("planner", "planner"), ("proportional", "proportional")):
-            traces = play_many_traced(config, info.background.with_agent(ALLOCATOR, policy), seeds)
+            traces = traced(config, info.background.with_agent(ALLOCATOR, policy), seeds)
             grants.append({"allocator": name,
                            "slope_on_declared": slope([p for t in traces for p in t.on_declared]),
                            "slope_on_revealed_need": slope([p for t in traces for p in t.on_revealed]),
@@ -299,7 +276,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
         pricing = []
         for name, population in (("learned", joint_population(info)),
                                  ("demand_priced", joint_population(info, broker="demand_priced"))):
-            response = price_response(play_many_traced(config, population, seeds))
+            response = price_response(traced(config, population, seeds))
             pricing.append({"broker": name, **response})
         report["broker_pricing"] = pricing
     return report
@@ -336,7 +313,7 @@ def write_analysis(report: dict[str, Any], out: Path, force: bool = False) -> li
     out.mkdir(parents=True, exist_ok=True)
     write_output(out / "analysis.json", json.dumps(report, indent=1))
     write_output(out / "analysis.md", summary_markdown(report))
-    write_output(out / "analysis.png", lambda tmp: figure(report, tmp))
+    write_output(out / "analysis.png", lambda tmp: analysis_figure(report, tmp))
     return [out / "analysis.png", out / "analysis.md", out / "analysis.json"]
 
 
@@ -408,7 +385,7 @@ def summary_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def figure(report: dict[str, Any], path: Path) -> Path:
+def analysis_figure(report: dict[str, Any], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -4,7 +4,7 @@
         --round1-iterations 40 --round2-iterations 120 --round2-history 4 --share 0.5 --seeds 300
 
 * **Round 1**: a best response B1 learns the seat against the allocator A1 (the exploit
-  cell's training, :func:`experiments.evaluation.exploit.train_best_response`: its
+  cell's training, :func:`experiments.studies.exploit.train_best_response`: its
   ``background.toml`` names A1; ``round1/<seat>/best``).
 * **Round 2**: the allocator A2 is A1 continued: an allocator run (``--round2-experiment``,
   default ``allocator_mixed``, the main job's) in which B1 (``learned:``) plays the seat in a
@@ -43,13 +43,13 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import QUIET, planned_keys
-from experiments.evaluation.exploit import TEAM_BASE, Cell, train_best_response
 from experiments.evaluation.roster import roster_from_dict
-from experiments.evaluation.statistics import mean_ci95
-from experiments.evaluation.store import ResultStore
+from experiments.evaluation.store import ResultStore, by_seed
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.evaluation.tournament import run_tournament
-from experiments.training.args import CURRICULUM, TrainArgs
+from experiments.statistics import mean_ci95
+from experiments.studies.exploit import TEAM_BASE, Cell, train_best_response
+from experiments.training.args import TrainArgs
 from experiments.training.warm_start import LEARNED_PREFIX, checkpoint_dir
 
 BLUFFER, A1, A2, PLANNER = "B1", "A1", "A2", "planner"
@@ -92,7 +92,7 @@ def mix_roster(seat: str, bluffer: Path) -> str:
     return seat_roster(f"round-1 bluffer in {seat}", seat, f"{LEARNED_PREFIX}{bluffer}")
 
 
-def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, str],
+def tournament_series(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, str],
          backgrounds: Mapping[str, Mapping[str, Any]], seeds: Sequence[int], folder: Path,
          anchors: Mapping[str, str] | None = None) -> Series:
     """One tournament (its store and tables in ``folder``); the seat's return per seed of every
@@ -103,11 +103,8 @@ def play(name: str, seat: str, scenarios: Sequence[str], entrants: Mapping[str, 
     result = run_tournament(roster, folder, options=replace(QUIET, workers=1))
     with ResultStore(result.store) as store:
         rows = store.rows(planned_keys(roster))
-    by_seed: dict[tuple[str, str, str], dict[int, float]] = {}
-    for row in rows:
-        key = (row["scenario"], row["background"], row["player"])
-        by_seed.setdefault(key, {})[int(row["seed"])] = float(row["episode"][seat]["return"])
-    return {key: [returns[s] for s in seeds] for key, returns in by_seed.items()}
+    series = by_seed(rows, lambda row: float(row["episode"][seat]["return"]))
+    return {key: [returns[s] for s in seeds] for key, returns in series.items()}
 
 
 def difference_row(measure: str, scenario: str, values: Sequence[float] | np.ndarray) -> dict[str, Any]:
@@ -154,7 +151,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], tiers: Sequence[str]) -> list[str
     return lines
 
 
-def write_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta: Mapping[str, Any], tiers: Sequence[str],
+def write_arms_race_report(rows: list[dict[str, Any]], series: Mapping[str, Series], meta: Mapping[str, Any], tiers: Sequence[str],
                  out: Path) -> list[Path]:
     """``arms_race.{csv,md,png,json}`` in ``out``."""
     from experiments.viewing.plots import score_bars
@@ -206,12 +203,12 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
     defender = train(args)  # the run's last checkpoint
     print("== report: B1 against A1 and A2; A2 against planner and A1 on every tier")
     a2 = f"{LEARNED_PREFIX}{defender}"
-    bluffing = play("B1 against A1 and A2", seat, [scenario], {TEAM_BASE: TEAM_BASE, BLUFFER: f"{LEARNED_PREFIX}{bluffer}"},
+    bluffing = tournament_series("B1 against A1 and A2", seat, [scenario], {TEAM_BASE: TEAM_BASE, BLUFFER: f"{LEARNED_PREFIX}{bluffer}"},
                     {A1: {"agents": {ALLOCATOR: allocator}}, A2: {"agents": {ALLOCATOR: a2}}}, seeds,
                     out / "play" / "bluffer")
-    tiers = list(dict.fromkeys([*CURRICULUM, scenario])) if args.experiment != "allocator_ppo" else [scenario]
+    tiers = list(dict.fromkeys([*args.stages, scenario]))  # every tier the defender trained on
     entrants = {PLANNER: PLANNER, A1: allocator, A2: a2} if allocator != PLANNER else {PLANNER: PLANNER, A2: a2}
-    allocating = play("A2 against planner and A1", ALLOCATOR, tiers, entrants, {"default": {}}, seeds,
+    allocating = tournament_series("A2 against planner and A1", ALLOCATOR, tiers, entrants, {"default": {}}, seeds,
                       out / "play" / "allocators", anchors={"high": PLANNER})  # planner, not the oracle's MILP
     if allocator == PLANNER:  # A1 is planner: the same episodes
         allocating.update({(t, b, A1): v for (t, b, p), v in list(allocating.items()) if p == PLANNER})
@@ -219,7 +216,7 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
     meta = {"allocator": allocator, "scenario": scenario, "seat": seat, "bluffer": bluffer, "round2": defender,
             "share": share, "otherwise": otherwise, "round1_iterations": round1.iterations,
             "round2_iterations": args.iterations, "seeds": list(seeds)}
-    write_report(rows, {"bluffer": bluffing, "allocators": allocating}, meta, tiers, out)
+    write_arms_race_report(rows, {"bluffer": bluffing, "allocators": allocating}, meta, tiers, out)
     print("\n".join(verdict(rows, tiers)))
     print(markdown_table(rows))
     return rows

@@ -18,7 +18,7 @@ the unseen ones, over every real cell and over the cells where a correction is d
 target is not 0; also on the unseen largest shapes: 7-8 teams or 4 tiers), beside always
 choosing the zero correction (the planner).
 
-    python -m experiments.evaluation.universal_shapes --train-scenarios 60 --test-scenarios 40
+    python -m experiments.bench.universal_shapes --train-scenarios 60 --test-scenarios 40
 """
 
 from __future__ import annotations

@@ -20,24 +20,24 @@ import sys
 from collections.abc import Mapping
 
 TRAINING_HASH_SEED = "0"
-TRAINING_COMMANDS = frozenset({"train", "exploit", "arms-race"})
 
 
-def needs_pinning(command: str | None, environ: Mapping[str, str]) -> bool:
-    """A training command in a process whose string hashing is not the pinned one."""
-    return command in TRAINING_COMMANDS and environ.get("PYTHONHASHSEED") != TRAINING_HASH_SEED
+def needs_pinning(trains: bool, environ: Mapping[str, str]) -> bool:
+    """A command that trains, in a process whose string hashing is not the pinned one."""
+    return trains and environ.get("PYTHONHASHSEED") != TRAINING_HASH_SEED
 
 
-def pin_hash_seed(command: str | None) -> None:
-    """Re-execute this command line with ``PYTHONHASHSEED`` pinned, if it trains and is not pinned.
+def pin_hash_seed(trains: bool) -> None:
+    """Re-execute this command line with ``PYTHONHASHSEED`` pinned, if it trains and is not pinned
+    (which commands train is the command line's to say: :data:`commands.cli.TRAINING_COMMANDS`).
 
     Call only from the console entry point (the whole process is this command): the new
     process runs the same interpreter with the same arguments (``sys.orig_argv``).
     """
-    if needs_pinning(command, os.environ):
+    if needs_pinning(trains, os.environ):
         sys.stdout.flush()
         sys.stderr.flush()
         os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": TRAINING_HASH_SEED})
 
 
-__all__ = ["TRAINING_COMMANDS", "TRAINING_HASH_SEED", "needs_pinning", "pin_hash_seed"]
+__all__ = ["TRAINING_HASH_SEED", "needs_pinning", "pin_hash_seed"]

@@ -2,13 +2,13 @@
 
 Each seed trains in turn, in its own run folder ``<parent>/s<seed>`` under one parent
 (``<out>/<experiment>-<scenario>-seeds<0-1-2>``, numbered ``-2``, ``-3``, ... when taken),
-then :func:`experiments.training.aggregate.aggregate` writes the report across them into the
+then :func:`experiments.studies.seed_report.write_seed_report` writes the report across them into the
 parent. In turn, not side by side: a run samples and updates in its driver (about one core),
 so an idle 2-core machine could run two at once, but this project's shared machine is already
 oversubscribed (load average 13-36 while the seeds ran), where a second process only takes a
 larger share from other jobs (docs/training.md). Ray starts once for all the seeds, with
 retries (:func:`start_local_ray`). Each seed's run folder is an ordinary run: ``--resume <parent>/s1`` continues
-one that was killed, and ``python -m experiments.training.aggregate <parent>`` redoes the report.
+one that was killed, and ``commons-arena seed-report <parent>`` redoes the report.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def start_local_ray(args: TrainArgs, attempts: int = RAY_START_ATTEMPTS) -> None
 
 def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 100) -> Path:
     """Train ``args`` once per seed, in turn, then write the aggregate report; returns the parent."""
-    from experiments.training.aggregate import aggregate
+    from experiments.studies.seed_report import write_seed_report
     from experiments.training.setup import resolve
     from experiments.training.train import train
 
@@ -79,7 +79,7 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     for seed in seeds:
         print(f"---- training seed {seed}")
         train(seed_args(args, parent, seed))
-    aggregate(parent, compare_seeds=compare_seeds)
+    write_seed_report(parent, compare_seeds=compare_seeds)
     return parent
 
 

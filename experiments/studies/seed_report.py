@@ -5,7 +5,7 @@ the parent:
 
 * ``aggregate.md`` / ``aggregate.json``: the final held-out normalised score of every seed
   (per tier for a mix), their mean and IQM with percentile-bootstrap 95 % CIs across seeds
-  (:mod:`experiments.evaluation.statistics`), and the paired comparison of every seed's
+  (:mod:`experiments.statistics`), and the paired comparison of every seed's
   ``best`` checkpoint with every scripted allocator on fresh held-out seeds
   (:func:`experiments.evaluation.checkpoint.compare_many`): per seed its mean difference, pooled
   over seeds their mean with a bootstrap CI across seeds, and the spread (min, max).
@@ -13,7 +13,7 @@ the parent:
 * ``learning_curves.png``: the held-out score against iterations, the mean over seeds with
   a band from the lowest to the highest seed (per tier for a mix).
 
-    commons-arena aggregate runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100 [--force]
+    commons-arena seed-report runs/allocator_mixed-mixed-seeds0-1-2 --compare-seeds 100 [--force]
 
 With three seeds a bootstrap CI is no wider than the seeds' range: read it as how far the
 figure moves between these seeds, not as the spread of all training runs.
@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from commons_arena.inputs import load_json_object
-from experiments.evaluation.statistics import bootstrap_ci, iqm, iqm_of
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.outputs import check_outputs, write_output
 from experiments.seeds import first_seed
+from experiments.statistics import bootstrap_ci, iqm, iqm_of
 from experiments.training.runs import saved_args, saved_history
 
 COMPARE_FIRST_SEED = first_seed("compare")  # as the main job's comparison (experiments/seeds.py)
@@ -169,7 +169,7 @@ def pooled_row(row: dict[str, Any], seeds: list[int]) -> dict[str, str]:
             "min..max": f"{row['min']:+.2f}..{row['max']:+.2f}", "above": f"{row['seeds_above']}/{len(seeds)}"}
 
 
-def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: list[dict[str, Any]],
+def seed_report_markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: list[dict[str, Any]],
              compare_seeds: int) -> str:
     seeds = [r.seed for r in runs]
     head = runs[0].args
@@ -196,7 +196,7 @@ def markdown(runs: list[SeedRun], scores: dict[str, dict[str, Any]], pooled: lis
 OUTPUTS = ("aggregate.md", "aggregate.json", "vs_scripted.csv", "learning_curves.png")
 
 
-def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False, force: bool = False) -> Path:
+def write_seed_report(parent: Path, compare_seeds: int = 100, progress: bool = False, force: bool = False) -> Path:
     """Write the report across the parent's seed runs; returns ``aggregate.md``. Its files are
     never written through a symlink, nor over an earlier report without ``force``."""
     from experiments.evaluation.checkpoint import compare_many
@@ -218,30 +218,12 @@ def aggregate(parent: Path, compare_seeds: int = 100, progress: bool = False, fo
         curve_rows(runs), None, tmp, y="score", x="iteration", title="held-out normalised score over training seeds"))
     write_output(parent / "aggregate.json", json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
                                                         "vs_scripted": pooled}, indent=1))
-    text = markdown(runs, scores, pooled, compare_seeds)
+    text = seed_report_markdown(runs, scores, pooled, compare_seeds)
     path = write_output(parent / "aggregate.md", text)
     print(text)
     return path
 
 
-if __name__ == "__main__":  # `commons-arena aggregate PARENT` does the same (and is the documented way)
-    import sys
 
-    import tyro
-
-    from commons_arena.errors import one_line
-
-    def main(parent: tyro.conf.Positional[Path], compare_seeds: int = 100, force: bool = False) -> None:
-        """Redo the report across the training seeds' runs under PARENT (--force replaces an earlier one)."""
-        if not 0 <= compare_seeds <= 100_000:
-            raise ValueError(f"--compare-seeds must be in [0, 100000], got {compare_seeds}")
-        aggregate(parent, compare_seeds, progress=True, force=force)
-
-    try:
-        tyro.cli(main)
-    except (ValueError, OSError) as exc:  # one line, as every command's errors (commands/cli.py)
-        print(f"aggregate: error: {one_line(exc)}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-__all__ = ["SeedRun", "aggregate", "across_seeds", "curve_rows", "final_scores", "pooled_comparison", "seed_runs"]
+__all__ = ["OUTPUTS", "SeedRun", "across_seeds", "curve_rows", "final_scores", "pooled_comparison", "seed_runs",
+           "write_seed_report"]

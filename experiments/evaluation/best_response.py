@@ -15,7 +15,7 @@ the codec) are counted, so the report can say which part is the codec and what i
 
 The **final best response** (:data:`FINAL`) is the better of the checkpoint and the best fixed
 code on the selection seeds (the code found before training when the run searched it:
-:mod:`experiments.training.best_code`); its choice, and which part came from the search and which
+:mod:`experiments.evaluation.best_code`); its choice, and which part came from the search and which
 from learning, is the report's last section and ``best_response_choice.json``.
 
 Written to ``<run>/best_response.md`` and ``best_response.csv`` (and printed); the per-seed
@@ -37,12 +37,13 @@ import numpy as np
 from commons_arena.enums import BROKER
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout, role_of
+from experiments.evaluation.best_code import CHOICE_FILE, LEARNING, CodeSearch, cached_search, choose
+from experiments.evaluation.engine import Observer, Tick
 from experiments.evaluation.fixed_codes import Arena
-from experiments.evaluation.statistics import paired_difference
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.evaluation.traces import price_demand_correlation
 from experiments.seeds import SEED_RANGES
-from experiments.training.best_code import CHOICE_FILE, LEARNING, CodeSearch, cached_search, choose
+from experiments.statistics import paired_difference
 from policies.base import Policy
 from policies.codecs import DEFAULT_CODECS, CodedPolicy, make_codec
 from policies.population import Population
@@ -57,12 +58,11 @@ PerSeed = dict[str, dict[str, list[int] | list[float]]]  # RETURNS_FILE's conten
 
 
 @dataclass
-class Recorder:
-    """A policy in the seat, recording what the report reads from each tick: a team's
+class Recorder(Observer):
+    """What the report reads from each tick of a seat (an engine observer): a team's
     declaration against its true need per tier, a broker's price level against the demand
     it saw, and a learned module's code (its action before the codec)."""
 
-    policy: Policy
     config: ScenarioConfig
     seat: str
     ratios: list[list[float]] = field(default_factory=list)  # per tier: declared / need on ticks with need
@@ -78,13 +78,12 @@ class Recorder:
         self.ratios = [[] for _ in self.config.gpu_tiers]
         self._unsold: list[list[float]] = []  # the last two sales rows, until their sales are seen
 
-    def reset(self, seed: int | None = None) -> None:
-        self.policy.reset(seed)
+    def begin(self, seed: int) -> None:
         self._unsold = []
 
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        action = self.policy.act(observation)
-        seen, done = self.observed.view(np.asarray(observation)), self.acted.view(np.asarray(action))
+    def tick(self, tick: Tick) -> None:
+        seen = self.observed.view(np.asarray(tick.observations[self.seat]))
+        done = self.acted.view(np.asarray(tick.actions[self.seat]))
         if self.seat == BROKER:
             demand, level = float(seen["demand"].sum()), float(np.mean(done["price_level"]))
             if len(self._unsold) == 2:  # the offer of two ticks ago: its sales are `last_sold` now
@@ -95,11 +94,11 @@ class Recorder:
             for tier, (need, declared) in enumerate(zip(seen["need"], done["request"], strict=True)):
                 if need > 0:
                     self.ratios[tier].append(float(declared) / float(need))
-        code = getattr(self.policy, "last_module_action", None)
-        describe = getattr(getattr(self.policy, "codec", None), "describe", None)  # team and broker codecs
+        policy = tick.policies[self.seat]
+        code = getattr(policy, "last_module_action", None)
+        describe = getattr(getattr(policy, "codec", None), "describe", None)  # team and broker codecs
         if code is not None and describe is not None:
             self.tick_codes.append(describe(np.asarray(code)))
-        return action
 
     @property
     def codes(self) -> Counter[str]:
@@ -149,7 +148,7 @@ def pricing_by_demand(recorders: Mapping[str, Recorder], edges: np.ndarray) -> l
 def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena: Arena,
                selection: Sequence[int], folder: Path | None = None) -> tuple[dict[str, Policy], CodeSearch]:
     """Every scripted policy of the seat's role, and the codec's best fixed code on ``selection``
-    (the run's search before training when ``folder`` holds it: experiments/training/best_code.py)."""
+    (the run's search before training when ``folder`` holds it: experiments/evaluation/best_code.py)."""
     role = role_of(config, seat)
     out: dict[str, Policy] = {name: make_policy(name, config, seat) for name in available_policies(role)}
     codec = make_codec(codec_name or DEFAULT_CODECS[role], config, seat)
@@ -162,8 +161,8 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
               ) -> tuple[list[dict[str, Any]], dict[str, Recorder], PerSeed]:
     """Each policy in the seat on ``seeds``: its return and the allocator's, paired with the first
     (the learned seat); what its recorder read; and the per-seed returns (policy -> seat / allocator)."""
-    recorders = {name: Recorder(policy, arena.config, arena.seat) for name, policy in policies.items()}
-    episodes = {name: arena.episodes(recorder, seeds) for name, recorder in recorders.items()}  # type: ignore[arg-type]
+    recorders = {name: Recorder(arena.config, arena.seat) for name in policies}
+    episodes = {name: arena.episodes(policy, seeds, recorders[name]) for name, policy in policies.items()}
     seat_returns = {name: [e[arena.seat]["return"] for e in eps] for name, eps in episodes.items()}
     allocator_returns = {name: [e[allocator]["return"] for e in eps] for name, eps in episodes.items()}
     first = next(iter(policies))
@@ -184,8 +183,8 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
     return rows, recorders, per_seed
 
 
-def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population, codec_name: str | None,
-           seeds: Sequence[int], selection: Sequence[int], folder: Path | None = None
+def best_response_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population,
+                         codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], folder: Path | None = None
            ) -> tuple[list[dict[str, Any]], str, PerSeed]:
     """The report's rows, its markdown and the per-seed returns (see the module docstring); the
     final best response (:data:`FINAL`: the checkpoint or the best fixed code, the better on the
@@ -204,7 +203,7 @@ def report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Popu
 def final_choice(arena: Arena, learned: Policy, found: CodeSearch, per_seed: PerSeed, folder: Path | None
                  ) -> dict[str, Any]:
     """The final best response: the checkpoint if it beats the best fixed code on the selection seeds,
-    else the fixed code (experiments/training/best_code.py). Its per-seed returns join ``per_seed``
+    else the fixed code (experiments/evaluation/best_code.py). Its per-seed returns join ``per_seed``
     as :data:`FINAL`; the choice is written to ``folder/best_response_choice.json``."""
     learned_mean = float(arena.returns(learned, found.seeds).mean())
     source = choose(learned_mean, found)
@@ -282,7 +281,7 @@ def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background
                  codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path) -> list[dict[str, Any]]:
     """:func:`report`, written to ``out/best_response.{md,csv}`` (the per-seed returns to
     ``best_response_returns.json``) and printed."""
-    rows, text, per_seed = report(config, seat, checkpoint, background, codec_name, seeds, selection, out)
+    rows, text, per_seed = best_response_report(config, seat, checkpoint, background, codec_name, seeds, selection, out)
     (out / "best_response.md").write_text(text)
     (out / RETURNS_FILE).write_text(json.dumps(per_seed))
     write_csv(rows, out / "best_response.csv")
@@ -294,5 +293,5 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
-__all__ = ["FINAL", "FIXED_PREFIX", "LEARNED", "RETURNS_FILE", "Recorder", "demand_quartiles", "final_choice",
-           "pricing_by_demand", "report", "selection_seeds", "write_report"]
+__all__ = ["FINAL", "FIXED_PREFIX", "LEARNED", "RETURNS_FILE", "Recorder", "best_response_report", "demand_quartiles",
+           "final_choice", "pricing_by_demand", "selection_seeds", "write_report"]

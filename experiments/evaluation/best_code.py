@@ -9,7 +9,7 @@ A learner in a team or broker seat can mix a dozen codes where one fixed code pa
    300) plays the ``--selection-seeds`` against the frozen background; the best is written to
    ``<run>/fixed_code_search.json`` (the report reads it there instead of searching again);
 2. **learning**: the learner starts from that code (its logit advantage ``--best-code-bias``,
-   :func:`experiments.training.weights.favour_code`: the greedy action at iteration 0 *is*
+   :meth:`experiments.training.kinds.BestResponse.start`: the greedy action at iteration 0 *is*
    the code) and may learn to switch codes tick by tick on what it observes.
 
 After training the learned seat plays the same selection seeds, and the **final** best response
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena, uniform_codes
+from experiments.evaluation.fixed_codes import Arena, uniform_codes
 from policies.codecs import Codec, DescribesCodes
 
 SEARCH_FILE = "fixed_code_search.json"
@@ -89,29 +89,5 @@ def choose(learned_selection_mean: float, found: CodeSearch) -> str:
     return LEARNING if learned_selection_mean > found.selection_mean else SEARCH
 
 
-def start_at_best_code(algo: Any, setup: Any, run: Path) -> CodeSearch | None:
-    """A best response's learner starts at its codec's best fixed code (None, nothing done: another
-    experiment, ``--best-code-bias 0``, or a seat without a codec)."""
-    from experiments.training.weights import favour_code
-    from policies.codecs import make_codec
-
-    args = setup.args
-    if args.experiment != "best_response" or args.best_code_bias == 0:
-        return None
-    seat = setup.plan.seats[0]
-    codec_name = setup.codecs.get(seat)
-    if not codec_name:
-        return None
-    config = setup.stages[0]
-    codec = make_codec(codec_name, config, seat)
-    selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.selection_seeds)  # the report's too
-    found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection))
-    favour_code(algo, setup.plan.module_of[seat], codec.nvec, np.asarray(found.code), args.best_code_bias)
-    print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection seeds: "
-          f"{found.description} (mean return {found.selection_mean:.2f}); learning starts there "
-          f"(logit advantage {args.best_code_bias:g})")
-    return found
-
-
 __all__ = ["CHOICE_FILE", "LEARNING", "SEARCH", "SEARCH_FILE", "CodeSearch", "cached_search", "choose",
-           "search", "start_at_best_code"]
+           "search"]

@@ -1,0 +1,248 @@
+"""Experiment kinds: what ``commons-arena train --experiment NAME`` trains, one class per kind.
+
+A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays
+(:meth:`Kind.stages`), how strongly a learning seat starts on its codec's zero code (or at which code, :meth:`Kind.start_code`), whether
+it switches populations during a run (its scripted seats then play inside the env), what it
+adds to the RLlib env config and callbacks (:meth:`Kind.configure`), what a resume needs
+before the checkpoint loads (:meth:`Kind.before_restore`) and what it reports after training
+(:meth:`Kind.after_training`). ``train.py``, ``setup.py``, ``algorithm.py`` and ``args.py``
+ask the kind and never its name; a new experiment is one class here, added to :data:`KINDS`.
+
+Light on purpose (``args.py`` and the command line import it): RLlib and the reports are
+imported inside the hooks that need them. A hook's ``setup`` is the run's
+:class:`~experiments.training.setup.RunSetup` and ``args`` its ``TrainArgs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from commons_arena.enums import TIERS
+from commons_arena.scenario import ScenarioConfig
+from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules
+
+ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
+# In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
+# greedy action never left the zero code in 6.5 minutes on crisis (+0.00 ± 0.00 against planner);
+# at 1.0 it did within 4 iterations, no worse than planner (docs/training.md, "Self-play").
+SELFPLAY_ZERO_BIAS = 1.0
+# A best response starts from no favoured code: at 3.0 a team best response on crisis against
+# proportional still played truthful on 100% of ticks after 11 iterations (+0 over truthful);
+# at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
+BEST_RESPONSE_ZERO_BIAS = 0.0
+SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_family) instead of one scenario
+
+
+class StartCode(NamedTuple):
+    """Where a learning seat starts: ``code`` of its codec (sub-action sizes ``nvec``) favoured by a logit
+    advantage of ``strength`` (:func:`experiments.training.weights.favour_code`)."""
+
+    seat: str
+    nvec: tuple[int, ...]
+    code: tuple[int, ...]
+    strength: float
+
+
+class Kind:
+    """The allocator learns alone on one scenario (``allocator_ppo``); the defaults of every kind."""
+
+    name: ClassVar[str] = "allocator_ppo"
+    zero_bias: ClassVar[float] = ZERO_BIAS  # the default of --zero-bias
+    switches_populations: ClassVar[bool] = False  # a curriculum, a mix or a league: scripted seats play in the env
+    mixed: ClassVar[bool] = False  # each episode one of the stages
+    league: ClassVar[bool] = False  # team seats shared by learned and scripted members: exact scales, league codecs
+    chooses_learners: ClassVar[bool] = False  # --learners names the learning seats
+    shape_free: ClassVar[bool] = False  # plays clusters of every shape: needs --network cells
+
+    def stages(self, args: Any) -> tuple[str, ...]:
+        """The scenarios of a run (curriculum stages, mixed tiers, a family's split, or ``--scenario``)."""
+        return (args.scenario,)
+
+    def seat_plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+        """The learning seats (and their modules) of a run on ``config``."""
+        if not self.chooses_learners and tuple(learners) != ("allocator",):
+            raise ValueError(f"--learners is for --experiment seats_ppo or best_response; {self.name} decides its "
+                             "learners itself")
+        return self.plan(config, learners, team_modules)
+
+    def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+        return SeatPlan.single("allocator")
+
+    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+        """Add this kind's part of the env config; returns its callbacks class (None: the default
+        metrics) and extra arguments of ``build_algorithm_config`` (modules, mapping)."""
+        return None, {}
+
+    def start_code(self, setup: Any, run: Path) -> StartCode | None:
+        """The code a new run's learning seat starts at, if this kind decides it (None: every learning
+        seat at its codec's zero code, ``--zero-bias``)."""
+        return None
+
+    def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
+        """What must exist in ``algo`` before a resumed run's checkpoint loads into it."""
+
+    def after_training(self, setup: Any, run: Path) -> None:
+        """The kind's report, written into the run folder once training has stopped."""
+
+
+class AllocatorCurriculum(Kind):
+    """The allocator learns standard -> elevated -> crisis, promoted on its held-out score."""
+
+    name = "allocator_curriculum"
+    switches_populations = True
+
+    def stages(self, args: Any) -> tuple[str, ...]:
+        return TIERS
+
+    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+        from experiments.training.callbacks import CurriculumCallback
+
+        args = setup.args
+        env_config["curriculum"] = {"stages": list(setup.stages), "promote_at": args.promote_at,
+                                    "min_iterations": args.promote_after, "stage": stage}
+        return CurriculumCallback, {}
+
+
+class AllocatorMixed(Kind):
+    """The allocator learns on every tier at once: each episode one of standard / elevated / crisis."""
+
+    name = "allocator_mixed"
+    switches_populations = True
+    mixed = True
+
+    def stages(self, args: Any) -> tuple[str, ...]:
+        return TIERS
+
+
+class AllocatorFamily(AllocatorMixed):
+    """The shape-free allocator (--network cells) learns on a scenario family's training split (--split):
+    each episode one of its scenarios; its evaluations play a fixed draw of --eval-scenarios of them."""
+
+    name = "allocator_family"
+    shape_free = True
+
+    def stages(self, args: Any) -> tuple[str, ...]:
+        return (SPLIT_PREFIX + args.split,)
+
+
+class SeatsPPO(Kind):
+    """The --learners seats learn (seat ids or roles), the rest are the background."""
+
+    name = "seats_ppo"
+    chooses_learners = True
+
+    def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+        return SeatPlan.build(config, learners, team_modules)
+
+
+class SelfPlay(Kind):
+    """Allocator, teams and broker all learn."""
+
+    name = "selfplay"
+    zero_bias = SELFPLAY_ZERO_BIAS
+
+    def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+        return SeatPlan.build(config, ALL_ROLES, team_modules)
+
+
+class League(Kind):
+    """A shared team module learns against a mix of scripted teams and frozen snapshots of itself
+    (experiments/training/league.py); the payoff matrix of its snapshots is its report."""
+
+    name = "league"
+    switches_populations = True
+    league = True
+
+    def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+        return SeatPlan.build(config, ["team"], "shared")
+
+    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+        from experiments.training import league
+
+        args, teams, first = setup.args, setup.plan.seats, setup.stages[0]
+        pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
+        env_config["league"] = {"pool": pool, "team_seats": teams, "margin": args.snapshot_margin,
+                                "gap": args.snapshot_gap}
+        parts = {"extra_modules": league.scripted_member_specs(args.league_scripted, first, teams,
+                                                               setup.scales[teams[0]]),
+                 "mapping_fn": league.mapping_for(pool, teams)}
+        return league.LeagueCallback, parts
+
+    def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
+        from experiments.training import league
+
+        mix, since = league.last_mix(run, iterations)  # the snapshots' modules must exist before their weights load
+        league.restore_mix(algo, mix, setup.plan.seats, since)
+
+    def after_training(self, setup: Any, run: Path) -> None:
+        from experiments.training import league
+
+        if (run / league.SNAPSHOTS).is_dir():
+            payoff = league.payoff_matrix(run, setup.stages[0], setup.eval_seeds)
+            print(f"league payoff matrix ({len(payoff['snapshots'])} snapshots) and Nash mixture: "
+                  f"{run / 'league_payoff.json'}; Nash {payoff['nash']}")
+
+
+class BestResponse(Kind):
+    """The one --learners seat (a team, or the broker) learns against a frozen --background, then
+    is reported against every scripted policy of its role (experiments/evaluation/best_response.py)."""
+
+    name = "best_response"
+    zero_bias = BEST_RESPONSE_ZERO_BIAS
+    chooses_learners = True
+
+    def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+        seats = SeatPlan.build(config, learners, team_modules).seats
+        if len(seats) != 1 or seats[0] == "allocator":
+            raise ValueError(f"--experiment best_response trains one team or the broker: name it with --learners "
+                             f"(one of {[a for a in config.agents if a != 'allocator']}), got {list(learners)}")
+        return SeatPlan.build(config, seats, "per_team")
+
+    def start_code(self, setup: Any, run: Path) -> StartCode | None:
+        """The learner starts at its codec's best fixed code (experiments/evaluation/best_code.py), searched on
+        the report's selection seeds; not with ``--best-code-bias 0`` or a seat without a codec."""
+        from experiments.evaluation.best_code import cached_search
+        from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena
+        from policies.codecs import make_codec
+
+        args, seat = setup.args, setup.plan.seats[0]
+        codec_name = setup.codecs.get(seat)
+        if args.best_code_bias == 0 or not codec_name:
+            return None
+        config = setup.stages[0]
+        codec = make_codec(codec_name, config, seat)
+        selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.selection_seeds)  # the report's too
+        found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection))
+        print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection "
+              f"seeds: {found.description} (mean return {found.selection_mean:.2f}); learning starts there "
+              f"(logit advantage {args.best_code_bias:g})")
+        return StartCode(seat, tuple(int(n) for n in codec.nvec), tuple(int(c) for c in found.code), args.best_code_bias)
+
+    def after_training(self, setup: Any, run: Path) -> None:
+        from experiments.evaluation.best_response import selection_seeds, write_report
+
+        args, seat = setup.args, setup.plan.seats[0]
+        seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))
+        write_report(setup.stages[0], seat, run / "best", setup.background, setup.codecs.get(seat), seeds,
+                     selection_seeds(args.selection_seeds), run)
+
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (Kind(), AllocatorCurriculum(), AllocatorMixed(), AllocatorFamily(),
+                                                       SeatsPPO(), SelfPlay(), League(), BestResponse())}
+
+
+def kind_of(name: str) -> Kind:
+    """The kind named ``name`` (``--experiment``)."""
+    if name not in KINDS:
+        raise ValueError(f"--experiment must be one of {', '.join(KINDS)}, got {name!r}")
+    return KINDS[name]
+
+
+def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
+    """The learning seats ``experiment`` trains on ``config`` (:meth:`Kind.seat_plan`)."""
+    return kind_of(experiment).seat_plan(config, learners, team_modules)
+
+
+__all__ = ["KINDS", "SPLIT_PREFIX", "Kind", "StartCode", "kind_of", "plan_for"]
