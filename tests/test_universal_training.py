@@ -15,6 +15,7 @@ import pytest
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import scenario_from_dict
 from experiments.training.env import ArenaRLlibEnv
+from experiments.training.references import reward_scale
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import load_network
 from policies.learned import LearnedPolicy, read_sidecar
@@ -52,6 +53,34 @@ def test_an_env_mixing_cluster_shapes_keeps_one_space():
                 break
         obs, _ = env.reset()
     assert len(shapes) >= 2  # episodes played clusters of several shapes through one space
+
+
+def test_a_family_reward_scale_is_100_over_planners_gap_to_random_floored_by_randoms_spread():
+    assert reward_scale([50.0, 70.0], [10.0, 10.0]) == pytest.approx(2.0)  # a gap of 50
+    assert reward_scale([10.0], [0.0, 40.0]) == pytest.approx(5.0)  # planner below random: random's spread (20)
+    assert reward_scale([1.0], [1.0]) == pytest.approx(100.0)  # at least 1: never a division by ~0
+
+
+def test_the_training_reward_is_scaled_per_scenario_and_the_episode_totals_are_not():
+    configs = [SHAPES["duo_one_tier_hard"], SHAPES["standard"]]
+    scale = {configs[0].content_hash: 0.5, configs[1].content_hash: 3.0}
+    base = {"scripted_in_env": True, "learned_agents": [ALLOCATOR], "action_codec": {ALLOCATOR: "need"},
+            "network": {ALLOCATOR: "cells"}}
+    for config in configs:
+        plain = ArenaRLlibEnv({**base, "scenario": config})
+        scaled = ArenaRLlibEnv({**base, "scenario": config, "reward_scale": {ALLOCATOR: scale}})
+        plain.reset(seed=3), scaled.reset(seed=3)
+        zero = plain.get_action_space(ALLOCATOR).sample() * 0 + 2  # the need codec's zero correction
+        rewards = []
+        while True:
+            _, r_plain, terms, truncs, info_plain = plain.step({ALLOCATOR: zero})
+            _, r_scaled, _, _, info_scaled = scaled.step({ALLOCATOR: zero})
+            rewards.append((r_plain[ALLOCATOR], r_scaled[ALLOCATOR]))
+            if terms["__all__"] or truncs["__all__"]:
+                break
+        assert any(abs(p) > 1e-6 for p, _ in rewards)
+        assert all(q == pytest.approx(p * scale[config.content_hash]) for p, q in rewards)
+        assert info_scaled[ALLOCATOR]["episode"] == info_plain[ALLOCATOR]["episode"]  # reports stay unscaled
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
         self._network: dict[str, str] = dict(cfg.get("network", {}))
         self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
+        # agent -> scenario hash -> factor on its training reward (a family's scenarios brought to one
+        # scale: experiments.training.references.reward_scales); the episode's own totals are unscaled
+        self._reward_scale: dict[str, dict[str, float]] = {
+            a: {h: float(f) for h, f in by_hash.items()} for a, by_hash in cfg.get("reward_scale", {}).items()}
         self._raw_obs: MultiAgentDict = {}
         # Optionally a background population plays every agent but the learned ones *inside*
         # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
@@ -259,7 +263,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
         terminateds["__all__"] = all_terminated
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
-        float_rewards: MultiAgentDict = {a: float(r) for a, r in rewards.items()}
+        key = scenario_key(self._scenario)
+        float_rewards: MultiAgentDict = {a: float(r) * self._reward_scale.get(a, {}).get(key, 1.0)
+                                         for a, r in rewards.items()}
         return self._module_view(obs), float_rewards, terminateds, truncateds, self._tag(infos)
 
     def render(self) -> Any:

@@ -126,6 +126,16 @@ class AllocatorFamily(AllocatorMixed):
     def stages(self, args: Any) -> tuple[str, ...]:
         return (SPLIT_PREFIX + args.split,)
 
+    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+        """The family's scenarios' returns differ by 100x: the allocator's training reward is brought to one
+        scale per scenario (experiments.training.references.reward_scales), so no scenario's scale
+        dominates the gradient or the value function; evaluations and reports stay unscaled."""
+        from commons_arena.enums import ALLOCATOR
+        from experiments.training.references import reward_scales
+
+        env_config["reward_scale"] = {ALLOCATOR: reward_scales(setup.stages, setup.args.seed)}
+        return None, {}
+
 
 class SeatsPPO(Kind):
     """The --learners seats learn (seat ids or roles), the rest are the background."""

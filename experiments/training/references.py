@@ -39,9 +39,32 @@ def cached_reference_returns(cache: Path, config: ScenarioConfig, seeds: Sequenc
     return references
 
 
+REWARD_SCALE_SEEDS = 4  # episodes per (scenario, allocator) a family's reward scales are measured on
+REWARD_SCALE_STREAM = 0x5CA1E5  # their seeds: SeedSequence([stream, run seed]), apart from every other seed rule
+
+
+def reward_scale(planner: Sequence[float], random: Sequence[float]) -> float:
+    """The factor that brings one scenario's allocator reward to a common scale: 100 over the gap
+    between ``planner``'s and the random allocator's mean episode return (where planner is not above
+    random, the random returns' spread; at least 1), so one planner-over-random gap is worth 100 in
+    every scenario of a family whose returns otherwise differ by 100x."""
+    gap = float(np.mean(planner)) - float(np.mean(random))
+    return 100.0 / max(gap, float(np.std(random)), 1.0)
+
+
+def reward_scales(configs: Sequence[ScenarioConfig], run_seed: int, episodes: int = REWARD_SCALE_SEEDS
+                  ) -> dict[str, float]:
+    """Scenario content hash -> :func:`reward_scale`, from ``planner`` and random played on seeds of
+    the run's own stream (cheap: no oracle)."""
+    seeds = [int(s) for s in np.random.SeedSequence([REWARD_SCALE_STREAM, run_seed]).generate_state(episodes)]
+    return {c.content_hash: reward_scale(allocator_returns(play_many(c, "planner", seeds)),  # type: ignore[arg-type]
+                                         allocator_returns(play_many(c, "random", seeds)))  # type: ignore[arg-type]
+            for c in configs}
+
+
 def anchor_means(references: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Scenario -> allocator -> mean return (older runs stored the means themselves)."""
     return {s: {a: float(np.mean(v)) for a, v in refs.items()} for s, refs in references.items()}
 
 
-__all__ = ["References", "anchor_means", "cached_reference_returns", "reference_returns"]
+__all__ = ["References", "anchor_means", "cached_reference_returns", "reference_returns", "reward_scale", "reward_scales"]
