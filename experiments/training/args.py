@@ -170,7 +170,7 @@ class TrainArgs:
     """run folder name (default: experiment-scenario-s<seed>, numbered -2, -3, ... when taken);
     a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
-    """continue the run in this folder from its last checkpoint (its args.json wins); the only
+    """continue the run in this folder from its last checkpoint (its experiment.toml wins); the only
     way to write into an existing run folder. It restores RLlib's full state, which is pickled:
     resume only runs you made (`learned:` never reads those files)"""
     address: str | None = None
@@ -186,7 +186,7 @@ class TrainArgs:
         literal = [f"--{f.name.replace('_', '-')} must be one of {list(get_args(hint))}, got {value!r:.60}"
                    for f in fields(TrainArgs) for hint in [_HINTS[f.name]] for value in [getattr(self, f.name)]
                    if get_origin(hint) is Literal and value not in get_args(hint)]
-        if literal:  # a saved args.json (--resume) is read without tyro: its names are checked here too
+        if literal:  # a run's record (--resume) is read without tyro: its names are checked here too
             raise ValueError(literal[0])
         checks = [
             (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
