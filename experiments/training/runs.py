@@ -31,6 +31,7 @@ from experiments.training.config_file import SESSION_FIELDS, load_experiment, wr
 
 RECORD = "experiment.toml"  # a run's arguments (config_file.py): `train --config` reruns it, --resume reads it
 LEGACY_RECORD = "args.json"  # the record of runs made before experiment.toml was the only one (read, never written)
+SEEDS_PARENT = "seeds.json"  # marks the parent of --train-seeds runs: its experiment.toml is for reruns, not a run's
 # On resume the saved run's arguments win, except config_file.SESSION_FIELDS (this session's) and the
 # budget (a total over the run's sessions), which stays the recorded one unless this session gives one.
 BUDGET = ("minutes", "iterations")
@@ -61,6 +62,9 @@ def run_folder(args: TrainArgs) -> Path:
     a number (``-2``, ``-3``, ...) when taken; an explicit ``--run-name`` that is taken is refused."""
     if args.resume is not None:
         run = Path(args.resume)
+        if (run / SEEDS_PARENT).is_file():
+            raise ValueError(f"{run} holds the runs of --train-seeds, one folder per seed: resume one of them "
+                             f"(--resume {run / 's0'}, ...)")
         if not has_record(run):
             raise ValueError(f"nothing to resume in {run}: it has no {RECORD} (not a run folder of `commons-arena train`)")
         return run.resolve()
@@ -91,7 +95,7 @@ def point_latest(run: Path) -> None:
 
 def has_record(run: Path) -> bool:
     """Whether ``run`` holds a run's record of its arguments (:data:`RECORD`, or an older run's :data:`LEGACY_RECORD`)."""
-    return (run / RECORD).is_file() or (run / LEGACY_RECORD).is_file()
+    return ((run / RECORD).is_file() and not (run / SEEDS_PARENT).is_file()) or (run / LEGACY_RECORD).is_file()
 
 
 def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
@@ -289,6 +293,6 @@ def save_state(run: Path, state: RunState) -> None:
     (run / "history.json").write_text(json.dumps(state.history, indent=1))
 
 
-__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "check_saved_files", "has_record",
+__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "check_saved_files", "has_record",
            "legacy_args", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state",
            "saved_args", "saved_history", "saved_state"]

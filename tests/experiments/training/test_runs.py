@@ -15,7 +15,7 @@ from experiments.studies.analysis import read_run
 from experiments.studies.seed_report import seed_runs
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import SESSION_FIELDS, ExperimentFileError, load_experiment
-from experiments.training.runs import LEGACY_RECORD, RECORD, open_run, run_args, saved_args
+from experiments.training.runs import LEGACY_RECORD, RECORD, SEEDS_PARENT, open_run, run_args, saved_args
 from tests.test_cli_errors import assert_one_line_error
 
 
@@ -111,3 +111,12 @@ def test_reports_read_runs_by_their_record(tmp_path):
     empty.mkdir()
     with pytest.raises(ValueError, match=f"no {RECORD}"):
         read_run(empty)
+
+
+def test_the_parent_of_training_seeds_is_not_a_run(tmp_path):
+    parent, _ = new_run(tmp_path)  # a folder holding an experiment.toml ...
+    (parent / SEEDS_PARENT).write_text(json.dumps({"train_seeds": [0, 1]}))  # ... as --train-seeds' parent does
+    with pytest.raises(ValueError, match="holds the runs of --train-seeds, one folder per seed: resume one of them"):
+        run_args(TrainArgs(resume=parent))
+    with pytest.raises(ValueError, match=f"no {RECORD}"):
+        read_run(parent)
