@@ -251,8 +251,11 @@ def _players(model: RosterModel, role: str) -> list[Player]:
     return players
 
 
-def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path | None = None) -> Roster:
-    """Validate ``data`` (the parsed TOML); relative scenario paths resolve against ``base``."""
+def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path | None = None,
+                     parsed: Sequence[ScenarioConfig] = ()) -> Roster:
+    """Validate ``data`` (the parsed TOML); relative scenario paths resolve against ``base``. ``parsed``: the
+    roster's scenarios already parsed, in its order (a training run's own: not read again, and a scenario
+    file is played as it was parsed, not looked up by its name)."""
     try:
         model = RosterModel.model_validate(dict(data))
     except ValidationError as err:
@@ -265,8 +268,11 @@ def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path
                        for name, table in model.backgrounds.items()}
     except PopulationError as err:
         raise RosterError(f"roster {source}: {str(err).removeprefix('population ')}") from None
-    scenarios = []
-    for i, name in enumerate(model.scenarios):
+    if parsed and [c.name for c in parsed] != model.scenarios:
+        raise RosterError(f"roster {source}: scenarios {model.scenarios} are not the parsed ones "
+                          f"{[c.name for c in parsed]}")
+    scenarios = list(parsed)
+    for i, name in enumerate(model.scenarios if not parsed else ()):
         try:
             scenarios.append(load_scenario(resolve_reference(name, base)))
         except ScenarioError as err:
