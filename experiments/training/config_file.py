@@ -21,7 +21,7 @@ override the file's values. The layout::
     [mix_background]        # only with train.mix_background: the same for that file
     sha256 = "..."
 
-Validated like scenarios and rosters: unknown keys are refused with their path
+Validated like scenarios and population files: unknown keys are refused with their path
 (``train.lrr: Extra inputs are not permitted``), values are checked by type and then by
 ``TrainArgs.validate``. A key left out takes today's default; the files this module writes
 hold every field, so a default that changes later cannot change a rerun.
@@ -54,7 +54,7 @@ from experiments.training.kinds import SPLIT_PREFIX
 # Not part of an experiment: where and how this session runs (refused in a file, never written; on
 # ``--resume`` they are this session's). The one list of them (the budget is recorded: runs.BUDGET).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
-ROSTER_FIELDS = ("background", "mix_background")  # population files whose sha256 the file records
+POPULATION_FIELDS = ("background", "mix_background")  # population files whose sha256 the file records
 HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
           "# (flags given beside --config override its values; docs/training.md)\n")
 
@@ -91,9 +91,9 @@ class _Background(BaseModel):
 
 
 def _file_model() -> type[BaseModel]:
-    rosters: dict[str, Any] = {name: (_Background | None, None) for name in ROSTER_FIELDS}
+    populations: dict[str, Any] = {name: (_Background | None, None) for name in POPULATION_FIELDS}
     return create_model("ExperimentFile", __config__=ConfigDict(extra="forbid"),
-                        train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
+                        train=(_train_section(), ...), scenarios=(dict[str, str], ...), **populations)
 
 
 def stage_hash(name: str, config: ScenarioConfig | None = None) -> str:
@@ -117,7 +117,7 @@ def scenario_hashes(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
 
 
 def file_hash(path: Path) -> str:
-    return hashlib.sha256(read_bytes(path, "roster")).hexdigest()
+    return hashlib.sha256(read_bytes(path, "population file")).hexdigest()
 
 
 def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: bool = True,
@@ -140,7 +140,7 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: boo
         raise ExperimentFileError(
             f"invalid experiment file {source}: scenarios must list exactly the scenarios the run plays "
             f"({', '.join(args.stages)}), got {', '.join(listed) or 'none'}")
-    for name in ROSTER_FIELDS:
+    for name in POPULATION_FIELDS:
         if (getattr(model, name) is None) != (getattr(args, name) is None):
             raise ExperimentFileError(f"invalid experiment file {source}: {name}.sha256 goes with train.{name} "
                                       "(both or neither)")
@@ -151,13 +151,13 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: boo
             raise ExperimentFileError(
                 f"invalid experiment file {source}: scenarios.{name}: the scenario changed since the file was "
                 f"written (file: {listed[name]}, now: {now}); rerun with the scenario as it was, or update the hash")
-    for name in ROSTER_FIELDS:
-        recorded, roster = getattr(model, name), getattr(args, name)
-        if recorded is not None and roster is not None:
-            now = file_hash(roster)
+    for name in POPULATION_FIELDS:
+        recorded, population = getattr(model, name), getattr(args, name)
+        if recorded is not None and population is not None:
+            now = file_hash(population)
             if now != recorded.sha256:
                 raise ExperimentFileError(
-                    f"invalid experiment file {source}: {name}.sha256: {roster} changed since the file "
+                    f"invalid experiment file {source}: {name}.sha256: {population} changed since the file "
                     f"was written (file: {recorded.sha256}, now: {now})")
     return args
 
@@ -219,9 +219,9 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
         lines.append(f"{f.name} = {_toml_value(value)}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
     lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
-    for name in ROSTER_FIELDS:
+    for name in POPULATION_FIELDS:
         if getattr(args, name) is not None:
-            lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
+            lines += ["", f"[{name}]  # the population file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 
