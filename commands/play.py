@@ -153,7 +153,7 @@ class Scenarios:
 class Play:
     """Play one episode and print each tick (ansi) and the final totals.
 
-    Every agent acts uniformly at random unless ``--population`` names policies (a roster
+    Every agent acts uniformly at random unless ``--population`` names policies (a population
     TOML file, where any entry may be ``learned:<checkpoint dir>``, or ``default`` for the
     scenario's own background population). Every seat plays as background of the
     focal/background substrate (policies.focal), so ``--seed N`` is the same episode as
@@ -165,7 +165,7 @@ class Play:
     seed: int = 0
     """episode seed (all randomness flows from it)"""
     population: str | None = None
-    """roster TOML, or 'default' for the scenario's population; omit for random actions"""
+    """population file (TOML: [roles] / [agents]), or 'default' for the scenario's population; omit for random actions"""
     quiet: bool = False
     """print only the final totals"""
     record: Path | None = None

@@ -21,7 +21,8 @@ class Serve:
     seats: tuple[str, ...] = ("allocator",)
     """seats a client plays unless its reset names others"""
     population: str | None = None
-    """roster TOML for the other seats (may name learned checkpoints); default: each scenario's own"""
+    """population file (TOML: [roles] / [agents]) for the other seats (may name learned checkpoints); default: each
+    scenario's own"""
     host: str = "127.0.0.1"
     """address to listen on (0.0.0.0 exposes the server to the network)"""
     port: int = 8000

@@ -111,6 +111,21 @@ def loads_toml(text: str, what: str = "the TOML") -> dict[str, Any]:
     return data
 
 
+def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueError]) -> dict[str, Any]:
+    """A user's TOML file of format ``what`` (``roster``, ``population``, ``suite``) as data; ``error`` says
+    what is wrong in one line naming the format and the file: ``<what> file not found: <path>``,
+    ``<what> <path>: <reason>`` (a special file, too large, not UTF-8, too deep), ``<what> <path>: not valid
+    TOML: ...``."""
+    if not os.path.exists(path):
+        raise error(f"{what} file not found: {path}")
+    try:
+        return loads_toml(read_text(path, f"{what} file"))
+    except InputError as err:
+        raise error(f"{what} {path}: {err.reason}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{what} {path}: not valid TOML: {err}") from None
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -157,4 +172,4 @@ def load_json_object(path: str | os.PathLike[str], what: str = "file", allow_nan
 
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "load_json",
-           "load_json_object", "loads_json", "loads_toml", "read_bytes", "read_text", "too_deep"]
+           "load_json_object", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text", "too_deep"]

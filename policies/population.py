@@ -1,4 +1,10 @@
-"""Populations: which policy plays which agent (the roster; :mod:`policies.focal` plays them).
+"""Populations: which policy plays which agent (:mod:`policies.focal` plays them).
+
+One name per idea: a *population* assigns seats to policies; a population file is one as TOML
+(``play --population``, ``serve --population``, ``train --background``, which is the background of
+the seats that do not learn); a roster's and a suite's ``[backgrounds.<name>]`` tables are
+populations too (parsed by the same :meth:`Population.from_dict`). A *roster*
+(``experiments/evaluation/roster.py``) is a tournament: entrants, scenarios, seeds and backgrounds.
 
 A :class:`Population` is scenario-independent: it names policies per *role*
 (``allocator``, ``team``, ``broker``) and/or per *agent id*, each optionally with
@@ -10,7 +16,7 @@ parameters. Resolved against a scenario, every agent gets, in order of precedenc
 4. the fallback: a team plays its ``archetype`` from the scenario's team config, the
    broker ``demand_priced``, the allocator ``proportional``.
 
-The same thing as a small TOML roster file::
+The same thing as a small TOML population file::
 
     name = "bluffers vs a fair allocator"      # optional
     [roles]
@@ -23,7 +29,7 @@ and in Python::
 
     Population(roles={"team": "truthful"}, agents={"allocator": "max_min_fair"})
     Population.default(config)                 # the scenario's background, nothing overridden
-    Population.from_toml("roster.toml")        # .to_toml() writes it back
+    Population.from_toml("population.toml")    # .to_toml() writes it back
 
 Unknown policies, policies of the wrong role, unknown roles and (by default) agent ids the
 scenario does not have are errors that say what is known.
@@ -32,14 +38,13 @@ scenario does not have are errors that say what is known.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from commons_arena.arena import ArenaEnv
-from commons_arena.inputs import InputError, loads_toml, read_text
+from commons_arena.inputs import load_toml_file
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.base import Policy
@@ -49,7 +54,7 @@ FALLBACK = {"allocator": "proportional", "broker": "demand_priced"}  # teams: th
 
 
 class PopulationError(ValueError):
-    """A roster names an unknown policy, role or agent, or a policy of the wrong role."""
+    """A population names an unknown policy, role or agent, or a policy of the wrong role."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,10 @@ class Entry:
         return self.policy if not self.params else {"policy": self.policy, **self.params}
 
 
-def _check_policy(entry: Entry, where: str, role: str | None = None) -> None:
+def check_entry(entry: Entry, where: str, role: str | None = None) -> None:
+    """``entry`` names a policy (of ``role``, when given) with parameters it accepts: the one rule for a
+    seat's policy wherever one is assigned (a population, a tournament roster's entrants and anchors); the error names
+    ``where``."""
     try:
         spec = policy_spec(entry.policy)
     except ValueError as err:
@@ -111,10 +119,10 @@ class Population:
         for role, entry in roles.items():
             if role not in ROLES:
                 raise PopulationError(f"roles: unknown role {role!r}; roles are {list(ROLES)}")
-            _check_policy(entry, f"roles.{role}", role)
+            check_entry(entry, f"roles.{role}", role)
         agents = {agent: Entry.parse(v, f"agents.{agent}") for agent, v in dict(self.agents).items()}
         for agent, entry in agents.items():
-            _check_policy(entry, f"agents.{agent}")
+            check_entry(entry, f"agents.{agent}")
         object.__setattr__(self, "roles", roles)
         object.__setattr__(self, "agents", agents)
 
@@ -142,17 +150,9 @@ class Population:
 
     @classmethod
     def from_toml(cls, path: str | Path, config: ScenarioConfig | str | None = None) -> Population:
-        """Read a roster file; with ``config``, also check it against that scenario."""
+        """Read a population file; with ``config``, also check it against that scenario."""
         path = Path(path)
-        if not path.exists():
-            raise PopulationError(f"population file not found: {path}")
-        try:
-            data = loads_toml(read_text(path, "population file"))
-        except InputError as err:  # a special file, too large, not UTF-8, nested too deeply
-            raise PopulationError(f"population {path}: {err.reason}") from None
-        except tomllib.TOMLDecodeError as err:
-            raise PopulationError(f"population {path}: not valid TOML: {err}") from None
-        population = cls.from_dict(data, source=str(path))
+        population = cls.from_dict(load_toml_file(path, "population", PopulationError), source=str(path))
         if config is not None:
             population.resolve(config)
         return population
@@ -176,7 +176,7 @@ class Population:
         return out
 
     def to_toml(self, path: str | Path | None = None) -> str:
-        """The roster as TOML text (written to ``path`` when given)."""
+        """The population as TOML text (written to ``path`` when given)."""
         lines = []
         if self.name:
             lines.append(f"name = {_toml(self.name)}")
@@ -195,7 +195,7 @@ class Population:
         """Agent id → the entry that plays it in ``config`` (precedence in the module docstring).
 
         With ``strict`` (default), naming an agent the scenario does not have is an error;
-        otherwise such entries are ignored (handy for one roster over many scenarios).
+        otherwise such entries are ignored (handy for one population over many scenarios).
         """
         config = load_scenario(config)
         extra = [a for a in self.agents if a not in config.agents]
@@ -216,7 +216,7 @@ class Population:
                 entry, where = Entry(config.population[agent]), f"scenario {config.name!r} [population].{agent}"
             else:
                 entry, where = Entry(archetypes[agent] if role == "team" else FALLBACK[role]), "fallback"
-            _check_policy(entry, where, role)  # type: ignore[arg-type]
+            check_entry(entry, where, role)  # type: ignore[arg-type]
             out[agent] = entry  # type: ignore[assignment]
         return out
 
@@ -246,7 +246,7 @@ def _toml(value: Any) -> str:
         return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
-    raise PopulationError(f"cannot write {value!r} to a roster")
+    raise PopulationError(f"cannot write {value!r} to a population file")
 
 
-__all__ = ["Entry", "Population", "PopulationError"]
+__all__ = ["Entry", "Population", "PopulationError", "check_entry"]

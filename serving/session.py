@@ -226,7 +226,7 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
         except PopulationError as err:
             raise _bad(str(err), "population") from None
         ghosts = [a for a in extra.agents if a not in config.agents]
-        if ghosts:  # the server's own roster may span scenarios; a client names this table's agents
+        if ghosts:  # the server's own population may span scenarios; a client names this table's agents
             raise ServeError(422, "INVALID_REQUEST", f"population.agents: scenario {config.name!r} has no agent "
                              f"{_short_id(ghosts[0])!r}; its agents: {list(config.agents)}", field="population",
                              allowed=list(config.agents))

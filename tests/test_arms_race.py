@@ -24,6 +24,7 @@ from experiments.studies.arms_race import (
     warm_start_settings,
 )
 from experiments.training.args import TrainArgs
+from experiments.training.runs import saved_args
 from experiments.training.warm_start import check_warm_start, expected_linears
 from policies.checkpoint_format import NetworkSpec, PolicyNetwork
 from policies.learned import ModuleInterface, read_sidecar, save_policy
@@ -206,9 +207,9 @@ def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsy
     run = out / "round2" / ALLOCATOR
     history = json.loads((run / "history.json").read_text())
     assert 0 < history[-1]["train_mix_share"] < 1
-    args = json.loads((run / "args.json").read_text())
-    assert args["mix_background"] == str(out / "round2" / "mix_background.toml") and args["init_from"] is None
-    assert args["background"] == str(out / "round2" / "background.toml")
+    args = saved_args(run)  # the run's experiment.toml, read back
+    assert args["mix_background"] == out / "round2" / "mix_background.toml" and args["init_from"] is None
+    assert args["background"] == out / "round2" / "background.toml"
     with (out / "arms_race.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     measures = [r["measure"] for r in rows]

@@ -149,21 +149,24 @@ def test_sidecars_answer_in_one_line(tmp_path):
     fuzz()
 
 
-@pytest.mark.parametrize("name", ["args.json", "history.json", "state.json", "final_scores.json"])
+@pytest.mark.parametrize("name", ["experiment.toml", "args.json", "history.json", "state.json", "final_scores.json"])
 def test_run_folders_answer_in_one_line(tmp_path, name):
     from dataclasses import asdict
 
     from experiments.studies.seed_report import seed_runs
     from experiments.training.args import TrainArgs
+    from experiments.training.config_file import experiment_text
     from experiments.training.runs import run_args
 
     run = tmp_path / "parent" / "s0"
     run.mkdir(parents=True)
-    good = {"args.json": json.dumps(asdict(TrainArgs(experiment="seats_ppo")), default=str),
-            "history.json": json.dumps([{"iteration": 1, "scenario": "standard", "score": 0.5, "minutes": 1.0}])}
+    args = TrainArgs(experiment="seats_ppo")
+    record = {"args.json": json.dumps(asdict(args), default=str)} if name == "args.json" \
+        else {"experiment.toml": experiment_text(args)}  # an older run's record, or today's
+    good = {**record, "history.json": json.dumps([{"iteration": 1, "scenario": "standard", "score": 0.5, "minutes": 1.0}])}
 
     @FAST
-    @given(JSON_TEXT)
+    @given(TOML if name.endswith(".toml") else JSON_TEXT)
     def fuzz(text):
         for other, content in good.items():
             (run / other).write_text(content)

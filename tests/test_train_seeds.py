@@ -13,6 +13,7 @@ from experiments import statistics
 from experiments.statistics import bootstrap_ci, iqm, iqm_of, mean_ci
 from experiments.studies.seed_report import curve_rows, final_scores, pooled_comparison, seed_runs, write_seed_report
 from experiments.training.args import TrainArgs
+from experiments.training.runs import has_record, saved_args
 from tests.figures import assert_drawn
 
 pytestmark = pytest.mark.timeout(900)
@@ -100,8 +101,8 @@ def test_train_seeds_runs_each_seed_in_its_folder_and_reports(ray_session, tmp_p
                      out=tmp_path)
     parent = train_seeds(tiny, (0, 1), compare_seeds=2)
     assert parent.name == "allocator_ppo-standard-seeds0-1"
-    assert {p.name for p in parent.iterdir() if (p / "args.json").is_file() and not p.is_symlink()} == {"s0", "s1"}
-    assert json.loads((parent / "s1" / "args.json").read_text())["seed"] == 1
+    assert {p.name for p in parent.iterdir() if has_record(p) and not p.is_symlink()} == {"s0", "s1"}
+    assert saved_args(parent / "s1")["seed"] == 1
     saved = json.loads((parent / "aggregate.json").read_text())
     assert saved["seeds"] == [0, 1] and len(saved["final_scores"]["standard"]["values"]) == 2
     versus = {row["versus"] for row in saved["vs_scripted"]}

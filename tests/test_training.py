@@ -21,6 +21,7 @@ from experiments.evaluation.roster import RosterError, roster_from_dict
 from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
 from experiments.training.rl_modules import convert_pickled_checkpoint
+from experiments.training.runs import saved_args
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import SIDECAR, WEIGHTS, CheckpointError
 from policies.focal import run_episode
@@ -272,5 +273,6 @@ def test_a_new_run_never_reuses_another_runs_folder(ray_session, tmp_path):
     second = checkpoint.parent
     assert second.name == f"{first.name}-2"
     assert (tmp_path / "latest").resolve() == second.resolve()
-    assert json.loads((second / "args.json").read_text())["run_name"] == second.name
+    assert not (second / "args.json").exists()  # the run's one record of its arguments is its experiment.toml
+    assert saved_args(second)["seed"] == TINY.get("seed", 0) and "run_name" not in saved_args(second)
     assert {p: p.read_bytes() for p in kept} == kept  # the first run's files, byte for byte

@@ -41,22 +41,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
-from commons_arena.inputs import InputError, loads_toml, read_text
+from commons_arena.inputs import load_toml_file
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario, resolve_reference
 from experiments.seeds import MAX_SEED
-from policies.population import Entry, Population, PopulationError
-from policies.registry import policy_spec
+from policies.population import Entry, Population, PopulationError, check_entry
 
 RANDOM_ANCHOR = "random"  # in a team or broker seat: uniformly random actions (no registered policy)
 UNIFORM_RANDOM = "<uniform random actions>"
@@ -74,6 +72,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _some_background(backgrounds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    if not backgrounds:
+        raise ValueError("give at least one background (an empty [backgrounds.default] is the scenario's own)")
+    return backgrounds
+
+
+def default_backgrounds() -> dict[str, dict[str, Any]]:
+    """No ``[backgrounds]``: one, ``default``, each scenario's own ``[population]``."""
+    return {"default": {}}
+
+
+# The [backgrounds.<name>] tables of a roster or a suite: each a population table (policies/population.py:
+# roles / agents), named by its key; at least one. The one definition both formats use (backgrounds_of).
+BackgroundTables = Annotated[dict[str, dict[str, Any]], AfterValidator(_some_background),
+                             Field(default_factory=default_backgrounds)]
+
+
+def backgrounds_of(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, Population]:
+    """The populations of :data:`BackgroundTables` (a PopulationError names ``backgrounds.<name>`` and the key)."""
+    try:
+        return {name: Population.from_dict({**table, "name": name}, source=f"backgrounds.{name}")
+                for name, table in tables.items()}
+    except PopulationError as err:
+        raise PopulationError(str(err).removeprefix("population ")) from None
+
+
 class Anchors(_Strict):
     low: str | dict[str, Any] | None = None
     high: str | dict[str, Any] | None = None
@@ -85,7 +109,7 @@ class RosterModel(_Strict):
     scenarios: list[str] = Field(min_length=1)
     seeds: list[int]
     entrants: dict[str, Any] = Field(min_length=1)
-    backgrounds: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": dict[str, Any]()})
+    backgrounds: BackgroundTables
     anchors: Anchors = Anchors()
 
     @field_validator("seeds", mode="before")
@@ -128,13 +152,6 @@ class RosterModel(_Strict):
         if not isinstance(value, dict):
             raise ValueError(f"expected a table name = policy, or a list of policy names; got {value!r}")
         return value
-
-    @field_validator("backgrounds")
-    @classmethod
-    def _some_background(cls, backgrounds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        if not backgrounds:
-            raise ValueError("give at least one background (an empty [backgrounds.default] is the scenario's own)")
-        return backgrounds
 
 
 # --------------------------------------------------------------------------- meaning
@@ -206,7 +223,9 @@ def focal_agents(seat: str, config: ScenarioConfig) -> tuple[str, ...]:
     return (team,)
 
 
-def _parse_seat(seat: str) -> str:
+def parse_seat(seat: str) -> str:
+    """A focal seat as written (``allocator``, ``broker``, ``teams``, ``team:<name>`` or just ``<name>``) in its
+    one spelling: a team's name becomes ``team:<name>``."""
     return seat if seat in (ALLOCATOR, BROKER, SEAT_TEAMS) or seat.startswith("team:") else f"team:{seat}"
 
 
@@ -214,16 +233,7 @@ def _entry(value: Any, where: str, role: str) -> Entry:
     if value == RANDOM_ANCHOR and role != ALLOCATOR:
         return Entry(UNIFORM_RANDOM)
     entry = Entry.parse(value, where)
-    try:
-        spec = policy_spec(entry.policy)
-    except ValueError as err:
-        raise PopulationError(f"{where}: {err}") from None
-    if not spec.plays(role):  # a multi-seat checkpoint plays every role it holds
-        raise PopulationError(f"{where}: policy {entry.policy!r} plays the {'/'.join(spec.roles)} role, not {role} "
-                              "(the focal seat)")
-    unknown = set(entry.params) - set(spec.params)
-    if unknown:
-        raise PopulationError(f"{where}: policy {entry.policy!r} has no parameter(s) {sorted(unknown)}; it accepts {list(spec.params)}")
+    check_entry(entry, where, role)  # the focal seat's role
     return entry
 
 
@@ -251,22 +261,27 @@ def _players(model: RosterModel, role: str) -> list[Player]:
     return players
 
 
-def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path | None = None) -> Roster:
-    """Validate ``data`` (the parsed TOML); relative scenario paths resolve against ``base``."""
+def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path | None = None,
+                     parsed: Sequence[ScenarioConfig] = ()) -> Roster:
+    """Validate ``data`` (the parsed TOML); relative scenario paths resolve against ``base``. ``parsed``: the
+    roster's scenarios already parsed, in its order (a training run's own: not read again, and a scenario
+    file is played as it was parsed, not looked up by its name)."""
     try:
         model = RosterModel.model_validate(dict(data))
     except ValidationError as err:
         raise RosterError(f"roster {source}: {format_validation_error(err)}") from None
-    seat = _parse_seat(model.seat)
+    seat = parse_seat(model.seat)
     role = seat_role(seat)
     try:
         players = _players(model, role)
-        backgrounds = {name: Population.from_dict({**table, "name": name}, source=f"backgrounds.{name}")
-                       for name, table in model.backgrounds.items()}
+        backgrounds = backgrounds_of(model.backgrounds)
     except PopulationError as err:
         raise RosterError(f"roster {source}: {str(err).removeprefix('population ')}") from None
-    scenarios = []
-    for i, name in enumerate(model.scenarios):
+    if parsed and [c.name for c in parsed] != model.scenarios:
+        raise RosterError(f"roster {source}: scenarios {model.scenarios} are not the parsed ones "
+                          f"{[c.name for c in parsed]}")
+    scenarios = list(parsed)
+    for i, name in enumerate(model.scenarios if not parsed else ()):
         try:
             scenarios.append(load_scenario(resolve_reference(name, base)))
         except ScenarioError as err:
@@ -279,15 +294,7 @@ def roster_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path
 
 def load_roster(path: str | Path) -> Roster:
     path = Path(path)
-    if not path.exists():
-        raise RosterError(f"roster file not found: {path}")
-    try:
-        data = loads_toml(read_text(path, "roster"))
-    except InputError as err:  # a special file, too large, not UTF-8, nested too deeply
-        raise RosterError(f"roster {path}: {err.reason}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise RosterError(f"roster {path}: not valid TOML: {err}") from None
-    return roster_from_dict(data, source=str(path), base=path.parent)
+    return roster_from_dict(load_toml_file(path, "roster", RosterError), source=str(path), base=path.parent)
 
 
 def check_roster(roster: Roster) -> None:

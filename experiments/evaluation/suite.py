@@ -38,7 +38,6 @@ when the suite loads; both name the file and the entry: ``suite s.toml: evaluati
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +47,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
+from commons_arena.inputs import load_toml_file
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario, resolve_reference
-from experiments.evaluation.roster import RosterError, focal_agents, seat_role
+from experiments.evaluation.roster import (
+    SEAT_TEAMS,
+    BackgroundTables,
+    RosterError,
+    backgrounds_of,
+    focal_agents,
+    parse_seat,
+    seat_role,
+)
 from policies.population import Population, PopulationError
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
@@ -88,7 +96,7 @@ class SuiteModel(_Strict):
     reference: str | None = None
     selection_seeds: int = Field(default=10, ge=1, le=MAX_SELECTION_SEEDS)
     evaluation: list[EntryModel] = Field(min_length=1)
-    backgrounds: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": dict[str, Any]()})
+    backgrounds: BackgroundTables
 
 
 @dataclass(frozen=True)
@@ -118,8 +126,13 @@ class Suite:
     source: str = "<dict>"
 
 
-def _parse_seat(seat: str) -> str:
-    return seat if seat in (ALLOCATOR, BROKER) or seat.startswith("team:") else f"team:{seat}"
+def _one_seat(seat: str, where: str) -> str:
+    """A suite's focal seat: a roster's seat (:func:`~experiments.evaluation.roster.parse_seat`), but one seat."""
+    parsed = parse_seat(seat)
+    if parsed == SEAT_TEAMS:
+        raise SuiteError(f"{where}: seat: a suite's focal seat is one seat (allocator, broker or team:<name>), "
+                         "not every team")
+    return parsed
 
 
 def list_suites() -> list[str]:
@@ -143,12 +156,8 @@ def suite_path(name: str | Path) -> Path:
 
 def load_suite(name: str | Path) -> Suite:
     """A shipped suite by name, or a suite TOML file, validated (every entry resolved and checked)."""
-    path = suite_path(name)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise SuiteError(f"suite {path}: not valid TOML: {err}") from None
-    return suite_from_dict(data, source=str(path), base=path.parent)
+    path = suite_path(name)  # a special file, too large, not UTF-8 or nested too deeply: one line, as a roster
+    return suite_from_dict(load_toml_file(path, "suite", SuiteError), source=str(path), base=path.parent)
 
 
 def _split(name: str) -> tuple[ScenarioConfig, ...]:
@@ -176,11 +185,10 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path 
         model = SuiteModel.model_validate(dict(data))
     except ValidationError as err:
         raise SuiteError(f"suite {source}: {format_validation_error(err)}") from None
-    seat = _parse_seat(model.seat)
+    seat = _one_seat(model.seat, f"suite {source}")
     role = seat_role(seat)
     try:
-        backgrounds = {name: Population.from_dict({**table, "name": name}, source=f"backgrounds.{name}")
-                       for name, table in model.backgrounds.items()}
+        backgrounds = backgrounds_of(model.backgrounds)
     except PopulationError as err:
         raise SuiteError(f"suite {source}: {str(err).removeprefix('population ')}") from None
     reference = model.reference or DEFAULT_REFERENCE[role]
@@ -194,7 +202,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "<dict>", base: Path 
     evaluations: list[EvaluationScenario] = []
     for i, entry in enumerate(model.evaluation):
         where = f"suite {source}: evaluation[{i}]"
-        entry_seat = _parse_seat(entry.seat) if entry.seat is not None else seat
+        entry_seat = _one_seat(entry.seat, where) if entry.seat is not None else seat
         if seat_role(entry_seat) != role:
             raise SuiteError(f"{where}: seat {entry_seat!r} plays the {seat_role(entry_seat)} role; this suite's "
                              f"focal seat is a {role} ({seat!r}): one policy plays every entry")

@@ -1,6 +1,6 @@
 """Bluffing and pricing analysis of a training run: ``commons-arena analyze RUN``.
 
-Reads the run folder (``args.json``, ``history.json``, the checkpoint's data-only policies)
+Reads the run folder (its ``experiment.toml``, ``history.json``, the checkpoint's data-only policies)
 and plays held-out seeds (never used in training) through the focal/background substrate:
 
 * **learned teams**: the ratio of declared to true need (summed GPUs over the episode,
@@ -63,7 +63,7 @@ from experiments.evaluation.traces import (
 )
 from experiments.outputs import check_outputs, write_output
 from experiments.statistics import mean_ci95, paired_difference
-from experiments.training.runs import HistoryRow, saved_args, saved_history
+from experiments.training.runs import RECORD, HistoryRow, has_record, saved_args, saved_history
 from policies.population import Population
 
 # ----------------------------------------------------------------------------- the run
@@ -89,8 +89,8 @@ def read_run(run: Path, checkpoint: str = "checkpoint") -> RunInfo:
     from policies.policy_set import is_policy_set, members
 
     run = Path(run)
-    if not (run / "args.json").is_file():
-        raise ValueError(f"{run} is not a training run folder (no args.json); pass the folder `commons-arena train` wrote")
+    if not has_record(run):
+        raise ValueError(f"{run} is not a training run folder (no {RECORD}); pass the folder `commons-arena train` wrote")
     args = saved_args(run)  # each file of the run folder checked: one line naming it, never a traceback
     history = saved_history(run, required=False)
     folder = run / checkpoint

@@ -33,7 +33,9 @@ from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.outputs import check_outputs, write_output
 from experiments.seeds import first_seed
 from experiments.statistics import bootstrap_ci, iqm, iqm_of
-from experiments.training.runs import saved_args, saved_history
+from experiments.training.args import TrainArgs
+from experiments.training.kinds import kind_of
+from experiments.training.runs import RECORD, has_record, saved_args, saved_history
 
 COMPARE_FIRST_SEED = first_seed("compare")  # as the main job's comparison (experiments/seeds.py)
 
@@ -48,14 +50,14 @@ class SeedRun:
 
 
 def seed_runs(parent: Path) -> list[SeedRun]:
-    """The parent's run folders (those with an ``args.json`` and a ``history.json``), by seed; each
+    """The parent's run folders (those with a record of their arguments and a ``history.json``), by seed; each
     file checked (a damaged or hand-made one is one line naming it and the key)."""
     parent = Path(parent)
     if not parent.is_dir():
         raise ValueError(f"{parent} is not a folder: give the parent of the training seeds' run folders")
     runs = []
     for folder in sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()):
-        if not (folder / "args.json").is_file() or not (folder / "history.json").is_file():
+        if not has_record(folder) or not (folder / "history.json").is_file():
             continue
         args = saved_args(folder)
         history = saved_history(folder)
@@ -69,10 +71,10 @@ def seed_runs(parent: Path) -> list[SeedRun]:
                 raise ValueError(f"{final_path}: {tier}: expected an object with a number \"score\"")
         seed = args.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"{folder / 'args.json'}: seed must be an integer")
+            raise ValueError(f"{folder}: its recorded seed must be an integer")
         runs.append(SeedRun(seed, folder, args, history, final))
     if not runs:
-        raise ValueError(f"no finished run folders in {parent} (each needs args.json and a history.json with "
+        raise ValueError(f"no finished run folders in {parent} (each needs {RECORD} and a history.json with "
                          "at least one evaluation)")
     seeds = [r.seed for r in runs]
     if len(set(seeds)) != len(seeds):
@@ -206,7 +208,8 @@ def write_seed_report(parent: Path, compare_seeds: int = 100, progress: bool = F
     runs = seed_runs(parent)
     check_outputs(parent, OUTPUTS, force)
     scores = score_table(runs)
-    learns_allocator = "allocator" in runs[0].args.get("learners", ()) or runs[0].args["experiment"].startswith("allocator")
+    head = runs[0].args
+    learns_allocator = kind_of(head["experiment"]).allocator_learns(head.get("learners", TrainArgs().learners))
     pooled: list[dict[str, Any]] = []
     if learns_allocator and compare_seeds > 0:
         checkpoints = {f"s{r.seed}": r.folder / "best" for r in runs}

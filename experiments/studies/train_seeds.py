@@ -20,6 +20,7 @@ from pathlib import Path
 
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import write_experiment
+from experiments.training.runs import SEEDS_PARENT
 
 
 def parent_folder(args: TrainArgs, seeds: tuple[int, ...]) -> Path:
@@ -73,7 +74,7 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     parent = parent_folder(args, seeds)
     parent.mkdir(parents=True)
     write_experiment(parent / "experiment.toml", replace(args, seed=seeds[0]))
-    (parent / "seeds.json").write_text(json.dumps({"train_seeds": list(seeds)}))
+    (parent / SEEDS_PARENT).write_text(json.dumps({"train_seeds": list(seeds)}))
     print(f"{len(seeds)} training seeds, in turn, under {parent}")
     start_local_ray(args)
     for seed in seeds:

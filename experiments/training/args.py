@@ -57,10 +57,11 @@ class TrainArgs:
     team_modules: Literal["shared", "per_team"] = "shared"
     """learning teams share one module (their identity appended to the observation) or get one each"""
     background: Annotated[Path | None, tyro.conf.arg(aliases=("--population",))] = None
-    """roster TOML for the seats that do not learn (scripted or learned:<dir> frozen checkpoints);
+    """population file (TOML: [roles] / [agents], policies/population.py) for the seats that do not learn
+    (scripted or learned:<dir> frozen checkpoints);
     default: the scenario's own population (--population, as play and serve call it, is the same flag)"""
     mix_background: Path | None = None
-    """a second roster (scripted or learned:<dir> entries, the rest each scenario's own population) that
+    """a second population file (scripted or learned:<dir> entries, the rest each scenario's own population) that
     replaces --background in a --mix-share of training episodes, drawn per episode (e.g. a frozen best
     response in one team seat: the arms race, docs/negotiation.md); held-out evaluations play --background"""
     mix_share: float = 0.5
@@ -170,7 +171,7 @@ class TrainArgs:
     """run folder name (default: experiment-scenario-s<seed>, numbered -2, -3, ... when taken);
     a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
-    """continue the run in this folder from its last checkpoint (its args.json wins); the only
+    """continue the run in this folder from its last checkpoint (its experiment.toml wins); the only
     way to write into an existing run folder. It restores RLlib's full state, which is pickled:
     resume only runs you made (`learned:` never reads those files)"""
     address: str | None = None
@@ -182,11 +183,11 @@ class TrainArgs:
 
     def validate(self) -> None:
         """Refuse arguments that cannot work on their own (no file is read: the scenarios, the
-        learners and the roster are checked when the run is set up, ``setup.resolve``)."""
+        learners and the population files are checked when the run is set up, ``setup.resolve``)."""
         literal = [f"--{f.name.replace('_', '-')} must be one of {list(get_args(hint))}, got {value!r:.60}"
                    for f in fields(TrainArgs) for hint in [_HINTS[f.name]] for value in [getattr(self, f.name)]
                    if get_origin(hint) is Literal and value not in get_args(hint)]
-        if literal:  # a saved args.json (--resume) is read without tyro: its names are checked here too
+        if literal:  # a run's record (--resume) is read without tyro: its names are checked here too
             raise ValueError(literal[0])
         checks = [
             (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),

@@ -1,8 +1,10 @@
 """Experiment files: a training run as a TOML file another lab can rerun.
 
 ``commons-arena train --config FILE.toml`` reads one; every run writes its own
-(``<run>/experiment.toml``, beside ``args.json``), so ``--config <run>/experiment.toml``
-reruns it. Flags given with ``--config`` override the file's values. The layout::
+(``<run>/experiment.toml``), so ``--config <run>/experiment.toml`` reruns it. It is also the
+run's one record of its arguments: ``--resume``, ``analyze`` and ``seed-report`` read it back
+through this module's loader (``experiments/training/runs.py``). Flags given with ``--config``
+override the file's values. The layout::
 
     [train]                 # every field of TrainArgs (experiments/training/args.py), by its name
     experiment = "allocator_mixed"
@@ -14,12 +16,12 @@ reruns it. Flags given with ``--config`` override the file's values. The layout:
     [scenarios]             # every scenario the run plays, by name and content hash
     standard = "3f1c..."    # a scenario whose content changed since is refused (both hashes named)
 
-    [background]            # only with train.background: the roster file's sha256
+    [background]            # only with train.background: the population file's sha256
     sha256 = "..."
-    [mix_background]        # only with train.mix_background: the same for that roster
+    [mix_background]        # only with train.mix_background: the same for that file
     sha256 = "..."
 
-Validated like scenarios and rosters: unknown keys are refused with their path
+Validated like scenarios and population files: unknown keys are refused with their path
 (``train.lrr: Extra inputs are not permitted``), values are checked by type and then by
 ``TrainArgs.validate``. A key left out takes today's default; the files this module writes
 hold every field, so a default that changes later cannot change a rerun.
@@ -35,7 +37,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
@@ -49,9 +51,10 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
 
-# Not part of an experiment: where and how this session runs (refused in a file, never written).
+# Not part of an experiment: where and how this session runs (refused in a file, never written; on
+# ``--resume`` they are this session's). The one list of them (the budget is recorded: runs.BUDGET).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
-ROSTER_FIELDS = ("background", "mix_background")  # roster files whose sha256 the file records
+POPULATION_FIELDS = ("background", "mix_background")  # population files whose sha256 the file records
 HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
           "# (flags given beside --config override its values; docs/training.md)\n")
 
@@ -88,9 +91,9 @@ class _Background(BaseModel):
 
 
 def _file_model() -> type[BaseModel]:
-    rosters: dict[str, Any] = {name: (_Background | None, None) for name in ROSTER_FIELDS}
+    populations: dict[str, Any] = {name: (_Background | None, None) for name in POPULATION_FIELDS}
     return create_model("ExperimentFile", __config__=ConfigDict(extra="forbid"),
-                        train=(_train_section(), ...), scenarios=(dict[str, str], ...), **rosters)
+                        train=(_train_section(), ...), scenarios=(dict[str, str], ...), **populations)
 
 
 def stage_hash(name: str, config: ScenarioConfig | None = None) -> str:
@@ -114,11 +117,15 @@ def scenario_hashes(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
 
 
 def file_hash(path: Path) -> str:
-    return hashlib.sha256(read_bytes(path, "roster")).hexdigest()
+    return hashlib.sha256(read_bytes(path, "population file")).hexdigest()
 
 
-def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
-    """The arguments an experiment file's contents describe, checked (see the module docstring)."""
+def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: bool = True,
+                   configs: Sequence[ScenarioConfig] | None = None) -> TrainArgs:
+    """The arguments an experiment file's contents describe, checked (see the module docstring). With
+    ``current`` the scenarios and population files must still hash as recorded (``configs``: the stages
+    already parsed, not read again); without, only the file's own structure and values are checked (a run's
+    record read for a report: a scenario edited since does not hide the run)."""
     try:
         model = _file_model().model_validate(data)
     except ValidationError as err:
@@ -133,38 +140,49 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
         raise ExperimentFileError(
             f"invalid experiment file {source}: scenarios must list exactly the scenarios the run plays "
             f"({', '.join(args.stages)}), got {', '.join(listed) or 'none'}")
-    for name, recorded in listed.items():
-        current = stage_hash(name)
-        if current != recorded:
-            raise ExperimentFileError(
-                f"invalid experiment file {source}: scenarios.{name}: the scenario changed since the file was "
-                f"written (file: {recorded}, now: {current}); rerun with the scenario as it was, or update the hash")
-    for name in ROSTER_FIELDS:
-        recorded, roster = getattr(model, name), getattr(args, name)
-        if (recorded is None) != (roster is None):
+    for name in POPULATION_FIELDS:
+        if (getattr(model, name) is None) != (getattr(args, name) is None):
             raise ExperimentFileError(f"invalid experiment file {source}: {name}.sha256 goes with train.{name} "
                                       "(both or neither)")
-        if recorded is not None and roster is not None:
-            current = file_hash(roster)
-            if current != recorded.sha256:
+    if not current:
+        return args
+    for name, now in scenario_hashes(args, configs).items():
+        if now != listed[name]:
+            raise ExperimentFileError(
+                f"invalid experiment file {source}: scenarios.{name}: the scenario changed since the file was "
+                f"written (file: {listed[name]}, now: {now}); rerun with the scenario as it was, or update the hash")
+    for name in POPULATION_FIELDS:
+        recorded, population = getattr(model, name), getattr(args, name)
+        if recorded is not None and population is not None:
+            now = file_hash(population)
+            if now != recorded.sha256:
                 raise ExperimentFileError(
-                    f"invalid experiment file {source}: {name}.sha256: {roster} changed since the file "
-                    f"was written (file: {recorded.sha256}, now: {current})")
+                    f"invalid experiment file {source}: {name}.sha256: {population} changed since the file "
+                    f"was written (file: {recorded.sha256}, now: {now})")
     return args
 
 
-def load_experiment(path: str | Path) -> TrainArgs:
-    """Read and check an experiment file."""
+def read_experiment(path: str | Path) -> dict[str, Any]:
+    """An experiment file's TOML as a dict (one line naming the file when it cannot be read)."""
     path = Path(path)
     try:
-        data = loads_toml(read_text(path, "experiment file"))
+        return loads_toml(read_text(path, "experiment file"))
     except FileNotFoundError:
         raise ExperimentFileError(f"no experiment file at {path}") from None
     except InputError as err:  # a special file (/dev/zero, a FIFO), too large, not UTF-8, nested too deeply
         raise ExperimentFileError(f"invalid experiment file {path}: {err.reason}") from None
     except tomllib.TOMLDecodeError as err:
         raise ExperimentFileError(f"invalid experiment file {path}: not TOML ({err})") from None
-    return args_from_dict(data, str(path))
+
+
+def load_experiment(path: str | Path, *, missing: Mapping[str, Any] | None = None, current: bool = True,
+                    configs: Sequence[ScenarioConfig] | None = None) -> TrainArgs:
+    """Read and check an experiment file (:func:`args_from_dict`). ``missing``: the values of ``[train]`` keys
+    the file leaves out (a run's record: the value it trained with, not today's default)."""
+    data = read_experiment(path)
+    if missing and isinstance(data.get("train"), dict):
+        data = {**data, "train": {**missing, **data["train"]}}
+    return args_from_dict(data, str(path), current=current, configs=configs)
 
 
 def _toml_value(value: Any) -> str:
@@ -201,9 +219,9 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
         lines.append(f"{f.name} = {_toml_value(value)}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
     lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
-    for name in ROSTER_FIELDS:
+    for name in POPULATION_FIELDS:
         if getattr(args, name) is not None:
-            lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
+            lines += ["", f"[{name}]  # the population file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -213,4 +231,4 @@ def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConf
 
 
 __all__ = ["ExperimentFileError", "SESSION_FIELDS", "args_from_dict", "experiment_text",
-           "load_experiment", "scenario_hashes", "write_experiment"]
+           "load_experiment", "read_experiment", "scenario_hashes", "write_experiment"]

@@ -1,7 +1,7 @@
 """Experiment kinds: what ``commons-arena train --experiment NAME`` trains, one class per kind.
 
 A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays
-(:meth:`Kind.stages`), how strongly a learning seat starts on its codec's zero code (or at which code, :meth:`Kind.start_code`), whether
+(:meth:`Kind.stages`; whether the allocator is among them, :meth:`Kind.allocator_learns`), how strongly a learning seat starts on its codec's zero code (or at which code, :meth:`Kind.start_code`), whether
 it switches populations during a run (its scripted seats then play inside the env), what it
 adds to the RLlib env config and callbacks (:meth:`Kind.configure`), what a resume needs
 before the checkpoint loads (:meth:`Kind.before_restore`) and what it reports after training
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from commons_arena.enums import TIERS
+from commons_arena.enums import ALLOCATOR, TIERS
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules
 
@@ -69,6 +69,11 @@ class Kind:
 
     def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
         return SeatPlan.single("allocator")
+
+    def allocator_learns(self, learners: Sequence[str]) -> bool:
+        """Whether the allocator learns in a run given ``--learners`` (what a report of the run may compare
+        with the scripted allocators), without a scenario to plan on."""
+        return ALLOCATOR in learners if self.chooses_learners else True
 
     def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
         """Add this kind's part of the env config; returns its callbacks class (None: the default
@@ -168,6 +173,9 @@ class League(Kind):
     def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
         return SeatPlan.build(config, ["team"], "shared")
 
+    def allocator_learns(self, learners: Sequence[str]) -> bool:
+        return False
+
     def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
         from experiments.training import league
 
@@ -209,6 +217,9 @@ class BestResponse(Kind):
             raise ValueError(f"--experiment best_response trains one team or the broker: name it with --learners "
                              f"(one of {[a for a in config.agents if a != 'allocator']}), got {list(learners)}")
         return SeatPlan.build(config, seats, "per_team")
+
+    def allocator_learns(self, learners: Sequence[str]) -> bool:
+        return False  # its one learner is a team or the broker
 
     def start_code(self, setup: Any, run: Path) -> StartCode | None:
         """The learner starts at its codec's best fixed code (experiments/evaluation/best_code.py), searched on

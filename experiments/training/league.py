@@ -267,7 +267,7 @@ def payoff_matrix(run: Path, config: ScenarioConfig, seeds: Sequence[int], focal
         "name": f"league snapshots of {run.name}", "seat": focal, "scenarios": [config.name], "seeds": list(seeds),
         "entrants": {s: f"learned:{folder / s / SET_DIR / focal}" for s in snapshots},
         "backgrounds": {s: {"agents": {t: f"learned:{folder / s / SET_DIR / t}" for t in others}} for s in snapshots},
-    })
+    }, parsed=[config])  # the run's scenario as parsed (a scenario file is not looked up by its name)
     options = replace(QUIET, ray_min_seconds=float("inf"))  # in-process: the training run holds the CPUs
     result = run_tournament(roster, run / "league_tournament", options=options)
     means = {(r["player"], r["background"]): r["return_mean"] for r in result.aggregates.scores}

@@ -3,7 +3,13 @@
 Every run gets its own folder: ``<out>/<run name>`` must be new (the default name is numbered
 ``-2``, ``-3``, ... when taken; a taken ``--run-name`` is refused) and ``<out>/latest`` points
 at the newest one. Only ``--resume`` writes into an existing run folder; the saved run's
-arguments then win, except those of this session (:data:`SESSION_ARGS`).
+arguments then win, except those of this session (``config_file.SESSION_FIELDS``) and a budget given
+now (:data:`BUDGET`).
+
+A run's arguments are saved once, as its experiment file (:data:`RECORD`, ``config_file.py``): what
+``train --config`` reruns is what ``--resume``, ``analyze`` and ``seed-report`` read back, through the same
+strict loader. Run folders made before that hold only ``args.json`` (:data:`LEGACY_RECORD`): still read,
+checked the way they always were.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from commons_arena.errors import format_validation_error
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import LATEST, TrainArgs
-from experiments.training.config_file import write_experiment
+from experiments.training.config_file import SESSION_FIELDS, load_experiment, write_experiment
 
-# On resume the saved run's arguments win, except these, which belong to this session.
-SESSION_ARGS = ("minutes", "iterations", "quiet", "address", "resume")
-# ... but the budget (a total over the run's sessions) stays the recorded one unless this session gives one
+RECORD = "experiment.toml"  # a run's arguments (config_file.py): `train --config` reruns it, --resume reads it
+LEGACY_RECORD = "args.json"  # the record of runs made before experiment.toml was the only one (read, never written)
+SEEDS_PARENT = "seeds.json"  # marks the parent of --train-seeds runs: its experiment.toml is for reruns, not a run's
+# On resume the saved run's arguments win, except config_file.SESSION_FIELDS (this session's) and the
+# budget (a total over the run's sessions), which stays the recorded one unless this session gives one.
 BUDGET = ("minutes", "iterations")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
@@ -54,8 +62,11 @@ def run_folder(args: TrainArgs) -> Path:
     a number (``-2``, ``-3``, ...) when taken; an explicit ``--run-name`` that is taken is refused."""
     if args.resume is not None:
         run = Path(args.resume)
-        if not (run / "args.json").is_file():
-            raise ValueError(f"nothing to resume in {run}: it has no args.json (not a run folder of `commons-arena train`)")
+        if (run / SEEDS_PARENT).is_file():
+            raise ValueError(f"{run} holds the runs of --train-seeds, one folder per seed: resume one of them "
+                             f"(--resume {run / 's0'}, ...)")
+        if not has_record(run):
+            raise ValueError(f"nothing to resume in {run}: it has no {RECORD} (not a run folder of `commons-arena train`)")
         return run.resolve()
     run = args.out / args.name
     if not _holds_files(run):
@@ -82,16 +93,21 @@ def point_latest(run: Path) -> None:
     os.replace(tmp, link)
 
 
+def has_record(run: Path) -> bool:
+    """Whether ``run`` holds a run's record of its arguments (:data:`RECORD`, or an older run's :data:`LEGACY_RECORD`)."""
+    return ((run / RECORD).is_file() and not (run / SEEDS_PARENT).is_file()) or (run / LEGACY_RECORD).is_file()
+
+
 def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
-    """The saved run's arguments, with this session's (:data:`SESSION_ARGS`) and, for flags
-    added since, the value the run trained with."""
+    """The saved run's arguments, with this session's (``config_file.SESSION_FIELDS``, and the budget when
+    given now: :data:`BUDGET`) and, for flags added since, the value the run trained with."""
     values: dict[str, Any] = {}
     defaults = TrainArgs()
     keep_budget = current.iterations is None and current.minutes == defaults.minutes  # no budget given now
     for f in fields(TrainArgs):
         if f.name in BUDGET and keep_budget and f.name in saved:
             values[f.name] = saved[f.name]  # the run's recorded budget, not today's default
-        elif f.name in SESSION_ARGS:
+        elif f.name in BUDGET or f.name in SESSION_FIELDS:
             values[f.name] = getattr(current, f.name)
         elif f.name not in saved:
             values[f.name] = VALUE_BEFORE_FLAG.get(f.name, getattr(current, f.name))
@@ -111,7 +127,7 @@ def run_args(args: TrainArgs) -> TrainArgs:
         return args
     run = run_folder(args)
     saved = saved_args(run)
-    resumed = resumed_args(saved, args)
+    resumed = replace(resumed_args(saved, args), run_name=run.name)  # the run's name is its folder's
     try:  # the saved arguments pass the same checks as flags, before anything is written
         replace(resumed, resume=None, run_name=None).validate()
     except (TypeError, ValueError) as err:
@@ -126,7 +142,7 @@ def run_args(args: TrainArgs) -> TrainArgs:
 
 _FINITE = Annotated[float, Field(allow_inf_nan=False)]
 _NUMBER = Annotated[float, Field(allow_inf_nan=True)]
-SAVED_FILES: dict[str, TypeAdapter[Any]] = {  # what --resume reads back besides args.json and state.json
+SAVED_FILES: dict[str, TypeAdapter[Any]] = {  # what --resume reads back besides the record and state.json
     "observation_scale.json": TypeAdapter(dict[str, list[_FINITE]] | list[_FINITE]),
     "references.json": TypeAdapter(dict[str, dict[str, list[_NUMBER] | _NUMBER]]),
 }
@@ -167,9 +183,20 @@ def saved_state(run: Path) -> RunState:
 
 
 def saved_args(run: Path) -> dict[str, Any]:
-    """A run folder's ``args.json``, refused (ValueError) unless it is an object of TrainArgs' fields with
-    values of their types: a hand-made or damaged file stops ``--resume`` before anything is written."""
-    path = Path(run) / "args.json"
+    """A run folder's recorded arguments, field -> value: its :data:`RECORD` read by the experiment file's
+    strict loader (keys it leaves out: the value before the flag existed, :data:`VALUE_BEFORE_FLAG`), or an older
+    run's :data:`LEGACY_RECORD`. A hand-made or damaged record is refused (ValueError, one line naming the
+    file and key) before anything is written."""
+    run = Path(run)
+    if (run / RECORD).is_file() or not (run / LEGACY_RECORD).is_file():
+        args = load_experiment(run / RECORD, missing=VALUE_BEFORE_FLAG, current=False)
+        return {f.name: getattr(args, f.name) for f in fields(TrainArgs) if f.name not in SESSION_FIELDS}
+    return legacy_args(run / LEGACY_RECORD)
+
+
+def legacy_args(path: Path) -> dict[str, Any]:
+    """An older run's ``args.json``, refused (ValueError) unless it is an object of TrainArgs' fields with
+    values of their types."""
     try:
         saved = load_json(path, "run arguments", allow_nan=True)
     except InputError as err:
@@ -241,20 +268,22 @@ def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
 
 
 def open_run(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> tuple[Path, TrainArgs, RunState]:
-    """The run folder (created, or the one resumed), the arguments as written to its
-    ``args.json`` (a new run's with its folder name) and its state so far; ``<out>/latest``
-    then points at it. ``configs``: the run's stages, parsed once by its setup."""
+    """The run folder (created, or the one resumed), the arguments as recorded in its :data:`RECORD` (a new
+    run's with its folder name) and its state so far; ``<out>/latest`` then points at it. ``configs``: the
+    run's stages, parsed once by its setup. A resumed run's scenarios and population files must still hash
+    as its record says (checked before anything is written)."""
     run = run_folder(args)
     state = RunState()
     if args.resume is not None:
+        if (run / RECORD).is_file():
+            load_experiment(run / RECORD, missing=VALUE_BEFORE_FLAG, configs=configs)
         state = saved_state(run)  # a fresh state if killed before the first evaluation
     else:
         if run.name != args.name:
             print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
         args = replace(args, run_name=run.name)
         run.mkdir(parents=True, exist_ok=False)
-    (run / "args.json").write_text(json.dumps(asdict(args), default=str, indent=1))
-    write_experiment(run / "experiment.toml", args, configs)  # `train --config <run>/experiment.toml` reruns it
+    write_experiment(run / RECORD, args, configs)  # `train --config <run>/experiment.toml` reruns it
     point_latest(run)
     return run, args, state
 
@@ -264,5 +293,6 @@ def save_state(run: Path, state: RunState) -> None:
     (run / "history.json").write_text(json.dumps(state.history, indent=1))
 
 
-__all__ = ["HistoryRow", "RunState", "saved_history", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state", "saved_args",
-           "check_saved_files", "saved_state"]
+__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "check_saved_files", "has_record",
+           "legacy_args", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state",
+           "saved_args", "saved_history", "saved_state"]

@@ -1,7 +1,7 @@
 """What a run's arguments mean, resolved once: :class:`RunSetup`.
 
 :func:`resolve` parses the scenarios (once; the env runners receive the parsed configs as
-data), decides the learning seats (the experiment kind's seat plan, ``kinds.py``), reads the background roster, and
+data), decides the learning seats (the experiment kind's seat plan, ``kinds.py``), reads the background population file, and
 names each learning seat's codec and history; it raises ``ValueError`` naming what to fix,
 before Ray starts or anything is written. :func:`measure` adds what is computed from
 episodes and kept in the run folder (so ``--resume`` reuses it): the observation scales and
@@ -46,7 +46,7 @@ class RunSetup:
     args: TrainArgs
     stages: tuple[ScenarioConfig, ...]  # args.stages parsed, same order
     plan: SeatPlan
-    background: Population  # the seats that do not learn (a roster or the scenario's own)
+    background: Population  # the seats that do not learn (a population file or the scenario's own)
     mix_background: Population | None  # replaces `background` in a share of training episodes (args.mix_share)
     scripted_in_env: bool  # the background plays inside the env (else as RLlib modules)
     codecs: Mapping[str, str]  # learning seat -> action codec (raw seats absent; seat_codecs.py)
@@ -97,7 +97,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         args=args,
         stages=stages,
         plan=plan,
-        background=background_population(args.background, stages[0]),  # a bad roster says what is wrong
+        background=background_population(args.background, stages[0]),  # a bad population file says what is wrong
         mix_background=None if args.mix_background is None else background_population(args.mix_background, stages[0]),
         # a curriculum, a mix or a league switches populations (or members): those play in the env
         scripted_in_env=args.scripted_in_env or kind.switches_populations,
@@ -141,7 +141,7 @@ def evaluation_stages(args: TrainArgs, stages: tuple[ScenarioConfig, ...]) -> tu
 
 
 def background_population(path: Path | None, config: ScenarioConfig) -> Population:
-    """The non-learning seats: a roster file (scripted or ``learned:`` entries) or the scenario's own."""
+    """The non-learning seats: a population file (scripted or ``learned:`` entries) or the scenario's own."""
     return Population.default(config) if path is None else Population.from_toml(path, config)
 
 
