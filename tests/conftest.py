@@ -46,16 +46,16 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_remote_runners": ("rllib", "ray"),  # remote env runners on the session's Ray
     "test_universal_training": ("rllib", "ray"),  # the shape-free allocator trained, fine-tuned, on long episodes
     "test_universal::test_an_iteration_without_a_finished_episode_reports_no_nan": ("slow",),  # imports tensorboardX
-    "test_serving": ("server",),
-    "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
+    "test_app": ("server",),
+    "test_app_hostile": ("server",),  # a server in its own process, fuzzed
     "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules
     "test_cli_hostile::test_checkpoint_identity_reads_only_the_sidecar": ("rllib",),
     "test_cli_hostile::test_analyze_reads_a_mixed_run_on_its_hardest_tier": ("rllib",),  # saves an RLlib module
-    "test_session_store::test_everything_that_touches_a_session_runs_on_the_event_loop": ("slow",),  # builds the app
+    "test_session::test_everything_that_touches_a_session_runs_on_the_event_loop": ("slow",),  # builds the app
     "test_openenv": ("server",),  # openenv validate and its client against the serve command
-    "test_mcp": ("server",),  # the MCP SDK's client over streamable HTTP
+    "test_mcp_seat": ("server",),  # the MCP SDK's client over streamable HTTP
     "test_seat_teaching::test_http_preview_and_summary": ("server",),  # the app, a whole episode and its references
-    "test_serve_check": ("server",),  # semantic checks over HTTP against a real server
+    "test_check": ("server",),  # semantic checks over HTTP against a real server
     "test_seat_teaching::test_references_are_the_engines_on_the_same_seed_and_cached": ("slow",),  # 4 oracle episodes
     "test_play_browser": ("browser", "server"),
     "test_replay_browser": ("browser",),

@@ -15,8 +15,12 @@ TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 
 
+def module_file(module: str) -> Path | None:
+    return next(TESTS.rglob(f"{module}.py"), None)
+
+
 def functions_of(module: str) -> set[str]:
-    tree = ast.parse((TESTS / f"{module}.py").read_text(encoding="utf-8"))
+    tree = ast.parse(module_file(module).read_text(encoding="utf-8"))
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
 
 
@@ -24,13 +28,13 @@ def test_every_marked_module_and_test_exists():
     """A renamed test would silently fall into the fast loop: its old name here must fail instead."""
     for key in MARKS:
         module, _, test = key.partition("::")
-        assert (TESTS / f"{module}.py").is_file(), f"MARKS names {module}, which is not a test module"
+        assert module_file(module) is not None, f"MARKS names {module}, which is not a test module"
         if test:
             assert test.partition("[")[0] in functions_of(module), f"MARKS names {key}, which does not exist"
 
 
 def test_every_marked_fixture_exists():
-    fixtures = set().union(*(functions_of(path.stem) for path in TESTS.glob("*.py")))
+    fixtures = set().union(*(functions_of(path.stem) for path in TESTS.rglob("*.py")))
     for fixture in FIXTURE_MARKS:
         assert fixture in fixtures, f"FIXTURE_MARKS names {fixture}, which no test file defines"
 
@@ -43,7 +47,7 @@ def test_every_mark_is_registered():
 
 
 def test_needs_imply_slow():
-    assert marks_for("test_serving", "test_x", "test_x", ()) == {"server", "slow"}
+    assert marks_for("test_app", "test_x", "test_x", ()) == {"server", "slow"}
     assert marks_for("test_mechanics", "test_x", "test_x", ("tmp_path", "ray_session")) == {"ray", "slow"}
     assert marks_for("test_mechanics", "test_x", "test_x", ("tmp_path",)) == set()
 

@@ -39,7 +39,7 @@ def assert_one_line_error(capsys, *argv: str, match: str) -> str:
 
 @pytest.fixture
 def fitting_checkpoint(tmp_path) -> Path:
-    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only the tests that need it
+    from tests.policies.test_checkpoint_format import save_agent  # imports torch and RLlib: only the tests that need it
 
     return save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
 
@@ -159,7 +159,7 @@ def test_multi_line_reports_become_one_line():
 
 def test_the_installed_command_exits_2_with_one_line_and_no_traceback(tmp_path):
     """The real entry point, in a fresh process."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     script = "from commands.cli import main; main()"
     for argv in (["evaluate", "--seeds", "-3"],):
         done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,

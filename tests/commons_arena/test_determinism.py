@@ -15,7 +15,7 @@ import commons_arena
 from tests import trajectory_digests
 
 SCENARIOS = commons_arena.list_scenarios()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Runs here (exec) and in a fresh interpreter (python -c), so both use the same code.
 ROLLOUT = r'''

@@ -31,7 +31,7 @@ from commons_arena.scenario import scenario_from_dict
 from policies.base import uniform_random_policies
 from policies.focal import run_episode
 from policies.population import Population
-from tests.test_cli_errors import assert_one_line_error, run_cli
+from tests.commands.test_cli_errors import assert_one_line_error, run_cli
 
 SHIPPED = [
     "cost_pressure", "crisis", "deadline_crunch", "elevated", "job_mix", "market_baseline", "policy_shift",

@@ -131,7 +131,7 @@ def test_golden_playthroughs_replay_on_every_blas_kernel(kernel: str) -> None:
     )
     env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=Path(__file__).resolve().parents[2])
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "ok", f"with OPENBLAS_CORETYPE={kernel}: {run.stdout}"
 

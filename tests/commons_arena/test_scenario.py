@@ -14,7 +14,7 @@ from commons_arena import ScenarioError, load_scenario
 from commons_arena.scenario import scenario_from_dict, scenario_path
 
 SCENARIOS = commons_arena.list_scenarios()
-SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 # issue 2, deliverable 4: the named scenarios every checkout must ship
 REQUIRED = (

@@ -85,6 +85,6 @@ def test_native_output_is_silenced_and_python_output_kept(tmp_path):
         "print('after')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["before", "after"]

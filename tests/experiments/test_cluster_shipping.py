@@ -24,7 +24,7 @@ from policies import shipping
 from policies.learned import LearnedPolicy
 from policies.registry import make_policy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_packed_checkpoint_plays_where_its_folder_is_gone(tmp_path, cache):
-    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
+    from tests.policies.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
 
     source = save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
     (source / "rllib_state.pkl").write_bytes(b"not sent")  # only the data-only files travel
@@ -59,7 +59,7 @@ def test_a_packed_checkpoint_plays_where_its_folder_is_gone(tmp_path, cache):
 
 
 def test_damaged_bytes_are_refused(tmp_path, cache):
-    from tests.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
+    from tests.policies.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
 
     packed = shipping.pack(str(save_agent(tmp_path / "ckpt", "standard", ALLOCATOR)))
     rel, data = packed.files[0]
@@ -93,7 +93,7 @@ from experiments.evaluation.roster import roster_from_dict
 from experiments.training import algorithm, setup as run_setup
 from experiments.training.args import TrainArgs
 from experiments.training.callbacks import foreach_sampling_runner
-from tests.test_checkpoint_format import save_agent
+from tests.policies.test_checkpoint_format import save_agent
 
 out = {}
 work = Path(tempfile.mkdtemp())
@@ -156,7 +156,7 @@ try:
     # tournament stores in-process
     import subprocess
     from commands.cli import main
-    from tests.test_tournament import stored
+    from tests.experiments.evaluation.test_tournament import stored
     deadline = time.time() + 60
     while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.2)

@@ -23,7 +23,7 @@ from commons_arena.errors import one_line
 EXAMPLES = int(os.environ.get("COMMONS_ARENA_FUZZ_EXAMPLES", "30"))  # more for a long hunt; the fast loop: 30
 FAST = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
                 derandomize=EXAMPLES <= 30)
-GOLDEN = Path(__file__).parent / "golden" / "standard.jsonl"
+GOLDEN = Path(__file__).parents[1] / "golden" / "standard.jsonl"
 
 LEAF = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True)
         | st.text(max_size=20) | st.sampled_from(["standard", "crisis", "edf", "allocator", "search", "broker",

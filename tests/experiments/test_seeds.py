@@ -13,7 +13,7 @@ import pytest
 from commons_arena.spaces import MAX_SEED
 from experiments.seeds import SEED_RANGES, first_seed, validate_seeds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ranges_tile_without_overlap_and_training_is_above_every_other():

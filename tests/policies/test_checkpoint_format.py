@@ -1,7 +1,7 @@
 """Data-only checkpoints: loading a policy reads JSON + safetensors and never runs a pickle.
 
 These tests build RLlib's default PPO module directly (no Ray session, no training) and save
-it the way ``commons-arena train`` does; tests/test_training.py repeats the trojan test on a
+it the way ``commons-arena train`` does; tests/experiments/training/test_training.py repeats the trojan test on a
 real trained checkpoint and converts an old pickled one.
 """
 

@@ -28,7 +28,7 @@ from policies.limits import LimitReader, Limits, fit_action, fit_buy, fit_carbon
 from tests import limits_property
 from tests.limits_property import ALLOCATORS, avoidable_units, episode_units, perturbed_scenarios
 
-HARD_CAP = Path(__file__).parent / "data" / "scenarios" / "hard_cap_cluster.toml"
+HARD_CAP = Path(__file__).parents[1] / "data" / "scenarios" / "hard_cap_cluster.toml"
 
 
 def _f32(x: float) -> float:

@@ -29,7 +29,7 @@ from policies.codecs import (
 from policies.focal import policy_seed
 from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar, save_policy
 from policies.registry import make_policy
-from tests.test_policies import team_obs
+from tests.policies.test_policies import team_obs
 
 ARCHETYPES = ("truthful", "safety_first", "reliability", "growth", "greedy_bluffer")
 
@@ -237,7 +237,7 @@ def test_module_interface_with_team_and_broker_codecs():
 def save_untrained(folder: Path, config, agent: str, codec: str | None) -> Path:
     """An untrained RLlib default module for ``agent`` behind ``codec``, saved the way training saves."""
     from experiments.training.rl_modules import network_from_rl_module
-    from tests.test_checkpoint_format import rllib_module
+    from tests.policies.test_checkpoint_format import rllib_module
 
     size = observation_layout(config, agent).size
     interface = ModuleInterface(config, agent, np.ones(size, np.float32), codec)

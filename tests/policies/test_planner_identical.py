@@ -3,7 +3,7 @@
 A digest of everything it computed on many states (every tick of episodes of each tier,
 its own play and a need-corrected plan per tick, as the ``need`` codec asks for) was
 recorded with the loop-per-team planner (``tests/data/planner_digests.json``). Re-record
-only for a deliberate change of its decisions: ``python -m tests.test_planner_identical``.
+only for a deliberate change of its decisions: ``python -m tests.policies.test_planner_identical``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from policies import Population
 from policies.focal import FocalEnv
 from policies.planner import PlannerAllocator
 
-DIGESTS = Path(__file__).parent / "data" / "planner_digests.json"
+DIGESTS = Path(__file__).parents[1] / "data" / "planner_digests.json"
 TIERS = ("standard", "elevated", "crisis")
 EPISODES = 40
 

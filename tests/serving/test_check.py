@@ -48,7 +48,7 @@ def test_openenv_validate_passes_on_the_deployment_folder():
     import sys
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[1] / "deploy" / "commons_arena_env"
+    folder = Path(__file__).resolve().parents[2] / "deploy" / "commons_arena_env"
     result = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", str(folder), "--json"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -256,7 +256,7 @@ def test_page_shows_hostile_text_as_text(chrome, tiny, write_scenario):
         title = chrome.execute_script("return document.getElementById('scenario').options[0].title")
         assert title == hostile
         assert chrome.execute_script("return document.querySelectorAll('img, #scenario script').length") == 0
-    source = (Path(__file__).parents[1] / "serving/assets/play.js").read_text()
+    source = (Path(__file__).parents[2] / "serving/assets/play.js").read_text()
     assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source
 
 

@@ -1,4 +1,4 @@
-"""The session store's idle rule, by its clock: no server, no waiting (test_serving.py plays it for real)."""
+"""The session store's idle rule, by its clock: no server, no waiting (test_app.py plays it for real)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from experiments.statistics import (
     stratified_bootstrap_ci,
 )
 from tests.conftest import TINY, toml_dumps
-from tests.test_cli_errors import run_cli
+from tests.commands.test_cli_errors import run_cli
 
 # --------------------------------------------------------------------------- statistics
 

@@ -116,7 +116,7 @@ def test_evaluation_runs_are_recorded(result):
 def test_tables_have_one_writer():
     """Every CSV and markdown table of experiments/ is written by experiments/evaluation/tables.py
     (bench/serve.py prints its rows live, one per load level as it finishes: a progress printout)."""
-    root = Path(__file__).resolve().parents[1] / "experiments"
+    root = Path(__file__).resolve().parents[3] / "experiments"
     writers = {"tables.py"}
     live = {"serve.py"}
     for path in root.rglob("*.py"):

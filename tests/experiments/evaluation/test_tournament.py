@@ -31,9 +31,9 @@ from experiments.evaluation.metagame import match_ranks, nash_win_rates, zero_su
 from experiments.evaluation.roster import RosterError, load_roster, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from experiments.evaluation.tournament import flag_roster, run_tournament
-from tests.test_cli_errors import assert_one_line_error, run_cli
+from tests.commands.test_cli_errors import assert_one_line_error, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SEEDS = [11, 12, 13]
 COMPARED = "seat, scenario, scenario_hash, background, background_hash, player, player_hash, seed, policy, focal_return, episode"
 

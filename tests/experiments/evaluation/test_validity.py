@@ -9,7 +9,7 @@ the score table and the misreport-gain tables (a ``truthful`` override of a team
 already plays ``truthful`` reuses the plain run). The claims:
 
 1. **The oracle is the ceiling**: its mean reward >= every baseline's, on every scenario.
-   ``tests/test_oracle.py`` checks this on seeds 0–19 with its own runs; here the same
+   ``tests/policies/test_oracle.py`` checks this on seeds 0–19 with its own runs; here the same
    claim is read from this module's table, i.e. on a second, held-out seed range.
 2. **Each scenario has its heuristic**: the winner among the baselines is the one its
    description names (``EXPECTED_WINNER``, written out by hand, not parsed; a test

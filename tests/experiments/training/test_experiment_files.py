@@ -25,7 +25,7 @@ from experiments.training.config_file import (
     load_experiment,
 )
 
-CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "experiments" / "configs"
 SHIPPED = sorted(CONFIGS.glob("*.toml"))
 TINY = dict(iterations=2, eval_every=2, eval_seeds=2, train_batch_size=128, minibatch_size=64, num_epochs=2,
             num_envs_per_env_runner=4, hidden=(16, 16), quiet=True)
@@ -147,7 +147,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
         extra = {"mix_background": tmp_path / "mix.toml", "mix_share": 0.5}
     path.write_text(experiment_text(TrainArgs(experiment=experiment, out=tmp_path,
                                               **{**TINY, "num_env_runners": runners, **extra})))
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
 

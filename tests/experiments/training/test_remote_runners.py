@@ -1,6 +1,6 @@
 """Training with remote env runners (the driver's local runner then holds no env), for every
 experiment. On a two-node Ray cluster (training and a tournament from the command line, with
---address): tests/test_cluster_shipping.py, which starts the one cluster the tests use.
+--address): tests/experiments/test_cluster_shipping.py, which starts the one cluster the tests use.
 
 Tiny budgets: what is tested is that scenario switches, snapshot loads and evaluations
 reach the runners that hold the envs, not that anything learns.

@@ -97,7 +97,7 @@ def test_learned_allocator_loads_from_a_relative_path(trained, monkeypatch):
 
 
 def test_real_checkpoint_with_a_trojaned_module_state_plays_without_running_it(trained, tmp_path):
-    from tests.test_checkpoint_format import Trojan
+    from tests.policies.test_checkpoint_format import Trojan
 
     copy, marker = tmp_path / "checkpoint", tmp_path / "ran"
     shutil.copytree(trained, copy)

@@ -17,7 +17,7 @@ import commons_arena.scenario
 from commons_arena.enums import ALLOCATOR
 from experiments.training.args import TrainArgs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_arguments_and_the_cli_import_without_rllib():

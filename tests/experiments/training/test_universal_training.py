@@ -20,7 +20,7 @@ from policies.checkpoint_format import load_network
 from policies.learned import LearnedPolicy, read_sidecar
 from policies.universal import MAX_TEAMS, MAX_TIERS, split_view
 from tests.conftest import UNUSUAL, toml_dumps
-from tests.test_universal import SHAPES, _octet_four_tiers
+from tests.policies.test_universal import SHAPES, _octet_four_tiers
 
 pytestmark = pytest.mark.timeout(900)
 
