@@ -19,8 +19,8 @@ from commons_arena.scenario import scenario_from_dict
 from experiments.evaluation.roster import checkpoint_hash
 from policies.checkpoint_format import CheckpointError
 from policies.learned import LearnedPolicy
-from tests.conftest import TINY
 from tests.commands.test_cli_errors import assert_one_line_error, run_cli
+from tests.conftest import TINY
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "standard.jsonl"
 
@@ -137,7 +137,10 @@ def test_verify_exit_codes_mean_one_thing_each(capsys, tmp_path):
     (lambda m: m["observation_scale"].__setitem__(0, 1e308), "observation_scale.0"),
 ])
 def test_sidecar_numbers_are_bounded(tmp_path, change, message):
-    from tests.policies.test_checkpoint_format import edit_sidecar, save_agent  # imports torch and RLlib: only where used
+    from tests.policies.test_checkpoint_format import (  # imports torch and RLlib: only where used
+        edit_sidecar,
+        save_agent,
+    )
 
     checkpoint = save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
     edit_sidecar(checkpoint, change)
@@ -191,7 +194,10 @@ def test_budget_repair_costs_the_same_at_any_number_of_units():
 
 
 def test_checkpoint_identity_reads_only_the_sidecar(tmp_path):
-    from tests.policies.test_checkpoint_format import edit_sidecar, save_agent  # imports torch and RLlib: only where used
+    from tests.policies.test_checkpoint_format import (  # imports torch and RLlib: only where used
+        edit_sidecar,
+        save_agent,
+    )
 
     checkpoint = save_agent(tmp_path / "ckpt", "standard", ALLOCATOR, codec="relative")
     first = checkpoint_hash(checkpoint)

@@ -19,8 +19,8 @@ from experiments.statistics import (
     probability_of_improvement,
     stratified_bootstrap_ci,
 )
-from tests.conftest import TINY, toml_dumps
 from tests.commands.test_cli_errors import run_cli
+from tests.conftest import TINY, toml_dumps
 
 # --------------------------------------------------------------------------- statistics
 
