@@ -9,7 +9,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import commons_arena
+
+pytestmark = pytest.mark.slow  # builds and installs the wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 

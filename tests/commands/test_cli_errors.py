@@ -51,6 +51,8 @@ def bad_scenario(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_bad_input_cases_are_one_line_each(capsys, tmp_path, fitting_checkpoint, bad_scenario, monkeypatch):
     monkeypatch.chdir(tmp_path)  # defaults such as results/evaluation land here, if anywhere
     recording = tmp_path / "run.jsonl"
@@ -117,6 +119,8 @@ def test_bad_input_cases_are_one_line_each(capsys, tmp_path, fitting_checkpoint,
     assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()  # refused before any work
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_checkpoint_not_fitting_one_scenario_is_refused_before_anything_runs(capsys, tmp_path, fitting_checkpoint):
     out = tmp_path / "eval"
     assert_one_line_error(capsys, "evaluate", "--scenarios", "standard", "market_baseline", "--seeds", "1",
@@ -157,6 +161,7 @@ def test_multi_line_reports_become_one_line():
     assert one_line(ValueError("")) == "ValueError"
 
 
+@pytest.mark.slow
 def test_the_installed_command_exits_2_with_one_line_and_no_traceback(tmp_path):
     """The real entry point, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

@@ -131,6 +131,8 @@ def test_verify_exit_codes_mean_one_thing_each(capsys, tmp_path):
     assert code == 1 and out.startswith("DIFFERS")
 
 
+@pytest.mark.slow
+@pytest.mark.rllib  # saves RLlib modules
 @pytest.mark.parametrize(("change", "message"), [
     (lambda m: m.__setitem__("action_codec", {"name": "relative", "params": {"x": 1}}), "action_codec.params"),
     (lambda m: m["observation_scale"].__setitem__(0, 5e-324), "observation_scale.0"),
@@ -193,6 +195,8 @@ def test_budget_repair_costs_the_same_at_any_number_of_units():
         assert got[0].tolist() == fixed
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_checkpoint_identity_reads_only_the_sidecar(tmp_path):
     from tests.policies.test_checkpoint_format import (  # imports torch and RLlib: only where used
         edit_sidecar,
@@ -563,6 +567,8 @@ def test_the_cache_is_rehashed_and_a_refused_unpack_leaves_nothing(tmp_path, cac
     assert sorted(p.name for p in cache.iterdir()) == [packed.sha256] and not (tmp_path / "evil").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.rllib  # saves an RLlib module
 def test_analyze_reads_a_mixed_run_on_its_hardest_tier(tmp_path):
     """The main job's run (allocator_mixed) records its rows as scenario "mixed": analyze used to look for a
     scenario named 'mixed'; it analyses the mix on its hardest tier."""

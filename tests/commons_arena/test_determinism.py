@@ -13,6 +13,7 @@ import pytest
 
 import commons_arena
 from tests import trajectory_digests
+from tests.sweeps import swept
 
 SCENARIOS = commons_arena.list_scenarios()
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def _local() -> dict:
 trajectory_hash = _local()["trajectory_hash"]
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_same_seed_same_trajectory(name: str) -> None:
     """Another seed played in between leaves nothing behind in the process (a module-level generator,
     a cache), and the seed decides the episode (another gives another trajectory)."""
@@ -70,6 +71,7 @@ def test_same_seed_same_trajectory(name: str) -> None:
     assert other != first
 
 
+@pytest.mark.slow
 def test_same_trajectory_in_another_process(unusual_scenario: Path) -> None:
     """One subprocess (with another hash seed) replays every shipped scenario and an unusual one."""
     cases = [(name, 5) for name in SCENARIOS] + [(str(unusual_scenario), 6)]
@@ -101,7 +103,7 @@ def test_some_shipped_scenario_draws_at_random() -> None:
     assert "standard" in RANDOM_SCENARIOS
 
 
-@pytest.mark.parametrize("name", RANDOM_SCENARIOS)
+@pytest.mark.parametrize("name", swept(RANDOM_SCENARIOS))
 def test_different_seeds_different_trajectories(name: str) -> None:
     hashes = {trajectory_hash(name, seed, episodes=1) for seed in (0, 1, 2)}
     assert len(hashes) > 1
@@ -150,7 +152,7 @@ def test_every_shipped_scenario_has_recorded_digests() -> None:
     assert sorted(RECORDED) == sorted(trajectory_digests.key(*case) for case in trajectory_digests.cases())
 
 
-@pytest.mark.parametrize("name", trajectory_digests.golden_scenarios())  # shipped + tests/data/scenarios
+@pytest.mark.parametrize("name", swept(trajectory_digests.golden_scenarios()))  # shipped + tests/data/scenarios
 def test_trajectories_match_recorded_digests(name: str) -> None:
     cases = [case for case in trajectory_digests.cases() if case[0] == name]
     changed = [trajectory_digests.key(*case) for case in cases

@@ -15,6 +15,7 @@ import commons_arena
 from commons_arena import action_layout, arena_v0, observation_layout
 from commons_arena.enums import ShockKind, Stance
 from commons_arena.spaces import JOB_SLOT_FIELDS
+from tests.sweeps import swept
 
 SCENARIOS = commons_arena.list_scenarios()
 
@@ -80,17 +81,17 @@ def test_there_are_scenarios() -> None:
     assert SCENARIOS == sorted(SCENARIOS)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_parallel_api(name: str) -> None:
     _check_parallel_api(name)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_parallel_seed(name: str) -> None:
     _check_parallel_seed(name)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_aec_api(name: str) -> None:
     _check_aec_api(name)
 
@@ -126,7 +127,7 @@ def test_custom_teams_become_agents(unusual_scenario: Path) -> None:
     assert len(config.team_names) in (2, 8)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_spaces_match_layouts(name: str) -> None:
     env = commons_arena.parallel_env(scenario=name)
     config = env.config
@@ -315,7 +316,7 @@ def test_env_keeps_no_reference_to_action_buffers() -> None:
             np.testing.assert_array_equal(getattr(state, field), getattr(twin_state, field), err_msg=field)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_observation_fields_land_where_the_layout_says(name: str) -> None:
     """The builder writes positionally; the layout (spaces.py) is the one declaration of the order."""
     env = commons_arena.parallel_env(name)

@@ -83,6 +83,7 @@ def test_generated_scenarios_validate_round_trip_and_play(many):
     check_scenarios(many[:25])
 
 
+@pytest.mark.slow  # 300 generated scenarios x 2 episodes
 def test_many_generated_scenarios_play(many):  # slow: 300 scenarios x 2 episodes
     check_scenarios(many)
 
@@ -316,6 +317,7 @@ def families(draw):
     }
 
 
+@pytest.mark.slow  # hypothesis: 60 families at their bounds
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=families(), seed=st.integers(0, 2**63 - 1))
 def test_any_valid_family_generates_valid_scenarios(data, seed):

@@ -116,6 +116,7 @@ def test_a_missing_recording_is_one_line_and_exit_2(tmp_path: Path, capsys) -> N
 # BLAS dot product in the rules rounded differently on an AVX-512 kernel than on an AVX2
 # one, so recordings made on one machine failed on another; commons_arena.numerics.dot
 # keeps BLAS out of the rules. Both kernels run on any x86-64 that has AVX2 or emulates it.
+@pytest.mark.slow  # subprocesses
 @pytest.mark.parametrize("kernel", ["SkylakeX", "Haswell"])
 def test_golden_playthroughs_replay_on_every_blas_kernel(kernel: str) -> None:
     import os

@@ -15,6 +15,7 @@ import pytest
 
 import commons_arena
 from commons_arena import observation_layout
+from tests.sweeps import swept
 
 SCENARIOS = commons_arena.list_scenarios()
 
@@ -109,13 +110,13 @@ def _check_needs_are_private(scenario: str | Path, team: str, seed: int) -> None
     assert own_need_moved, f"{team} never had a ready job in this episode; pick another seed"
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_job_values_are_private(name: str) -> None:
     for team in _teams_to_probe(commons_arena.load_scenario(name)):
         _check_values_are_private(name, team, seed=7)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_true_needs_are_private(name: str) -> None:
     for team in _teams_to_probe(commons_arena.load_scenario(name)):
         _check_needs_are_private(name, team, seed=7)

@@ -26,6 +26,7 @@ import pytest
 
 import commons_arena
 from commons_arena import action_layout, observation_layout
+from tests.sweeps import swept
 
 SCENARIOS = commons_arena.list_scenarios()
 PENDING, DONE, MISSED = 0, 1, 2
@@ -258,7 +259,7 @@ def run_episodes(scenario: str | Path, seeds: range) -> int:
     return ticks
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_invariants_shipped(name: str) -> None:
     assert run_episodes(name, range(12)) > 0
 

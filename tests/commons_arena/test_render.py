@@ -15,6 +15,7 @@ def test_metadata_lists_every_mode():
     assert commons_arena.parallel_env().metadata["render_modes"] == ["human", "ansi", "rgb_array"]
 
 
+@pytest.mark.slow
 def test_pettingzoo_render_test():
     render_test(commons_arena.env)  # every mode in metadata: "human", "ansi" and "rgb_array"
 
@@ -23,6 +24,7 @@ def _random_step(env):
     return env.step({a: env.action_space(a).sample() for a in env.agents})
 
 
+@pytest.mark.slow  # the fast loop keeps one dashboard test
 def test_rgb_array_frames():
     env = commons_arena.parallel_env("standard", render_mode="rgb_array")
     before = env.render()  # before reset: a frame that says so, not an exception
@@ -72,6 +74,7 @@ def test_ansi_is_text():
     assert isinstance(text, str) and "tick 1/" in text
 
 
+@pytest.mark.slow
 def test_frames_from_recording(tmp_path):
     path = tmp_path / "run.jsonl"
     env = RecordEpisode(commons_arena.parallel_env("standard"), path)
@@ -86,6 +89,7 @@ def test_frames_from_recording(tmp_path):
     assert all(f.dtype == np.uint8 and f.shape == frames[0].shape for f in frames)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", commons_arena.list_scenarios())
 def test_every_scenario_renders(scenario):
     env = commons_arena.parallel_env(scenario, render_mode="rgb_array")

@@ -12,6 +12,7 @@ import pytest
 import commons_arena
 from commons_arena import ScenarioError, load_scenario
 from commons_arena.scenario import scenario_from_dict, scenario_path
+from tests.sweeps import swept
 
 SCENARIOS = commons_arena.list_scenarios()
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -28,7 +29,7 @@ def test_list_scenarios_is_the_scenarios_folder() -> None:
     assert SCENARIOS == sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_shipped_scenario_loads(name: str) -> None:
     config = load_scenario(name)
     assert config.name == name, "a scenario's name should be its file name"
@@ -43,7 +44,7 @@ def test_shipped_scenario_loads(name: str) -> None:
         assert config.difficulty == name
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_hash_reaches_infos(name: str) -> None:
     env = commons_arena.parallel_env(scenario=name)
     _, infos = env.reset(seed=0)
@@ -57,7 +58,7 @@ def test_hashes_are_distinct() -> None:
     assert len(set(hashes)) == len(hashes)
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", swept(SCENARIOS))
 def test_hash_ignores_comments_and_layout(name: str, tmp_path: Path) -> None:
     text = (SCENARIO_DIR / f"{name}.toml").read_text()
     padded = "# a comment on top\n\n" + text.replace("\n", "\n\n", 3) + "\n# trailing comment\n"

@@ -12,6 +12,7 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from tests.sweeps import swept
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "3", True, -(2**70)])
@@ -57,7 +58,7 @@ def test_finite_bounds_identical_across_tiers_and_observations_unchanged():
             assert np.array_equal(space.high, spaces[tier][agent].high)
 
 
-@pytest.mark.parametrize("scenario", commons_arena.list_scenarios())
+@pytest.mark.parametrize("scenario", swept(commons_arena.list_scenarios()))
 def test_observations_stay_inside_the_finite_bounds(scenario):
     env = commons_arena.parallel_env(scenario)
     for seed in range(3):
@@ -73,6 +74,7 @@ def test_observations_stay_inside_the_finite_bounds(scenario):
             obs, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
 
 
+@pytest.mark.slow
 def test_native_output_is_silenced_and_python_output_kept(tmp_path):
     """HiGHS prints with C printf; the oracle's guard drops exactly that."""
     script = (

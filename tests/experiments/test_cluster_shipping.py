@@ -34,6 +34,8 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_a_packed_checkpoint_plays_where_its_folder_is_gone(tmp_path, cache):
     from tests.policies.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
 
@@ -58,6 +60,8 @@ def test_a_packed_checkpoint_plays_where_its_folder_is_gone(tmp_path, cache):
     assert shipping.install(packed)[str(source)] == where  # once per node: the second install reuses it
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_damaged_bytes_are_refused(tmp_path, cache):
     from tests.policies.test_checkpoint_format import save_agent  # imports torch and RLlib: only where used
 
@@ -186,6 +190,9 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
+@pytest.mark.ray  # a two-node cluster
 @pytest.mark.timeout(1500)
 def test_code_and_checkpoints_reach_nodes_that_share_no_disk(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}

@@ -25,6 +25,8 @@ from policies.learned import CODECS, LearnedPolicy, read_sidecar, save_policy
 from policies.population import Population
 from policies.registry import make_policy, policy_spec
 
+pytestmark = [pytest.mark.slow, pytest.mark.rllib]  # exports RLlib modules it builds
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 

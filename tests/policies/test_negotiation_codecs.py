@@ -30,6 +30,7 @@ from policies.focal import policy_seed
 from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar, save_policy
 from policies.registry import make_policy
 from tests.policies.test_policies import team_obs
+from tests.sweeps import swept
 
 ARCHETYPES = ("truthful", "safety_first", "reliability", "growth", "greedy_bluffer")
 
@@ -69,7 +70,7 @@ def test_every_team_archetype_is_one_fixed_code_of_both_team_codecs(scenario):
     assert shadow_play(scenario, "search", shadows) > 10 * len(shadows)
 
 
-@pytest.mark.parametrize("scenario", ["standard", "crisis", "market_baseline"])
+@pytest.mark.parametrize("scenario", swept(["standard", "crisis", "market_baseline"]))
 def test_both_scripted_brokers_are_fixed_markup_codes(scenario):
     config = commons_arena.load_scenario(scenario)
     codec = MarkupBrokerCodec(config)
@@ -173,7 +174,7 @@ def test_markup_codec_prices_relative_to_cost_demand_and_crisis():
         codec.code(1.2, 4, 1)
 
 
-@pytest.mark.parametrize("scenario", ["crisis", "market_baseline"])
+@pytest.mark.parametrize("scenario", swept(["crisis", "market_baseline"]))
 def test_random_codes_decode_in_space_and_are_never_repaired(scenario):
     env = commons_arena.parallel_env(scenario)
     background = Population.default(env.config).build(env.config, env=env)

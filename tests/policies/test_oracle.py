@@ -30,6 +30,7 @@ def allocator_returns(scenario: str, allocator: str, seeds: tuple[int, ...] = VA
     return tuple(run_episode(env, policies, seed)["allocator"]["return"] for seed in seeds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", commons_arena.list_scenarios())
 def test_oracle_mean_reward_is_at_least_every_baselines(scenario):
     """Game validity: the oracle's mean reward >= every baseline's, on every scenario, 20 seeds."""
@@ -42,6 +43,7 @@ def test_oracle_mean_reward_is_at_least_every_baselines(scenario):
     assert not behind, f"{scenario}: oracle mean {oracle:.2f} is below {behind}"
 
 
+@pytest.mark.slow
 def test_oracle_beats_proportional_and_random_on_standard():
     env = commons_arena.parallel_env("standard")
     oracle = mean_return(env, "oracle")
@@ -51,6 +53,7 @@ def test_oracle_beats_proportional_and_random_on_standard():
     assert oracle - proportional > 0.2 * abs(proportional)  # by a clear margin, not noise
 
 
+@pytest.mark.slow
 def test_oracle_beats_every_baseline_on_standard():
     env = commons_arena.parallel_env("standard")
     oracle = mean_return(env, "oracle")

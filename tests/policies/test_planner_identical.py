@@ -20,6 +20,7 @@ from commons_arena.enums import ALLOCATOR
 from policies import Population
 from policies.focal import FocalEnv
 from policies.planner import PlannerAllocator
+from tests.sweeps import swept
 
 DIGESTS = Path(__file__).parents[1] / "data" / "planner_digests.json"
 TIERS = ("standard", "elevated", "crisis")
@@ -49,7 +50,7 @@ def planner_digest(scenario: str, episodes: int = EPISODES) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("scenario", TIERS)
+@pytest.mark.parametrize("scenario", swept(TIERS))
 def test_the_planner_decides_as_recorded(scenario):
     assert planner_digest(scenario) == json.loads(DIGESTS.read_text())[scenario]
 

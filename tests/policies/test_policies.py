@@ -22,6 +22,7 @@ from policies.base import Policy, ScriptedPolicy
 from policies.focal import policy_seed
 from policies.registry import policy_spec
 from policies.teams import ARCHETYPE_PROFILES
+from tests.sweeps import swept
 
 SCENARIOS = commons_arena.list_scenarios()
 ALL_POLICIES = available_policies()
@@ -106,7 +107,7 @@ def test_make_policy_accepts_a_scenario_name_and_params():
 
 
 @pytest.mark.parametrize("policy", ALL_POLICIES)
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", swept(SCENARIOS))
 def test_actions_stay_in_space_for_a_full_episode(scenario, policy):
     env = commons_arena.parallel_env(scenario)
     history, infos = play_checked(env, population_for(policy), seed=3)

@@ -9,6 +9,7 @@ from gymnasium.utils.env_checker import check_env
 
 import commons_arena
 from policies import ENV_ID, Population, SingleAgentEnv, run_episode
+from tests.sweeps import swept
 
 
 @pytest.mark.parametrize("agent", ["allocator", "search", "broker"])
@@ -16,7 +17,7 @@ def test_check_env_passes(agent):
     check_env(SingleAgentEnv("standard", agent=agent), skip_render_check=False)
 
 
-@pytest.mark.parametrize("scenario", commons_arena.list_scenarios())
+@pytest.mark.parametrize("scenario", swept(commons_arena.list_scenarios()))
 def test_check_env_passes_on_every_scenario(scenario):
     check_env(SingleAgentEnv(scenario))
 

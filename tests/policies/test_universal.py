@@ -37,6 +37,7 @@ from policies.universal import (
     split_view,
 )
 from tests.conftest import UNUSUAL, toml_dumps
+from tests.sweeps import swept
 
 
 def _octet_four_tiers() -> dict[str, Any]:
@@ -75,7 +76,7 @@ def random_cell_network(seed: int = 0, hidden: int = 16, n_actions: int = 5) -> 
     return PolicyNetwork(spec, tensors)
 
 
-@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("name", swept(sorted(SHAPES)))
 def test_the_cell_view_is_finite_bounded_and_masks_the_real_cells(name):
     config = SHAPES[name]
     interface = UniversalInterface(config)
@@ -140,7 +141,7 @@ def universal_checkpoint(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("name", swept(sorted(SHAPES)))
 def test_one_checkpoint_plays_2_and_8_teams_1_and_4_tiers(universal_checkpoint, name):
     config = SHAPES[name]
     policy = make_policy(f"learned:{universal_checkpoint}", config, ALLOCATOR)
@@ -217,6 +218,7 @@ def test_a_tier_without_gpus_gives_finite_codec_features():
     assert np.isfinite(interface.observe(seats[ALLOCATOR])).all()
 
 
+@pytest.mark.slow  # imports tensorboardX
 def test_an_iteration_without_a_finished_episode_reports_no_nan(tmp_path):
     """Episodes longer than an iteration's samples: RLlib's means are NaN or absent until one ends."""
     from experiments.training.reporting import Reporter, scalars

@@ -34,6 +34,8 @@ from serving.client import (
 from serving.session import ServerLimits, ServeSettings
 from serving.wire import decode_observation, seat_spec
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
 LIMITS = ServerLimits(max_sessions=6, idle_seconds=60.0, max_body_bytes=4096)
 
 

@@ -28,6 +28,8 @@ from serving.briefing import MAX_TEXT_CHARS, parse_text_action
 from serving.session import ServerLimits, ServeSettings, SessionStore
 from serving.wire import ActionError, seat_spec
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]  # a server in its own process, fuzzed
+
 LIMITS = ServerLimits(max_sessions=8, idle_seconds=60.0, max_body_bytes=64 * 1024)
 
 

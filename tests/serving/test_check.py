@@ -9,6 +9,8 @@ from serving.app import running_server
 from serving.check import check_server, report
 from serving.session import ServeSettings
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]  # semantic checks over HTTP against a real server
+
 
 @pytest.fixture(scope="module")
 def url():

@@ -17,6 +17,8 @@ from serving.app import running_server
 from serving.session import ServeSettings
 from serving.wire import decode_observation, encode_action, seat_spec
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]  # the MCP SDK's client over streamable HTTP
+
 
 @pytest.fixture(scope="module")
 def url():

@@ -38,6 +38,8 @@ from serving.app import running_server
 from serving.session import ServeSettings
 from serving.wire import decode_observation, encode_action, seat_spec
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]  # openenv validate and its client against the serve command
+
 
 @pytest.fixture(scope="module")
 def url():

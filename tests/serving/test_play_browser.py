@@ -30,6 +30,8 @@ from serving.session import ServeSettings
 from serving.wire import seat_spec
 from tests.browser import chromium
 
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.server]
+
 
 @pytest.fixture(scope="module")
 def server():

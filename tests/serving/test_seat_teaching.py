@@ -16,11 +16,12 @@ from serving.briefing import render_briefing, seat_guide, split_totals
 from serving.explain import fitting_tier, placement, preview, tier_costs
 from serving.seat_references import REFERENCES, how_you_did, seat_reference_returns
 from serving.wire import ActionError, encode_action, encode_observation, seat_spec
+from tests.sweeps import swept
 
 CONFIG = commons_arena.load_scenario("standard")
 
 
-@pytest.mark.parametrize("scenario", ["standard", "crisis", "cost_pressure"])
+@pytest.mark.parametrize("scenario", swept(["standard", "crisis", "cost_pressure"]))
 def test_the_allocators_preview_is_the_spend_and_cuts_the_rules_charge(scenario):
     """Spend, invalid units and the carbon bound of a preview equal what the tick then charges (a shock firing in
     the tick, e.g. an incident taking GPUs offline after the action, is the one thing it cannot know)."""
@@ -98,6 +99,7 @@ def test_the_briefing_and_the_guide_explain_costs_placement_lag_and_weights():
     assert "kg_co2_if_busy" not in tier_costs(seat_spec(CONFIG, "search"), {})  # a team does not see the grid
 
 
+@pytest.mark.slow  # 4 oracle episodes
 def test_references_are_the_engines_on_the_same_seed_and_cached():
     refs = seat_reference_returns(CONFIG, 7, "allocator")
     assert list(refs) == list(REFERENCES["allocator"])
@@ -119,6 +121,8 @@ def test_a_summary_separates_the_seats_totals_from_the_episodes():
                                      "episode": {"completed": 9.0, "spend": 4.0}}
 
 
+@pytest.mark.slow
+@pytest.mark.server  # the app, a whole episode and its references
 def test_http_preview_and_summary():
     """POST /preview answers for the session's seat without playing; GET /sessions/{id}/summary once it ended."""
     from fastapi.testclient import TestClient

@@ -38,6 +38,7 @@ def test_websocket_sessions_are_left_to_their_socket():
     assert store.sessions == {}
 
 
+@pytest.mark.slow  # builds the app
 def test_everything_that_touches_a_session_runs_on_the_event_loop():
     """One session, one thread (issue 33): every HTTP route and WebSocket handler and every MCP tool is a
     coroutine; a plain function would run in a worker thread beside the loop (the MCP SDK and FastAPI both

@@ -21,9 +21,10 @@ from serving.wire import (
     observation_schema,
     seat_spec,
 )
+from tests.sweeps import swept
 
 
-@pytest.fixture(params=commons_arena.list_scenarios())
+@pytest.fixture(params=swept(commons_arena.list_scenarios()))
 def shipped(request):
     return load_scenario(request.param)
 

@@ -124,6 +124,7 @@ def test_roster_reads_every_part(tmp_path, tiny, write_scenario):
 # --------------------------------------------------------------------------- playing
 
 
+@pytest.mark.slow
 def test_every_player_plays_every_cell_on_the_same_seeds(allocator_run):
     roster, result, _ = allocator_run
     rows = stored(result.store)
@@ -135,6 +136,7 @@ def test_every_player_plays_every_cell_on_the_same_seeds(allocator_run):
     assert all(c == {("standard", b, s) for b in ("default", "bluffers") for s in SEEDS} for c in cells.values())
 
 
+@pytest.mark.slow
 def test_scores_match_the_evaluate_table_on_the_same_seeds(allocator_run):
     _, result, _ = allocator_run
     table = evaluate(["standard"], ["edf"], SEEDS, misreport=False, progress=False)
@@ -147,6 +149,7 @@ def test_scores_match_the_evaluate_table_on_the_same_seeds(allocator_run):
     assert got["edf"]["ratio"] == pytest.approx(expected["edf"]["reward_mean"] / expected["oracle"]["reward_mean"])
 
 
+@pytest.mark.slow
 def test_aggregates_and_figures(allocator_run):
     roster, result, out = allocator_run
     agg = result.aggregates
@@ -165,6 +168,7 @@ def test_aggregates_and_figures(allocator_run):
     assert len(agg.scores) == roster.episodes // len(SEEDS)
 
 
+@pytest.mark.slow
 def test_other_seats(tmp_path):
     """A team seat (uniform-random anchor, best entrant = 1), all teams, and the broker."""
     for seat, entrants in (("search", ["truthful", "greedy_bluffer"]), ("teams", ["truthful", "safety_first"]),
@@ -177,6 +181,7 @@ def test_other_seats(tmp_path):
         assert max(scores[e]["score"] for e in entrants) == pytest.approx(1.0)  # the best entrant anchors 1
 
 
+@pytest.mark.slow
 def test_the_focal_seat_is_the_players(tmp_path):
     """A background's entry for the focal seat never plays: the focal agents are the player's."""
     roster = roster_from_dict({"seat": "search", "scenarios": ["standard"], "seeds": [5], "entrants": ["truthful"],
@@ -199,6 +204,7 @@ def test_small_tournaments_stay_in_process():
     assert choose_workers(groups, 2, None, 0.0)[0] == 2
 
 
+@pytest.mark.slow
 def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
     roster, _, _ = allocator_run
     groups = missing_groups(roster, set())
@@ -212,6 +218,8 @@ def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
                for part in parts)  # one group per player, scenario and background in a batch
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_batches_store_the_same_rows(ray_session, allocator_run, tmp_path):
     roster, result, _ = allocator_run
     with ResultStore(tmp_path / "ray.sqlite") as store:
@@ -232,6 +240,7 @@ def test_store_never_doubles_an_episode(tmp_path):
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.slow
 def test_rerun_plays_only_missing_rows(allocator_run, tmp_path):
     roster, result, _ = allocator_run
     db = tmp_path / "copy.sqlite"
@@ -244,6 +253,7 @@ def test_rerun_plays_only_missing_rows(allocator_run, tmp_path):
     assert run_tournament(roster, tmp_path, db=db, options=QUIET).play.played == 0
 
 
+@pytest.mark.slow
 def test_a_changed_scenario_is_refused_unless_allowed(tmp_path, tiny, write_scenario):
     path = write_scenario(tiny, filename="tiny.toml")
     data = {"scenarios": [str(path)], "seeds": [1, 2], "entrants": ["edf"], "anchors": {"high": "best_fit"}}
@@ -282,7 +292,8 @@ def uninterrupted(tmp_path_factory):
     return roster_path, stored(whole.store)
 
 
-@pytest.mark.parametrize("workers", ["1", "2"], ids=["in-process", "ray"])
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", pytest.param("2", marks=pytest.mark.ray)], ids=["in-process", "ray"])
 def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, tmp_path, workers):
     """SIGKILL a real `commons-arena tournament` process midway (in-process, or driving Ray
     workers), rerun it, and compare every row with an uninterrupted run."""
@@ -370,6 +381,7 @@ def test_match_ranks_share_ties():
 # --------------------------------------------------------------------------- command line
 
 
+@pytest.mark.slow
 def test_cli_roster_and_flag_forms(tmp_path, capsys):
     roster = write(tmp_path / "r.toml", 'scenarios = ["standard"]\nseeds = [1, 2]\nentrants = ["edf"]\n')
     main(["tournament", str(roster), "--out", str(tmp_path / "a"), "--no-progress"])

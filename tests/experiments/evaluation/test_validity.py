@@ -43,6 +43,8 @@ import commons_arena
 from experiments.evaluation.evaluate import EvaluationResult, evaluate, play_many
 from policies import Population, available_policies
 
+pytestmark = pytest.mark.slow  # one evaluation table of every scenario on held-out seeds
+
 # Held out: test_oracle / test_policies use seeds 0–19. Another range of 20, e.g. to check
 # that the scenario files were not tuned to these seeds: VALIDITY_FIRST_SEED=3000 pytest ...
 FIRST_SEED = int(os.environ.get("VALIDITY_FIRST_SEED", "2000"))

@@ -17,6 +17,8 @@ TINY = dict(eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50,
 SEEDS = [700000, 700001, 700002]
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_untrained_and_planner_only_allocators_are_not_credited(ray_session, tmp_path):
     from experiments.training.train import TrainArgs, train  # imports RLlib: only the test that trains
 

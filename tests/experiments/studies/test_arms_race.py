@@ -151,6 +151,8 @@ def test_init_from_is_refused_without_a_checkpoint_or_outside_an_allocator_run(t
 # ------------------------------------------------------------------ the per-episode background mix (RLlib's env)
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_path):
     from experiments.training.env import MIX_INFO, ArenaRLlibEnv
 
@@ -186,6 +188,9 @@ def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_pat
 # ------------------------------------------------------------------ the whole arms race, tiny
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
+@pytest.mark.ray  # both rounds, trained
 def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsys):
     from commands.cli import main
 
@@ -231,6 +236,9 @@ def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsy
     assert "half-cut margin" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
+@pytest.mark.ray
 def test_round2_continues_a_learned_allocator_from_its_weights(ray_session, tmp_path):
     from experiments.training.train import train
 

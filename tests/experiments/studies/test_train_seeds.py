@@ -92,6 +92,9 @@ def test_pooled_comparison_keeps_every_seed():
     assert -2.0 <= low < pooled["mean"] < high <= 4.0
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
+@pytest.mark.ray
 def test_train_seeds_runs_each_seed_in_its_folder_and_reports(ray_session, tmp_path):
     from experiments.studies.train_seeds import train_seeds
 

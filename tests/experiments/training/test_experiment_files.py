@@ -125,6 +125,9 @@ def _weights(checkpoint: Path) -> dict[str, dict[str, np.ndarray]]:
 MIX_ROSTER = 'name = "bluffing search"\n\n[agents]\nsearch = { policy = "truthful", bluff = 3.0 }\n'
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
+@pytest.mark.ray
 @pytest.mark.parametrize(
     "experiment, runners, mix",
     [("allocator_mixed", 0, False), ("selfplay", 0, False),

@@ -16,7 +16,7 @@ from experiments.training.seats import exact_scale
 from experiments.training.setup import resolve, with_unit_scales
 from experiments.training.train import TrainArgs, train
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(300)]
 
 TINY = dict(eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50, num_epochs=1,
             num_envs_per_env_runner=2, hidden=(16, 16), quiet=True)

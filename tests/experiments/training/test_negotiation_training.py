@@ -22,7 +22,7 @@ from policies.learned import LearnedPolicy, read_sidecar
 from policies.registry import available_policies, make_policy
 from tests.figures import assert_drawn
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(600)]  # best responses and exploit, trained
 
 TINY = dict(iterations=1, eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50, num_epochs=1,
             num_envs_per_env_runner=2, hidden=(16, 16), quiet=True, report_seeds=3, selection_seeds=1)

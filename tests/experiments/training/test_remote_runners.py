@@ -21,7 +21,7 @@ from experiments.training.setup import resolve, with_unit_scales
 from experiments.training.train import TrainArgs, train
 from experiments.training.weights import favour_zero_code
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(600)]  # remote env runners on the session's Ray
 
 TINY = dict(eval_every=1, eval_seeds=2, train_batch_size=100, minibatch_size=50, num_epochs=1,
             num_envs_per_env_runner=2, hidden=(8, 8), quiet=True, num_env_runners=1)

@@ -19,7 +19,7 @@ from policies.policy_set import member_for
 from policies.registry import make_policy
 from tests.figures import assert_drawn
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(300)]
 
 TINY = dict(iterations=1, eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50, num_epochs=1,
             num_envs_per_env_runner=2, hidden=(16, 16), quiet=True)

@@ -29,7 +29,7 @@ from policies.population import Population
 from policies.registry import make_policy
 from tests.figures import assert_drawn
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(600)]
 
 TINY = dict(
     iterations=1,

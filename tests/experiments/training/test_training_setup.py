@@ -17,6 +17,8 @@ import commons_arena.scenario
 from commons_arena.enums import ALLOCATOR
 from experiments.training.args import TrainArgs
 
+pytestmark = [pytest.mark.slow, pytest.mark.rllib]  # builds RLlib configs and envs
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -22,7 +22,7 @@ from policies.universal import MAX_TEAMS, MAX_TIERS, split_view
 from tests.conftest import UNUSUAL, toml_dumps
 from tests.policies.test_universal import SHAPES, _octet_four_tiers
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(900)]  # the shape-free allocator trained, fine-tuned, on long episodes
 
 TINY = dict(iterations=1, eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50, num_epochs=1,
             num_envs_per_env_runner=2, hidden=(16, 16), quiet=True)

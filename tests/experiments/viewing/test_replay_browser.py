@@ -17,6 +17,8 @@ from commons_arena.recording import RecordEpisode
 from experiments.viewing.replay import write_replay
 from tests.browser import chromium
 
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
