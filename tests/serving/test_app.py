@@ -34,7 +34,8 @@ from serving.client import (
 from serving.session import ServerLimits, ServeSettings
 from serving.wire import decode_observation, seat_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.server]
+# a real server; the fast loop keeps one quick test of it (a whole episode over HTTP and WebSocket)
+pytestmark = pytest.mark.server
 
 LIMITS = ServerLimits(max_sessions=6, idle_seconds=60.0, max_body_bytes=4096)
 
@@ -72,6 +73,7 @@ def close_all(http, *session_ids):
 
 
 # ------------------------------------------------------------------ info endpoints
+@pytest.mark.slow
 def test_health_metadata_schema(http):
     assert http.get("/health").json()["status"] == "healthy"
     assert http.get("/metadata").json()["name"] == "commons_arena_v0"
@@ -114,6 +116,7 @@ def read_recording_text(text, path):
     return read_recording(path)[0]
 
 
+@pytest.mark.slow
 def test_two_concurrent_sessions_are_independent(url):
     """Interleaved steps of two sessions give what each gives alone."""
     def trajectory(clients_and_seeds):
@@ -134,6 +137,7 @@ def test_two_concurrent_sessions_are_independent(url):
     assert together[0] != together[1]
 
 
+@pytest.mark.slow
 def test_multi_seat_session(url):
     with ArenaClient(url) as client:
         result = client.reset(seed=3, seats=["allocator", "broker"], population={"roles": {"team": "truthful"}})
@@ -148,6 +152,7 @@ def test_multi_seat_session(url):
 
 
 # ------------------------------------------------------------------ bad requests
+@pytest.mark.slow
 def test_malformed_json_http_and_ws(http, url):
     for path in ("/reset", "/step", "/close"):
         response = http.post(path, content=b'{"seed": 1', headers={"content-type": "application/json"})
@@ -165,6 +170,7 @@ def test_malformed_json_http_and_ws(http, url):
         assert ws_call(ws, "reset", {"seed": 1})["type"] == "observation"
 
 
+@pytest.mark.slow
 def test_unknown_sessions(http):
     for response in (
         http.post("/step", json={"session_id": "no-such-session", "action": {}}),
@@ -179,6 +185,7 @@ def test_unknown_sessions(http):
     assert http.get("/state").status_code == 422
 
 
+@pytest.mark.slow
 def test_oversized_bodies(http, url):
     big = {"seed": 1, "episode_id": "x" * 5000}
     response = http.post("/reset", json=big)
@@ -192,6 +199,7 @@ def test_oversized_bodies(http, url):
     assert http.get("/info").json()["sessions"] == 0
 
 
+@pytest.mark.slow
 def test_out_of_range_actions_leave_the_episode_unchanged(http, url):
     first = http.post("/reset", json={"seed": 5}).json()
     sid = sid_of(first)
@@ -226,6 +234,7 @@ def test_out_of_range_actions_leave_the_episode_unchanged(http, url):
     close_all(http, sid, sid_of(fresh))
 
 
+@pytest.mark.slow
 def test_bad_reset_parameters(http):
     cases = [
         ({"seed": -1}, "seed"), ({"seed": "7"}, "seed"), ({"scenario": "../../etc/passwd"}, "scenario"),
@@ -241,6 +250,7 @@ def test_bad_reset_parameters(http):
     assert http.get("/info").json()["sessions"] == 0  # refused resets leave no session behind
 
 
+@pytest.mark.slow
 def test_episode_end_and_recording(http):
     sid = http.post("/reset", json={"seed": 2, "record": True, "scenario": "crisis"}).json()
     sid = sid_of(sid)
@@ -261,6 +271,7 @@ def test_episode_end_and_recording(http):
 
 
 # ------------------------------------------------------------------ text seats
+@pytest.mark.slow
 def test_text_seat(http):
     first = http.post("/reset", json={"seed": 4, "seats": "search", "text": True}).json()
     sid, briefing = sid_of(first), first["observation"]["briefing"]
@@ -285,6 +296,7 @@ def test_text_seat(http):
     close_all(http, sid)
 
 
+@pytest.mark.slow
 def test_briefing_shows_only_what_the_seat_may_know(http):
     config = commons_arena.load_scenario("standard")
     job_ids = {job.id for team in config.teams for job in team.jobs}
@@ -306,8 +318,21 @@ def wait_until(condition, timeout=10.0):
         time.sleep(0.02)
 
 
+class PassedClock:
+    """Seconds that pass only when the test says so: the server's idle rule reads this clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.slow
 def test_capacity_and_idle_expiry():
-    settings = ServeSettings(limits=ServerLimits(max_sessions=2, idle_seconds=0.5))
+    # the passed clock decides what is idle; the limit (0.5) only sets how often, in real time, the server looks
+    clock = PassedClock()
+    settings = ServeSettings(limits=ServerLimits(max_sessions=2, idle_seconds=0.5), clock=clock)
     app = create_app(settings)
 
     with running_server(settings, app=app) as base, \
@@ -319,6 +344,9 @@ def test_capacity_and_idle_expiry():
             assert full.status_code == 503 and full.json()["error"]["code"] == "CAPACITY_REACHED"
             with connect(ws_url(base)) as refused:
                 assert json.loads(refused.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
+            # however long that took, nothing is idle until the clock moves past the limit
+            assert set(app.state.store.sessions) >= {a} and len(app.state.store.sessions) == 2
+            clock.now += 0.51
             # idle: the server's reaper closes the HTTP session, and the server closes the WebSocket
             wait_until(lambda: a not in app.state.store.sessions)
             assert http.get("/state", params={"session_id": a}).status_code == 404
@@ -329,6 +357,7 @@ def test_capacity_and_idle_expiry():
 
 
 # ------------------------------------------------------------------ remote agents as policies
+@pytest.mark.slow
 def test_remote_policy_in_a_population(tmp_path):
     """An agent behind HTTP, placed in an in-process population, plays what the local policy plays."""
     config = commons_arena.load_scenario("standard")
@@ -353,6 +382,7 @@ def test_remote_policy_in_a_population(tmp_path):
 
 
 # ------------------------------------------------------------------ the command line
+@pytest.mark.slow
 def test_serve_command_starts_a_server(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "commands", "serve", "--port", "0", "--seats", "broker", "--max-sessions", "3",
@@ -382,6 +412,7 @@ def test_serve_command_starts_a_server(tmp_path):
         process.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_sessions_come_and_go_without_growth():
     """Opening and closing many sessions keeps no session and at most a bounded pool of idle tables."""
     import tracemalloc

@@ -88,10 +88,10 @@ def reset(http, **body) -> str:
 ])
 def test_text_action_costs_milliseconds(text):
     spec = seat_spec(load_scenario("standard"), "search")
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU time: other processes on the machine do not count
     with pytest.raises(ActionError):
         parse_text_action(spec, text)
-    assert time.perf_counter() - started < 0.05
+    assert time.thread_time() - started < 0.05
 
 
 def test_a_hostile_text_does_not_stall_health(served):
@@ -121,8 +121,10 @@ def test_a_hostile_text_does_not_stall_health(served):
         done.set()
         watcher.join()
         http.post("/close", json={"session_id": sid})
+    # the server's CPU per hostile request bounds how long /health can wait behind it; wall time also counts
+    # the machine's load, so it is only bounded loosely: a stall of the event loop, not a busy machine
     assert max(costs) < 0.05, f"a text action cost the server {max(costs) * 1000:.0f} ms of CPU"
-    assert sorted(slowest)[len(slowest) // 2] < 0.1, f"/health waited {sorted(slowest)} s"  # wall time: the load counts
+    assert sorted(slowest)[len(slowest) // 2] < 1.0, f"/health waited {sorted(slowest)} s"
 
 
 def test_two_actions_in_one_answer_is_an_error_naming_both():
@@ -329,7 +331,7 @@ class HealthWatch:
 
 def test_fuzz_http_and_ws(served):
     """Generated hostile bodies and frames: never a 500, never a close without a frame, /health
-    under 100 ms throughout, and afterwards no session left and no memory kept."""
+    answered within a second throughout, and afterwards no session left and no memory kept."""
     url, pid = served
     with httpx.Client(base_url=url, timeout=20) as http, HealthWatch(url) as watch:
         sid = reset(http, seats="search", text=True, on_invalid="noop")
@@ -374,16 +376,19 @@ def test_fuzz_http_and_ws(served):
             rss = _resident_bytes(pid)
             baseline = baseline or rss
         http.post("/close", json={"session_id": sid})
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10  # the last WebSocket's session closes when the server reads its close
+        while http.get("/info").json()["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert http.get("/info").json()["sessions"] == 0
     # the server's CPU per request bounds how long it can keep /health waiting, whatever else runs on the
-    # machine; the wall-clock times of /health also count the machine's load (shared CI cores)
+    # machine; the wall-clock times of /health also count the machine's load (shared CI cores), so they are
+    # only bounded loosely: a stall of the event loop, not a busy machine
     cost, request = max(costs, key=lambda c: c[0])
     assert cost < 0.1, f"one request cost the server {cost * 1000:.0f} ms of CPU: {request!r:.200}"
     assert not watch.failures, f"/health failed while the fuzz ran: {watch.failures[:3]}"
     assert watch.times, "/health was never answered while the fuzz ran"
     times = sorted(watch.times)
-    assert times[len(times) * 9 // 10] < 0.1, f"/health: 90th percentile {times[len(times) * 9 // 10] * 1000:.0f} ms"
+    assert times[len(times) * 9 // 10] < 1.0, f"/health: 90th percentile {times[len(times) * 9 // 10] * 1000:.0f} ms"
     assert rss - baseline < 30_000_000, f"memory grew {(rss - baseline) / 1e6:.1f} MB in the second round"
 
 
