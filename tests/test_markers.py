@@ -74,7 +74,7 @@ def test_needs_imply_slow_and_ray_session_implies_ray():
 
 
 def test_a_test_that_meets_an_unmarked_need_is_named(monkeypatch):
-    missing = {"rllib": {"ray.rllib"}, "browser": {"selenium"}}
+    missing = {"rllib": {"not_a_module_anywhere"}, "browser": {"selenium"}}  # not imported, and imported by the test
     monkeypatch.setitem(sys.modules, "selenium", SimpleNamespace())
     assert unmarked_needs(set(), missing, ray_was_up=False) == ["imports selenium, so it needs the `browser` mark"]
     assert unmarked_needs({"browser", "slow"}, missing, ray_was_up=False) == []
