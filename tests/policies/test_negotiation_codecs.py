@@ -15,7 +15,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, Stance
 from commons_arena.spaces import observation_layout
 from policies import Population
-from policies.checkpoint_format import SIDECAR, CheckpointError
+from policies.checkpoint_format import SIDECAR, CheckpointError, NetworkSpec, PolicyNetwork
 from policies.codecs import (
     CODECS,
     DEFAULT_CODECS,
@@ -235,16 +235,24 @@ def test_module_interface_with_team_and_broker_codecs():
         assert interface.action_space().nvec.tolist() == interface.codec.nvec.tolist()
 
 
-def save_untrained(folder: Path, config, agent: str, codec: str | None) -> Path:
-    """An untrained RLlib default module for ``agent`` behind ``codec``, saved the way training saves."""
-    from experiments.training.rl_modules import network_from_rl_module
-    from tests.policies.test_checkpoint_format import rllib_module
+def save_untrained(folder: Path, config, agent: str, codec: str | None, hidden: int = 16) -> Path:
+    """A network with random weights for ``agent`` behind ``codec``, saved the way training saves (the
+    network as an RLlib module exports it: tests/policies/test_checkpoint_format.py; here no RLlib)."""
+    import torch
 
     size = observation_layout(config, agent).size
     interface = ModuleInterface(config, agent, np.ones(size, np.float32), codec)
     nvec = [int(n) for n in interface.action_space().nvec]
-    network = network_from_rl_module(rllib_module(interface.input_size, nvec), nvec)
-    save_policy(folder, network, config, agent, np.ones(size, np.float32), codec)
+    layers = [{"type": "linear", "in": interface.input_size, "out": hidden}, {"type": "tanh"},
+              {"type": "linear", "in": hidden, "out": sum(nvec)}]
+    spec = NetworkSpec.model_validate({"layers": layers, "weights_sha256": "0" * 64,
+                                       "action_distribution": {"type": "multi_categorical", "nvec": nvec}})
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"layers.0.weight": torch.randn(hidden, interface.input_size, generator=gen),
+               "layers.0.bias": torch.randn(hidden, generator=gen),
+               "layers.2.weight": torch.randn(sum(nvec), hidden, generator=gen),
+               "layers.2.bias": torch.randn(sum(nvec), generator=gen)}
+    save_policy(folder, PolicyNetwork(spec, tensors), config, agent, np.ones(size, np.float32), codec)
     return folder
 
 
