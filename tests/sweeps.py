@@ -1,7 +1,7 @@
 """Sweeps: a test run once per shipped scenario (or per unusual shape) keeps `standard`, `crisis`
 and the smaller unusual shape in the fast loop (`pytest -m "not slow"`); the other shipped
-scenarios and the larger shape carry `slow` and play in the full run. Golden recordings are not
-swept: the fast loop replays them all."""
+scenarios and the larger shape carry `slow` and play in the full run. Golden recordings and
+trajectory digests are not swept: the fast loop checks every golden scenario."""
 
 from __future__ import annotations
 
