@@ -52,9 +52,13 @@ class Train:
             from experiments.studies.train_seeds import train_seeds
 
             return train_seeds(self.args, self.train_seeds, self.compare_seeds)
+        from experiments.training.runs import run_args
+        from experiments.training.setup import resolve
+
+        setup = resolve(run_args(self.args))  # bad arguments (or a bad run folder) are refused before RLlib loads
         from experiments.training.train import train
 
-        return train(self.args)
+        return train(self.args, setup)
 
 
 def config_defaults(args: list[str]) -> Train | None:

@@ -6,7 +6,7 @@ leak is the allocator's ``pressure`` signal: per team, how many of its ready job
 within ``PRESSURE_WINDOW`` ticks (0, 1, 2+), like a board's low/medium/high mood.
 
 Each observation is one flat list of Python numbers, written field by field in the order
-the layout declares them (``spaces.py``, the one declaration; ``tests/test_env_api.py``
+the layout declares them (``spaces.py``, the one declaration; ``tests/commons_arena/test_env_api.py``
 checks that each field lands where the layout says) and converted to float32 in one call (one numpy call per agent instead of one per field): a
 new array per agent and step, which the env never touches again. Numbers that never
 change (owned GPUs, unit costs, the carbon cap, the published forecast of each tick) are

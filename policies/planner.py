@@ -240,7 +240,7 @@ class PlannerAllocator(ScriptedPolicy):
         ``log_w`` a view of its row), and each row receives the same additions in the same
         order as :class:`InflationBelief`'s methods make them one team at a time (a tier's
         declaration, then a revealed pair's, then an audit), so the result is bit for bit
-        theirs (tests/test_planner_identical.py). Teams without evidence add 0.0.
+        theirs (tests/policies/test_planner_identical.py). Teams without evidence add 0.0.
         """
         declared = self.field(obs, "declared").astype(np.int64)
         revealed = self.field(obs, "revealed") > 0.5

@@ -1,4 +1,4 @@
-"""Screenshots of the play page for docs/serving.md (headless Chromium, as tests/test_play_browser.py drives it).
+"""Screenshots of the play page for docs/serving.md (headless Chromium, as tests/serving/test_play_browser.py drives it).
 
     PYTHONPATH=. .venv/bin/python scripts/play_screenshots.py   # writes docs/play_*.png
 """

@@ -59,7 +59,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -397,7 +397,7 @@ def preview_of(session: Session, action: Any) -> dict[str, Any]:
 
 async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, limit: int) -> None:
     idle = store.limits.idle_seconds
-    watchdog = asyncio.create_task(_close_when_idle(ws, session, idle))  # one timer per connection, not per message
+    watchdog = asyncio.create_task(_close_when_idle(ws, session, idle, store.settings.clock))  # one timer per connection, not per message
     try:
         while True:
             try:
@@ -406,7 +406,7 @@ async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, li
                 return
             if message["type"] == "websocket.disconnect":
                 return
-            session.last_active = time.monotonic()
+            session.last_active = store.settings.clock()
             try:
                 reply = _handle_message(message.get("text"), session, limit)
             except ServeError as err:
@@ -421,9 +421,9 @@ async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, li
         watchdog.cancel()
 
 
-async def _close_when_idle(ws: WebSocket, session: Session, idle: float) -> None:
+async def _close_when_idle(ws: WebSocket, session: Session, idle: float, clock: Callable[[], float]) -> None:
     while True:
-        left = session.last_active + idle - time.monotonic()
+        left = session.last_active + idle - clock()
         if left <= 0:
             with contextlib.suppress(Exception):
                 await ws.close(code=1000, reason=f"idle for {idle:g} s")

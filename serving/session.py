@@ -23,7 +23,7 @@ import secrets
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,8 @@ class ServeSettings:
     scenarios: tuple[str, ...] = ()
     """scenario names a client may choose (empty: every shipped scenario)"""
     limits: ServerLimits = field(default_factory=ServerLimits)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+    """seconds, for the idle limit (a test passes its own, which moves only when told)"""
 
     @functools.cached_property
     def configs(self) -> dict[str, ScenarioConfig]:
@@ -274,7 +276,7 @@ class Session:
 
     def __init__(self, session_id: str, settings: ServeSettings, pool: TablePool, kind: str) -> None:
         self.id, self.settings, self.pool, self.kind = session_id, settings, pool, kind
-        self.created = self.last_active = time.monotonic()
+        self.created = self.last_active = settings.clock()
         self.table: Table | None = None
         self.env: Any = None  # FocalEnv over the table's env (or the recording wrapper around it)
         self.options: Options | None = None
@@ -448,7 +450,7 @@ class SessionStore:
                              "was closed, or expired after "
                              f"{self.limits.idle_seconds:g} s idle; send reset without session_id to open one",
                              session_id=_short_id(session_id))
-        session.last_active = time.monotonic()
+        session.last_active = self.settings.clock()
         return session
 
     def close(self, session_id: str) -> None:
@@ -458,7 +460,7 @@ class SessionStore:
 
     def expire(self, now: float | None = None) -> list[str]:
         """Close HTTP sessions idle past the limit (a WebSocket times itself out); return their ids."""
-        now = time.monotonic() if now is None else now
+        now = self.settings.clock() if now is None else now
         stale = [s.id for s in self.sessions.values()
                  if s.kind == "http" and now - s.last_active > self.limits.idle_seconds]
         for session_id in stale:

@@ -6,12 +6,14 @@ file in ``scenarios/`` is covered without touching this file.
 
 from __future__ import annotations
 
+import ast
 import copy
 import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Collection
+import sys
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,93 +21,29 @@ import pytest
 
 import commons_arena
 from commons_arena.scenario import scenario_from_dict
+from tests.sweeps import swept
 
 # --------------------------------------------------------------------------- markers
 
-# `pytest -m "not slow"` is the fast loop; the README's test command runs everything. The
-# marks live here, by module, test and fixture, not in the test files, so branches that
-# edit tests merge without touching them. Keys: "module", or "module::test" (the function's
-# name, or with its parameters: "module::test[id]"). Markers are registered in pyproject.toml.
-NEEDS_MARKS = ("rllib", "ray", "browser", "server")  # each of these is also `slow`
-
-MARKS: dict[str, tuple[str, ...]] = {
-    "test_training": ("rllib", "ray"),
-    "test_selfplay": ("rllib", "ray"),
-    "test_league": ("rllib", "ray"),
-    "test_checkpoint_format": ("rllib",),  # exports RLlib modules it builds
-    "test_training_setup": ("rllib",),  # builds RLlib configs and envs
-    "test_cluster_shipping::test_code_and_checkpoints_reach_nodes_that_share_no_disk": ("rllib", "ray"),  # a two-node cluster
-    "test_cluster_shipping::test_a_packed_checkpoint_plays_where_its_folder_is_gone": ("rllib",),
-    "test_cluster_shipping::test_damaged_bytes_are_refused": ("rllib",),
-    "test_experiment_files::test_same_file_and_seed_give_identical_weights_in_fresh_processes": ("rllib",),
-    "test_train_seeds::test_train_seeds_runs_each_seed_in_its_folder_and_reports": ("rllib",),
-    "test_negotiation_training": ("rllib", "ray"),  # best responses and exploit, trained
-    "test_arms_race::test_the_arms_race_runs_both_rounds_and_reports": ("rllib", "ray"),  # both rounds, trained
-    "test_arms_race::test_round2_continues_a_learned_allocator_from_its_weights": ("rllib", "ray"),
-    "test_arms_race::test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged": ("rllib",),
-    "test_remote_runners": ("rllib", "ray"),  # remote env runners on the session's Ray
-    "test_universal_training": ("rllib", "ray"),  # the shape-free allocator trained, fine-tuned, on long episodes
-    "test_universal::test_an_iteration_without_a_finished_episode_reports_no_nan": ("slow",),  # imports tensorboardX
-    "test_serving": ("server",),
-    "test_serving_hostile": ("server",),  # a server in its own process, fuzzed
-    "test_cli_hostile::test_sidecar_numbers_are_bounded": ("rllib",),  # saves RLlib modules
-    "test_cli_hostile::test_checkpoint_identity_reads_only_the_sidecar": ("rllib",),
-    "test_cli_hostile::test_analyze_reads_a_mixed_run_on_its_hardest_tier": ("rllib",),  # saves an RLlib module
-    "test_session_store::test_everything_that_touches_a_session_runs_on_the_event_loop": ("slow",),  # builds the app
-    "test_openenv": ("server",),  # openenv validate and its client against the serve command
-    "test_mcp": ("server",),  # the MCP SDK's client over streamable HTTP
-    "test_seat_teaching::test_http_preview_and_summary": ("server",),  # the app, a whole episode and its references
-    "test_serve_check": ("server",),  # semantic checks over HTTP against a real server
-    "test_seat_teaching::test_references_are_the_engines_on_the_same_seed_and_cached": ("slow",),  # 4 oracle episodes
-    "test_play_browser": ("browser", "server"),
-    "test_replay_browser": ("browser",),
-    "test_tournament::test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows[ray]": ("ray",),
-    # unit modules' slow tests: whole evaluations, the oracle's MILP over many episodes, subprocesses
-    "test_validity": ("slow",),  # one evaluation table of every scenario on held-out seeds
-    "test_packaging": ("slow",),  # builds and installs the wheel
-    "test_oracle::test_oracle_mean_reward_is_at_least_every_baselines": ("slow",),
-    "test_oracle::test_oracle_beats_every_baseline_on_standard": ("slow",),
-    "test_oracle::test_oracle_beats_proportional_and_random_on_standard": ("slow",),
-    "test_limits::test_no_avoidable_invalid_unit_on_more_perturbed_scenarios": ("slow",),  # 40 scenarios x 2 seeds x 9 allocators
-    "test_tournament::test_a_changed_scenario_is_refused_unless_allowed": ("slow",),
-    "test_tournament::test_other_seats": ("slow",),
-    "test_tournament::test_the_focal_seat_is_the_players": ("slow",),
-    "test_tournament::test_cli_roster_and_flag_forms": ("slow",),
-    "test_cli_errors::test_the_installed_command_exits_2_with_one_line_and_no_traceback": ("slow",),
-    "test_determinism::test_same_trajectory_in_another_process": ("slow",),
-    "test_golden::test_golden_playthroughs_replay_on_every_blas_kernel": ("slow",),  # subprocesses
-    "test_small_inputs::test_native_output_is_silenced_and_python_output_kept": ("slow",),
-    "test_render::test_every_scenario_renders": ("slow",),
-    "test_render::test_frames_from_recording": ("slow",),
-    "test_render::test_rgb_array_frames": ("slow",),  # the fast loop keeps one dashboard test
-    "test_render::test_pettingzoo_render_test": ("slow",),
-    "test_family::test_many_generated_scenarios_play": ("slow",),  # 300 generated scenarios x 2 episodes
-    "test_family::test_any_valid_family_generates_valid_scenarios": ("slow",),  # hypothesis: 60 families at their bounds
-}
-
-# A test run once per shipped scenario (or per unusual shape) is a sweep: the fast loop keeps
-# `standard`, `crisis` and the smaller unusual shape of it; the full run plays every one.
-SWEPT_ONLY_IN_FULL = frozenset(commons_arena.list_scenarios()) - {"standard", "crisis"} | {"octet_five_tiers"}
-
-FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
-    "ray_session": ("ray",),
-    "fitting_checkpoint": ("rllib",),  # test_cli_errors: a checkpoint of an RLlib module
-    "allocator_run": ("slow",),  # test_tournament: a whole tournament
-    "uninterrupted": ("slow",),  # test_tournament: the kill test's reference run
-}
+# `pytest -m "not slow"` is the fast loop; the README's test command runs everything. Each test
+# carries its own marks: `pytestmark = [...]` at the top of a module, `@pytest.mark.slow` on a test,
+# or `pytest.param(..., marks=...)` on a case (sweeps: tests/sweeps.py). Markers are registered in
+# pyproject.toml. Here the marks are only checked: a need (Ray, RLlib, a browser) implies `slow`,
+# a test on the `ray_session` fixture is marked `ray`, and a test that is not marked for a need
+# must not meet it (import RLlib or selenium, start Ray): see :func:`check_needs`.
+SLOW_NEEDS = ("rllib", "ray", "browser")  # each of these is also `slow`; `server` may be quick
+NEEDS_MODULES = {"rllib": ("ray.rllib",), "browser": ("selenium",)}
 
 
-def marks_for(module: str, test: str, name: str, fixtures: Collection[str], params: Collection[Any] = ()) -> set[str]:
-    """The marks of one test: its module's, its own (by name, or by name with parameters), its fixtures',
-    and `slow` for a sweep's cases in SWEPT_ONLY_IN_FULL."""
-    marks = {*MARKS.get(module, ()), *MARKS.get(f"{module}::{test}", ()), *MARKS.get(f"{module}::{name}", ())}
-    if any(isinstance(value, str) and value in SWEPT_ONLY_IN_FULL for value in params):
-        marks.add("slow")
-    for fixture in fixtures:
-        marks.update(FIXTURE_MARKS.get(fixture, ()))
-    if marks & set(NEEDS_MARKS):
-        marks.add("slow")
-    return marks
+def module_marks(path: Path) -> set[str]:
+    """The mark names of a test module's top-level ``pytestmark``, read from its source (not imported)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+            values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+            values = [value.func if isinstance(value, ast.Call) else value for value in values]  # timeout(600)
+            return {value.attr for value in values
+                    if isinstance(value, ast.Attribute) and getattr(value.value, "attr", None) == "mark"}
+    return set()
 
 
 def deselects_every_test(expression: str, marks: Collection[str]) -> bool:
@@ -131,23 +69,76 @@ def deselects_every_test(expression: str, marks: Collection[str]) -> bool:
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Do not even import a test module that `-m` deselects whole (the fast loop skips RLlib's import)."""
     expression = config.option.markexpr
-    if not expression or collection_path.suffix != ".py":
+    if not expression or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
-    marks = marks_for(collection_path.stem, "", "", ())
+    marks = module_marks(collection_path)
     return True if marks and deselects_every_test(expression, marks) else None
+
+
+def marking_errors(item: pytest.Item) -> list[str]:
+    """What is wrong with one test's marks: a need without `slow`, Ray's fixture without `ray`."""
+    marks = {mark.name for mark in item.iter_markers()}
+    errors = [f"{item.nodeid} is marked {need} but not slow" for need in SLOW_NEEDS if need in marks and "slow" not in marks]
+    if "ray_session" in getattr(item, "fixturenames", ()) and "ray" not in marks:
+        errors.append(f"{item.nodeid} uses ray_session but is not marked ray")
+    return errors
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        module = getattr(item, "module", None)
-        if module is None:
-            continue
-        test = getattr(item, "originalname", item.name)
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params.values() if callspec is not None else ()
-        for mark in sorted(marks_for(module.__name__.rpartition(".")[2], test, item.name, item.fixturenames, params)):
-            item.add_marker(mark)
+    errors = [error for item in items for error in marking_errors(item)]
+    if errors:
+        raise pytest.UsageError("tests/conftest.py, marks: " + "; ".join(errors))
+
+
+def missing_modules() -> dict[str, set[str]]:
+    """Per need, its modules not imported yet."""
+    return {need: {m for m in modules if m not in sys.modules} for need, modules in NEEDS_MODULES.items()}
+
+
+def unmarked_needs(marks: Collection[str], missing_before: dict[str, set[str]], ray_was_up: bool) -> list[str]:
+    """The needs a test met without carrying their marks: modules of a need it imported (missing
+    before it ran, there after) or Ray started."""
+    met = [f"imports {m}, so it needs the `{need}` mark" for need, modules in missing_before.items()
+           if need not in marks for m in sorted(modules) if m in sys.modules]
+    if "ray" not in marks and not ray_was_up and _ray_is_up():
+        met.append("starts Ray, so it needs the `ray` mark")
+    return met
+
+
+def _ray_is_up() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+@pytest.fixture(autouse=True)
+def check_needs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test not marked for a need must not meet it (see :func:`unmarked_needs`)."""
+    missing, ray_was_up = missing_modules(), _ray_is_up()
+    yield
+    met = unmarked_needs({mark.name for mark in request.node.iter_markers()}, missing, ray_was_up)
+    if met:
+        pytest.fail(f"{request.node.nodeid} " + "; ".join(met), pytrace=False)
+
+
+_IMPORTED_BY: dict[str, str] = {}  # a need's module -> the collector during whose collection it was first imported
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    for module in (m for modules in NEEDS_MODULES.values() for m in modules):
+        if module in sys.modules:
+            _IMPORTED_BY.setdefault(module, report.nodeid)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A module that `-m` keeps must not import a need's modules at import time unless `-m` keeps that need."""
+    expression = session.config.option.markexpr
+    wrong = [f"{where or 'the conftest'} imports {module}" for need, modules in NEEDS_MODULES.items()
+             if expression and deselects_every_test(expression, {need, "slow"})
+             for module in modules if (where := _IMPORTED_BY.get(module)) is not None or module in sys.modules]
+    if wrong:
+        raise pytest.UsageError("tests/conftest.py, marks: " + "; ".join(wrong) + f", though -m {expression!r} "
+                                "runs none of its tests: mark the module whole (pytestmark) or import it in the tests")
 
 
 # --------------------------------------------------------------------------- Ray
@@ -335,7 +326,7 @@ def _octet_five_tiers() -> dict[str, Any]:
 UNUSUAL = {"duo_one_tier_hard": _duo_one_tier_hard, "octet_five_tiers": _octet_five_tiers}
 
 
-@pytest.fixture(params=sorted(UNUSUAL))
+@pytest.fixture(params=swept(sorted(UNUSUAL)))
 def unusual_scenario(request: pytest.FixtureRequest, write_scenario: Callable[..., Path]) -> Path:
     """Path of a scenario file of unusual shape, written to tmp_path (not in the repo)."""
     return write_scenario(UNUSUAL[request.param](), filename=f"{request.param}.toml")

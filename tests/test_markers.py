@@ -1,58 +1,96 @@
-"""The fast loop's marks (tests/conftest.py): every name in the tables still exists, needs imply slow,
+"""The fast loop's marks: each test carries its own (tests/conftest.py checks them), needs imply slow,
 sweeps keep their fast cases, and `-m` skips importing a module only when it deselects all of it."""
 
 from __future__ import annotations
 
 import ast
+import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import FIXTURE_MARKS, MARKS, NEEDS_MARKS, SWEPT_ONLY_IN_FULL, deselects_every_test, marks_for
+from tests.conftest import SLOW_NEEDS, deselects_every_test, marking_errors, module_marks, unmarked_needs
+from tests.sweeps import SLOW_CASES, swept
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
+TEST_MODULES = sorted(TESTS.rglob("test_*.py"))
 
 
-def functions_of(module: str) -> set[str]:
-    tree = ast.parse((TESTS / f"{module}.py").read_text(encoding="utf-8"))
-    return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
-
-
-def test_every_marked_module_and_test_exists():
-    """A renamed test would silently fall into the fast loop: its old name here must fail instead."""
-    for key in MARKS:
-        module, _, test = key.partition("::")
-        assert (TESTS / f"{module}.py").is_file(), f"MARKS names {module}, which is not a test module"
-        if test:
-            assert test.partition("[")[0] in functions_of(module), f"MARKS names {key}, which does not exist"
-
-
-def test_every_marked_fixture_exists():
-    fixtures = set().union(*(functions_of(path.stem) for path in TESTS.glob("*.py")))
-    for fixture in FIXTURE_MARKS:
-        assert fixture in fixtures, f"FIXTURE_MARKS names {fixture}, which no test file defines"
-
-
-def test_every_mark_is_registered():
+def test_every_need_is_registered():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     registered = {line.partition(":")[0] for line in pyproject["tool"]["pytest"]["ini_options"]["markers"]}
-    used = {"slow", *NEEDS_MARKS, *(m for marks in (*MARKS.values(), *FIXTURE_MARKS.values()) for m in marks)}
-    assert used <= registered, used - registered
+    assert {"slow", "server", *SLOW_NEEDS} <= registered
 
 
-def test_needs_imply_slow():
-    assert marks_for("test_serving", "test_x", "test_x", ()) == {"server", "slow"}
-    assert marks_for("test_mechanics", "test_x", "test_x", ("tmp_path", "ray_session")) == {"ray", "slow"}
-    assert marks_for("test_mechanics", "test_x", "test_x", ("tmp_path",)) == set()
+@pytest.mark.parametrize("source", [
+    "import pytest\npytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.timeout(600)]  # why\n",
+    "import pytest\n\npytestmark = pytest.mark.slow\n",
+    "import pytest\npytestmark = (pytest.mark.slow,)\n",
+])
+def test_a_modules_marks_are_read_from_its_source(tmp_path, source):
+    path = tmp_path / "test_x.py"
+    path.write_text(source, encoding="utf-8")
+    assert module_marks(path) == ({"slow", "rllib", "timeout"} if "rllib" in source else {"slow"})
+
+
+def test_a_module_without_pytestmark_has_no_module_marks(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text("import pytest\nmarks = [pytest.mark.slow]\n\n@pytest.mark.slow\ndef test_a():\n    pass\n")
+    assert module_marks(path) == set()
+
+
+def test_every_pytestmark_is_readable_without_importing():
+    """`-m "not slow"` skips importing a module whole only if its pytestmark reads as marks."""
+    for path in TEST_MODULES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assigned = any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets)
+                       for node in tree.body)
+        assert module_marks(path) or not assigned, f"{path}: pytestmark names no pytest.mark.NAME"
+
+
+def test_modules_that_drive_a_browser_are_marked_browser():
+    drivers = [path for path in TEST_MODULES if any(
+        isinstance(node, ast.ImportFrom) and node.module == "tests.browser"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    assert drivers
+    for path in drivers:
+        assert "browser" in module_marks(path), f"{path} drives Chromium but is not marked browser"
+
+
+def item(*marks: str, fixtures: tuple[str, ...] = ()) -> SimpleNamespace:
+    return SimpleNamespace(nodeid="tests/test_x.py::test_y", fixturenames=fixtures,
+                           iter_markers=lambda: [SimpleNamespace(name=mark) for mark in marks])
+
+
+def test_needs_imply_slow_and_ray_session_implies_ray():
+    assert marking_errors(item("slow", "rllib", "ray", fixtures=("ray_session",))) == []
+    assert marking_errors(item("server")) == []  # a quick server test may run in the fast loop
+    assert marking_errors(item("rllib")) == ["tests/test_x.py::test_y is marked rllib but not slow"]
+    assert marking_errors(item("slow", fixtures=("tmp_path", "ray_session"))) == [
+        "tests/test_x.py::test_y uses ray_session but is not marked ray"]
+
+
+def test_a_test_that_meets_an_unmarked_need_is_named(monkeypatch):
+    missing = {"rllib": {"not_a_module_anywhere"}, "browser": {"selenium"}}  # not imported, and imported by the test
+    monkeypatch.setitem(sys.modules, "selenium", SimpleNamespace())
+    assert unmarked_needs(set(), missing, ray_was_up=False) == ["imports selenium, so it needs the `browser` mark"]
+    assert unmarked_needs({"browser", "slow"}, missing, ray_was_up=False) == []
+    assert unmarked_needs(set(), {"browser": set()}, ray_was_up=False) == []  # imported before the test: not its doing
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: True))
+    assert unmarked_needs({"slow"}, {}, ray_was_up=False) == ["starts Ray, so it needs the `ray` mark"]
+    assert unmarked_needs({"slow"}, {}, ray_was_up=True) == []
 
 
 def test_sweeps_keep_standard_crisis_and_the_small_shape_in_the_fast_loop():
-    assert {"standard", "crisis", "duo_one_tier_hard"}.isdisjoint(SWEPT_ONLY_IN_FULL)
-    assert {"job_mix", "octet_five_tiers"} <= SWEPT_ONLY_IN_FULL
-    assert marks_for("test_x", "test_y", "test_y[job_mix-edf]", (), ("job_mix", "edf")) == {"slow"}
-    assert marks_for("test_x", "test_y", "test_y[standard-edf]", (), ("standard", "edf")) == set()
+    assert {"standard", "crisis", "duo_one_tier_hard"}.isdisjoint(SLOW_CASES)
+    assert {"job_mix", "octet_five_tiers"} <= SLOW_CASES
+    fast, job_mix, octet, other = swept(["standard", "job_mix", "octet_five_tiers", "octet_four_tiers"])
+    assert (fast, other) == ("standard", "octet_four_tiers")
+    assert [mark.name for mark in job_mix.marks] == [mark.name for mark in octet.marks] == ["slow"]
+    assert job_mix.values == ("job_mix",)
 
 
 @pytest.mark.parametrize(("expression", "marks", "skip"), [
@@ -63,7 +101,7 @@ def test_sweeps_keep_standard_crisis_and_the_small_shape_in_the_fast_loop():
     ("not browser", {"browser", "slow"}, True),
     ("ray and not rllib", {"rllib", "ray", "slow"}, True),
     ("ray and not rllib", {"ray", "slow"}, False),
-    ("server or ray", {"slow"}, False),  # a test of it may carry `ray` through a fixture
+    ("server or ray", {"slow"}, False),  # a test of it may carry `ray` itself
     ("not (slow or ray)", {"ray", "slow"}, True),
     ("slow(reason=1)", {"rllib", "slow"}, False),  # marker arguments: never skip
 ])

@@ -14,7 +14,7 @@ with three kinds of players:
   that the oracle's reading of the rules is pinned too.
 
 ``tests/data/trajectory_digests.json`` holds the digests recorded before a refactor;
-``tests/test_determinism.py`` recomputes them. A deliberate change of the rules regenerates
+``tests/commons_arena/test_determinism.py`` recomputes them. A deliberate change of the rules regenerates
 the file (and bumps the env version, see docs/rules.md)::
 
     python -m tests.trajectory_digests --write

@@ -1,7 +1,7 @@
 """The arguments of ``commons-arena train``: one field per flag, each with its help text.
 
 Light on purpose: the CLI imports this module at start-up, so it imports no RLlib, Ray or
-torch (``tests/test_training_args.py`` checks). What the arguments mean for a run (the
+torch (``tests/experiments/training/test_training_setup.py`` checks). What the arguments mean for a run (the
 scenarios parsed, the learning seats, the background, codecs, scales) is resolved once by
 :func:`experiments.training.setup.resolve`.
 """

@@ -23,7 +23,7 @@ The snapshot trap (RLlib 2.60): ``Algorithm.add_module`` syncs the new
 module's *random* initial weights to the env runners before ``set_state`` copies the
 learner's weights into it, so the runners would play the snapshot with random weights for
 one more iteration. :func:`add_snapshot` pushes the source weights to every env runner
-explicitly; ``tests/test_league.py`` proves the snapshot acts exactly like its source on the
+explicitly; ``tests/experiments/training/test_league.py`` proves the snapshot acts exactly like its source on the
 next iteration (and that without the push it would not).
 
 Matchups are drawn per episode from the episode's seed (:func:`league_mapping`): the env

@@ -76,11 +76,13 @@ from experiments.training.weight_sync import push_learner_weights
 from experiments.training.weights import favour_code, favour_zero_code
 
 
-def train(args: TrainArgs) -> Path:
-    """Train until the budget (``--minutes``) or ``--iterations`` runs out; returns the checkpoint."""
+def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
+    """Train until the budget (``--minutes``) or ``--iterations`` runs out; returns the checkpoint.
+    ``setup``: ``resolve(run_args(args))`` when the caller has resolved it already (the command line does,
+    to refuse bad arguments before RLlib loads)."""
     launched = time.perf_counter()  # the budget counts everything: references, Ray, building
     # ---- the arguments resolved once (refused before anything is written), the run folder
-    setup = resolve(run_args(args))
+    setup = setup or resolve(run_args(args))
     run, args, state = open_run(setup.args, setup.stages)  # the scenarios parsed once, by resolve
     setup = measure(replace(setup, args=args), run)  # observation scales, held-out references
     torch.manual_seed(args.seed)

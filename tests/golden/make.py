@@ -6,7 +6,7 @@ names the file to play for them.
 
 One whole episode per scenario from ``reset(seed=0)``, every agent acting uniformly at
 random from a generator seeded apart from the env (random play reaches every repair rule,
-escalations and audits). ``commons-arena verify`` re-plays them; ``tests/test_golden.py``
+escalations and audits). ``commons-arena verify`` re-plays them; ``tests/commons_arena/test_golden.py``
 runs it on each. Regenerate only with a deliberate change of the rules, and bump the env
 version with it (docs/rules.md, "Golden playthroughs")::
 
