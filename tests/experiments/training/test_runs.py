@@ -16,7 +16,7 @@ from experiments.studies.seed_report import seed_runs
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import SESSION_FIELDS, ExperimentFileError, load_experiment
 from experiments.training.runs import LEGACY_RECORD, RECORD, SEEDS_PARENT, open_run, run_args, saved_args
-from tests.test_cli_errors import assert_one_line_error
+from tests.commands.test_cli_errors import assert_one_line_error
 
 
 def new_run(tmp_path: Path, **changes) -> tuple[Path, TrainArgs]:
