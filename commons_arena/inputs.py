@@ -111,6 +111,19 @@ def loads_toml(text: str, what: str = "the TOML") -> dict[str, Any]:
     return data
 
 
+def read_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueError]) -> dict[str, Any]:
+    """A TOML file's contents; a missing, special, oversized or malformed file is ``error`` in one line
+    (``no <what> at PATH``, ``invalid <what> PATH: ...``): experiment, mixture and psro files alike."""
+    try:
+        return loads_toml(read_text(path, what))
+    except FileNotFoundError:
+        raise error(f"no {what} at {path}") from None
+    except InputError as err:  # a special file (/dev/zero, a FIFO), too large, not UTF-8, nested too deeply
+        raise error(f"invalid {what} {path}: {err.reason}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"invalid {what} {path}: not TOML ({err})") from None
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -156,5 +169,5 @@ def load_json_object(path: str | os.PathLike[str], what: str = "file", allow_nan
     return value
 
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "load_json",
+__all__ = ["MAX_DEPTH", "read_toml_file", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "load_json",
            "load_json_object", "loads_json", "loads_toml", "read_bytes", "read_text", "too_deep"]

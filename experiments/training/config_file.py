@@ -18,6 +18,8 @@ reruns it. Flags given with ``--config`` override the file's values. The layout:
     sha256 = "..."
     [mix_background]        # only with train.mix_background: the same for that roster
     sha256 = "..."
+    [mixture]               # only with train.mixture: the sha256 of the mixture file and of every roster it names
+    sha256 = "..."
 
 Validated like scenarios and rosters: unknown keys are refused with their path
 (``train.lrr: Extra inputs are not permitted``), values are checked by type and then by
@@ -32,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Sequence
@@ -44,14 +45,14 @@ from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_mode
 
 import commons_arena
 from commons_arena.errors import format_validation_error
-from commons_arena.inputs import InputError, loads_toml, read_bytes, read_text
+from commons_arena.inputs import read_bytes, read_toml_file
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
-ROSTER_FIELDS = ("background", "mix_background")  # roster files whose sha256 the file records
+ROSTER_FIELDS = ("background", "mix_background", "mixture")  # roster (mixture) files whose sha256 the file records
 HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
           "# (flags given beside --config override its values; docs/training.md)\n")
 
@@ -117,6 +118,15 @@ def file_hash(path: Path) -> str:
     return hashlib.sha256(read_bytes(path, "roster")).hexdigest()
 
 
+def roster_hash(name: str, path: Path) -> str:
+    """What the experiment file records of ``train.<name>``: a roster's sha256, or a mixture's (its rosters too)."""
+    if name == "mixture":
+        from experiments.training.mixture import mixture_hash
+
+        return mixture_hash(path)
+    return file_hash(path)
+
+
 def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
     """The arguments an experiment file's contents describe, checked (see the module docstring)."""
     try:
@@ -145,7 +155,7 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
             raise ExperimentFileError(f"invalid experiment file {source}: {name}.sha256 goes with train.{name} "
                                       "(both or neither)")
         if recorded is not None and roster is not None:
-            current = file_hash(roster)
+            current = roster_hash(name, roster)
             if current != recorded.sha256:
                 raise ExperimentFileError(
                     f"invalid experiment file {source}: {name}.sha256: {roster} changed since the file "
@@ -153,18 +163,25 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainArgs:
     return args
 
 
+def train_section(data: dict[str, Any], source: str) -> TrainArgs:
+    """The arguments a ``[train]``-like table names (any field of TrainArgs but the session's; the rest their
+    defaults), checked as an experiment file's are: used by study files (experiments/configs/psro.toml)."""
+    try:
+        model = _train_section().model_validate(data)
+    except ValidationError as err:
+        raise ExperimentFileError(f"invalid {source}: {format_validation_error(err)}") from None
+    args = TrainArgs(**dict(model))
+    try:
+        args.validate()
+    except ValueError as err:
+        raise ExperimentFileError(f"invalid {source}: {err}") from None
+    return args
+
+
 def load_experiment(path: str | Path) -> TrainArgs:
     """Read and check an experiment file."""
     path = Path(path)
-    try:
-        data = loads_toml(read_text(path, "experiment file"))
-    except FileNotFoundError:
-        raise ExperimentFileError(f"no experiment file at {path}") from None
-    except InputError as err:  # a special file (/dev/zero, a FIFO), too large, not UTF-8, nested too deeply
-        raise ExperimentFileError(f"invalid experiment file {path}: {err.reason}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ExperimentFileError(f"invalid experiment file {path}: not TOML ({err})") from None
-    return args_from_dict(data, str(path))
+    return args_from_dict(read_toml_file(path, "experiment file", ExperimentFileError), str(path))
 
 
 def _toml_value(value: Any) -> str:
@@ -203,7 +220,8 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
     lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
     for name in ROSTER_FIELDS:
         if getattr(args, name) is not None:
-            lines += ["", f"[{name}]  # the roster file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
+            lines += ["", f"[{name}]  # the roster file's sha256",
+                      f"sha256 = {_toml_value(roster_hash(name, getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -213,4 +231,4 @@ def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConf
 
 
 __all__ = ["ExperimentFileError", "SESSION_FIELDS", "args_from_dict", "experiment_text",
-           "load_experiment", "scenario_hashes", "write_experiment"]
+           "load_experiment", "scenario_hashes", "train_section", "write_experiment"]
