@@ -22,7 +22,7 @@ from ray.rllib.utils.typing import MultiAgentDict
 import commons_arena
 from commons_arena.scenario import ScenarioConfig
 from experiments.seeds import SEED_RANGES
-from experiments.training.mixture import draw
+from experiments.training.mixture import draw, thresholds
 from policies.focal import FocalEnv
 from policies.learned import interface_for
 from policies.population import Population
@@ -133,10 +133,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self._backgrounds.append(mix["background"])
             self._thresholds, self._drawn = [float(mix["share"])], [1, 0]
         elif mixture:
-            weights = np.asarray(mixture["weights"], dtype=float)
             self._backgrounds += list(mixture["backgrounds"])
-            self._thresholds = [float(x) for x in np.cumsum(weights / weights.sum())[:-1]]
-            self._drawn = list(range(1, len(weights) + 1))
+            self._thresholds = thresholds(mixture["weights"])
+            self._drawn = list(range(1, len(mixture["weights"]) + 1))
         self._mixture = bool(mixture)
         self.mix_background_played = False  # this episode plays the mix background
         self.mixture_entry: int | None = None  # the mixture's entry this episode plays

@@ -73,8 +73,7 @@ class Mixture:
 
     @property
     def thresholds(self) -> list[float]:
-        """Cumulative probabilities without the last (1): :func:`draw`'s boundaries."""
-        return [float(x) for x in np.cumsum(self.probabilities)[:-1]]
+        return thresholds(self.weights)
 
     def populations(self, config: ScenarioConfig) -> list[Population]:
         """Every entry's background on ``config`` (checked against it)."""
@@ -88,6 +87,12 @@ class Mixture:
 
     def describe(self) -> str:
         return ", ".join(f"{n} {p:.0%}" for n, p in zip(self.names, self.probabilities, strict=True))
+
+
+def thresholds(weights: Sequence[float]) -> list[float]:
+    """:func:`draw`'s boundaries for ``weights``: the cumulative probabilities without the last (1)."""
+    w = np.asarray(weights, dtype=float)
+    return [float(x) for x in np.cumsum(w / w.sum())[:-1]]
 
 
 def draw(rng: np.random.Generator, thresholds: Sequence[float]) -> int:
@@ -149,4 +154,4 @@ def mixture_text(entries: Sequence[tuple[str, str | None, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Mixture", "MixtureError", "draw", "load_mixture", "mixture_from_dict", "mixture_hash", "mixture_text"]
+__all__ = ["Mixture", "MixtureError", "draw", "thresholds", "load_mixture", "mixture_from_dict", "mixture_hash", "mixture_text"]
