@@ -45,6 +45,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_arms_race::test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged": ("rllib",),
     "test_psro::test_the_env_plays_each_mixture_entry_in_its_share_and_the_single_mix_as_before": ("rllib",),
     "test_psro::test_a_tiny_round_runs_reports_and_resumes_without_redoing_a_step": ("rllib", "ray"),  # a round, trained
+    "test_psro::test_the_meta_game_is_played_on_the_engine_solved_for_the_members_and_stored": ("slow",),  # 2 tournaments
     "test_remote_runners": ("rllib", "ray"),  # remote env runners on the session's Ray
     "test_universal_training": ("rllib", "ray"),  # the shape-free allocator trained, fine-tuned, on long episodes
     "test_universal::test_an_iteration_without_a_finished_episode_reports_no_nan": ("slow",),  # imports tensorboardX

@@ -236,3 +236,36 @@ def test_a_tiny_round_runs_reports_and_resumes_without_redoing_a_step(ray_sessio
     with pytest.raises(SystemExit):
         main(["psro", "--config", str(config), "--out", str(out)])
     assert "other settings (psro)" in capsys.readouterr().err
+
+
+def test_the_meta_game_is_played_on_the_engine_solved_for_the_members_and_stored(tmp_path, capsys):
+    from experiments.studies.psro import Member, metagame
+
+    cfg = psro_from_dict(tiny_file(seats=["search", "robotics"], payoff_seeds=3))
+    members = [Member("bluffs", "search", "greedy_bluffer"), Member("honest", "search", "truthful"),
+               Member("other", "robotics", "greedy_bluffer")]
+    game = metagame(1, ["planner", "proportional"], members, cfg, tmp_path)
+    gain = np.asarray(game["gain"])
+    assert gain.shape == (2, 3) and np.all(gain[:, 1] == 0)  # truthful's gain over truthful: 0 on every seed
+    q = np.asarray(list(game["member_mixture"].values()))
+    p = np.asarray(list(game["allocator_mixture"].values()))
+    assert q.sum() == pytest.approx(1) and p.sum() == pytest.approx(1) and (q >= 0).all() and (p >= 0).all()
+    # the members maximise the gain, the allocators minimise it: q guarantees the value whatever the allocator
+    value = game["equilibrium_gain"]
+    assert (gain @ q).min() == pytest.approx(value, abs=1e-6) and (p @ gain).max() == pytest.approx(value, abs=1e-6)
+    assert value >= max(0.0, gain.min(axis=0).max()) - 1e-9  # at least what the safest member takes
+    capsys.readouterr()
+    assert metagame(1, ["planner", "proportional"], members, cfg, tmp_path) == game  # stored: read back
+    assert "meta-game stored, skipped" in capsys.readouterr().out
+
+
+def test_a_bad_psro_file_on_the_command_line_is_one_line(tmp_path, capsys):
+    from commands.cli import main
+
+    path = tmp_path / "psro.toml"
+    path.write_text("[psro]\nrounds = 0\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["psro", "--config", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "psro.rounds must be between 1 and 50" in err
+    assert not (tmp_path / "out").exists()
