@@ -1,5 +1,6 @@
 """The commands that train: ``train`` (one run, or one per ``--train-seeds``), ``exploit`` (best
-responses against each allocator), ``arms-race`` (a bluffer, then the allocator against it), and
+responses against each allocator), ``arms-race`` (a bluffer, then the allocator against it), ``psro`` (rounds
+of best responses and the allocator against their meta-game mixture), and
 ``convert-checkpoint`` (old pickled checkpoints to the data-only format ``learned:`` loads).
 
 RLlib, Ray and torch are imported inside ``run()``: ``TrainArgs`` is light, so ``--help`` is fast."""
@@ -239,6 +240,35 @@ class ArmsRace:
         otherwise = None if self.seat_otherwise == POPULATION else self.seat_otherwise
         return arms_race(self.allocator, self.scenario, self.seat, paired_seed_list(self.first_seed, self.seeds), round1, round2,
                          self.share, self.out, otherwise)
+
+
+@dataclass
+class Psro:
+    """Rounds of training toward an allocator that is hard to exploit (PSRO-style): each round best responses in
+    every team seat against the current allocator join a population, the meta-game's Nash mixture over it is
+    solved, and the allocator is continued against that mixture and the scenario's own population; per round its
+    exploitability, welfare on every tier and the payoff matrix (experiments/studies/psro.py). Every step is stored
+    and skipped when the command reruns."""
+
+    config: Path = Path("experiments/configs/psro.toml")
+    """the experiment file (TOML: [psro], [best_response], [allocator]; experiments/configs/psro.toml)"""
+    out: Path = Path("results/psro")
+    """output folder: psro.md / .csv / .json / .png, A<k>/ (each allocator's exploit cells), round-<k>/ (payoff
+    matrices, meta-game, mixture, the continued allocator), welfare/; a folder of an earlier psro run is resumed"""
+    force: bool = False
+    """write into an --out folder that holds other files"""
+
+    def validate(self) -> None:
+        from experiments.studies.psro import is_psro_folder, load_psro
+
+        load_psro(self.config)
+        if not is_psro_folder(self.out):  # an earlier psro run's folder is resumed
+            refuse_overwrite(self.out, self.force, what="folder")
+
+    def run(self):
+        from experiments.studies.psro import load_psro, psro
+
+        return psro(load_psro(self.config), self.out)
 
 
 @dataclass

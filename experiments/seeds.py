@@ -56,7 +56,9 @@ SEED_RANGES: MappingProxyType[str, SeedRange] = MappingProxyType({
                                              "best fixed code of a team or broker seat is chosen on evaluate seeds)"),
     "best_response_report": SeedRange(600_000, 700_000, "the best-response report at the end of training"),
     "exploit": SeedRange(700_000, 720_000, "commons-arena exploit and analyze"),
-    "arms_race": SeedRange(720_000, 900_000, "commons-arena arms-race's paired comparisons"),
+    "arms_race": SeedRange(720_000, 800_000, "commons-arena arms-race's paired comparisons"),
+    "psro": SeedRange(800_000, 900_000, "commons-arena psro: its exploit cells and welfare (800000..), its payoff "
+                                        "matrices (850000..)"),
     "training_eval": SeedRange(900_000, 2**20, "training's held-out evaluation (which checkpoint is best)"),
     "training": SeedRange(2**20, 2**31 - 1, "training episodes (drawn at random in this range)"),
 })

@@ -73,8 +73,14 @@ def round2_args(base: TrainArgs, allocator: str, scenario: str, mix: Path, share
     """Round 2's training run: ``base`` with the mix background (and ``background``, who plays
     the seat otherwise, when given), the budget and, for a learned A1, its weights and the
     settings they need."""
-    args = replace(base, scenario=scenario, mix_background=mix, mix_share=share, iterations=iterations,
-                   minutes=minutes, out=out, run_name=ALLOCATOR, background=background or base.background)
+    return continuation(replace(base, scenario=scenario, mix_background=mix, mix_share=share, iterations=iterations,
+                                minutes=minutes, out=out, run_name=ALLOCATOR, background=background or base.background),
+                        allocator)
+
+
+def continuation(args: TrainArgs, allocator: str) -> TrainArgs:
+    """``args`` continuing ``allocator``: a learned one from its weights (``--init-from``, with the settings
+    they need); a scripted one means a fresh run of the codec at its zero code (``planner`` for ``need``)."""
     if not allocator.startswith(LEARNED_PREFIX):
         return args
     from policies.learned import read_sidecar
@@ -222,4 +228,4 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
     return rows
 
 
-__all__ = ["arms_race", "mix_roster", "report_rows", "round2_args", "seat_roster", "verdict", "warm_start_settings"]
+__all__ = ["arms_race", "continuation", "mix_roster", "report_rows", "round2_args", "seat_roster", "verdict", "warm_start_settings"]

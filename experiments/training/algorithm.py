@@ -163,6 +163,8 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     """The RLlib config of the run: its experiment's pieces, resources and learning settings."""
     args, plan, first = setup.args, setup.plan, setup.stages[0]
     backgrounds = [setup.background, *([setup.mix_background] if setup.mix_background else [])]
+    mixture = [] if setup.mixture is None else setup.mixture.populations(first)  # each roster's, or the scenario's own
+    backgrounds += [b for b, roster in zip(mixture, setup.mixture.rosters if setup.mixture else (), strict=True) if roster]
     env_config: dict[str, Any] = {
         "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats
                               if seat in setup.scales},  # none for the shape-free allocator
@@ -180,6 +182,11 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         env_config["scenarios"] = list(setup.stages)
     if setup.mix_background is not None:  # drawn per training episode (experiments.training.env)
         env_config["background_mix"] = {"background": setup.mix_background.to_dict(), "share": args.mix_share}
+    if setup.mixture is not None:  # one entry drawn per training episode (experiments.training.env)
+        env_config["background_mixture"] = {
+            "names": list(setup.mixture.names), "weights": list(setup.mixture.weights),
+            "backgrounds": [b.to_dict() if roster else None
+                            for b, roster in zip(mixture, setup.mixture.rosters, strict=True)]}
     kind_callbacks, kind_parts = args.kind.configure(setup, env_config, stage)  # a curriculum's, a league's
     callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
     model_config: DefaultModelConfig | dict[str, Any] = DefaultModelConfig(

@@ -66,6 +66,10 @@ class TrainArgs:
     response in one team seat: the arms race, docs/negotiation.md); held-out evaluations play --background"""
     mix_share: float = 0.5
     """share of training episodes played with --mix-background"""
+    mixture: Path | None = None
+    """a mixture file (TOML): several backgrounds (rosters, or each scenario's own population) with weights, one
+    drawn per training episode instead of --background (experiments/training/mixture.py; the PSRO loop's, docs/
+    negotiation.md); held-out evaluations play --background. Not with --mix-background"""
     league_scripted: tuple[str, ...] = ("truthful", "greedy_bluffer")
     """league: the scripted team policies in the mix (beside the learner and its snapshots)"""
     snapshot_margin: float = 0.1
@@ -224,6 +228,9 @@ class TrainArgs:
             (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),
             (math.isfinite(self.mix_share) and 0 < self.mix_share < 1,
              f"--mix-share must be strictly between 0 and 1, got {self.mix_share}"),
+            (self.mixture is None or self.mix_background is None,
+             "--mixture and --mix-background both replace --background in training episodes: give one (a mixture "
+             "file can hold both backgrounds with their shares)"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
             (not self.kind.shape_free or self.shape_free,

@@ -16,12 +16,13 @@ from typing import Any
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from commons_arena.enums import ALLOCATOR
-from experiments.training.env import MIX_INFO, Scenario
+from experiments.training.env import MIX_INFO, MIXTURE_INFO, Scenario
 
 # Where the allocator's custom metrics land: result["env_runners"][<this>][<term>].
 REWARD_TERMS_KEY = "allocator_reward_terms"
 EPISODE_TOTALS_KEY = "allocator_episode"
 MIX_SHARE_KEY = "mix_background_share"  # share of the training episodes that played the mix background
+MIXTURE_SHARES_KEY = "mixture_shares"  # entry name -> share of the training episodes that played it
 
 
 class RewardTermsCallback(RLlibCallback):
@@ -69,6 +70,10 @@ class RewardTermsCallback(RLlibCallback):
         totals = final.get("episode", {})
         if MIX_INFO in final:
             metrics_logger.log_value(MIX_SHARE_KEY, float(final[MIX_INFO]), reduce="mean", window=window)
+        if MIXTURE_INFO in final and env_runner is not None:
+            for i, name in enumerate(env_runner.config.env_config["background_mixture"]["names"]):
+                metrics_logger.log_value((MIXTURE_SHARES_KEY, name), float(final[MIXTURE_INFO] == i), reduce="mean",
+                                         window=window)
         for key, value in totals.items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
         # Normalised score of this training episode, against the random/oracle means of the

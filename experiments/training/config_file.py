@@ -20,6 +20,8 @@ override the file's values. The layout::
     sha256 = "..."
     [mix_background]        # only with train.mix_background: the same for that file
     sha256 = "..."
+    [mixture]               # only with train.mixture: the sha256 of the mixture file and of every roster it names
+    sha256 = "..."
 
 Validated like scenarios and population files: unknown keys are refused with their path
 (``train.lrr: Extra inputs are not permitted``), values are checked by type and then by
@@ -34,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -46,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_mode
 
 import commons_arena
 from commons_arena.errors import format_validation_error
-from commons_arena.inputs import InputError, loads_toml, read_bytes, read_text
+from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
@@ -54,7 +55,7 @@ from experiments.training.kinds import SPLIT_PREFIX
 # Not part of an experiment: where and how this session runs (refused in a file, never written; on
 # ``--resume`` they are this session's). The one list of them (the budget is recorded: runs.BUDGET).
 SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
-POPULATION_FIELDS = ("background", "mix_background")  # population files whose sha256 the file records
+POPULATION_FIELDS = ("background", "mix_background", "mixture")  # population (mixture) files whose sha256 the file records
 HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
           "# (flags given beside --config override its values; docs/training.md)\n")
 
@@ -120,6 +121,16 @@ def file_hash(path: Path) -> str:
     return hashlib.sha256(read_bytes(path, "population file")).hexdigest()
 
 
+def recorded_hash(name: str, path: Path) -> str:
+    """What the experiment file records of ``train.<name>``: a population file's sha256, or a mixture's (its
+    population files too)."""
+    if name == "mixture":
+        from experiments.training.mixture import mixture_hash
+
+        return mixture_hash(path)
+    return file_hash(path)
+
+
 def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: bool = True,
                    configs: Sequence[ScenarioConfig] | None = None) -> TrainArgs:
     """The arguments an experiment file's contents describe, checked (see the module docstring). With
@@ -154,7 +165,7 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: boo
     for name in POPULATION_FIELDS:
         recorded, population = getattr(model, name), getattr(args, name)
         if recorded is not None and population is not None:
-            now = file_hash(population)
+            now = recorded_hash(name, population)
             if now != recorded.sha256:
                 raise ExperimentFileError(
                     f"invalid experiment file {source}: {name}.sha256: {population} changed since the file "
@@ -164,15 +175,22 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: boo
 
 def read_experiment(path: str | Path) -> dict[str, Any]:
     """An experiment file's TOML as a dict (one line naming the file when it cannot be read)."""
-    path = Path(path)
+    return load_toml_file(path, "experiment", ExperimentFileError)
+
+
+def train_section(data: dict[str, Any], source: str) -> TrainArgs:
+    """The arguments a ``[train]``-like table names (any field of TrainArgs but the session's; the rest their
+    defaults), checked as an experiment file's are: used by study files (experiments/configs/psro.toml)."""
     try:
-        return loads_toml(read_text(path, "experiment file"))
-    except FileNotFoundError:
-        raise ExperimentFileError(f"no experiment file at {path}") from None
-    except InputError as err:  # a special file (/dev/zero, a FIFO), too large, not UTF-8, nested too deeply
-        raise ExperimentFileError(f"invalid experiment file {path}: {err.reason}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ExperimentFileError(f"invalid experiment file {path}: not TOML ({err})") from None
+        model = _train_section().model_validate(data)
+    except ValidationError as err:
+        raise ExperimentFileError(f"invalid {source}: {format_validation_error(err)}") from None
+    args = TrainArgs(**dict(model))
+    try:
+        args.validate()
+    except ValueError as err:
+        raise ExperimentFileError(f"invalid {source}: {err}") from None
+    return args
 
 
 def load_experiment(path: str | Path, *, missing: Mapping[str, Any] | None = None, current: bool = True,
@@ -221,7 +239,8 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
     lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
     for name in POPULATION_FIELDS:
         if getattr(args, name) is not None:
-            lines += ["", f"[{name}]  # the population file's sha256", f"sha256 = {_toml_value(file_hash(getattr(args, name)))}"]
+            lines += ["", f"[{name}]  # the population file's sha256",
+                      f"sha256 = {_toml_value(recorded_hash(name, getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -231,4 +250,4 @@ def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConf
 
 
 __all__ = ["ExperimentFileError", "SESSION_FIELDS", "args_from_dict", "experiment_text",
-           "load_experiment", "read_experiment", "scenario_hashes", "write_experiment"]
+           "load_experiment", "read_experiment", "scenario_hashes", "train_section", "write_experiment"]

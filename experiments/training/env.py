@@ -22,6 +22,7 @@ from ray.rllib.utils.typing import MultiAgentDict
 import commons_arena
 from commons_arena.scenario import ScenarioConfig
 from experiments.seeds import SEED_RANGES
+from experiments.training.mixture import draw, thresholds
 from policies.focal import FocalEnv
 from policies.learned import interface_for
 from policies.population import Population
@@ -50,6 +51,7 @@ def scenario_key(scenario: Scenario) -> str:
 # most recently used; the others are rebuilt when drawn again (a few ms, against megabytes each kept).
 MAX_BUILT = 12
 MIX_INFO = "mix_background"  # in every seat's infos of a run with a background mix: 1.0 if this episode plays it
+MIXTURE_INFO = "mixture_entry"  # in every seat's infos of a run with a mixture: the index of the entry it plays
 
 # [low, high) of training episode seeds; every evaluation range lies below (experiments/seeds.py)
 TRAINING_SEEDS = (SEED_RANGES["training"].first, SEED_RANGES["training"].stop)
@@ -79,7 +81,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
     public parameters. ``background_mix`` (``{"background": Population.to_dict(), "share": p}``)
     replaces the background by that one in a share ``p`` of episodes, drawn per episode
     (:attr:`mix_background_played`, and ``infos[seat]["mix_background"]`` 1.0 / 0.0 so a
-    callback can count them).
+    callback can count them). ``background_mixture`` (``{"names": [...], "backgrounds": [a
+    Population.to_dict() or None: each scenario's own, ...], "weights": [...]}``, a mixture file,
+    :mod:`experiments.training.mixture`) plays entry ``i`` instead, drawn per episode with
+    probability ``weights[i] / sum(weights)`` (:attr:`mixture_entry`, ``infos[seat]["mixture_entry"]``).
 
     Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
     ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
@@ -120,14 +125,28 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._learned = list(cfg.get("learned_agents", []))
         self._in_env = bool(cfg.get("scripted_in_env", False))
         self._background = cfg.get("background")
-        mix = cfg.get("background_mix")
-        self._mix_background = None if not mix else mix["background"]
-        self._mix_share = 0.0 if not mix else float(mix["share"])
+        # the backgrounds a training episode may play (0: `background`) and the draw between them:
+        # index `drawn[draw(seeds, thresholds)]` (experiments.training.mixture.draw); none without a mix
+        self._backgrounds: list[Any] = [self._background]
+        self._thresholds: list[float] = []
+        self._drawn: list[int] = []
+        mix, mixture = cfg.get("background_mix"), cfg.get("background_mixture")
+        if mix and mixture:
+            raise ValueError("background_mix and background_mixture both replace the background: give one")
+        if mix:  # the mix background when u < share (index 1), else `background`
+            self._backgrounds.append(mix["background"])
+            self._thresholds, self._drawn = [float(mix["share"])], [1, 0]
+        elif mixture:
+            self._backgrounds += list(mixture["backgrounds"])
+            self._thresholds = thresholds(mixture["weights"])
+            self._drawn = list(range(1, len(mixture["weights"]) + 1))
+        self._mixture = bool(mixture)
         self.mix_background_played = False  # this episode plays the mix background
+        self.mixture_entry: int | None = None  # the mixture's entry this episode plays
         self._seeds = np.random.default_rng()
         self.episode_seed: int | None = None  # the seed of the episode being played
-        # (scenario key, mix background?) -> (arena, seats, interfaces)
-        self._envs: dict[tuple[str, bool], tuple[Any, Any, dict[str, Any]]] = {}
+        # (scenario key, index of its background) -> (arena, seats, interfaces)
+        self._envs: dict[tuple[str, int], tuple[Any, Any, dict[str, Any]]] = {}
         self._evicted_seconds = 0.0  # env_seconds of the envs MAX_BUILT let go
         self._next_scenario: Scenario | None = None
         self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
@@ -150,18 +169,18 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self.observation_space = gym.spaces.Dict(obs_spaces)
         self.action_space = gym.spaces.Dict(act_spaces)
 
-    def _use(self, scenario: Scenario, mix_background: bool = False) -> None:
-        """Play ``scenario`` (with the mix background) from now on (its arena, focal env and
-        interfaces are built once)."""
+    def _use(self, scenario: Scenario, background: int = 0) -> None:
+        """Play ``scenario`` (with background ``background``: 0 the run's, else a mix's) from now on
+        (its arena, focal env and interfaces are built once)."""
         self._scenario = scenario
-        key = (scenario_key(scenario), mix_background)
+        key = (scenario_key(scenario), background)
         if key not in self._envs:
             par_env = self._make(scenario=scenario, **self._env_kwargs)
             if self._in_env:
                 config = par_env.config
-                chosen = self._mix_background if mix_background else self._background
-                background = Population.from_dict(chosen) if chosen else Population.default(config)
-                seats = FocalEnv(par_env, self._learned, background)
+                chosen = self._backgrounds[background]
+                seats = FocalEnv(par_env, self._learned,
+                                 Population.from_dict(chosen) if chosen else Population.default(config))
             else:
                 seats = FocalEnv(par_env, par_env.possible_agents, {})
             interfaces = {
@@ -217,9 +236,11 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self._next_scenario = None
         elif self._mix:
             self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
-        if self._mix_background is not None:  # drawn only when there is one: other runs' seeds stay as they were
-            self.mix_background_played = bool(self._seeds.random() < self._mix_share)
-            self._use(self._scenario, self.mix_background_played)
+        if self._drawn:  # drawn only when there is a mix: other runs' seeds stay as they were
+            background = self._drawn[draw(self._seeds, self._thresholds)]
+            self.mix_background_played = not self._mixture and background == 1
+            self.mixture_entry = background - 1 if self._mixture else None
+            self._use(self._scenario, background)
         episode_seed = int(self._seeds.integers(*TRAINING_SEEDS))
         self.episode_seed = episode_seed  # a league draws its matchup from it (experiments.training.league)
         obs, infos = self.seats.reset(seed=episode_seed, options=options)
@@ -229,10 +250,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
         return self._module_view(obs), self._tag(infos)
 
     def _tag(self, infos: MultiAgentDict) -> MultiAgentDict:
-        if self._mix_background is None:
+        if not self._drawn:
             return infos
-        played = float(self.mix_background_played)
-        return {a: {**info, MIX_INFO: played} for a, info in infos.items()}
+        tag = {MIXTURE_INFO: self.mixture_entry} if self._mixture else {MIX_INFO: float(self.mix_background_played)}
+        return {a: {**info, **tag} for a, info in infos.items()}
 
     def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
         """Keep the raw observations (codecs decode with them); learned agents get their

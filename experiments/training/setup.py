@@ -24,6 +24,7 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
+from experiments.training.mixture import Mixture, load_mixture
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales
@@ -55,6 +56,7 @@ class RunSetup:
     eval_stages: tuple[ScenarioConfig, ...] = ()  # the scenarios a mix is evaluated on (its tiers, a draw of its split)
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
+    mixture: Mixture | None = None  # replaces `background` in training episodes: one entry drawn per episode
 
     @property
     def anchors(self) -> dict[str, dict[str, float]]:
@@ -93,6 +95,8 @@ def resolve(args: TrainArgs) -> RunSetup:
         check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden, args.network)
     if args.mix_background is not None and not args.scripted_in_env:
         raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
+    if args.mixture is not None and not args.scripted_in_env:
+        raise ValueError("--mixture plays inside the env: drop --no-scripted-in-env")
     return RunSetup(
         args=args,
         stages=stages,
@@ -105,6 +109,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
         eval_stages=evaluation_stages(args, stages),
+        mixture=None if args.mixture is None else load_mixture(args.mixture, stages),  # every roster on every stage
     )
 
 

@@ -64,7 +64,7 @@ from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
-from experiments.training.callbacks import MIX_SHARE_KEY, set_scenario_everywhere
+from experiments.training.callbacks import MIX_SHARE_KEY, MIXTURE_SHARES_KEY, set_scenario_everywhere
 from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
 from experiments.training.heldout import allocator_reports, describe, held_out_evaluation
 from experiments.training.reporting import Reporter, plot, scalars
@@ -180,11 +180,13 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
           f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))
 
 
-def mix_share(result: dict[str, Any]) -> dict[str, float]:
+def mix_share(result: dict[str, Any]) -> dict[str, Any]:
     """``train_mix_share``: the share of the smoothing window's training episodes that played
-    ``--mix-background`` (absent without one)."""
-    share = result.get("env_runners", {}).get(MIX_SHARE_KEY)
-    return {} if share is None else {"train_mix_share": float(share)}
+    ``--mix-background`` (absent without one); ``train_mixture_shares``: per entry of a ``--mixture``."""
+    runners = result.get("env_runners", {})
+    share, shares = runners.get(MIX_SHARE_KEY), runners.get(MIXTURE_SHARES_KEY)
+    return {**({} if share is None else {"train_mix_share": float(share)}),
+            **({} if shares is None else {"train_mixture_shares": {k: float(v) for k, v in shares.items()}})}
 
 
 def untrained_row(run: Path) -> dict[str, Any] | None:

@@ -27,12 +27,12 @@ from experiments.training.config_file import (
 )
 
 CONFIGS = Path(__file__).resolve().parents[3] / "experiments" / "configs"
-SHIPPED = sorted(CONFIGS.glob("*.toml"))
+SHIPPED = sorted(p for p in CONFIGS.glob("*.toml") if "train" in tomllib.loads(p.read_text()))  # psro.toml: a study's
 TINY = dict(iterations=2, eval_every=2, eval_seeds=2, train_batch_size=128, minibatch_size=64, num_epochs=2,
             num_envs_per_env_runner=4, hidden=(16, 16), quiet=True)
 
 
-UNSET_PATHS = {"background", "mix_background", "init_from"}  # optional paths: a file leaves them out when unset
+UNSET_PATHS = {"background", "mix_background", "mixture", "init_from"}  # optional paths: a file leaves them out when unset
 
 def as_data(args: TrainArgs) -> dict:
     return tomllib.loads(experiment_text(args))
