@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from commons_arena.enums import ALLOCATOR
 from experiments.studies.psro import OWN, PsroError, psro_from_dict, write_mixture
 from experiments.training.args import TrainArgs
 from experiments.training.mixture import MixtureError, draw, load_mixture, mixture_from_dict, mixture_text
+from experiments.training.runs import saved_args
 from policies.population import Population
 
 pytestmark = pytest.mark.timeout(900)
@@ -204,8 +206,8 @@ def test_a_tiny_round_runs_reports_and_resumes_without_redoing_a_step(ray_sessio
     game = json.loads((out / "round-1" / "metagame.json").read_text())["game"]
     assert [m["name"] for m in game["members"]] == ["r1-search"] and game["member_mixture"] == {"r1-search": 1.0}
     assert np.isfinite(game["gain"][0][0])
-    args = json.loads((out / "round-1" / ALLOCATOR / "args.json").read_text())
-    assert args["mixture"] == str(out / "round-1" / "mixture.toml") and args["init_from"] is None
+    args = saved_args(out / "round-1" / ALLOCATOR)  # the run's record (experiment.toml)
+    assert Path(args["mixture"]) == out / "round-1" / "mixture.toml" and args["init_from"] is None
     history = json.loads((out / "round-1" / ALLOCATOR / "history.json").read_text())
     shares = history[-1]["train_mixture_shares"]  # the training episodes really drew from the mixture
     assert set(shares) == {OWN, "r1-search"} and shares[OWN] + shares["r1-search"] == pytest.approx(1.0)
