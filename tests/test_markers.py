@@ -76,6 +76,8 @@ def test_needs_imply_slow_and_ray_session_implies_ray():
 def test_a_test_that_meets_an_unmarked_need_is_named(monkeypatch):
     missing = {"rllib": {"not_a_module_anywhere"}, "browser": {"selenium"}}  # not imported, and imported by the test
     monkeypatch.setitem(sys.modules, "selenium", SimpleNamespace())
+    # in a whole run the session's real Ray may be up by now: this test's Ray is a stand-in, down
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: False))
     assert unmarked_needs(set(), missing, ray_was_up=False) == ["imports selenium, so it needs the `browser` mark"]
     assert unmarked_needs({"browser", "slow"}, missing, ray_was_up=False) == []
     assert unmarked_needs(set(), {"browser": set()}, ray_was_up=False) == []  # imported before the test: not its doing
