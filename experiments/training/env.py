@@ -173,6 +173,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
         """Play ``scenario`` (with background ``background``: 0 the run's, else a mix's) from now on
         (its arena, focal env and interfaces are built once)."""
         self._scenario = scenario
+        scenario_hash = scenario_key(scenario)  # this scenario's reward factors, looked up once, not every step
+        self._scenario_reward_scale = {a: by_hash[scenario_hash] for a, by_hash in self._reward_scale.items()
+                                       if scenario_hash in by_hash}
         key = (scenario_key(scenario), background)
         if key not in self._envs:
             par_env = self._make(scenario=scenario, **self._env_kwargs)
@@ -284,9 +287,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         terminateds["__all__"] = all_terminated
         truncateds["__all__"] = done and not all_terminated
         # The env checker rejects numpy scalars of other shapes/bools: plain floats.
-        key = scenario_key(self._scenario)
-        float_rewards: MultiAgentDict = {a: float(r) * self._reward_scale.get(a, {}).get(key, 1.0)
-                                         for a, r in rewards.items()}
+        scale = self._scenario_reward_scale
+        float_rewards: MultiAgentDict = {a: float(r) * scale[a] if a in scale else float(r) for a, r in rewards.items()}
         return self._module_view(obs), float_rewards, terminateds, truncateds, self._tag(infos)
 
     def render(self) -> Any:
