@@ -220,6 +220,10 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
         num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
         entropy_coeff=args.entropy_coeff, **ppo_only)
+    if module_class is not None and args.algo == "PPO":  # the shape-free allocator: PPO clipped per cell
+        from experiments.training.cell_module import CellPPOLearner
+
+        config = config.training(learner_class=CellPPOLearner)
     return config
 
 

@@ -11,6 +11,17 @@ number. Neither network's size depends on the number of teams or tiers.
 :func:`network_from_cell_module` copies ``pi`` into the data-only per-cell
 :class:`~policies.checkpoint_format.PolicyNetwork` a universal checkpoint stores (checked:
 same logits); :func:`load_cell_policy` is the reverse (``--init-from``).
+
+**Its PPO loss is per cell** (:class:`CellPPOLearner`). RLlib's PPO treats the 32 codes of a
+tick as one action: the probability ratio is the product of every cell's ratio, and the KL
+and entropy are sums over cells. With ~20 real cells the joint ratio leaves PPO's clip range
+(0.8..1.2) when each cell's ratio moves by about 1 %, and the summed KL meets its target
+(0.01, the coefficient then grows 1.5x per iteration) when each cell's moves by about 0.0005:
+each cell may change about twenty times less per update than a single action would, and the
+first universal runs' greedy actions never left ``planner`` (docs/training.md). Here each
+cell's ratio is clipped on its own (the clipped surrogate of factored action spaces), and
+KL and entropy are means over the real cells; the advantage is still the tick's one
+advantage, shared by every cell.
 """
 
 from __future__ import annotations
@@ -19,10 +30,19 @@ from typing import Any
 
 import numpy as np
 import torch
+from ray.rllib.algorithms.ppo.ppo import (
+    LEARNER_RESULTS_KL_KEY,
+    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
+    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
+)
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.torch_utils import explained_variance
 from torch import nn
 
 from policies.checkpoint_format import CheckpointError, NetworkSpec, PolicyNetwork
@@ -83,6 +103,71 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
         return self.vf_head(pooled).squeeze(-1)
 
 
+def per_cell_terms(logits: torch.Tensor, old_logits: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
+                   n_actions: int) -> dict[str, torch.Tensor]:
+    """Per row: each cell's probability ratio (new / old policy, at the action taken), KL(old ||
+    new) and entropy of the new policy, as (rows, cells) tensors; padded cells (``mask`` 0) are
+    ratio 1, KL 0 and entropy 0."""
+    shape = (*logits.shape[:-1], CELLS, n_actions)
+    new, old = torch.log_softmax(logits.reshape(shape), -1), torch.log_softmax(old_logits.reshape(shape), -1)
+    taken = actions.long().unsqueeze(-1)
+    log_ratio = (new.gather(-1, taken) - old.gather(-1, taken)).squeeze(-1)
+    real = mask > 0.5
+    kl = (old.exp() * (old - new)).sum(-1)
+    entropy = -(new.exp() * new).sum(-1)
+    zero = torch.zeros_like(log_ratio)
+    return {"ratio": torch.where(real, log_ratio, zero).exp(), "kl": torch.where(real, kl, zero),
+            "entropy": torch.where(real, entropy, zero)}
+
+
+def clipped_cell_surrogate(ratio: torch.Tensor, advantage: torch.Tensor, mask: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's clipped surrogate per cell, averaged over each row's real cells (rows,)."""
+    advantage = advantage.unsqueeze(-1)
+    surrogate = torch.min(advantage * ratio, advantage * torch.clamp(ratio, 1 - clip, 1 + clip))
+    return _cell_mean(surrogate, mask)
+
+
+def _cell_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    real = (mask > 0.5).to(values.dtype)
+    return (values * real).sum(-1) / real.sum(-1).clamp(min=1.0)
+
+
+class CellPPOLearner(PPOTorchLearner):
+    """PPO whose ratio is clipped per cell and whose KL and entropy are per-cell means (see the
+    module docstring) for :class:`CellPPOModule`s; any other module gets RLlib's loss."""
+
+    def compute_loss_for_module(self, *, module_id: Any, config: Any, batch: dict[str, Any],
+                                fwd_out: dict[str, Any]) -> torch.Tensor:
+        module = self.module[module_id].unwrapped()
+        if not isinstance(module, CellPPOModule):
+            loss = super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+            return torch.as_tensor(loss)
+        rows = batch.get(Columns.LOSS_MASK)  # PPO's artificial bootstrap step at each episode's end
+
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            return torch.mean(x) if rows is None else torch.sum(x[rows]) / torch.sum(rows)
+        _, mask = module._split(batch[Columns.OBS])
+        terms = per_cell_terms(fwd_out[Columns.ACTION_DIST_INPUTS], batch[Columns.ACTION_DIST_INPUTS],
+                               batch[Columns.ACTIONS], mask, module.n_actions)
+        surrogate = clipped_cell_surrogate(terms["ratio"], batch[Postprocessing.ADVANTAGES], mask, config.clip_param)
+        kl, entropy = _cell_mean(terms["kl"], mask), _cell_mean(terms["entropy"], mask)
+        values = module.compute_values(batch)
+        vf_loss = torch.pow(values - batch[Postprocessing.VALUE_TARGETS], 2.0)
+        vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
+        entropy_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+        total = mean(-surrogate + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * entropy)
+        mean_kl = mean(kl) if config.use_kl_loss else torch.tensor(0.0)
+        if config.use_kl_loss:
+            total = total + torch.as_tensor(self.curr_kl_coeffs_per_module[module_id]) * mean_kl
+        self.metrics.log_dict({
+            POLICY_LOSS_KEY: -mean(surrogate), VF_LOSS_KEY: mean(vf_loss_clipped),
+            LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean(vf_loss),
+            LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(batch[Postprocessing.VALUE_TARGETS], values),
+            ENTROPY_KEY: mean(entropy), LEARNER_RESULTS_KL_KEY: mean_kl,
+        }, key=module_id, window=1)
+        return total
+
+
 def _pi_layers(module: Any) -> nn.Sequential:
     pi = getattr(module, "pi", None)
     if not isinstance(module, CellPPOModule) or not isinstance(pi, nn.Sequential):
@@ -140,4 +225,4 @@ def cell_linears(hidden: list[int] | tuple[int, ...], n_actions: int) -> list[tu
     return list(zip(sizes[:-1], sizes[1:], strict=True))
 
 
-__all__ = ["CellPPOModule", "cell_linears", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]
+__all__ = ["CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "cell_linears", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]

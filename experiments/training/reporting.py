@@ -17,6 +17,11 @@ from experiments.training.heldout import describe
 from experiments.training.runs import RunState
 from experiments.viewing.plots import learning_curve
 
+# RLlib's PPO learner results worth watching: the KL (and its coefficient) and the entropy say
+# whether the policy moves at all, the value function's explained variance whether its
+# advantages carry signal.
+LEARNER_STATS = ("policy_loss", "vf_loss", "vf_explained_var", "entropy", "mean_kl_loss", "curr_kl_coeff")
+
 
 def scalars(result: Mapping[str, Any]) -> dict[str, float]:
     """The training scalars of one RLlib result: mean returns per seat, the allocator's reward
@@ -37,6 +42,11 @@ def scalars(result: Mapping[str, Any]) -> dict[str, float]:
     for key in ("allocator_reward_terms", "allocator_episode"):
         for name, value in runners.get(key, {}).items():
             candidates[f"{key}/{name}"] = value
+    for module, stats in result.get("learners", {}).items():  # the update's own numbers, per learning module
+        if isinstance(stats, Mapping) and module != "__all_modules__":
+            for name in LEARNER_STATS:
+                if name in stats:
+                    candidates[f"learner/{module}/{name}"] = stats[name]
     candidates["episodes"] = runners.get("num_episodes", 0)
     candidates["steps"] = runners.get("num_env_steps_sampled", 0)  # this iteration's
     out: dict[str, float] = {}
@@ -76,8 +86,10 @@ class Reporter:
                 print(head + "no episode finished yet (an episode is longer than one iteration's samples per env)")
                 return
             score = values.get("allocator_episode/normalised_score")
+            kl, entropy = values.get(f"learner/{ALLOCATOR}/mean_kl_loss"), values.get(f"learner/{ALLOCATOR}/entropy")
             print(head + f"return {values['return_mean']:8.2f}  episodes {int(values.get('episodes', 0)):4d}  "
-                  + (f"score(train) {score:.3f}" if score is not None else "score(train) n/a"))
+                  + (f"score(train) {score:.3f}" if score is not None else "score(train) n/a")
+                  + (f"  kl {kl:.4f}  entropy {entropy:.3f}" if kl is not None and entropy is not None else ""))
 
     def seats(self, scenario: str, seeds: int, returns: Mapping[str, float], env_steps: int) -> None:
         for seat, value in returns.items():

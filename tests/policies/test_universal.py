@@ -246,6 +246,26 @@ def test_an_iteration_without_a_finished_episode_reports_no_nan(tmp_path):
     assert "return    12.50" in lines[1] and "score(train) n/a" in lines[1]
 
 
+@pytest.mark.slow  # imports tensorboardX
+def test_the_learners_kl_and_entropy_are_reported_per_module(tmp_path):
+    from experiments.training.reporting import Reporter, scalars
+    from experiments.training.runs import RunState
+
+    result = {"env_runners": {"agent_episode_returns_mean": {ALLOCATOR: 1.0}, "num_episodes": 1,
+                              "num_env_steps_sampled": 8},
+              "learners": {ALLOCATOR: {"mean_kl_loss": 0.004, "entropy": 1.25, "vf_explained_var": float("nan"),
+                                       "num_module_steps_trained": 8},
+                           "__all_modules__": {"entropy": 9.0}}}
+    values = scalars(result)
+    assert values[f"learner/{ALLOCATOR}/mean_kl_loss"] == 0.004 and values[f"learner/{ALLOCATOR}/entropy"] == 1.25
+    assert not any("vf_explained_var" in k or "__all_modules__" in k or "num_module" in k for k in values)
+    reporter, out = Reporter(tmp_path, quiet=False), io.StringIO()
+    with redirect_stdout(out):
+        reporter.iteration(RunState(), result, values, 0.1)
+    reporter.close()
+    assert "kl 0.0040  entropy 1.250" in out.getvalue()
+
+
 # --------------------------------------------------------------------------- the run's arguments
 
 
