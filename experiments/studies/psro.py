@@ -76,6 +76,7 @@ PSRO_FILE = "psro_settings.json"  # the settings a folder was made with (a rerun
 METAGAME_FILE = "metagame.json"
 ALLOCATOR_FILE = "allocator.json"
 MIXTURE_FILE = "mixture.toml"
+DISCOUNTING_FILE = "discounting.json"  # what round 1's and the last round's allocator learned (item 4)
 OWN = "own population"  # the mixture entry of each scenario's own population
 MAX_ROUNDS = 50
 PAYOFF_OFFSET = 50_000  # the payoff matrices' seeds start this far into the psro range
@@ -306,6 +307,50 @@ def continue_allocator(k: int, allocator: str, mixture: Path, cfg: PsroConfig, o
     return continued
 
 
+def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -> dict[str, Any]:
+    """Item 4 of issue 30 for round 1 and the last round: per team seat, does ``A<k>`` discount a x3 bluffer
+    (relative to a truthful team with the same need) or is it only more generous to everyone, paired by seed
+    against ``A0`` on the held-out seeds (:mod:`experiments.evaluation.discounting`); read back from
+    ``discounting.json`` when stored for the same allocators and seeds."""
+    from experiments.evaluation.discounting import discounting_row, what_it_learned
+
+    rounds = sorted({1, len(allocators) - 1})
+    teams = [seat for seat in cfg.seats if seat != BROKER]
+    key = {"allocators": [allocator_identity(allocators[k]) for k in (0, *rounds)], "seats": teams,
+           "seeds": list(cfg.seeds), "scenario": cfg.scenario}
+    path = out / DISCOUNTING_FILE
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored["key"] == json.loads(json.dumps(key)):
+            print("== what the allocators learned: stored, skipped")
+            return dict(stored["learned"])
+    print(f"== what A{', A'.join(str(k) for k in rounds)} learned: a x3 bluffer and a truthful team in "
+          f"{', '.join(teams)} ({len(cfg.seeds)} seeds)")
+    measured = {k: {seat: {**discounting_row(cfg.scenario, allocators[k], seat, cfg.seeds), "allocator": f"A{k}"}
+                    for seat in teams} for k in (0, *rounds)}
+    rows = [{c: v for c, v in row.items() if c != "per_seed"} for by_seat in measured.values() for row in by_seat.values()]
+    verdicts = [what_it_learned(measured[k][seat], measured[0][seat]) for k in rounds for seat in teams]
+    learned = {"rows": rows, "verdicts": verdicts}
+    path.write_text(json.dumps({"key": key, "learned": learned}, indent=1))
+    return learned
+
+
+def learned_markdown(learned: Mapping[str, Any]) -> str:
+    from experiments.evaluation.discounting import COLUMNS
+
+    verdicts = [{"allocator": v["allocator"], "seat": v["seat"], "vs": v["vs"],
+                 "discount": f"{v['discount_minus']:+.3f} ± {v['discount_minus_ci95']:.3f}",
+                 "generosity": f"{v['generosity_minus']:+.3f} ± {v['generosity_minus_ci95']:.3f}",
+                 "verdict": v["verdict"]} for v in learned["verdicts"]]
+    return ("## What round 1's and the last round's allocator learned (paired against A0, ± 95% CI)\n\n"
+            "`discount` = 1 - (granted/declared of a x3 bluffer) / (granted/declared of a truthful team with the "
+            "same need); `generosity` = granted / true need of the truthful team "
+            "(experiments/evaluation/discounting.py). A change in discount with its CI above 0: it *discounts a "
+            "bluffer*; in generosity alone: it is only *more generous to everyone*.\n\n"
+            + markdown_table(verdicts) + "\n\n"
+            + markdown_table([{c: r.get(c, "") for c in COLUMNS} for r in learned["rows"]]) + "\n")
+
+
 # ------------------------------------------------------------------ the loop and its report
 
 
@@ -346,7 +391,9 @@ def psro(cfg: PsroConfig, out: Path) -> list[dict[str, Any]]:
         write_psro_report(measured, games, cfg, out)
     print(f"== the last allocator A{cfg.rounds}: best responses and welfare")
     measured.append(measure_allocator(cfg.rounds, allocators[-1], cfg, out))
-    rows = write_psro_report(measured, games, cfg, out)
+    write_psro_report(measured, games, cfg, out)
+    learned = what_rounds_learned(allocators, cfg, out)
+    rows = write_psro_report(measured, games, cfg, out, learned)
     print(markdown_table(rows))
     return rows
 
@@ -381,8 +428,9 @@ def payoff_markdown(k: int, game: Mapping[str, Any]) -> str:
 
 
 def write_psro_report(measured: Sequence[Mapping[str, Any]], games: Sequence[Mapping[str, Any]], cfg: PsroConfig,
-                 out: Path) -> list[dict[str, Any]]:
-    """``psro.{md,csv,json,png}`` in ``out`` from what is measured so far."""
+                      out: Path, learned: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """``psro.{md,csv,json,png}`` in ``out`` from what is measured so far (``learned``: what round 1's and the
+    last round's allocator learned, :func:`what_rounds_learned`)."""
     rows = psro_rows(measured, cfg)
     preamble = ("# PSRO rounds: exploitability and welfare per allocator\n\n"
                 f"`A0` = `{cfg.allocator}`; `A<k>` is `A<k-1>` continued against round k's mixture of the scenario's "
@@ -394,8 +442,10 @@ def write_psro_report(measured: Sequence[Mapping[str, Any]], games: Sequence[Map
                 f"{cfg.payoff_seeds[-1]}.\n\n")
     write_table(rows, out, "psro", preamble)
     md = out / "psro.md"
-    md.write_text(md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1)))
-    (out / "psro.json").write_text(json.dumps({"rows": rows, "rounds": [dict(g) for g in games]}, indent=1))
+    md.write_text(md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1))
+                  + ("\n" + learned_markdown(learned) if learned else ""))
+    (out / "psro.json").write_text(json.dumps({"rows": rows, "rounds": [dict(g) for g in games],
+                                               **({"learned": dict(learned)} if learned else {})}, indent=1))
     if rows:
         psro_figure(rows, cfg, out / "psro.png")
     return rows
@@ -436,4 +486,4 @@ def psro_figure(rows: Sequence[Mapping[str, Any]], cfg: PsroConfig, path: Path) 
 
 
 __all__ = ["Member", "PsroConfig", "PsroError", "check_folder", "is_psro_folder", "load_psro", "metagame", "population",
-           "psro", "psro_from_dict", "psro_rows", "write_mixture"]
+           "psro", "psro_from_dict", "psro_rows", "what_rounds_learned", "write_mixture"]

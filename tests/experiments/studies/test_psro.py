@@ -220,6 +220,12 @@ def test_a_tiny_round_runs_reports_and_resumes_without_redoing_a_step(ray_sessio
         assert np.isfinite(row["welfare_crisis"]) and row["welfare_crisis_ci95"] >= 0
     text = (out / "psro.md").read_text()
     assert "Round 1: payoff matrix" in text and "r1-search" in text
+    learned = report["learned"]  # item 4: what A1 learned in the seat, paired against A0 on the held-out seeds
+    assert [(v["allocator"], v["seat"], v["vs"]) for v in learned["verdicts"]] == [("A1", "search", "A0")]
+    assert learned["verdicts"][0]["verdict"] in ("discounts a bluffer", "more generous to everyone", "neither shows")
+    assert [(r["allocator"], r["seat"]) for r in learned["rows"]] == [("A0", "search"), ("A1", "search")]
+    assert all(np.isfinite(r["discount"]) and r["seeds"] == 3 for r in learned["rows"])
+    assert "What round 1's and the last round's allocator learned" in text
     from tests.figures import assert_drawn
 
     assert_drawn(out / "psro.png")
@@ -234,8 +240,9 @@ def test_a_tiny_round_runs_reports_and_resumes_without_redoing_a_step(ray_sessio
     monkeypatch.setattr(training, "train", no_training)
     main(["psro", "--config", str(config), "--out", str(out)])
     printed = capsys.readouterr().out
-    assert printed.count("stored, skipped") == 4  # two exploit cells, the meta-game, the allocator
+    assert printed.count("stored, skipped") == 5  # two exploit cells, the meta-game, the allocator, the discounting
     assert json.loads((out / "psro.json").read_text())["rows"] == rows
+    assert json.loads((out / "psro.json").read_text())["learned"] == learned
     # other settings in the same folder are refused in one line
     data["psro"]["own_share"] = 0.25
     config.write_text("\n".join(f"[{s}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in t.items())
