@@ -212,8 +212,12 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         callbacks=callbacks,
         **kind_parts,
     )
+    # No sample timeout: RLlib's 60 s default drops a sample that takes longer, but the remote call
+    # runs on, and the next request queues behind it and times out too. On a loaded 2-core machine
+    # one slow sample so turned into "sampled nothing" for every later iteration of a run (seen in
+    # the universal runs and a fine-tune; docs/training.md). Waiting is what a local run wants.
     config = config.env_runners(num_env_runners=fit_num_env_runners(args.num_env_runners),
-                                num_envs_per_env_runner=args.num_envs_per_env_runner)
+                                num_envs_per_env_runner=args.num_envs_per_env_runner, sample_timeout_s=None)
     ppo_only: dict[str, Any] = {"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}  # APPO has none
     # typed as the base AlgorithmConfig, whose training() lacks PPO's and APPO's lambda_ and entropy_coeff
     config = config.training(  # type: ignore[call-arg]

@@ -111,3 +111,17 @@ def test_the_start_weights_reach_every_remote_runner_before_it_samples(ray_sessi
                 assert all(np.array_equal(np.asarray(tensors[k]), np.asarray(runner[module][k])) for k in tensors)
     finally:
         algo.stop()
+
+
+def test_a_slow_sample_is_waited_for_not_dropped():
+    """RLlib's 60 s sample timeout dropped a slow sample while the remote call ran on, and every later
+    request queued behind it and timed out too: "sampled nothing" for the rest of a run on a loaded
+    machine. The run's config waits instead (and the shape-free allocator learns per cell)."""
+    from experiments.training.algorithm import algorithm_config
+    from experiments.training.cell_module import CellPPOLearner
+
+    setup = with_unit_scales(resolve(TrainArgs(experiment="allocator_mixed", **{**TINY, "num_env_runners": 0})))
+    assert algorithm_config(setup).sample_timeout_s is None
+    family = resolve(TrainArgs(experiment="allocator_family", network="cells", eval_scenarios=1,
+                               **{**TINY, "num_env_runners": 0}))
+    assert algorithm_config(family).learner_class is CellPPOLearner
