@@ -146,13 +146,14 @@ def pricing_by_demand(recorders: Mapping[str, Recorder], edges: np.ndarray) -> l
 
 
 def contenders(config: ScenarioConfig, seat: str, codec_name: str | None, arena: Arena,
-               selection: Sequence[int], folder: Path | None = None) -> tuple[dict[str, Policy], CodeSearch]:
+               selection: Sequence[int], folder: Path | None = None, refine: Sequence[int] = ()
+               ) -> tuple[dict[str, Policy], CodeSearch]:
     """Every scripted policy of the seat's role, and the codec's best fixed code on ``selection``
     (the run's search before training when ``folder`` holds it: experiments/evaluation/best_code.py)."""
     role = role_of(config, seat)
     out: dict[str, Policy] = {name: make_policy(name, config, seat) for name in available_policies(role)}
     codec = make_codec(codec_name or DEFAULT_CODECS[role], config, seat)
-    found = cached_search(folder, arena, codec, selection)
+    found = cached_search(folder, arena, codec, selection, refine)
     out[f"{FIXED_PREFIX}{codec.name} code: {found.description}"] = CodedPolicy(codec, np.asarray(found.code))
     return out, found
 
@@ -184,14 +185,14 @@ def seat_rows(arena: Arena, policies: Mapping[str, Policy], seeds: Sequence[int]
 
 
 def best_response_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population,
-                         codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], folder: Path | None = None
-           ) -> tuple[list[dict[str, Any]], str, PerSeed]:
+                         codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], folder: Path | None = None,
+                         refine: Sequence[int] = ()) -> tuple[list[dict[str, Any]], str, PerSeed]:
     """The report's rows, its markdown and the per-seed returns (see the module docstring); the
     final best response (:data:`FINAL`: the checkpoint or the best fixed code, the better on the
     selection seeds) is added to the per-seed returns, and its choice written to ``folder``."""
     arena = Arena(config, None, seat, background)
     learned = make_policy(f"learned:{checkpoint}", config, seat)  # as anyone would load it
-    scripted, found = contenders(config, seat, codec_name, arena, selection, folder)
+    scripted, found = contenders(config, seat, codec_name, arena, selection, folder, refine)
     policies = {LEARNED: learned, **scripted}
     rows, recorders, per_seed = seat_rows(arena, policies, seeds)
     choice = final_choice(arena, learned, found, per_seed, folder)
@@ -278,10 +279,12 @@ def choice_words(choice: Mapping[str, Any]) -> str:
 
 
 def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background: Population,
-                 codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path) -> list[dict[str, Any]]:
+                 codec_name: str | None, seeds: Sequence[int], selection: Sequence[int], out: Path,
+                 refine: Sequence[int] = ()) -> list[dict[str, Any]]:
     """:func:`report`, written to ``out/best_response.{md,csv}`` (the per-seed returns to
     ``best_response_returns.json``) and printed."""
-    rows, text, per_seed = best_response_report(config, seat, checkpoint, background, codec_name, seeds, selection, out)
+    rows, text, per_seed = best_response_report(config, seat, checkpoint, background, codec_name, seeds, selection, out,
+                                                refine)
     (out / "best_response.md").write_text(text)
     (out / RETURNS_FILE).write_text(json.dumps(per_seed))
     write_csv(rows, out / "best_response.csv")
@@ -293,5 +296,10 @@ def selection_seeds(count: int) -> list[int]:
     return list(range(SELECTION_FIRST_SEED, SELECTION_FIRST_SEED + count))
 
 
+def refine_seeds(first_look: int, count: int) -> list[int]:
+    """The best fixed code's second look: ``count`` selection seeds after the first look's ``first_look``."""
+    return list(range(SELECTION_FIRST_SEED + first_look, SELECTION_FIRST_SEED + first_look + count))
+
+
 __all__ = ["FINAL", "FIXED_PREFIX", "LEARNED", "RETURNS_FILE", "Recorder", "best_response_report", "demand_quartiles",
-           "final_choice", "pricing_by_demand", "selection_seeds", "write_report"]
+           "final_choice", "pricing_by_demand", "refine_seeds", "selection_seeds", "write_report"]

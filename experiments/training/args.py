@@ -27,6 +27,7 @@ else:  # tyro's choices and the experiment file's check: the kinds' names, in on
 
 # Upper bounds of the numbers a run takes (docs/limits.md): refused up front, before anything is written.
 MAX_TRAIN_SEED = 2**31 - 1  # RLlib seeds numpy's generators (< 2**32) with seed + runner index
+SELECTION_ROOM = 4_000  # seeds of the evaluate range (experiments/seeds.py) a search may choose on
 MAX_EVAL_SEEDS = 100_000  # held-out episodes of one evaluation or report (the commands' --seeds bound)
 MAX_RUNNERS = 256
 MAX_ENVS_PER_RUNNER = 4_096
@@ -169,6 +170,9 @@ class TrainArgs:
     """best_response: first seed of the final report"""
     selection_seeds: int = 30
     """best_response: seeds (the evaluate range, experiments/seeds.py) on which the codec's best fixed code is chosen before the report plays it"""
+    selection_refine: int = 120
+    """best_response: the fixed-code search's second look: its 5 best codes play this many more selection seeds, and
+    the best over all of them wins; the final choice between the checkpoint and that code plays them too (0: one look)"""
     out: Path = Path("runs")
     """parent folder of the run folder"""
     run_name: str | None = None
@@ -226,6 +230,10 @@ class TrainArgs:
             (self.report_seeds >= 2, f"--report-seeds must be at least 2 (a paired CI), got {self.report_seeds}"),
             (self.report_first_seed >= 0, f"--report-first-seed must be non-negative, got {self.report_first_seed}"),
             (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),
+            (self.selection_refine >= 0, f"--selection-refine must be >= 0, got {self.selection_refine}"),
+            (self.selection_seeds + self.selection_refine <= SELECTION_ROOM,
+             f"--selection-seeds + --selection-refine must be at most {SELECTION_ROOM} (the evaluate seed range), "
+             f"got {self.selection_seeds + self.selection_refine}"),
             (math.isfinite(self.mix_share) and 0 < self.mix_share < 1,
              f"--mix-share must be strictly between 0 and 1, got {self.mix_share}"),
             (self.mixture is None or self.mix_background is None,

@@ -234,20 +234,23 @@ class BestResponse(Kind):
             return None
         config = setup.stages[0]
         codec = make_codec(codec_name, config, seat)
+        from experiments.evaluation.best_response import refine_seeds
+
         selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.selection_seeds)  # the report's too
-        found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection))
+        found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection),
+                              refine_seeds(args.selection_seeds, args.selection_refine))
         print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection "
               f"seeds: {found.description} (mean return {found.selection_mean:.2f}); learning starts there "
               f"(logit advantage {args.best_code_bias:g})")
         return StartCode(seat, tuple(int(n) for n in codec.nvec), tuple(int(c) for c in found.code), args.best_code_bias)
 
     def after_training(self, setup: Any, run: Path) -> None:
-        from experiments.evaluation.best_response import selection_seeds, write_report
+        from experiments.evaluation.best_response import refine_seeds, selection_seeds, write_report
 
         args, seat = setup.args, setup.plan.seats[0]
         seeds = list(range(args.report_first_seed, args.report_first_seed + args.report_seeds))
         write_report(setup.stages[0], seat, run / "best", setup.background, setup.codecs.get(seat), seeds,
-                     selection_seeds(args.selection_seeds), run)
+                     selection_seeds(args.selection_seeds), run, refine_seeds(args.selection_seeds, args.selection_refine))
 
 
 KINDS: dict[str, Kind] = {kind.name: kind for kind in (Kind(), AllocatorCurriculum(), AllocatorMixed(), AllocatorFamily(),

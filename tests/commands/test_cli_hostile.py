@@ -250,6 +250,8 @@ BIG = str(10**30)
     (["train", "--hidden", "65536", "65536", "65536", "65536"], "--hidden needs 1 to 8 layer sizes"),
     (["train", "--num-env-runners", str(10**6)], "--num-env-runners must be at most"),
     (["train", "--torch-threads", str(10**9)], "--torch-threads must be at most"),
+    (["train", "--selection-refine", "-1"], "--selection-refine must be >= 0"),
+    (["train", "--selection-refine", "3990"], "--selection-seeds + --selection-refine must be at most 4000"),
     (["train", "--train-seeds", "1", "2", "--compare-seeds", str(10**12)], "--compare-seeds must be"),
     (["train", "--train-seeds", "1", BIG], "--train-seeds must be distinct seeds in"),
     (["train", "--config", "{tmp}/exp.toml", "--config", "{tmp}/exp.toml"], "--config is given 2 times"),
