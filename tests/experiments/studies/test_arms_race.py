@@ -201,7 +201,7 @@ def test_the_arms_race_runs_both_rounds_and_reports(ray_session, tmp_path, capsy
           "--share", "0.5", "--seeds", "3", "--out", str(out), "--train.eval-seeds", "2", "--train.eval-every", "1",
           "--train.train-batch-size", "200", "--train.minibatch-size", "50", "--train.num-epochs", "1",
           "--train.num-envs-per-env-runner", "2", "--train.hidden", "16", "16", "--train.quiet",
-          "--train.selection-seeds", "1"])
+          "--train.selection-seeds", "1", "--train.selection-refine", "1"])
     # round 1: the bluffer learned against planner; round 2's mix puts it in the seat
     assert "planner" in (out / "round1" / "background.toml").read_text()
     bluffer = out / "round1" / "search" / "best"

@@ -130,7 +130,8 @@ def test_the_env_plays_each_mixture_entry_in_its_share_and_the_single_mix_as_bef
 
 
 TINY_TRAIN = {"eval_seeds": 2, "eval_every": 1, "train_batch_size": 200, "minibatch_size": 50, "num_epochs": 1,
-              "num_envs_per_env_runner": 2, "hidden": [16, 16], "quiet": False, "selection_seeds": 1}
+              "num_envs_per_env_runner": 2, "hidden": [16, 16], "quiet": False, "selection_seeds": 1,
+              "selection_refine": 1}
 
 
 def tiny_file(**psro) -> dict:

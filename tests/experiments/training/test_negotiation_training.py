@@ -25,7 +25,8 @@ from tests.figures import assert_drawn
 pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(600)]  # best responses and exploit, trained
 
 TINY = dict(iterations=1, eval_every=1, eval_seeds=2, train_batch_size=200, minibatch_size=50, num_epochs=1,
-            num_envs_per_env_runner=2, hidden=(16, 16), quiet=True, report_seeds=3, selection_seeds=1)
+            num_envs_per_env_runner=2, hidden=(16, 16), quiet=True, report_seeds=3, selection_seeds=1,
+            selection_refine=1)
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
@@ -165,7 +166,7 @@ def test_exploit_runs_end_to_end_on_one_allocator(ray_session, tmp_path, capsys)
             "--iterations", "1", "--seeds", "3", "--out", str(out), "--train.eval-seeds", "2",
             "--train.train-batch-size", "200", "--train.minibatch-size", "50", "--train.num-epochs", "1",
             "--train.num-envs-per-env-runner", "2", "--train.hidden", "16", "16", "--train.quiet",
-            "--train.selection-seeds", "1"]
+            "--train.selection-seeds", "1", "--train.selection-refine", "2"]
     main(argv)
     with (out / "exploit.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -176,6 +177,8 @@ def test_exploit_runs_end_to_end_on_one_allocator(ray_session, tmp_path, capsys)
                 "best_fixed_code_gain", "best_response_minus_best_fixed_code"):
         assert np.isfinite(float(row[key])) and float(row[f"{key}_ci95"]) >= 0
     assert row["best_fixed_code"].startswith("bluff code: x")
+    search = json.loads(next(out.rglob("fixed_code_search.json")).read_text())
+    assert search["seeds"] == [1000, 1001, 1002]  # one seed, then the second look's two
     # deliverable 1 on a tiny budget: the best response is not below the best fixed code (its CI reaches 0)
     assert row["best_response_source"] in ("search", "learning")
     assert float(row["best_response_minus_best_fixed_code"]) + float(row["best_response_minus_best_fixed_code_ci95"]) >= 0
