@@ -126,6 +126,19 @@ def what_it_learned(learned: Mapping[str, Any], reference: Mapping[str, Any]) ->
             "generosity_minus_ci95": generosity_ci, "verdict": verdict}
 
 
+def seat_verdicts(scenario: str, allocators: Mapping[str, str], reference: str, seats: Sequence[str],
+                  seeds: Sequence[int], background: Population | None = None
+                  ) -> tuple[dict[str, dict[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """:func:`discounting_row` of every named allocator (name -> policy) in every seat, and
+    :func:`what_it_learned` of each but ``reference`` against ``reference`` per seat: (name -> seat -> row,
+    verdicts)."""
+    measured = {name: {seat: {**discounting_row(scenario, policy, seat, seeds, background=background), "allocator": name}
+                       for seat in seats} for name, policy in allocators.items()}
+    verdicts = [what_it_learned(measured[name][seat], measured[reference][seat])
+                for name in allocators if name != reference for seat in seats]
+    return measured, verdicts
+
+
 def discounting_rows(scenarios: Sequence[str], allocators: Sequence[str], seats: Mapping[str, Sequence[str]],
                      seeds: Sequence[int], bluff: float = BLUFF) -> list[dict[str, Any]]:
     """:func:`discounting_row` per (scenario, allocator, team seat); ``seats``: scenario -> its team seats."""
@@ -146,4 +159,4 @@ PREAMBLE = ("# What the allocator learned: discounting a bluffer, or generosity 
             "(experiments/evaluation/discounting.py). ± 95% CI over seeds.\n\n")
 
 
-__all__ = ["BLUFF", "COLUMNS", "PREAMBLE", "discounting_row", "discounting_rows", "seat_totals", "what_it_learned"]
+__all__ = ["BLUFF", "COLUMNS", "PREAMBLE", "discounting_row", "discounting_rows", "seat_totals", "seat_verdicts", "what_it_learned"]

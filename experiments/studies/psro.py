@@ -312,7 +312,7 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
     (relative to a truthful team with the same need) or is it only more generous to everyone, paired by seed
     against ``A0`` on the held-out seeds (:mod:`experiments.evaluation.discounting`); read back from
     ``discounting.json`` when stored for the same allocators and seeds."""
-    from experiments.evaluation.discounting import discounting_row, what_it_learned
+    from experiments.evaluation.discounting import seat_verdicts
 
     rounds = sorted({1, len(allocators) - 1})
     teams = [seat for seat in cfg.seats if seat != BROKER]
@@ -326,10 +326,9 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
             return dict(stored["learned"])
     print(f"== what A{', A'.join(str(k) for k in rounds)} learned: a x3 bluffer and a truthful team in "
           f"{', '.join(teams)} ({len(cfg.seeds)} seeds)")
-    measured = {k: {seat: {**discounting_row(cfg.scenario, allocators[k], seat, cfg.seeds), "allocator": f"A{k}"}
-                    for seat in teams} for k in (0, *rounds)}
+    measured, verdicts = seat_verdicts(cfg.scenario, {f"A{k}": allocators[k] for k in (0, *rounds)}, "A0", teams,
+                                       cfg.seeds)
     rows = [{c: v for c, v in row.items() if c != "per_seed"} for by_seat in measured.values() for row in by_seat.values()]
-    verdicts = [what_it_learned(measured[k][seat], measured[0][seat]) for k in rounds for seat in teams]
     learned = {"rows": rows, "verdicts": verdicts}
     path.write_text(json.dumps({"key": key, "learned": learned}, indent=1))
     return learned

@@ -143,6 +143,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._mixture = bool(mixture)
         self.mix_background_played = False  # this episode plays the mix background
         self.mixture_entry: int | None = None  # the mixture's entry this episode plays
+        self._episode_tag: dict[str, Any] = {}  # what _tag adds to every seat's infos this episode (a mix's draw)
         self._seeds = np.random.default_rng()
         self.episode_seed: int | None = None  # the seed of the episode being played
         # (scenario key, index of its background) -> (arena, seats, interfaces)
@@ -176,7 +177,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         scenario_hash = scenario_key(scenario)  # this scenario's reward factors, looked up once, not every step
         self._scenario_reward_scale = {a: by_hash[scenario_hash] for a, by_hash in self._reward_scale.items()
                                        if scenario_hash in by_hash}
-        key = (scenario_key(scenario), background)
+        key = (scenario_hash, background)
         if key not in self._envs:
             par_env = self._make(scenario=scenario, **self._env_kwargs)
             if self._in_env:
@@ -243,6 +244,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
             background = self._drawn[draw(self._seeds, self._thresholds)]
             self.mix_background_played = not self._mixture and background == 1
             self.mixture_entry = background - 1 if self._mixture else None
+            # the episode's tag for every seat's infos, made once here rather than on every step
+            self._episode_tag = ({MIXTURE_INFO: self.mixture_entry} if self._mixture
+                                 else {MIX_INFO: float(self.mix_background_played)})
             self._use(self._scenario, background)
         episode_seed = int(self._seeds.integers(*TRAINING_SEEDS))
         self.episode_seed = episode_seed  # a league draws its matchup from it (experiments.training.league)
@@ -255,8 +259,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
     def _tag(self, infos: MultiAgentDict) -> MultiAgentDict:
         if not self._drawn:
             return infos
-        tag = {MIXTURE_INFO: self.mixture_entry} if self._mixture else {MIX_INFO: float(self.mix_background_played)}
-        return {a: {**info, **tag} for a, info in infos.items()}
+        return {a: {**info, **self._episode_tag} for a, info in infos.items()}
 
     def _module_view(self, obs: MultiAgentDict) -> MultiAgentDict:
         """Keep the raw observations (codecs decode with them); learned agents get their

@@ -225,7 +225,7 @@ class BestResponse(Kind):
         """The learner starts at its codec's best fixed code (experiments/evaluation/best_code.py), searched on
         the report's selection seeds; not with ``--best-code-bias 0`` or a seat without a codec."""
         from experiments.evaluation.best_code import cached_search
-        from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena
+        from experiments.evaluation.fixed_codes import Arena
         from policies.codecs import make_codec
 
         args, seat = setup.args, setup.plan.seats[0]
@@ -234,11 +234,10 @@ class BestResponse(Kind):
             return None
         config = setup.stages[0]
         codec = make_codec(codec_name, config, seat)
-        from experiments.evaluation.best_response import refine_seeds
+        from experiments.evaluation.best_response import refine_seeds, selection_seeds
 
-        selection = range(SELECTION_SEEDS.start, SELECTION_SEEDS.start + args.selection_seeds)  # the report's too
-        found = cached_search(run, Arena(config, None, seat, setup.background), codec, list(selection),
-                              refine_seeds(args.selection_seeds, args.selection_refine))
+        found = cached_search(run, Arena(config, None, seat, setup.background), codec,  # the report's seeds too
+                              selection_seeds(args.selection_seeds), refine_seeds(args.selection_seeds, args.selection_refine))
         print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection "
               f"seeds: {found.description} (mean return {found.selection_mean:.2f}); learning starts there "
               f"(logit advantage {args.best_code_bias:g})")
