@@ -3,7 +3,7 @@
 Each subcommand is a dataclass of arguments (one docstring per field, shown by ``--help``)
 parsed by tyro, in the module of its group: ``commands/play.py`` (scenarios, play, replay,
 verify), ``commands/evaluate.py`` (evaluate, tournament, benchmark, analyze), ``commands/train.py``
-(train, exploit, arms-race, psro, convert-checkpoint), ``commands/measure.py`` (compare-checkpoint,
+(train, exploit, arms-race, psro, distil, convert-checkpoint), ``commands/measure.py`` (compare-checkpoint,
 fixed-codes, need-gap, corrections, broker-pricing, seed-report) and ``commands/serve.py``; what they share
 is ``commands/common.py``. Heavy imports (Ray, torch, matplotlib) happen inside the
 subcommand that needs them, so ``commons-arena scenarios`` stays instant.
@@ -36,14 +36,14 @@ from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
 from commands.measure import BrokerPricing, CompareCheckpoint, Corrections, FixedCodes, NeedGap, SeedReport
 from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve, ServeCheck
-from commands.train import ArmsRace, ConvertCheckpoint, Exploit, Psro, Train, config_defaults
+from commands.train import ArmsRace, ConvertCheckpoint, Distil, Exploit, Psro, Train, config_defaults
 from commons_arena.errors import one_line
 from experiments.hash_seed import pin_hash_seed
 
 DEBUG_FLAG = "--debug"
 EXIT_DOMAIN_ERROR = 2  # like argparse's usage errors; `verify`: the recording cannot be checked
 EXIT_BUG = 3  # an error the command did not foresee (a traceback): never 1, which `verify` uses for "differs"
-TRAINING_COMMANDS = frozenset({"train", "exploit", "arms-race", "psro"})  # they pin the string-hash seed (experiments/hash_seed.py)
+TRAINING_COMMANDS = frozenset({"train", "exploit", "arms-race", "psro", "distil"})  # they pin the string-hash seed (experiments/hash_seed.py)
 
 
 class Command(Protocol):
@@ -67,6 +67,7 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[Exploit, tyro.conf.subcommand("exploit")]
         | Annotated[ArmsRace, tyro.conf.subcommand("arms-race")]
         | Annotated[Psro, tyro.conf.subcommand("psro")]
+        | Annotated[Distil, tyro.conf.subcommand("distil")]
         | Annotated[Replay, tyro.conf.subcommand("replay")]
         | Annotated[Analyze, tyro.conf.subcommand("analyze")]
         | Annotated[Serve, tyro.conf.subcommand("serve")]

@@ -18,6 +18,7 @@ from commands.common import MAX_SEEDS, UsageError, check_number, paired_seed_lis
 from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import MAX_TRAIN_SEED, TrainArgs
+from experiments.training.distil import DistilArgs
 
 POPULATION = "population"  # arms-race --seat-otherwise: each scenario's own seat policy
 MAX_DISCOUNT_SEEDS = 100_000
@@ -269,6 +270,26 @@ class Psro:
         from experiments.studies.psro import load_psro, psro
 
         return psro(load_psro(self.config), self.out)
+
+
+@dataclass
+class Distil:
+    """Teach a universal allocator with a privileged need teacher: DAgger on the cell policy
+    (experiments/training/distil.py). The teacher reads each team's true need from the env's hidden
+    state; the student sees the allocator's observation only and is written as learned:<out>."""
+
+    args: Annotated[DistilArgs, tyro.conf.arg(name="")] = field(default_factory=DistilArgs)
+    force: bool = False
+    """write into an --out folder that holds other files (its checkpoint, distil.json and rows.npz are replaced)"""
+
+    def validate(self) -> None:
+        self.args.validate()
+        refuse_overwrite(self.args.out, self.force, what="folder")
+
+    def run(self):
+        from experiments.training.distil import distil
+
+        return distil(self.args)
 
 
 @dataclass

@@ -45,18 +45,11 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.torch_utils import explained_variance
 from torch import nn
 
-from policies.checkpoint_format import CheckpointError, NetworkSpec, PolicyNetwork
+from experiments.training.cell_mlp import cell_mlp, network_from_cell_mlp
+from policies.checkpoint_format import CheckpointError, PolicyNetwork
 from policies.universal import CELLS, N_FEATURES
 
 PADDED_LOGIT = -30.0  # a padded cell's logit for every code but the zero one (which gets 0)
-
-
-def _mlp(sizes: list[int], out: int) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    layers.append(nn.Linear(sizes[-1], out))
-    return nn.Sequential(*layers)
 
 
 class CellPPOModule(TorchRLModule, ValueFunctionAPI):
@@ -73,8 +66,8 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
         shape = getattr(self.observation_space, "shape", None)
         if shape != (CELLS * N_FEATURES + CELLS,):
             raise ValueError(f"CellPPOModule takes the padded cell view ({CELLS * N_FEATURES + CELLS},), got {shape}")
-        self.pi = _mlp([N_FEATURES, *hidden], self.n_actions)
-        self.vf_embed = _mlp([N_FEATURES, *hidden[:-1]], hidden[-1])
+        self.pi = cell_mlp([N_FEATURES, *hidden], self.n_actions)
+        self.vf_embed = cell_mlp([N_FEATURES, *hidden[:-1]], hidden[-1])
         self.vf_head = nn.Sequential(nn.Tanh(), nn.Linear(hidden[-1], 1))
         padded = torch.full((self.n_actions,), PADDED_LOGIT)
         padded[self.zero] = 0.0
@@ -178,25 +171,7 @@ def _pi_layers(module: Any) -> nn.Sequential:
 def network_from_cell_module(module: Any) -> PolicyNetwork:
     """The per-cell policy of a :class:`CellPPOModule` as a data-only :class:`PolicyNetwork`
     (one cell's features -> its code's logits); checked against the module on random cells."""
-    layers: list[dict[str, Any]] = []
-    tensors: dict[str, torch.Tensor] = {}
-    for i, child in enumerate(_pi_layers(module)):
-        if isinstance(child, nn.Linear):
-            layers.append({"type": "linear", "in": child.in_features, "out": child.out_features})
-            tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"] = child.weight, child.bias
-        elif isinstance(child, nn.Tanh):
-            layers.append({"type": "tanh"})
-        else:  # pragma: no cover - _mlp builds only these
-            raise CheckpointError(f"cannot export layer {type(child).__name__}")
-    spec = NetworkSpec.model_validate({"layers": layers, "weights_sha256": "0" * 64,
-                                       "action_distribution": {"type": "multi_categorical", "nvec": [module.n_actions]}})
-    network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
-    probe = np.random.default_rng(0).normal(size=(16, N_FEATURES)).astype(np.float32)
-    with torch.no_grad():
-        theirs = module.pi(torch.from_numpy(probe)).numpy()
-    if not np.allclose(network.logits(probe), theirs, atol=1e-5, rtol=1e-5):
-        raise CheckpointError("exporting the cell module changed its outputs")
-    return network
+    return network_from_cell_mlp(_pi_layers(module), module.n_actions)
 
 
 def load_cell_policy(module: Any, network: PolicyNetwork) -> None:
