@@ -81,6 +81,12 @@ class TrainArgs:
     """scenario for allocator_ppo (ignored by the curriculum)"""
     split: str = "broad-train"
     """allocator_family: the scenario family split its training episodes play (a held-out split is refused)"""
+    family_scenarios: tuple[str, ...] = ()
+    """allocator_family: scenarios (names or files, e.g. standard elevated crisis) its training episodes play
+    beside the split's"""
+    family_share: float = 0.0
+    """allocator_family: the share of training episodes that play --family-scenarios (0: every scenario of the
+    split and of --family-scenarios equally likely)"""
     eval_scenarios: int = 6
     """allocator_family: scenarios of the training split (a fixed draw) its held-out-seed evaluations play;
     the held-out split is for `commons-arena benchmark`, never read by training"""
@@ -241,6 +247,12 @@ class TrainArgs:
              "file can hold both backgrounds with their shares)"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
+            (math.isfinite(self.family_share) and 0 <= self.family_share < 1,
+             f"--family-share must be at least 0 and below 1, got {self.family_share}"),
+            (not (self.family_scenarios or self.family_share) or self.experiment == "allocator_family",
+             "--family-scenarios and --family-share are for --experiment allocator_family"),
+            (self.family_share == 0 or bool(self.family_scenarios),
+             "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
             (not self.kind.shape_free or self.shape_free,
              f"{self.experiment} plays clusters of every shape: pass --network cells"),
             (not self.shape_free or (self.action_codec in ("need", "residual") and self.history == 1

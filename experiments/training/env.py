@@ -69,7 +69,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
     optional ``env_kwargs`` (extra keyword arguments for the factory) and optional
     ``env_factory`` (a callable or ``"module:attr"`` string with the signature of
     ``commons_arena.parallel_env``; used for stand-in envs in tests). ``scenarios`` (a list)
-    samples one of them per episode instead (mixed-tier training; their spaces must match).
+    samples one of them per episode instead (mixed-tier training; their spaces must match), every one
+    alike or at ``scenario_weights`` (one per scenario: a family run's extra scenarios at their share).
     ``scripted_in_env`` + ``learned_agents``: the background (``background``, a
     ``Population.to_dict()``; default each scenario's own) plays every other seat in here. Learned agents named in
     ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
@@ -100,6 +101,10 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._make: Callable[..., Any] = resolve_obj(cfg.get("env_factory") or commons_arena.parallel_env)
         self._env_kwargs = dict(cfg.get("env_kwargs", {}))
         self._mix = list(cfg.get("scenarios") or [])
+        weights = cfg.get("scenario_weights")  # the draw's weights per scenario of the mix (None: alike)
+        if weights is not None and len(weights) != len(self._mix):
+            raise ValueError(f"scenario_weights has {len(weights)} weights for {len(self._mix)} scenarios")
+        self._weights = None if weights is None else np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
         # Learned agents see observations through a ModuleInterface (the trained policy
         # applies the same one at inference): scale, codec features, stacked history; the
         # codec turns the module's action into an env action using the raw observation.
@@ -239,7 +244,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self._use(self._next_scenario)
             self._next_scenario = None
         elif self._mix:
-            self._use(self._mix[int(self._seeds.integers(len(self._mix)))])
+            index = (self._seeds.integers(len(self._mix)) if self._weights is None
+                     else self._seeds.choice(len(self._mix), p=self._weights))
+            self._use(self._mix[int(index)])
         if self._drawn:  # drawn only when there is a mix: other runs' seeds stay as they were
             background = self._drawn[draw(self._seeds, self._thresholds)]
             self.mix_background_played = not self._mixture and background == 1

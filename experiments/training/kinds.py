@@ -129,17 +129,30 @@ class AllocatorFamily(AllocatorMixed):
     shape_free = True
 
     def stages(self, args: Any) -> tuple[str, ...]:
-        return (SPLIT_PREFIX + args.split,)
+        return (SPLIT_PREFIX + args.split, *args.family_scenarios)
 
     def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
         """The family's scenarios' returns differ by 100x: the allocator's training reward is brought to one
         scale per scenario (experiments.training.references.reward_scales), so no scenario's scale
-        dominates the gradient or the value function; evaluations and reports stay unscaled."""
+        dominates the gradient or the value function; evaluations and reports stay unscaled. With
+        ``--family-share`` the ``--family-scenarios`` (the last stages) play that share of the episodes."""
         from commons_arena.enums import ALLOCATOR
         from experiments.training.references import reward_scales
 
         env_config["reward_scale"] = {ALLOCATOR: reward_scales(setup.stages, setup.args.seed)}
+        if setup.args.family_share > 0:
+            env_config["scenario_weights"] = scenario_weights(len(setup.stages), len(setup.args.family_scenarios),
+                                                              setup.args.family_share)
         return None, {}
+
+
+def scenario_weights(n_stages: int, n_extra: int, share: float) -> list[float]:
+    """Draw weights of ``n_stages`` scenarios whose last ``n_extra`` share ``share`` of the episodes
+    (each of them alike) and the others the rest (each alike)."""
+    n_split = n_stages - n_extra
+    if n_extra < 1 or n_split < 1 or not 0 < share < 1:
+        raise ValueError(f"cannot weight {n_extra} of {n_stages} scenarios at a share of {share}")
+    return [(1 - share) / n_split] * n_split + [share / n_extra] * n_extra
 
 
 class SeatsPPO(Kind):
