@@ -59,7 +59,8 @@ SEED_RANGES: MappingProxyType[str, SeedRange] = MappingProxyType({
     "arms_race": SeedRange(720_000, 800_000, "commons-arena arms-race's paired comparisons"),
     "psro": SeedRange(800_000, 900_000, "commons-arena psro: its exploit cells and welfare (800000..), its payoff "
                                         "matrices (850000..)"),
-    "training_eval": SeedRange(900_000, 2**20, "training's held-out evaluation (which checkpoint is best)"),
+    "training_eval": SeedRange(900_000, 1_000_000, "training's held-out evaluation (which checkpoint is best)"),
+    "distil_check": SeedRange(1_000_000, 2**20, "commons-arena distil's per-round check of the student against planner"),
     "training": SeedRange(2**20, 2**31 - 1, "training episodes (drawn at random in this range)"),
 })
 

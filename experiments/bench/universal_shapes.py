@@ -36,6 +36,8 @@ from commons_arena.family import generate_scenarios, heldout_hashes, load_split
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.tables import markdown_table
 from experiments.seeds import SEED_RANGES
+from experiments.training.cell_mlp import cell_mlp
+from experiments.training.distil import teacher_codes
 from policies.focal import FocalEnv
 from policies.universal import CELLS, MAX_TEAMS, MAX_TIERS, N_FEATURES, OBS_SIZE, UniversalInterface, split_view
 
@@ -69,7 +71,7 @@ def samples(configs: tuple[ScenarioConfig, ...], episodes: int) -> tuple[np.ndar
             while env.agents:
                 view = interface.observe(obs[ALLOCATOR])
                 estimate, _ = interface.codec.proposal(obs[ALLOCATOR])
-                gap = np.clip(env.arena.hidden_state().need - estimate, -2, 2) + interface.zero
+                gap = teacher_codes(env.arena.hidden_state().need, estimate, interface.codec.DELTAS, 2)
                 target = np.full((MAX_TEAMS, MAX_TIERS), interface.zero)
                 target[:N, :T] = gap
                 views.append(view)
@@ -77,13 +79,6 @@ def samples(configs: tuple[ScenarioConfig, ...], episodes: int) -> tuple[np.ndar
                 large.append(N >= 7 or T == MAX_TIERS)
                 obs, *_ = env.step({ALLOCATOR: interface.act(obs[ALLOCATOR], np.full(CELLS, interface.zero))})
     return np.stack(views).astype(np.float32), np.stack(targets).astype(np.int64), np.array(large)
-
-
-def _mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-2], sizes[1:-1], strict=True):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    return nn.Sequential(*layers, nn.Linear(sizes[-2], sizes[-1]))
 
 
 def logits_of(kind: str, net: nn.Module, views: torch.Tensor) -> torch.Tensor:
@@ -96,7 +91,7 @@ def logits_of(kind: str, net: nn.Module, views: torch.Tensor) -> torch.Tensor:
 
 def fit(kind: str, views: np.ndarray, targets: np.ndarray, epochs: int, seed: int) -> tuple[nn.Module, float]:
     torch.manual_seed(seed)
-    net = _mlp([N_FEATURES, 128, 128, 5]) if kind == "cells" else _mlp([OBS_SIZE, 256, 256, CELLS * 5])
+    net = cell_mlp([N_FEATURES, 128, 128], 5) if kind == "cells" else cell_mlp([OBS_SIZE, 256, 256], CELLS * 5)
     optimiser = torch.optim.Adam(net.parameters(), lr=1e-3)
     x, y = torch.from_numpy(views), torch.from_numpy(targets)
     mask = torch.from_numpy(split_view(views)[1]) > 0.5

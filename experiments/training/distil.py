@@ -57,8 +57,8 @@ if TYPE_CHECKING:  # the command line imports DistilArgs; the rest loads when a 
 
 DISTIL_FILE = "distil.json"
 ROWS_FILE = "rows.npz"  # every round's (features, teacher code) rows so far: what the last fit read
-COLLECT_FIRST_SEED = SEED_RANGES["training"].first + 7_000_000  # its own block of the training range
-CHECK_FIRST_SEED = SEED_RANGES["training_eval"].first + 50_000  # beside training's held-out evaluation seeds
+COLLECT_FIRST_SEED = SEED_RANGES["training"].first  # the episodes it learns from are training episodes
+CHECK_FIRST_SEED = SEED_RANGES["distil_check"].first  # never played while collecting
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class DistilArgs:
     check_scenarios: int = 24
     """training-split scenarios of each round's paired check against planner"""
     check_seeds: int = 4
-    """seeds per check scenario (training-eval seeds, never played while collecting)"""
+    """seeds per check scenario (seeds of their own, never played while collecting)"""
     workers: int = 2
     """processes that play episodes"""
     seed: int = 0
@@ -203,7 +203,7 @@ def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, in
     return [a - b for a, b in zip(mine, theirs, strict=True)]
 
 
-def fit(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_actions: int, zero: int,
+def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_actions: int, zero: int,
         start: Any = None) -> tuple[Any, dict[str, float]]:
     """The cell MLP fitted by cross-entropy (continuing ``start`` when given); its accuracy on a
     tenth of the rows held out of the fit, beside the zero code's (``planner``'s) accuracy."""
@@ -288,7 +288,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
             labels += [y for _, y, _ in played]
             rows_x, rows_y = np.concatenate(features), np.concatenate(labels)
             np.savez_compressed(args.out / ROWS_FILE, features=rows_x, labels=rows_y)
-            net, accuracy = fit(rows_x, rows_y, args, n_actions, zero, net)
+            net, accuracy = fit_student(rows_x, rows_y, args, n_actions, zero, net)
             network = network_from_cell_mlp(net, n_actions)
             save_universal_policy(args.out, network, trained_on, "", codec="need")
             mean, half, episodes = paired(pool, network)
@@ -304,5 +304,5 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     return report
 
 
-__all__ = ["DISTIL_FILE", "DaggerAllocator", "DistilArgs", "distil", "fit", "teacher_codes"]
+__all__ = ["DISTIL_FILE", "DaggerAllocator", "DistilArgs", "distil", "fit_student", "teacher_codes"]
 

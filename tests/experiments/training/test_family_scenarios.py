@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from experiments.training.args import TrainArgs
-from experiments.training.env import ArenaRLlibEnv
 from experiments.training.kinds import scenario_weights
 
 
@@ -36,7 +35,11 @@ def test_bad_family_settings_are_refused(fields, message) -> None:
         TrainArgs(**fields).validate()
 
 
+@pytest.mark.slow
+@pytest.mark.rllib
 def test_the_weighted_draw_plays_each_scenario_at_its_weight() -> None:
+    from experiments.training.env import ArenaRLlibEnv  # RLlib's MultiAgentEnv
+
     env = ArenaRLlibEnv({"scenarios": ["standard", "elevated", "crisis"], "scenario_weights": [0.0, 0.2, 0.8]})
     drawn = []
     for seed in range(60):
