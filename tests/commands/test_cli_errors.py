@@ -198,3 +198,20 @@ def test_paired_comparisons_need_two_seeds_and_a_valid_first_seed(capsys, tmp_pa
     out = ("--out", str(tmp_path / command))
     assert_one_line_error(capsys, command, "--seeds", "1", *out, match="--seeds must be at least 2 (a paired CI)")
     assert_one_line_error(capsys, command, "--first-seed", "-1", *out, match="--first-seed")
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (("--rounds", "0"), "--rounds must be at least 1"),
+    (("--teacher-share", "2"), "--teacher-share must be in [0, 1]"),
+    (("--split", "nosuch"), "no split named 'nosuch'"),
+    (("--split", "broad-heldout", "--limit", "1"), "distil must not read held-out scenarios"),
+])
+def test_distil_names_a_bad_setting_before_playing(capsys, tmp_path, argv, match):
+    assert_one_line_error(capsys, "distil", *argv, "--out", str(tmp_path / "d"), match=match)
+    assert not (tmp_path / "d").exists()
+
+
+def test_distil_does_not_overwrite_a_folder_without_force(capsys, tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "distil.json").write_text("{}")
+    assert_one_line_error(capsys, "distil", "--out", str(tmp_path / "d"), match="pass --force to overwrite")
