@@ -99,12 +99,14 @@ class DistilArgs:
     """folder of the universal checkpoint (learned:<out>), distil.json and rows.npz"""
 
     def validate(self) -> None:
-        checks = [(self.rounds >= 1, "--rounds must be at least 1"), (self.limit >= 0, "--limit must be 0 (all) or more"), (self.seeds >= 1, "--seeds must be at least 1"),
+        checks = [(self.rounds >= 1, "--rounds must be at least 1"), (self.limit >= 0, "--limit must be 0 (all) or more"),
+                  (self.seeds >= 1, "--seeds must be at least 1"),
                   (0.0 <= self.teacher_share <= 1.0, "--teacher-share must be in [0, 1]"),
                   (self.epochs >= 1, "--epochs must be at least 1"),
                   (math.isfinite(self.lr) and self.lr > 0, "--lr must be a positive number"),
                   (self.batch >= 1, "--batch must be at least 1"), (self.workers >= 1, "--workers must be at least 1"),
-                  (self.clip >= 1, "--clip must be at least 1"), (self.check_scenarios >= 1, "--check-scenarios must be at least 1"),
+                  (self.clip >= 1, "--clip must be at least 1"),
+                  (self.check_scenarios >= 1, "--check-scenarios must be at least 1"),
                   (self.check_seeds >= 1, "--check-seeds must be at least 1"),
                   (len(self.hidden) >= 1 and min(self.hidden) >= 1, "--hidden needs at least one layer of at least 1 unit")]
         for ok, message in checks:
@@ -143,14 +145,14 @@ class DaggerAllocator:
         self.rng = np.random.default_rng(seed)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        from policies.universal import MAX_TEAMS, MAX_TIERS, N_FEATURES
+        from policies.universal import MAX_TEAMS, MAX_TIERS, N_FEATURES, split_view
 
         view = self.interface.observe(observation)
         estimate = self.interface.codec.planner.last_estimate
         assert estimate is not None
         N, T = self.interface.encoder.n_teams, self.interface.encoder.n_tiers
         label = teacher_codes(self.env.hidden_state().need, estimate, self.deltas, self.clip)
-        cells = view[: MAX_TEAMS * MAX_TIERS * N_FEATURES].reshape(MAX_TEAMS, MAX_TIERS, N_FEATURES)[:N, :T]
+        cells = split_view(view)[0].reshape(MAX_TEAMS, MAX_TIERS, N_FEATURES)[:N, :T]  # what the student sees
         self.features.append(cells.reshape(-1, N_FEATURES).astype(np.float32))
         self.labels.append(label.ravel())
         padded = np.full((MAX_TEAMS, MAX_TIERS), self.interface.zero, dtype=np.int64)
