@@ -25,7 +25,7 @@ but its labels can teach a policy that sees only the allocator's observation. Th
 2. **Fit**: the cell policy (the same MLP as :class:`experiments.training.cell_module.CellPPOModule`'s
    ``pi``) by cross-entropy on every row so far.
 3. **Check** each round: the greedy student against ``planner`` on training-split scenarios
-   and seeds it was not fitted on (paired per episode, training-eval seeds).
+   with seeds it never played (paired per episode; the ``distil_check`` block of experiments/seeds.py).
 
 It writes one data-only universal checkpoint (``learned:<out>``, the same files as ``train
 --network cells``) after every round, and ``distil.json`` (rounds, accuracies, the check).
@@ -206,7 +206,7 @@ def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, in
 
 
 def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_actions: int, zero: int,
-        start: Any = None) -> tuple[Any, dict[str, float]]:
+                start: Any = None) -> tuple[Any, dict[str, float]]:
     """The cell MLP fitted by cross-entropy (continuing ``start`` when given); its accuracy on a
     tenth of the rows held out of the fit, beside the zero code's (``planner``'s) accuracy."""
     import torch
