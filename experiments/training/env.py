@@ -104,6 +104,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
         weights = cfg.get("scenario_weights")  # the draw's weights per scenario of the mix (None: alike)
         if weights is not None and len(weights) != len(self._mix):
             raise ValueError(f"scenario_weights has {len(weights)} weights for {len(self._mix)} scenarios")
+        if weights is not None and not (min(weights) >= 0 and sum(weights) > 0):
+            raise ValueError(f"scenario_weights must be non-negative with a positive sum, got {list(weights)[:5]}")
         self._weights = None if weights is None else np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
         # Learned agents see observations through a ModuleInterface (the trained policy
         # applies the same one at inference): scale, codec features, stacked history; the

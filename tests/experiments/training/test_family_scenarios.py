@@ -49,3 +49,5 @@ def test_the_weighted_draw_plays_each_scenario_at_its_weight() -> None:
     assert 30 <= drawn.count("crisis") <= 59  # 0.8 of 60 is 48
     with pytest.raises(ValueError, match="2 weights for 3 scenarios"):
         ArenaRLlibEnv({"scenarios": ["standard", "elevated", "crisis"], "scenario_weights": [0.5, 0.5]})
+    with pytest.raises(ValueError, match="non-negative with a positive sum"):
+        ArenaRLlibEnv({"scenarios": ["standard", "crisis"], "scenario_weights": [0.0, 0.0]})
