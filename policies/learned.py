@@ -121,6 +121,7 @@ class ModuleInterface:
         return module_action if self.codec is None else self.codec.decode(observation, module_action)
 
 
+MAX_TRAINED_ON = 500  # the sidecar's limit on its "scenario" field (policies/checkpoint_format.py)
 
 
 def module_dir(checkpoint: str | Path, module_id: str) -> Path:
@@ -179,8 +180,11 @@ def save_policy(
 
 def save_universal_policy(checkpoint: str | Path, network: PolicyNetwork, trained_on: str, trained_hash: str,
                           codec: str = "need") -> Path:
-    """Write a shape-free allocator (one cell's network, policies.universal) as a data-only checkpoint."""
+    """Write a shape-free allocator (one cell's network, policies.universal) as a data-only checkpoint;
+    ``trained_on`` longer than the sidecar holds (500 characters: a long list of scenarios) is stored as "mixed"."""
     from policies import universal
+
+    trained_on = trained_on if len(trained_on) <= MAX_TRAINED_ON else "mixed"
 
     n_actions = int(network.nvec[0])
     fields = {

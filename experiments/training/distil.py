@@ -164,9 +164,9 @@ class DaggerAllocator:
 
 
 def _collect(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, float, int, int]
-             ) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Play one scenario's seeds (a worker's task); its rows and the allocator's returns."""
-    from experiments.evaluation.engine import play
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Play one scenario's seeds (a worker's task); the rows its allocator seat recorded."""
+    from experiments.evaluation.engine import play_all
     from policies.population import Population
     from policies.universal import CellNetwork
 
@@ -179,15 +179,15 @@ def _collect(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, float, 
         made.append(DaggerAllocator(env, student, beta, clip))
         policies[ALLOCATOR] = made[0]
         return policies
-    returns = [episode.summaries[ALLOCATOR]["return"] for episode in play(config, lineup, seeds)]
+    play_all(config, lineup, seeds)
     seat = made[0]
-    return np.concatenate(seat.features), np.concatenate(seat.labels), returns
+    return np.concatenate(seat.features), np.concatenate(seat.labels)
 
 
 def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, int, int]) -> list[float]:
     """Per seed: the greedy student's allocator return minus ``planner``'s (same seeds, default
     population); with no network, the (privileged) teacher's."""
-    from experiments.evaluation.engine import play
+    from experiments.evaluation.engine import play_returns
     from policies.learned import LearnedPolicy
     from policies.population import Population
     from policies.universal import CellNetwork, UniversalInterface
@@ -200,8 +200,8 @@ def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, in
         policies[ALLOCATOR] = (DaggerAllocator(env, None, 1.0, clip) if network is None else LearnedPolicy(
             CellNetwork(network, zero), UniversalInterface(config, ALLOCATOR, "need")))  # type: ignore[arg-type]
         return policies
-    mine = [e.summaries[ALLOCATOR]["return"] for e in play(config, lineup, seeds)]
-    theirs = [e.summaries[ALLOCATOR]["return"] for e in play(config, population.with_agent(ALLOCATOR, "planner"), seeds)]
+    mine = play_returns(config, lineup, seeds, ALLOCATOR)
+    theirs = play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR)
     return [a - b for a, b in zip(mine, theirs, strict=True)]
 
 
@@ -286,8 +286,8 @@ def distil(args: DistilArgs) -> dict[str, Any]:
             first = COLLECT_FIRST_SEED + (k - 1) * args.seeds
             jobs = [(config, list(range(first, first + args.seeds)), network, beta, args.clip, zero) for config in configs]
             played = list(pool.map(_collect, jobs, chunksize=4))
-            features += [f for f, _, _ in played]
-            labels += [y for _, y, _ in played]
+            features += [f for f, _ in played]
+            labels += [y for _, y in played]
             rows_x, rows_y = np.concatenate(features), np.concatenate(labels)
             np.savez_compressed(args.out / ROWS_FILE, features=rows_x, labels=rows_y)
             net, accuracy = fit_student(rows_x, rows_y, args, n_actions, zero, net)

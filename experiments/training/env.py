@@ -106,7 +106,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
             raise ValueError(f"scenario_weights has {len(weights)} weights for {len(self._mix)} scenarios")
         if weights is not None and not (min(weights) >= 0 and sum(weights) > 0):
             raise ValueError(f"scenario_weights must be non-negative with a positive sum, got {list(weights)[:5]}")
-        self._weights = None if weights is None else np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
+        # drawn as a mixture's entries are (experiments.training.mixture.draw)
+        self._scenario_thresholds = None if weights is None else thresholds(weights)
         # Learned agents see observations through a ModuleInterface (the trained policy
         # applies the same one at inference): scale, codec features, stacked history; the
         # codec turns the module's action into an env action using the raw observation.
@@ -246,8 +247,8 @@ class ArenaRLlibEnv(MultiAgentEnv):
             self._use(self._next_scenario)
             self._next_scenario = None
         elif self._mix:
-            index = (self._seeds.integers(len(self._mix)) if self._weights is None
-                     else self._seeds.choice(len(self._mix), p=self._weights))
+            index = (self._seeds.integers(len(self._mix)) if self._scenario_thresholds is None
+                     else draw(self._seeds, self._scenario_thresholds))
             self._use(self._mix[int(index)])
         if self._drawn:  # drawn only when there is a mix: other runs' seeds stay as they were
             background = self._drawn[draw(self._seeds, self._thresholds)]

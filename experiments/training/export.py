@@ -65,7 +65,7 @@ def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, co
         print("  (--network padded is a measurement: no learned:<dir> files written)")
     elif setup.args.network == "cells":
         trained_on = "+".join(setup.args.stages)
-        save_universal_policy(folder, networks[ALLOCATOR], trained_on if len(trained_on) <= 500 else "mixed",
+        save_universal_policy(folder, networks[ALLOCATOR], trained_on,
                               config.content_hash if len(setup.stages) == 1 else "", codec=setup.codecs[ALLOCATOR])
     elif isinstance(networks[ALLOCATOR], PolicyNetwork):
         save_policy(folder, networks[ALLOCATOR], config, ALLOCATOR, setup.scales[ALLOCATOR],

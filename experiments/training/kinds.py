@@ -238,6 +238,7 @@ class BestResponse(Kind):
         """The learner starts at its codec's best fixed code (experiments/evaluation/best_code.py), searched on
         the report's selection seeds; not with ``--best-code-bias 0`` or a seat without a codec."""
         from experiments.evaluation.best_code import cached_search
+        from experiments.evaluation.best_response import refine_seeds, selection_seeds
         from experiments.evaluation.fixed_codes import Arena
         from policies.codecs import make_codec
 
@@ -247,8 +248,6 @@ class BestResponse(Kind):
             return None
         config = setup.stages[0]
         codec = make_codec(codec_name, config, seat)
-        from experiments.evaluation.best_response import refine_seeds, selection_seeds
-
         found = cached_search(run, Arena(config, None, seat, setup.background), codec,  # the report's seeds too
                               selection_seeds(args.selection_seeds), refine_seeds(args.selection_seeds, args.selection_refine))
         print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection "

@@ -141,6 +141,13 @@ def universal_checkpoint(tmp_path: Path) -> Path:
     return folder
 
 
+def test_a_long_list_of_training_scenarios_is_stored_as_mixed(tmp_path: Path) -> None:
+    save_universal_policy(tmp_path / "long", random_cell_network(seed=7), "+".join(["split:broad-train"] * 40), "")
+    assert read_sidecar(tmp_path / "long")["scenario"] == "mixed"
+    save_universal_policy(tmp_path / "short", random_cell_network(seed=7), "split:broad-train+standard", "")
+    assert read_sidecar(tmp_path / "short")["scenario"] == "split:broad-train+standard"
+
+
 @pytest.mark.parametrize("name", swept(sorted(SHAPES)))
 def test_one_checkpoint_plays_2_and_8_teams_1_and_4_tiers(universal_checkpoint, name):
     config = SHAPES[name]
