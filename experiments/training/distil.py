@@ -129,13 +129,15 @@ class DaggerAllocator:
     It holds the env only to read the hidden need for the label (the privileged part); the
     student's input is the universal view alone."""
 
-    def __init__(self, env: Any, student: CellNetwork | None, beta: float, clip: int, codec: str = "need") -> None:
+    def __init__(self, env: Any, student: CellNetwork | None, beta: float, clip: int, codec: str = "need",
+                 record: bool = True) -> None:
         from policies.universal import UniversalInterface
 
         self.env = getattr(env, "unwrapped", env)
         self.interface = UniversalInterface(self.env.config, ALLOCATOR, codec)
         self.student, self.beta, self.clip = student, float(beta), int(clip)
         self.deltas = self.interface.codec.DELTAS
+        self.record = record  # False: play the teacher / student only (the paired check keeps no rows)
         self.features: list[np.ndarray] = []
         self.labels: list[np.ndarray] = []
         self.rng = np.random.default_rng(0)
@@ -152,9 +154,10 @@ class DaggerAllocator:
         assert estimate is not None
         N, T = self.interface.encoder.n_teams, self.interface.encoder.n_tiers
         label = teacher_codes(self.env.hidden_state().need, estimate, self.deltas, self.clip)
-        cells = split_view(view)[0].reshape(MAX_TEAMS, MAX_TIERS, N_FEATURES)[:N, :T]  # what the student sees
-        self.features.append(cells.reshape(-1, N_FEATURES).astype(np.float32))
-        self.labels.append(label.ravel())
+        if self.record:
+            cells = split_view(view)[0].reshape(MAX_TEAMS, MAX_TIERS, N_FEATURES)[:N, :T]  # what the student sees
+            self.features.append(cells.reshape(-1, N_FEATURES).astype(np.float32))
+            self.labels.append(label.ravel())
         padded = np.full((MAX_TEAMS, MAX_TIERS), self.interface.zero, dtype=np.int64)
         if self.student is None or self.rng.random() < self.beta:
             padded[:N, :T] = label
@@ -197,7 +200,7 @@ def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, in
 
     def lineup(env: Any) -> dict[str, Any]:
         policies = population.build(env.config, env=env, strict=False)
-        policies[ALLOCATOR] = (DaggerAllocator(env, None, 1.0, clip) if network is None else LearnedPolicy(
+        policies[ALLOCATOR] = (DaggerAllocator(env, None, 1.0, clip, record=False) if network is None else LearnedPolicy(
             CellNetwork(network, zero), UniversalInterface(config, ALLOCATOR, "need")))  # type: ignore[arg-type]
         return policies
     mine = play_returns(config, lineup, seeds, ALLOCATOR)
@@ -206,9 +209,14 @@ def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, in
 
 
 def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_actions: int, zero: int,
-                start: Any = None) -> tuple[Any, dict[str, float]]:
-    """The cell MLP fitted by cross-entropy (continuing ``start`` when given); its accuracy on a
-    tenth of the rows held out of the fit, beside the zero code's (``planner``'s) accuracy."""
+                start: Any = None, groups: np.ndarray | None = None) -> tuple[Any, dict[str, float]]:
+    """The cell MLP fitted by cross-entropy (continuing ``start`` when given); its accuracy on
+    rows held out of the fit, beside the zero code's (``planner``'s) accuracy.
+
+    ``groups`` (one id per row, e.g. the collection a row came from: one scenario's episodes in
+    one round) holds out a tenth of the *groups* whole: rows of one episode are alike tick to
+    tick, so rows held out one by one would score the fit on near-copies of what it saw. With
+    no groups, a tenth of the rows."""
     import torch
 
     from experiments.training.cell_mlp import cell_mlp
@@ -218,9 +226,16 @@ def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_ac
     torch.set_num_threads(1)  # one thread: the same rows give the same network on any machine
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    order = rng.permutation(len(labels))
-    held = order[: max(1, len(order) // 10)]
-    used = order[len(held):]
+    if groups is None:
+        order = rng.permutation(len(labels))
+        held = np.sort(order[: max(1, len(order) // 10)])
+    else:
+        ids = np.unique(groups)
+        held_ids = rng.permutation(ids)[: max(1, len(ids) // 10)]
+        held = np.flatnonzero(np.isin(groups, held_ids))
+    used = np.setdiff1d(np.arange(len(labels)), held)
+    if len(used) == 0:
+        raise ValueError("fit_student: nothing left to fit after holding out a tenth (one group only?)")
     x, y = torch.from_numpy(features), torch.from_numpy(labels)
     net = start if start is not None else cell_mlp([N_FEATURES, *args.hidden], n_actions)
     optimiser = torch.optim.Adam(net.parameters(), lr=args.lr)
@@ -236,7 +251,7 @@ def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_ac
         predicted = net(x[torch.from_numpy(held)]).argmax(-1).numpy()
     torch.set_num_threads(threads)
     truth = labels[held]
-    return net, {"rows": int(len(labels)), "held_accuracy": float((predicted == truth).mean()),
+    return net, {"rows": int(len(labels)), "held_rows": int(len(held)), "held_accuracy": float((predicted == truth).mean()),
                  "zero_accuracy": float((truth == zero).mean())}
 
 
@@ -266,6 +281,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     features: list[np.ndarray] = []
     labels: list[np.ndarray] = []
+    groups: list[np.ndarray] = []  # per row: which (round, scenario) collection it came from
     rounds: list[dict[str, Any]] = []
     net: Any = None
     network: PolicyNetwork | None = None
@@ -288,9 +304,10 @@ def distil(args: DistilArgs) -> dict[str, Any]:
             played = list(pool.map(_collect, jobs, chunksize=4))
             features += [f for f, _ in played]
             labels += [y for _, y in played]
-            rows_x, rows_y = np.concatenate(features), np.concatenate(labels)
-            np.savez_compressed(args.out / ROWS_FILE, features=rows_x, labels=rows_y)
-            net, accuracy = fit_student(rows_x, rows_y, args, n_actions, zero, net)
+            groups += [np.full(len(y), len(groups) + j, dtype=np.int64) for j, (_, y) in enumerate(played)]
+            rows_x, rows_y, rows_g = np.concatenate(features), np.concatenate(labels), np.concatenate(groups)
+            np.savez_compressed(args.out / ROWS_FILE, features=rows_x, labels=rows_y, groups=rows_g)
+            net, accuracy = fit_student(rows_x, rows_y, args, n_actions, zero, net, rows_g)
             network = network_from_cell_mlp(net, n_actions)
             save_universal_policy(args.out, network, trained_on, "", codec="need")
             mean, half, episodes = paired(pool, network)

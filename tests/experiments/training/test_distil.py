@@ -11,7 +11,15 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.family import FamilyError
 from commons_arena.scenario import load_scenario
 from experiments.evaluation.engine import play
-from experiments.training.distil import DISTIL_FILE, ROWS_FILE, DaggerAllocator, DistilArgs, distil, teacher_codes
+from experiments.training.distil import (
+    DISTIL_FILE,
+    ROWS_FILE,
+    DaggerAllocator,
+    DistilArgs,
+    distil,
+    fit_student,
+    teacher_codes,
+)
 from policies.learned import LearnedPolicy, load_network
 from policies.population import Population
 
@@ -58,7 +66,8 @@ def test_a_small_distillation_writes_a_universal_checkpoint_that_plays_any_shipp
     stored = json.loads((args.out / DISTIL_FILE).read_text())
     assert stored["rounds"] == report["rounds"] and np.isfinite(stored["teacher_minus_planner"])
     rows = np.load(args.out / ROWS_FILE)
-    assert rows["features"].shape[0] == rows["labels"].shape[0] == report["rounds"][1]["rows"]
+    assert rows["features"].shape[0] == rows["labels"].shape[0] == rows["groups"].shape[0] == report["rounds"][1]["rows"]
+    assert len(np.unique(rows["groups"])) == 2 * 3  # one collection per (round, scenario)
     assert report["rounds"][1]["rows"] > report["rounds"][0]["rows"]  # DAgger keeps every round's rows
     policy = LearnedPolicy.load(args.out, "elevated", ALLOCATOR)  # a tier it never played
     lineup = Population.default("elevated").build(load_scenario("elevated"), strict=False) | {ALLOCATOR: policy}
@@ -69,6 +78,22 @@ def test_a_small_distillation_writes_a_universal_checkpoint_that_plays_any_shipp
     assert again["rounds"][1]["rows"] == report["rounds"][1]["rows"]
     a, b = load_network(args.out)[1].tensors(), load_network(tmp_path / "e")[1].tensors()
     assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+def test_the_fit_holds_out_whole_collections_not_single_rows() -> None:
+    from policies.universal import N_FEATURES
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(200, N_FEATURES)).astype(np.float32)
+    labels = rng.integers(0, 5, size=200)
+    groups = np.repeat(np.arange(20), 10)  # 20 collections of 10 rows
+    args = DistilArgs(epochs=1, hidden=(8,))
+    _, by_group = fit_student(features, labels, args, 5, 2, groups=groups)
+    assert by_group["held_rows"] == 20  # two whole collections (a tenth of 20), not 20 rows drawn anywhere
+    _, by_row = fit_student(features, labels, args, 5, 2)
+    assert by_row["held_rows"] == 20
+    with pytest.raises(ValueError, match="nothing left to fit"):
+        fit_student(features, labels, args, 5, 2, groups=np.zeros(200, dtype=np.int64))
 
 
 @pytest.mark.parametrize("bad, message", [
