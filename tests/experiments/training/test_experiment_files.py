@@ -132,8 +132,9 @@ MIX_ROSTER = 'name = "bluffing search"\n\n[agents]\nsearch = { policy = "truthfu
 @pytest.mark.parametrize(
     "experiment, runners, mix",
     [("allocator_mixed", 0, False), ("selfplay", 0, False),
-     ("allocator_mixed", 2, False),  # the main job's settings (experiments/configs/main.toml): two remote env runners
-     ("allocator_mixed", 2, True)],  # and half its episodes against another background (--mix-background)
+     # the main job's settings (experiments/configs/main.toml: two remote env runners) with half its episodes
+     # against another background (--mix-background); the same without the mix adds nothing this one misses
+     ("allocator_mixed", 2, True)],
 )
 def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment, runners, mix):
     """Two runs of one experiment file (the main job's experiment, sampled in the driver or by
