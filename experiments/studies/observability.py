@@ -15,7 +15,7 @@ Two measurements on the family's *training* split (the held-out split is never r
    estimate so far in the cell and in its team, last tick's estimate). ROC AUC on held-out
    scenarios (every fifth). It says whether what the teacher knows can be read off the past.
 
-    python -m experiments.studies.observability teacher --scenarios 20 --seeds 20
+    python -m experiments.studies.observability teacher --scenarios 20 --seeds 20 [--first 20]
     python -m experiments.studies.observability raises --scenarios 40 --seeds 6
 
 Measured figures: docs/training.md, "One allocator for any cluster".
@@ -31,19 +31,23 @@ from tyro.conf import Positional
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
+from experiments.seeds import first_seed
 from experiments.statistics import paired_difference
 from experiments.training.distil import DaggerAllocator
 
 HISTORY_FEATURES = ("estimate_change", "declared_change", "cell_mean_rise", "team_mean_rise", "last_estimate")
-FIRST_SEED = 700_000  # inside the training range: these scenarios and seeds are training's, not the benchmark's
+# seeds 700000.. (the exploit range of experiments/seeds.py): nothing is chosen on them and no training plays
+# them; the scenarios are the training split's, so the benchmark's held-out split stays unread
+FIRST_SEED = first_seed("exploit")
 
 
 @dataclass
 class ObservabilityArgs:
-    """One of the two measurements on the first ``scenarios`` scenarios of the training split."""
+    """One of the two measurements on ``scenarios`` scenarios of the training split, from index ``first``."""
 
     study: Positional[Literal["teacher", "raises"]]  # which of the two measurements
-    scenarios: int = 20  # training-split scenarios (the first ones)
+    scenarios: int = 20  # training-split scenarios, from --first on
+    first: int = 0  # the first scenario's index in the split
     seeds: int = 20  # episodes per scenario
     split: str = "broad-train"
     steps: int = 1500  # the raise/cut MLP's gradient steps (batches of 4096 cells)
@@ -64,7 +68,7 @@ class _EpisodeRecorder(DaggerAllocator):
 def _training_scenarios(args: ObservabilityArgs) -> list[ScenarioConfig]:
     from commons_arena.family import load_split, refuse_heldout
 
-    configs = list(load_split(args.split))[: args.scenarios]
+    configs = list(load_split(args.split))[args.first: args.first + args.scenarios]
     refuse_heldout(configs, "the observability study")
     return configs
 
