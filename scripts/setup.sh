@@ -9,10 +9,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# --no-compile: no bytecode for the ~20,000 modules of torch and ray up front (about half a minute);
-# Python compiles and caches the ones a run imports the first time it imports them.
-.venv/bin/python -m pip install --quiet --no-compile "torch==2.13.0"
-.venv/bin/python -m pip install --quiet --no-compile -e ".[rllib,serve,dev]"
+.venv/bin/python -m pip install --quiet "torch==2.13.0"
+.venv/bin/python -m pip install --quiet -e ".[rllib,serve,dev]"
 # The replay page is tested in headless Chromium (Debian packages).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) ||

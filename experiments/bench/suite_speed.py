@@ -10,7 +10,7 @@ the reference and plays with the anchors.
 The machine's load average (``os.getloadavg()``) is printed before and after: on a shared
 machine the wall-clock figure moves with it, so a figure taken under load is reported as such.
 
-    python -m experiments.bench.suite_speed --suite heldout-allocator --seeds 20 --workers 2
+    python -m experiments.bench.suite_speed --suite heldout-allocator --seeds 20 --workers 2 [--oracle-spread]
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import tyro
 
 from experiments.evaluation.benchmark import benchmark_seeds, run_benchmark
@@ -42,6 +44,24 @@ class Args:
     """parallel workers (1: in-process)"""
     limit: int = 0
     """benchmark only the suite's first N evaluation scenarios (0: all)"""
+    oracle_spread: bool = False
+    """then time one oracle episode per game scenario of the suite, in-process (first seed only)"""
+
+
+def oracle_spread(suite: Any, seed: int) -> dict[str, float]:
+    """Seconds of one oracle (allocator) episode per distinct game scenario of ``suite``, its own
+    background around it: how unevenly the references' cost is spread (a MILP per tick)."""
+    from commons_arena.enums import ALLOCATOR
+    from experiments.evaluation.engine import play_returns
+
+    seconds: dict[str, float] = {}
+    for evaluation in suite.evaluations:
+        if evaluation.config.name in seconds:
+            continue
+        start = time.perf_counter()
+        play_returns(evaluation.config, evaluation.background.with_agent(ALLOCATOR, "oracle"), [seed], ALLOCATOR)
+        seconds[evaluation.config.name] = time.perf_counter() - start
+    return seconds
 
 
 def load_average() -> str:
@@ -72,6 +92,13 @@ def main(args: Args) -> dict[str, float]:
             print(f"{label}: {policy}: {seconds:.1f} s wall ({result.play.played} episodes played, "
                   f"{result.play.already_stored} already stored, {result.play.mode}); IQM {summary['iqm']:.3f} "
                   f"[{summary['iqm_low']:.3f}, {summary['iqm_high']:.3f}]; {load_average()}")
+    if args.oracle_spread:
+        spread = oracle_spread(suite, seeds[0])
+        times = sorted(spread.values())
+        slowest = max(spread, key=lambda name: spread[name])
+        print(f"oracle, one episode per game scenario ({len(times)}): min {times[0]:.2f} s, median "
+              f"{float(np.median(times)):.2f} s, max {times[-1]:.2f} s ({slowest}); {load_average()}")
+        figures.update(oracle_min=times[0], oracle_max=times[-1])
     return figures
 
 
