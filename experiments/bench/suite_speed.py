@@ -20,14 +20,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tyro
 
 from experiments.evaluation.benchmark import benchmark_seeds, run_benchmark
 from experiments.evaluation.engine import PlayOptions
-from experiments.evaluation.suite import load_suite
+from experiments.evaluation.suite import Suite, load_suite
 
 
 @dataclass
@@ -48,7 +47,7 @@ class Args:
     """then time one oracle episode per game scenario of the suite, in-process (first seed only)"""
 
 
-def oracle_spread(suite: Any, seed: int) -> dict[str, float]:
+def oracle_spread(suite: Suite, seed: int) -> dict[str, float]:
     """Seconds of one oracle (allocator) episode per distinct game scenario of ``suite``, its own
     background around it: how unevenly the references' cost is spread (a MILP per tick)."""
     from commons_arena.enums import ALLOCATOR

@@ -32,8 +32,8 @@ from tyro.conf import Positional
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.seeds import first_seed
-from experiments.statistics import paired_difference
-from experiments.training.distil import DaggerAllocator
+from experiments.statistics import mean_ci95
+from experiments.training.distil import paired_check, play_dagger
 
 HISTORY_FEATURES = ("estimate_change", "declared_change", "cell_mean_rise", "team_mean_rise", "last_estimate")
 # seeds 700000.. (the exploit range of experiments/seeds.py): nothing is chosen on them and no training plays
@@ -53,18 +53,6 @@ class ObservabilityArgs:
     steps: int = 1500  # the raise/cut MLP's gradient steps (batches of 4096 cells)
 
 
-class _EpisodeRecorder(DaggerAllocator):
-    """The teacher in the allocator seat, recording each cell's view and label and where each episode starts."""
-
-    def __init__(self, env: Any, clip: int = 2) -> None:
-        super().__init__(env, None, 1.0, clip)
-        self.starts: list[int] = []
-
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.starts.append(len(self.features))
-
-
 def _training_scenarios(args: ObservabilityArgs) -> list[ScenarioConfig]:
     from commons_arena.family import load_split, refuse_heldout
 
@@ -74,7 +62,7 @@ def _training_scenarios(args: ObservabilityArgs) -> list[ScenarioConfig]:
 
 
 def teacher_gains(args: ObservabilityArgs) -> list[dict[str, Any]]:
-    """Per scenario: the teacher's normalised gain over planner (paired) and its 95 % CI."""
+    """Per scenario: the teacher's normalised gain over planner (paired, distil's check) and its 95 % CI."""
     from experiments.evaluation.engine import play_returns
     from policies.population import Population
 
@@ -82,16 +70,14 @@ def teacher_gains(args: ObservabilityArgs) -> list[dict[str, Any]]:
     rows = []
     for config in _training_scenarios(args):
         population = Population.default(config)
-
-        def lineup(env: Any, population: Population = population) -> dict[str, Any]:
-            return population.build(env.config, env=env, strict=False) | {ALLOCATOR: DaggerAllocator(env, None, 1.0, 2, record=False)}
-        returns = {name: np.array(play_returns(config, population.with_agent(ALLOCATOR, name), seeds, ALLOCATOR))
-                   for name in ("random", "oracle", "planner")}
-        teacher = np.array(play_returns(config, lineup, seeds, ALLOCATOR))
-        span = float(returns["oracle"].mean() - returns["random"].mean())
-        gain, half = paired_difference(teacher / span, returns["planner"] / span)
+        anchors = {name: np.mean(play_returns(config, population.with_agent(ALLOCATOR, name), seeds, ALLOCATOR))
+                   for name in ("random", "oracle")}
+        span = float(anchors["oracle"] - anchors["random"])
+        teacher_minus_planner = np.array(paired_check((config, seeds, None, 0, 2)))  # no network: the teacher
+        gain, half = mean_ci95((teacher_minus_planner / span).tolist())
+        planner = np.mean(play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR))
         rows.append({"scenario": config.name, "teams": len(config.teams), "tiers": len(config.gpu_tiers),
-                     "planner": float((returns["planner"].mean() - returns["random"].mean()) / span),
+                     "planner": float((planner - anchors["random"]) / span),
                      "gain": gain, "ci95": half, "beats_planner": gain - half > 0})
     return rows
 
@@ -114,19 +100,9 @@ def history_features(cells: np.ndarray, n_teams: int, n_tiers: int) -> np.ndarra
 
 def collect_cells(args: ObservabilityArgs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Teacher-played cells of every scenario: (view features, history features, label code, scenario index)."""
-    from experiments.evaluation.engine import play_all
-    from policies.population import Population
-
     views, histories, labels, where = [], [], [], []
     for index, config in enumerate(_training_scenarios(args)):
-        made: list[_EpisodeRecorder] = []
-
-        def lineup(env: Any, config: ScenarioConfig = config, made: list[_EpisodeRecorder] = made) -> dict[str, Any]:
-            if not made:
-                made.append(_EpisodeRecorder(env))
-            return Population.default(config).build(env.config, env=env, strict=False) | {ALLOCATOR: made[0]}
-        play_all(config, lineup, list(range(FIRST_SEED, FIRST_SEED + args.seeds)))
-        seat = made[0]
+        seat = play_dagger(config, list(range(FIRST_SEED, FIRST_SEED + args.seeds)))
         N, T = len(config.teams), len(config.gpu_tiers)
         for start, end in zip(seat.starts, [*seat.starts[1:], len(seat.features)], strict=True):
             cells = np.stack(seat.features[start:end])  # ticks x cells x features

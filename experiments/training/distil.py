@@ -138,13 +138,15 @@ class DaggerAllocator:
         self.student, self.beta, self.clip = student, float(beta), int(clip)
         self.deltas = self.interface.codec.DELTAS
         self.record = record  # False: play the teacher / student only (the paired check keeps no rows)
-        self.features: list[np.ndarray] = []
+        self.features: list[np.ndarray] = []  # one (real cells x N_FEATURES) array per tick played
         self.labels: list[np.ndarray] = []
+        self.starts: list[int] = []  # per episode: the index of its first tick in features / labels
         self.rng = np.random.default_rng(0)
 
     def reset(self, seed: int | None = None) -> None:
         self.interface.reset()
         self.rng = np.random.default_rng(seed)
+        self.starts.append(len(self.features))
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         from policies.universal import MAX_TEAMS, MAX_TIERS, N_FEATURES, split_view
@@ -166,28 +168,34 @@ class DaggerAllocator:
         return self.interface.act(observation, padded.ravel())
 
 
-def _collect(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, float, int, int]
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Play one scenario's seeds (a worker's task); the rows its allocator seat recorded."""
+def play_dagger(config: ScenarioConfig, seeds: Sequence[int], student: CellNetwork | None = None,
+                beta: float = 1.0, clip: int = 2) -> DaggerAllocator:
+    """Play ``seeds`` of ``config`` with its default population and one :class:`DaggerAllocator`
+    in the allocator seat (the teacher alone by default); that seat, holding every tick's rows."""
     from experiments.evaluation.engine import play_all
     from policies.population import Population
-    from policies.universal import CellNetwork
 
-    config, seeds, network, beta, clip, zero = job
-    student = None if network is None else CellNetwork(network, zero)
     made: list[DaggerAllocator] = []
 
     def lineup(env: Any) -> dict[str, Any]:
-        policies = Population.default(config).build(env.config, env=env, strict=False)
-        made.append(DaggerAllocator(env, student, beta, clip))
-        policies[ALLOCATOR] = made[0]
-        return policies
+        if not made:
+            made.append(DaggerAllocator(env, student, beta, clip))
+        return Population.default(config).build(env.config, env=env, strict=False) | {ALLOCATOR: made[0]}
     play_all(config, lineup, seeds)
-    seat = made[0]
+    return made[0]
+
+
+def _collect(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, float, int, int]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Play one scenario's seeds (a worker's task); the rows its allocator seat recorded."""
+    from policies.universal import CellNetwork
+
+    config, seeds, network, beta, clip, zero = job
+    seat = play_dagger(config, seeds, None if network is None else CellNetwork(network, zero), beta, clip)
     return np.concatenate(seat.features), np.concatenate(seat.labels)
 
 
-def _paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, int, int]) -> list[float]:
+def paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, int, int]) -> list[float]:
     """Per seed: the greedy student's allocator return minus ``planner``'s (same seeds, default
     population); with no network, the (privileged) teacher's."""
     from experiments.evaluation.engine import play_returns
@@ -288,7 +296,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     trained_on = f"split:{args.split}" + "".join(f"+{name}" for name in args.scenarios)
 
     def paired(pool: ProcessPoolExecutor, network: PolicyNetwork | None) -> tuple[float, float, int]:
-        gains = [g for part in pool.map(_paired_check, [(c, check_seeds, network, zero, args.clip) for c in check])
+        gains = [g for part in pool.map(paired_check, [(c, check_seeds, network, zero, args.clip) for c in check])
                  for g in part]
         mean, half = mean_ci95(gains)
         return mean, half, len(gains)
@@ -323,5 +331,6 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     return report
 
 
-__all__ = ["DISTIL_FILE", "DaggerAllocator", "DistilArgs", "distil", "fit_student", "teacher_codes"]
+__all__ = ["DISTIL_FILE", "DaggerAllocator", "DistilArgs", "distil", "fit_student", "paired_check", "play_dagger",
+           "teacher_codes"]
 

@@ -18,6 +18,7 @@ from experiments.training.distil import (
     DistilArgs,
     distil,
     fit_student,
+    play_dagger,
     teacher_codes,
 )
 from policies.learned import LearnedPolicy, load_network
@@ -32,6 +33,14 @@ def test_teacher_codes_are_the_clipped_gap_to_the_true_need() -> None:
     # gaps +2, -2, 0, +8 (cut to +2) -> the codes of those deltas
     assert teacher_codes(need, estimate, DELTAS, 2).tolist() == [[4, 0], [2, 4]]
     assert teacher_codes(need, estimate, DELTAS, 1).tolist() == [[3, 1], [2, 3]]
+
+
+def test_play_dagger_marks_where_each_episode_starts() -> None:
+    config = load_scenario("standard")
+    seat = play_dagger(config, [3, 4])
+    assert len(seat.starts) == 2 and seat.starts[0] == 0
+    assert 0 < seat.starts[1] < len(seat.features) <= 2 * config.max_ticks  # one row per tick the seat acted
+    assert all(f.shape[0] == len(config.teams) * len(config.gpu_tiers) for f in seat.features)
 
 
 def test_the_collecting_seat_records_every_real_cell_and_plays_the_teacher() -> None:
