@@ -14,6 +14,7 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.family import load_split
 from commons_arena.scenario import ScenarioConfig, scenario_from_dict
 from experiments.evaluation.engine import play_returns
+from experiments.seeds import first_seed
 from policies.checkpoint_format import CheckpointError
 from policies.learned import LearnedPolicy, read_sidecar
 from policies.population import Population
@@ -65,7 +66,7 @@ def test_it_is_trained_it_beats_planner_on_crisis() -> None:
     crisis, where the margin is widest, 12 seeds of the held-out range show it (paired)."""
     config = commons_arena.load_scenario("crisis")
     population = Population.default(config)
-    seeds = list(range(7000, 7012))
+    seeds = list(range(first_seed("compare"), first_seed("compare") + 12))
     lineup = population.build(config, strict=False) | {ALLOCATOR: make_policy(f"learned:{SHIPPED}", config, ALLOCATOR)}
     mine = np.array(play_returns(config, lineup, seeds, ALLOCATOR))
     planner = np.array(play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR))
