@@ -9,8 +9,8 @@ offer, still cost more than its budget is repaired by :func:`commons_arena.mecha
 itself, row by row (its unit-by-unit cut keeps a running float cost; the scripted allocators buy
 within their budget, so the case is rare).
 
-Shapes: ``N`` arenas, ``T`` tiers, ``I`` teams. Purchases ``(N, T)``, grants ``(N, I, T)``, a trim
-order ``(N, I)`` (each row every team, the one whose units are given up last first), all int64.
+Shapes: ``N`` arenas, ``T`` tiers, ``M`` teams. Purchases ``(N, T)``, grants ``(N, M, T)``, a trim
+order ``(N, M)`` (each row every team, the one whose units are given up last first), all int64.
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def fit_carbon_batch(grant: np.ndarray, kg_per_gpu: np.ndarray, headroom_kg: np.
 def fit_action_batch(
     limits: BatchLimits, buy: np.ndarray, grant: np.ndarray, order: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`policies.limits.fit_action` per row: ``(buy (N, T), grant (N, I, T))`` within every
-    observed limit; ``order (N, I)``: per row every team, the one whose units are given up last first."""
+    """:func:`policies.limits.fit_action` per row: ``(buy (N, T), grant (N, M, T))`` within every
+    observed limit; ``order (N, M)``: per row every team, the one whose units are given up last first."""
     order = np.asarray(order, dtype=np.int64)
     fixed_buy = fit_buy_batch(buy, limits.offer_qty, limits.offer_price, limits.budget)
     fixed = fit_grants_batch(grant, limits.online + fixed_buy, order)
