@@ -11,6 +11,10 @@ resets that arena's policy state only.
 :class:`LoopBatchPolicy` is the reference and the fallback: N per-arena policies stepped in
 a Python loop. A batched policy is held to it bit for bit by the equivalence tests; a policy
 with no batched form plays through it, so every policy can act in a batch.
+
+:class:`BatchScripted` is the base of the batched scripted policies (``policies/batch_scripted.py``,
+``policies/batch_allocators.py``): built from one per-arena policy, whose parameters, layouts and
+bounds it plays. ``policies.registry.batch_policy`` gives a seat's batched form, or the loop.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ fixed:<codec>:<c>  the        :class:`policies.codecs.CodedPolicy`: one fixed co
                               the benchmark's high anchor of a team / broker seat
 =================  =========  ===================================================
 
+``batch_policy(name, config, agent, num_envs, **params)`` is the same policy in ``num_envs``
+arenas at once (:mod:`policies.batch`): its batched form where :data:`BATCHED` has one, else a loop.
+
 ``params`` are the policy's keyword parameters (e.g. ``bluff=1.3`` for a team,
 ``level=4`` for ``fixed_price``, ``pacing=1.0`` for an allocator baseline); unknown
 parameters raise ``ValueError`` naming the accepted ones.

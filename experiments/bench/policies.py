@@ -14,6 +14,7 @@ Only ``act`` is timed; the two forms' actions are then compared, and a differenc
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ def main(args: Args) -> None:
             batches = pool[agent][rng.integers(0, len(pool[agent]), size=(args.ticks, n))]
             seeds = [args.seed + i for i in range(n)]
             fast, got = timed(batch_policy(name, config, agent, n), batches, seeds)
-            slow, want = timed(LoopBatchPolicy(lambda: make_policy(name, config, agent), n), batches, seeds)
+            slow, want = timed(LoopBatchPolicy(functools.partial(make_policy, name, config, agent), n), batches, seeds)
             if not np.array_equal(got, want):
                 raise SystemExit(f"{name} as {agent}: the batched actions differ from the per-arena ones at N={n}")
             actions = args.ticks * n
