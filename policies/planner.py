@@ -565,75 +565,102 @@ class BatchPlanner:
         order = np.lexsort((np.broadcast_to(np.arange(N), (n, N)), np.where(served, totals, 0),
                             np.where(served, -self._board, 0.0), served & ~escalating,
                             np.where(served, -pressure, 0.0), ~served), axis=-1)
-        n_served = served.sum(axis=1)
-        team = [order[:, p] for p in range(N)]
-        active = [p < n_served for p in range(N)]
-        grant = np.zeros((n, N, T), dtype=np.int64)
-        unmet = np.zeros((n, N, T), dtype=np.int64)
+        # the teams in that order (position p: the p-th team served), so the greedy below reads columns
+        served_at = np.arange(N)[None, :] < served.sum(axis=1)[:, None]
+        need_at = np.take_along_axis(need, order[:, :, None], axis=1)
+        grant_at = np.zeros((n, N, T), dtype=np.int64)
+        unmet = np.zeros((n, N, T), dtype=np.int64)  # 0 for a team not served (nothing below touches it)
         left = online.copy()
         # 1. own tier, large-memory tiers first
         for k in reversed(P._by_memory):
-            for i, on in zip(team, active, strict=True):
-                wanted = need[ar, i, k]
+            for p in range(N):
+                wanted, on = need_at[:, p, k], served_at[:, p]
                 give = np.where(on, np.minimum(wanted, left[:, k]), 0)
-                grant[ar, i, k] += give
+                grant_at[:, p, k] += give
                 left[:, k] -= give
-                unmet[ar, i, k] = np.where(on, wanted - give, 0)
-        # 2. spill upward: whole onto the smallest larger tier with room, else split
-        for i, on in zip(team, active, strict=True):
-            for k in reversed(P._by_memory):
-                larger = P._larger[k]
-                rest = unmet[ar, i, k]
-                todo = on & (rest > 0)
-                if not larger or not todo.any():
-                    continue
-                whole = np.full(n, -1, dtype=np.int64)
-                for j in larger:
-                    whole[todo & (whole < 0) & (left[:, j] >= rest)] = j
-                w = np.flatnonzero(whole >= 0)
-                grant[w, i[w], whole[w]] += rest[w]
-                left[w, whole[w]] -= rest[w]
-                unmet[w, i[w], k] = 0
-                split = todo & (whole < 0)
-                if split.any():
-                    for j in larger:
-                        give = np.where(split, np.minimum(rest, left[:, j]), 0)
-                        grant[ar, i, j] += give
-                        left[:, j] -= give
-                        rest = rest - give
-                    unmet[ar, i, k] = np.where(split, rest, unmet[ar, i, k])
-        # 3. buy what is worth buying
+                unmet[:, p, k] = np.where(on, wanted - give, 0)
+        # 2. spill upward: whole onto the smallest larger tier with room, else split (the arenas with unmet need)
+        rows = np.flatnonzero((unmet > 0).any(axis=(1, 2)))
+        if rows.size:
+            grant_at[rows], left[rows], unmet[rows] = self._spill(grant_at[rows], left[rows], unmet[rows])
+        # 3. buy what is worth buying (the arenas with need still unmet)
         buy = np.zeros((n, T), dtype=np.int64)
-        if (unmet > 0).any():
-            ticks_left = np.maximum(P._max_ticks - tick, 1)
-            money = np.maximum(budget * np.minimum(1.0, P.pacing / ticks_left) - SPEND_EPS, 0.0)
-            price = offer_price * PRICE_SLACK
-            cost = P._w.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
-            # per arena and tier: the tiers that fit, cheapest offer first (ties: smaller memory)
-            cheapest = [f[np.lexsort((np.broadcast_to(self._rank[f], (n, len(f))), offer_price[:, f]), axis=-1)]
-                        for f in self._fits]
-            for i, on in zip(team, active, strict=True):
-                worth = P.gpu_tick_value * (1.0 + 0.5 * pressure[ar, i] + 0.5 * escalating[ar, i])
-                for k in reversed(P._by_memory):
-                    rest = np.where(on, unmet[ar, i, k], 0)
-                    if not (rest > 0).any():
-                        continue
-                    for j in cheapest[k].T:
-                        avail = offer_qty[ar, j] - buy[ar, j]
-                        unit = price[ar, j]
-                        free = unit <= 0
-                        afford = np.floor_divide(money, np.where(free, 1.0, unit))  # Python's money // price
-                        most = np.minimum(rest, avail)
-                        give = np.where(free, most, np.minimum(most.astype(np.float64), afford).astype(np.int64))
-                        ok = (rest > 0) & (avail > 0) & ~(cost[ar, j] > worth) & (give > 0)
-                        give = np.where(ok, give, 0)
-                        buy[ar, j] += give
-                        grant[ar, i, j] += give
-                        money = np.where(ok, money - give * unit, money)
-                        rest = rest - give
+        rows = np.flatnonzero((unmet > 0).any(axis=(1, 2)))
+        if rows.size:
+            pick = order[rows]
+            pressure_at = np.take_along_axis(pressure[rows], pick, axis=1)
+            escalating_at = np.take_along_axis(escalating[rows], pick, axis=1)
+            buy[rows], grant_at[rows] = self._buy(obs[rows], tick[rows], budget[rows], offer_qty[rows], offer_price[rows],
+                                                  pressure_at, escalating_at, unmet[rows], grant_at[rows])
+        grant = np.empty_like(grant_at)
+        grant[ar[:, None], order] = grant_at
         # within every observed limit: teams it serves last give up first
         buy, grant = self._fit(obs, buy, grant, order)
         return np.concatenate([buy, grant.reshape(n, N * T)], axis=1)
+
+    def _spill(self, grant: np.ndarray, left: np.ndarray, unmet: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step 2 of the plan on teams in serving order: each unmet need whole onto the smallest
+        larger tier with room, else split upward, team by team, large-memory tiers first."""
+        ar = np.arange(len(grant))
+        for p in range(self.n_teams):
+            for k in reversed(self.planner._by_memory):
+                larger = self.planner._larger[k]
+                rest = unmet[:, p, k]
+                todo = rest > 0
+                if not larger or not todo.any():
+                    continue
+                whole = np.full(len(grant), -1, dtype=np.int64)
+                for j in larger:
+                    whole[todo & (whole < 0) & (left[:, j] >= rest)] = j
+                w = np.flatnonzero(whole >= 0)
+                grant[w, p, whole[w]] += rest[w]
+                left[w, whole[w]] -= rest[w]
+                split = todo & (whole < 0)
+                rest = np.where(whole >= 0, 0, rest)
+                if split.any():
+                    for j in larger:
+                        give = np.where(split, np.minimum(rest, left[:, j]), 0)
+                        grant[:, p, j] += give
+                        left[:, j] -= give
+                        rest = rest - give
+                unmet[ar, p, k] = rest
+        return grant, left, unmet
+
+    def _buy(self, obs: np.ndarray, tick: np.ndarray, budget: np.ndarray, offer_qty: np.ndarray, offer_price: np.ndarray,
+             pressure: np.ndarray, escalating: np.ndarray, unmet: np.ndarray, grant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step 3 of the plan on teams in serving order: what is still unmet is bought, cheapest
+        fitting offered tier first, while worth it and within the paced budget."""
+        P = self.planner
+        n, T = len(obs), self.n_tiers
+        ar = np.arange(n)
+        buy = np.zeros((n, T), dtype=np.int64)
+        ticks_left = np.maximum(P._max_ticks - tick, 1)
+        money = np.maximum(budget * np.minimum(1.0, P.pacing / ticks_left) - SPEND_EPS, 0.0)
+        price = offer_price * PRICE_SLACK
+        cost = P._w.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
+        # per arena and tier: the tiers that fit, cheapest offer first (ties: smaller memory)
+        cheapest = [f[np.lexsort((np.broadcast_to(self._rank[f], (n, len(f))), offer_price[:, f]), axis=-1)]
+                    for f in self._fits]
+        for p in range(self.n_teams):
+            worth = P.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
+            for k in reversed(P._by_memory):
+                rest = unmet[:, p, k]
+                if not (rest > 0).any():
+                    continue
+                for j in cheapest[k].T:
+                    avail = offer_qty[ar, j] - buy[ar, j]
+                    unit = price[ar, j]
+                    free = unit <= 0
+                    afford = np.floor_divide(money, np.where(free, 1.0, unit))  # Python's money // price
+                    most = np.minimum(rest, avail)
+                    give = np.where(free, most, np.minimum(most.astype(np.float64), afford).astype(np.int64))
+                    ok = (rest > 0) & (avail > 0) & ~(cost[ar, j] > worth) & (give > 0)
+                    give = np.where(ok, give, 0)
+                    buy[ar, j] += give
+                    grant[ar, p, j] += give
+                    money = np.where(ok, money - give * unit, money)
+                    rest = rest - give
+        return buy, grant
 
     def _kg_cost(self, obs: np.ndarray, tick: np.ndarray) -> np.ndarray:
         """:meth:`PlannerAllocator._kg_cost` per arena ``(arenas, tiers)``."""
