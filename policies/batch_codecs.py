@@ -42,7 +42,7 @@ from policies.codecs import (
     ResidualPlannerCodec,
     make_codec,
 )
-from policies.planner import BatchPlanner, row_sums
+from policies.planner import BatchPlanner, left_to_right_sum
 
 
 def _arenas(num_envs: int, index: np.ndarray | None) -> np.ndarray:
@@ -125,7 +125,7 @@ def within_budget_rows(buy: np.ndarray, price: np.ndarray, budget: np.ndarray) -
     buy = buy.astype(np.int64)
     prices = np.asarray(price, dtype=np.float64) * PRICE_SLACK
     money = np.asarray(budget, dtype=np.float64) - SPEND_EPS
-    cost = row_sums(buy * prices)
+    cost = left_to_right_sum(buy * prices)
     ar = np.arange(len(buy))
     tiers = np.broadcast_to(np.arange(buy.shape[1]), buy.shape)
     for tier in np.lexsort((tiers, prices), axis=-1)[:, ::-1].T:  # dearest first

@@ -401,7 +401,9 @@ class BatchPlanner:
     * fitting the plan within the observed limits (:func:`~policies.limits.fit_action`) is
       checked for every arena at once and run, per arena, only where some limit binds (an
       offer, the budget, online GPUs or a hard cap's carbon left); where none binds it
-      changes nothing, so those rows are the plan itself.
+      changes nothing, so those rows are the plan itself. (The scripted allocators' batched
+      fit step, ``policies/batch_limits.py``'s ``fit_action_batch`` on branch ``bpol``, does
+      the same cuts vectorised; :meth:`_fit` is the one place to call it once both are merged.)
 
     The planner's parameters (``pacing``, ``gpu_tick_value``, ``prior_sigma``, ``margin``) are
     :class:`PlannerAllocator`'s; one per-arena planner is kept in :attr:`planner` for its
@@ -677,34 +679,30 @@ class BatchPlanner:
         their action (fit_action's no-op), the others are fitted one by one."""
         reader = self.planner._limits
         buy, grant = np.maximum(buy, 0), np.maximum(grant, 0)
-        bound = fit_binds(reader, obs, buy, grant)
+        bound = _fit_binds(reader, obs, buy, grant)
         for r in np.flatnonzero(bound).tolist():
             fixed_buy, fixed = fit_action(reader(obs[r]), buy[r].tolist(), grant[r].tolist(), order[r].tolist())
             buy[r], grant[r] = fixed_buy, fixed
         return buy, grant
 
 
-def row_sums(values: np.ndarray) -> np.ndarray:
-    """Per row of ``values`` (arenas x k), ``numerics.numpy_sum`` of the row to the bit when
-    ``k < 8`` (left to right from 0.0); from 8 on, numpy's pairwise sum of each row."""
-    if values.shape[1] >= 8:
-        return np.sum(values, axis=1)
-    total = np.zeros(len(values), dtype=np.float64)
-    for k in range(values.shape[1]):
-        total = total + values[:, k]
+def left_to_right_sum(terms: np.ndarray) -> np.ndarray:
+    """Sums over the last axis added left to right from 0.0, as :func:`commons_arena.numerics.numpy_sum`
+    adds fewer than 8 values (a scenario has at most ``MAX_TIERS`` = 6 tiers)."""
+    total = np.zeros(terms.shape[:-1], dtype=np.float64)
+    for j in range(terms.shape[-1]):
+        total = total + terms[..., j]
     return total
 
 
-def fit_binds(reader: LimitReader, obs: np.ndarray, buy: np.ndarray, grant: np.ndarray) -> np.ndarray:
-    """Per arena: would :func:`~policies.limits.fit_action` change this (non-negative) action?
-    False only where it is certainly a no-op (purchases within the offer and the budget, grants
-    within online + bought, within a hard cap's carbon left); exact below 8 tiers, cautious above."""
-    T = buy.shape[1]
+def _fit_binds(reader: LimitReader, obs: np.ndarray, buy: np.ndarray, grant: np.ndarray) -> np.ndarray:
+    """Per arena: would :func:`~policies.limits.fit_action` change this (non-negative) action? (Its
+    tests, with its arithmetic: purchases over the offer or the budget, grants over online + bought,
+    over a hard cap's carbon left.)"""
     qty = obs[:, reader.offer_qty].astype(np.int64)
     price = obs[:, reader.offer_price].astype(np.float64) * PRICE_SLACK
-    budget = obs[:, reader.budget].astype(np.float64) * (1 - BUDGET_MARGIN) + 1e-9
-    slack = 0.0 if T < 8 else 1e-9 * np.maximum(np.abs(budget), 1.0)  # pairwise sums may round otherwise
-    bound = (buy > qty).any(axis=1) | (row_sums(buy * price) > budget - slack)
+    budget = obs[:, reader.budget].astype(np.float64) * (1 - BUDGET_MARGIN)
+    bound = (buy > qty).any(axis=1) | (left_to_right_sum(buy * price) > budget + 1e-9)
     column = grant.sum(axis=1)  # arenas x tiers
     bound |= (column > obs[:, reader.online].astype(np.int64) + buy).any(axis=1)
     if reader.hard:
@@ -714,10 +712,7 @@ def fit_binds(reader: LimitReader, obs: np.ndarray, buy: np.ndarray, grant: np.n
         at = np.minimum(obs[:, reader.tick].astype(np.int64), len(profile) - 1)
         intensity = profile[at] * np.where(obs[:, reader.spike] > 0.5, SPIKE_BOUND, 1.0)
         kg = np.asarray(reader.power, dtype=np.float64)[None, :] * intensity[:, None] * carbon.TICK_HOURS
-        emitted = np.zeros(len(obs), dtype=np.float64)
-        for k in range(T):  # Python's sum over tiers, left to right
-            emitted = emitted + column[:, k] * kg[:, k]
-        bound |= emitted - np.maximum(headroom, 0.0) > 0
+        bound |= left_to_right_sum(column * kg) - np.maximum(headroom, 0.0) > 0  # Python's sum over tiers
     return bound
 
 
