@@ -101,7 +101,6 @@ class LoopBatchCodec(BatchCodec):
     def __init__(self, make: Callable[[], Codec], num_envs: int) -> None:
         self.codecs = [make() for _ in range(max(num_envs, 1))]
         self._start(self.codecs[0], num_envs)
-        self.name = self.codec.name
 
     def reset(self, index: np.ndarray | None = None) -> None:
         for i in _arenas(self.num_envs, index).tolist():

@@ -410,7 +410,7 @@ class BatchPlanner:
     checked parameters and scenario tables.
     """
 
-    def __init__(self, config: ScenarioConfig, num_envs: int, agent: str = "allocator", **params: float) -> None:
+    def __init__(self, config: ScenarioConfig, num_envs: int, agent: str = "allocator", **params: Any) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         self.num_envs = num_envs
