@@ -443,6 +443,11 @@ class BatchPlanner:
         self._op_cost = np.array(P._op_cost, dtype=np.float64)
         self._carbon_power = np.array([P._w.carbon * p for p in P._power], dtype=np.float64)  # w.carbon x power_kw
 
+    @classmethod
+    def of(cls, planner: PlannerAllocator, num_envs: int) -> BatchPlanner:
+        """``planner`` (its scenario, seat and parameters) in ``num_envs`` arenas."""
+        return cls(planner.config, num_envs, planner.agent, **planner.params)
+
     @property
     def params(self) -> dict[str, Any]:
         return self.planner.params

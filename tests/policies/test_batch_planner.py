@@ -68,6 +68,8 @@ def test_it_is_a_batch_policy_and_refuses_bad_input():
     batch = BatchPlanner(config, 3)
     assert isinstance(batch, BatchPolicy)
     assert batch.params == PlannerAllocator(config).params
+    tuned = BatchPlanner.of(PlannerAllocator(config, margin=0.8, pacing=1.5), 2)
+    assert tuned.params == {**batch.params, "margin": 0.8, "pacing": 1.5} and tuned.num_envs == 2
     with pytest.raises(ValueError, match="one seed per arena"):
         batch.reset([1, 2], np.array([0]))
     with pytest.raises(ValueError, match="outside 0..2"):
