@@ -639,7 +639,6 @@ class BatchPlanner:
         fitting offered tier first, while worth it and within the paced budget."""
         P = self.planner
         n, T = len(obs), self.n_tiers
-        ar = np.arange(n)
         buy = np.zeros((n, T), dtype=np.int64)
         ticks_left = np.maximum(P._max_ticks - tick, 1)
         money = np.maximum(budget * np.minimum(1.0, P.pacing / ticks_left) - SPEND_EPS, 0.0)
@@ -651,22 +650,24 @@ class BatchPlanner:
         for p in range(self.n_teams):
             worth = P.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
             for k in reversed(P._by_memory):
-                rest = unmet[:, p, k]
-                if not (rest > 0).any():
+                r = np.flatnonzero(unmet[:, p, k] > 0)  # the arenas where this team still lacks GPUs of this tier
+                if not r.size:
                     continue
-                for j in cheapest[k].T:
-                    avail = offer_qty[ar, j] - buy[ar, j]
-                    unit = price[ar, j]
+                rest, left, value = unmet[r, p, k], money[r], worth[r]
+                for j in cheapest[k][r].T:
+                    avail = offer_qty[r, j] - buy[r, j]
+                    unit = price[r, j]
                     free = unit <= 0
-                    afford = np.floor_divide(money, np.where(free, 1.0, unit))  # Python's money // price
+                    afford = np.floor_divide(left, np.where(free, 1.0, unit))  # Python's money // price
                     most = np.minimum(rest, avail)
                     give = np.where(free, most, np.minimum(most.astype(np.float64), afford).astype(np.int64))
-                    ok = (rest > 0) & (avail > 0) & ~(cost[ar, j] > worth) & (give > 0)
+                    ok = (rest > 0) & (avail > 0) & ~(cost[r, j] > value) & (give > 0)
                     give = np.where(ok, give, 0)
-                    buy[ar, j] += give
-                    grant[ar, p, j] += give
-                    money = np.where(ok, money - give * unit, money)
+                    buy[r, j] += give
+                    grant[r, p, j] += give
+                    left = np.where(ok, left - give * unit, left)
                     rest = rest - give
+                money[r] = left
         return buy, grant
 
     def _kg_cost(self, obs: np.ndarray, tick: np.ndarray) -> np.ndarray:
