@@ -436,6 +436,7 @@ class BatchPlanner:
         width = min(int(P._ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
         self._deflated = np.full((G, T, width), -1, dtype=np.int64)
         self._deflated[:, :, 0] = 0
+        self._inflate_table = inflate(np.arange(int(P._ceiling.max(initial=0)) + 1)[:, None] * BLUFF_GRID, 1.0)
         self._tiers = np.arange(T)
         self._board = np.array(P._board, dtype=np.float64)
         self._rank = np.array([P._rank[k] for k in range(T)], dtype=np.int64)
@@ -492,22 +493,22 @@ class BatchPlanner:
         credibility = self._field(obs, "credibility").astype(np.float64)
         audits = self._field(obs, "shocks_seen")[:, int(ShockKind.COMPLIANCE_AUDIT)].astype(np.float64)
         has_prev = self._has_prev[rows]
-        log_w = self.log_w[rows]  # a copy, written back below
+        log_w = self.log_w if index is None else self.log_w[rows]  # (a copy when some arenas: written back below)
         top = P._ceiling
         counts = np.minimum(declared, P._unreachable.shape[1] - 1)
-        unreachable = P._unreachable[P._tier_index, counts]  # arenas x teams x tiers x factors
         for k in range(self.n_tiers):
-            log_w += unreachable[:, :, k]
-        prev_revealed = self._prev_revealed[rows]
-        paired = np.flatnonzero(has_prev & prev_revealed.any(axis=1))
-        if paired.size:
-            need = self._prev_revealed_need[rows[paired]]
-            hit = np.minimum(inflate(need[..., None] * BLUFF_GRID, 1.0), top[:, None]) == declared[paired, :, :, None]
-            mismatch = np.where(hit | ~prev_revealed[paired][:, :, None, None], 0.0, MISMATCH)
-            sub = log_w[paired]
+            log_w += P._unreachable[k][counts[:, :, k]]
+        # the revealed pairs: only a team revealed last tick receives anything but 0.0 (adding 0.0 to a
+        # log-weight, finite and negative, changes no bit, so the other teams are skipped)
+        arena, team = np.nonzero(has_prev[:, None] & self._prev_revealed[rows])
+        if arena.size:
+            need = self._prev_revealed_need[rows[arena], team]  # pairs x tiers
+            hit = np.minimum(self._inflated(need), top[:, None]) == declared[arena, team, :, None]
+            mismatch = np.where(hit, 0.0, MISMATCH)
+            sub = log_w[arena, team]
             for k in range(self.n_tiers):
-                sub += mismatch[:, :, k]
-            log_w[paired] = sub
+                sub += mismatch[:, k]
+            log_w[arena, team] = sub
         prev_credibility = self._prev_credibility[rows]
         audited = np.flatnonzero(has_prev & (audits > self._prev_audits[rows]))
         if audited.size:
@@ -519,7 +520,8 @@ class BatchPlanner:
             sub = log_w[audited]
             sub[heard] += np.where(exposed_if == exposed[..., None], 0.0, AUDIT)[heard]
             log_w[audited] = sub
-        self.log_w[rows] = log_w
+        if index is not None:
+            self.log_w[rows] = log_w
         self._has_prev[rows] = True
         self._prev_declared[rows] = declared
         self._prev_revealed[rows] = revealed
@@ -529,6 +531,16 @@ class BatchPlanner:
         estimate = np.where(revealed[..., None], revealed_need, self._deflate(declared, np.argmax(log_w, axis=2)))
         self.last_estimate[rows] = estimate
         return estimate
+
+    def _inflated(self, need: np.ndarray) -> np.ndarray:
+        """``inflate(need x factor, 1.0)`` for every factor of the grid (a last axis), from a table
+        of ``inflate(n x BLUFF_GRID, 1.0)`` rows grown to the largest need seen."""
+        if need.size and int(need.max()) >= len(self._inflate_table):
+            size = max(int(need.max()) + 1, 2 * len(self._inflate_table))
+            self._inflate_table = inflate(np.arange(size)[:, None] * BLUFF_GRID, 1.0)
+        if need.size and int(need.min()) < 0:  # (no count is negative; computed as the planner would)
+            return inflate(need[..., None] * BLUFF_GRID, 1.0)
+        return self._inflate_table[need]
 
     def _deflate(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
         """:func:`deflate` of each declaration (arenas x teams x tiers) under the deflation of
