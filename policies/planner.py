@@ -436,7 +436,7 @@ class BatchPlanner:
         width = min(int(P._ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
         self._deflated = np.full((G, T, width), -1, dtype=np.int64)
         self._deflated[:, :, 0] = 0
-        self._inflate_table = inflate(np.arange(int(P._ceiling.max(initial=0)) + 1)[:, None] * BLUFF_GRID, 1.0)
+        self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
         self._tiers = np.arange(T)
         self._board = np.array(P._board, dtype=np.float64)
         self._rank = np.array([P._rank[k] for k in range(T)], dtype=np.int64)
@@ -459,6 +459,8 @@ class BatchPlanner:
 
     def _rows(self, obs: np.ndarray, index: np.ndarray | None) -> np.ndarray:
         rows = np.arange(self.num_envs) if index is None else np.asarray(index, dtype=np.int64).reshape(-1)
+        if index is not None and (len(np.unique(rows)) != len(rows) or (rows.size and not 0 <= rows.min() <= rows.max() < self.num_envs)):
+            raise ValueError(f"index must name distinct arenas of 0..{self.num_envs - 1}, got {rows.tolist()}")
         if obs.ndim != 2 or len(obs) != len(rows) or obs.shape[1] != self.planner.obs_layout.size:
             raise ValueError(f"planner observations must be (arenas, {self.planner.obs_layout.size}) with one row "
                              f"per arena ({len(rows)}), got shape {obs.shape}")

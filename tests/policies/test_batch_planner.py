@@ -76,6 +76,8 @@ def test_it_is_a_batch_policy_and_refuses_bad_input():
         batch.reset([1], np.array([3]))
     with pytest.raises(ValueError, match=r"observations must be \(arenas, \d+\)"):
         batch.act(np.zeros((2, batch.planner.obs_layout.size), dtype=np.float32))
+    with pytest.raises(ValueError, match="distinct arenas"):
+        batch.act(np.zeros((2, batch.planner.obs_layout.size), dtype=np.float32), np.array([1, 1]))
     with pytest.raises(ValueError, match="num_envs must be at least 1"):
         BatchPlanner(config, 0)
     with pytest.raises(ValueError, match="margin must be in"):
