@@ -67,7 +67,7 @@ from policies.batch_allocators import (
 from policies.batch_scripted import BatchDemandPricedBroker, BatchFixedPriceBroker, BatchTeam
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
 from policies.oracle import OracleAllocator, make_oracle
-from policies.planner import PlannerAllocator
+from policies.planner import BatchPlanner, PlannerAllocator
 from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
@@ -248,6 +248,7 @@ BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
     "best_fit": BatchBestFit,
     "max_min_fair": BatchMaxMinFair,
     "drf": BatchDrf,
+    "planner": BatchPlanner.of,
 }
 
 

@@ -132,14 +132,14 @@ def test_every_scripted_team_broker_and_allocator_has_a_batched_form() -> None:
 
 def test_a_policy_without_a_batched_form_acts_through_the_loop() -> None:
     config = load_scenario("standard")
-    planner = batch_policy("planner", config, "allocator", 4)
-    assert isinstance(planner, LoopBatchPolicy)
-    eps = episodes("standard")["allocator"][0]
-    planner.reset([1, 2, 3, 4])
-    actions = planner.act(np.stack([eps[0]] * 4))
-    assert actions.shape == (4, len(make_policy("planner", config, "allocator").act(eps[0])))
-    fixed = batch_policy("fixed:bluff:5,3", config, config.teams[0].name, 2)
+    team = config.teams[0].name
+    fixed = batch_policy("fixed:bluff:5,3", config, team, 4)  # a codec's fixed code: no batched form
     assert isinstance(fixed, LoopBatchPolicy)
+    eps = episodes("standard")[team][0]
+    fixed.reset([1, 2, 3, 4])
+    actions = fixed.act(np.stack([eps[0]] * 4))
+    assert actions.shape == (4, len(make_policy("fixed:bluff:5,3", config, team).act(eps[0])))
+    assert not isinstance(batch_policy("planner", config, "allocator", 2), LoopBatchPolicy)  # batched (BatchPlanner)
 
 
 def test_parameters_reach_the_batched_form() -> None:
