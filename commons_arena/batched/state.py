@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from commons_arena.batched.draws import TeamJobs, draw_resets
 from commons_arena.enums import JobStatus, ShockKind
 from commons_arena.rules import Rules
 from commons_arena.scenario import MAX_PRIORITY
@@ -64,6 +65,7 @@ class Tables:
     job_value: np.ndarray
     job_priority: np.ndarray
     job_fits: np.ndarray  # (K, T) fitting tiers, smallest memory first, padded -1
+    team_jobs: tuple[TeamJobs, ...]  # the seed-independent numbers of each team's jobs
 
     @property
     def n_random(self) -> int:
@@ -130,6 +132,7 @@ class Tables:
             job_value=job_column(lambda j: j.value, np.float64),
             job_priority=job_column(lambda j: j.priority, np.int64),
             job_fits=fits,
+            team_jobs=tuple(TeamJobs.of(rules, i, n_deps) for i in range(rules.n_teams)),
         )
 
 
@@ -206,7 +209,9 @@ class BatchState:
 
     def reset(self, tables: Tables, index: np.ndarray, seeds: Sequence[int]) -> None:
         """Tick 0 in arenas ``index``, seeded ``seeds`` (one each): the reference's
-        ``initial_state`` and the whole episode's shock draws, one generator per arena."""
+        ``initial_state`` and the whole episode's shock draws, one stream per arena
+        (:mod:`commons_arena.batched.draws`; an arena it cannot draw goes through
+        :meth:`draw_with_reference`)."""
         rules = tables.rules
         config = rules.config
         blank = BatchState.empty(tables, len(index))
@@ -214,7 +219,43 @@ class BatchState:
             getattr(self, f.name)[index] = getattr(blank, f.name)
         self.budget[index] = config.budget
         self.online[index] = rules.owned
-        n_random, ticks = tables.n_random, config.max_ticks
+        drawn = draw_resets(rules, seeds, tables.n_random)
+        fast = ~drawn.redo
+        b = index[fast]
+        D = tables.n_deps
+        for team, (jobs, draws) in enumerate(zip(tables.team_jobs, drawn.teams, strict=True)):
+            L = jobs.gpus.shape[0]
+            if L:
+                self.gpus[b, team, :L], self.memory[b, team, :L] = jobs.gpus, jobs.memory
+                self.work[b, team, :L], self.arrival[b, team, :L] = jobs.work, jobs.arrival
+                self.deadline[b, team, :L], self.priority[b, team, :L] = jobs.deadline, jobs.priority
+                self.value[b, team, :L] = draws.fixed_value[fast]
+                self.fits[b, team, :L], self.deps[b, team, :L, :D] = jobs.fits, jobs.deps
+                self.status[b, team, :L] = PENDING
+            arrived = draws.arrived[fast]
+            generated = arrived.sum(axis=1)
+            if generated.any():
+                r, g = arrived.nonzero()
+                at = (b[r], team, L + (np.cumsum(arrived, axis=1) - 1)[r, g])
+                memory = draws.memory[fast][r, g]
+                self.gpus[at], self.memory[at] = draws.gpus[fast][r, g], jobs.memories[memory]
+                self.work[at], self.arrival[at] = draws.work[fast][r, g], jobs.first_tick + g
+                self.deadline[at] = jobs.first_tick + g + draws.slack[fast][r, g]
+                self.value[at], self.priority[at] = draws.value[fast][r, g], draws.priority[fast][r, g]
+                self.fits[at] = jobs.memory_fits[memory]
+                self.status[at] = PENDING
+            self.n_jobs[b, team] = L + generated
+        self.uniforms[b, : config.max_ticks] = drawn.uniforms[fast]
+        if drawn.redo.any():
+            redo = np.flatnonzero(drawn.redo)
+            self.draw_with_reference(tables, index[redo], [seeds[i] for i in redo.tolist()])
+        self.sort_jobs(index)
+
+    def draw_with_reference(self, tables: Tables, index: np.ndarray, seeds: Sequence[int]) -> None:
+        """The draws of a reset in arenas ``index`` (blank otherwise) made by the reference's own code:
+        ``TeamJobSource.draw``, then ``random()`` for each tick's random shocks."""
+        rules = tables.rules
+        n_random, ticks = tables.n_random, rules.config.max_ticks
         rows: list[tuple] = []
         fit_rows: list[tuple] = []
         dep_rows: list[tuple] = []
@@ -241,7 +282,6 @@ class BatchState:
         if dep_rows:
             b, team, j, d, dep = (np.array(c) for c in zip(*dep_rows))
             self.deps[b, team, j, d] = dep
-        self.sort_jobs(index)
 
     def sort_jobs(self, index: np.ndarray) -> None:
         """EDF order of every team's jobs in arenas ``index`` (stable: ties keep creation order)."""

@@ -127,3 +127,25 @@ def test_same_game_broad_family(chunk: int) -> None:
     for index in range(chunk * 20, (chunk + 1) * 20):
         config = broad(index)
         assert_same_game(config, num_envs=5, seed=100 + index, steps=2 * config.max_ticks + 2, action_seed=index)
+
+
+@pytest.mark.parametrize("name", ["crisis", "job_mix"])
+def test_reset_draws_match_the_reference_code(name: str) -> None:
+    """The vectorised draws of a reset fill the state the reference's own draw code fills
+    (the path an arena takes after a rare rejection in numpy's integer sampling)."""
+    from dataclasses import fields
+
+    from commons_arena.batched.state import BatchState
+
+    env = VectorArenaEnv(name, num_envs=8)
+    env.reset(seed=40)
+    fast = env.state
+    slow = BatchState.empty(env.tables, 8)
+    every = np.arange(8)
+    slow.budget[:], slow.online[:] = env.config.budget, env.rules.owned
+    slow.draw_with_reference(env.tables, every, env.episode_seeds)
+    slow.sort_jobs(every)
+    for f in fields(BatchState):
+        if f.name == "need":  # the env's, from the queue after reset
+            continue
+        assert np.array_equal(getattr(fast, f.name), getattr(slow, f.name)), f.name
