@@ -28,7 +28,7 @@ from gymnasium import spaces
 from commons_arena import rewards
 from commons_arena.batched.observations import BatchObserver
 from commons_arena.batched.state import BatchState, Tables
-from commons_arena.batched.tick import IntentDecoder, TickResult, effects_at, play_tick, queue_at
+from commons_arena.batched.tick import Effects, IntentDecoder, TickResult, effects_at, play_tick, queue_at
 from commons_arena.enums import ALLOCATOR
 from commons_arena.ledger import EPISODE_STATS
 from commons_arena.rules import Rules, rules_for
@@ -117,6 +117,7 @@ class VectorArenaEnv:
         self._ledger = BatchLedger(self._term_names, int(self.rules.owned.sum()), self.num_envs)
         self._state: BatchState | None = None
         self._ended = np.zeros(self.num_envs, dtype=bool)
+        self._effects: Effects | None = None  # active at the current tick of every arena
         self.episode_seeds: list[int] = []
         """Each arena's current episode seed (its next episode: this + ``num_envs``)."""
 
@@ -149,7 +150,7 @@ class VectorArenaEnv:
         if s is None:
             raise RuntimeError("step() called before reset(); call reset(seed=...) first")
         checked = self._checked_actions(actions)
-        tick = play_tick(self.tables, s, self._decode(checked))
+        tick = play_tick(self.tables, s, self._decode(checked), self._effects)
         self._ledger.add(tick, s.carbon_used)
         restart = np.flatnonzero(self._ended)
         if restart.size:
@@ -158,7 +159,7 @@ class VectorArenaEnv:
                 self.episode_seeds[i] = seed
             s.reset(self.tables, restart, seeds)
             self._ledger.clear(restart)
-        observations, pending = self._observations(s)
+        observations, pending = self._observations(s, None if restart.size else tick.effects)
         terminated = (pending == 0) & (s.t > self.rules.last_job_shock_tick)
         truncated = ~terminated & (s.t >= self.config.max_ticks)
         terminated[restart], truncated[restart] = False, False
@@ -198,10 +199,13 @@ class VectorArenaEnv:
         pass
 
     # ------------------------------------------------------------------ helpers
-    def _observations(self, s: BatchState) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _observations(self, s: BatchState, effects: Effects | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Every agent's observations at tick ``s.t``, and each arena's pending jobs; ``effects``:
+        those active now when known. Keeps the queue's true need and the effects for the next step."""
         queue = queue_at(self.tables, s)
         s.need = queue.need
-        return self._observe.all(s, queue, effects_at(self.tables, s)), queue.pending.sum(axis=1)
+        self._effects = effects_at(self.tables, s) if effects is None else effects
+        return self._observe.all(s, queue, self._effects), queue.pending.sum(axis=1)
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int]:
         n = self.num_envs

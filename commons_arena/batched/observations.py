@@ -72,11 +72,12 @@ class BatchObserver:
         K = self.queue_slots
         packed = in_edf_order(queue.waiting, s.order)[:, :, :K]  # the most urgent waiting jobs
         n_slots = packed.shape[2]
-        slot = np.maximum(packed, 0)
         present = packed >= 0
+        J = s.status.shape[2]
+        flat = (np.arange(B * N).reshape(B, N, 1) * J + np.maximum(packed, 0)).ravel()
 
         def field(values: np.ndarray) -> np.ndarray:
-            return np.where(present, np.take_along_axis(values, slot, axis=2), 0)
+            return np.where(present, values.ravel()[flat].reshape(packed.shape), 0)
 
         jobs = np.zeros((B, N, K, len(JOB_SLOT_FIELDS)))
         if n_slots:

@@ -313,28 +313,33 @@ class Queue(NamedTuple):
 
 
 def queue_at(tables: Tables, s: BatchState) -> Queue:
+    B, N, J = s.status.shape
+    T = tables.rules.n_tiers
     pending = s.status == PENDING
     waiting = pending & (s.arrival <= s.t[:, None, None])
     ready = waiting.copy()
+    status = s.status.reshape(B * N, J)
+    rows = np.arange(B * N)[:, None]
     for d in range(s.deps.shape[-1]):
-        dep = s.deps[..., d]
-        dep_status = np.take_along_axis(s.status, np.maximum(dep, 0), axis=2)
-        ready &= (dep < 0) | (dep_status == DONE)
-    fit = s.fits[..., 0]
-    ready_gpus = np.where(ready, s.gpus, 0)
-    need = np.stack([np.where(fit == k, ready_gpus, 0).sum(axis=2) for k in range(tables.rules.n_tiers)], axis=2)
-    return Queue(ready, waiting, need, pending.sum(axis=2))
+        dep = s.deps[..., d].reshape(B * N, J)
+        ready &= ((dep < 0) | (status[rows, np.maximum(dep, 0)] == DONE)).reshape(B, N, J)
+    # true need: each ready job's GPUs on its smallest fitting tier, summed per (arena, team, tier)
+    cell = (np.arange(B * N).reshape(B, N, 1) * T + np.maximum(s.fits[..., 0], 0)).ravel()
+    need = np.bincount(cell, weights=np.where(ready, s.gpus, 0).ravel(), minlength=B * N * T)
+    return Queue(ready, waiting, need.astype(np.int64).reshape(B, N, T), pending.sum(axis=2))
 
 
 def in_edf_order(mask: np.ndarray, order: np.ndarray) -> np.ndarray:
     """The slots of ``mask`` (B, N, J) in EDF order, packed to the front: (B, N, M), padded -1."""
-    in_order = np.take_along_axis(mask, order, axis=2)
-    position = np.cumsum(in_order, axis=2) - 1
-    M = int(position[..., -1].max()) + 1 if in_order.shape[2] else 0
-    packed = np.full(mask.shape[:2] + (max(M, 0),), -1, dtype=np.int64)
-    b, i, p = in_order.nonzero()
-    packed[b, i, position[b, i, p]] = order[b, i, p]
-    return packed
+    B, N, J = mask.shape
+    flat_order = order.reshape(B * N, J)
+    in_order = mask.reshape(B * N, J)[np.arange(B * N)[:, None], flat_order]
+    position = np.cumsum(in_order, axis=1) - 1
+    M = int(position[:, -1].max()) + 1 if J else 0
+    packed = np.full((B * N, max(M, 0)), -1, dtype=np.int64)
+    r, p = in_order.nonzero()
+    packed[r, position[r, p]] = flat_order[r, p]
+    return packed.reshape(B, N, -1)
 
 
 class JobsRun(NamedTuple):
@@ -582,8 +587,10 @@ def advance(
     starved: np.ndarray,
     bought: np.ndarray,
     offer: Offer,
-) -> None:
-    """The state of the next tick; effects no longer active are dropped (the table stays in firing order)."""
+) -> Effects:
+    """The state of the next tick; effects no longer active are dropped (the table stays in firing order).
+
+    Returns the effects active at the next tick (``s.online`` follows them)."""
     s.t = s.t + 1
     s.declared = requests.astype(np.int64, copy=True)
     s.stance = stances.astype(np.int64, copy=True)
@@ -599,7 +606,9 @@ def advance(
         spec[b, position[b, e]] = s.effect_spec[b, e]
         until[b, position[b, e]] = s.effect_until[b, e]
         s.effect_spec, s.effect_until = spec, until
-    s.online = online_gpus(tables, effects_at(tables, s))
+    effects = effects_at(tables, s)
+    s.online = online_gpus(tables, effects)
+    return effects
 
 
 class TickResult(NamedTuple):
@@ -615,11 +624,15 @@ class TickResult(NamedTuple):
     justified: np.ndarray
     unjustified: np.ndarray
     bluffs: np.ndarray
+    effects: Effects  # active at the next tick
 
 
-def play_tick(tables: Tables, s: BatchState, intents: Intents) -> TickResult:
-    """Play tick ``s.t`` of every arena with ``intents``; ``s`` ends at tick ``s.t + 1``."""
-    active = effects_at(tables, s)
+def play_tick(tables: Tables, s: BatchState, intents: Intents, active: Effects | None = None) -> TickResult:
+    """Play tick ``s.t`` of every arena with ``intents``; ``s`` ends at tick ``s.t + 1``.
+
+    ``active``: the effects active at ``s.t`` when the caller has them (``effects_at``)."""
+    if active is None:
+        active = effects_at(tables, s)
     offer = post_offer(tables, intents, active)
     requests, escalating = take_requests(intents, s)
     purchase = buy_spot(s, intents)
@@ -634,11 +647,11 @@ def play_tick(tables: Tables, s: BatchState, intents: Intents) -> TickResult:
     track_starvation(tables, s, starved)
     justified, unjustified, lost = judge_escalations(tables, s, escalating, bluffs)
     outcome, terms = score(tables, s, run, purchase, offer, granted, justified, lost)
-    advance(tables, s, requests, intents.stances, granted.granted, starved, purchase.bought, offer)
+    effects = advance(tables, s, requests, intents.stances, granted.granted, starved, purchase.bought, offer)
     rewards = {}
     for agent, values in terms.items():
         total = np.zeros(values.shape[0])
         for k in range(values.shape[1]):  # Python's sum() of the terms, left to right
             total = total + values[:, k]
         rewards[agent] = total
-    return TickResult(outcome, terms, rewards, run, purchase, granted, offer, justified, unjustified, bluffs)
+    return TickResult(outcome, terms, rewards, run, purchase, granted, offer, justified, unjustified, bluffs, effects)
