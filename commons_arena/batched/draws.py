@@ -83,6 +83,60 @@ class ResetDraws(NamedTuple):
     teams: list[TeamDraws]
     uniforms: np.ndarray  # (R, max_ticks, random shocks)
     redo: np.ndarray  # (R,) bool: draw this arena with the reference's code
+    seeds: tuple[int, ...]  # (R,) the seeds drawn
+
+    def take(self, rows: np.ndarray) -> ResetDraws:
+        """The draws of arenas ``rows`` (positions in this batch of draws)."""
+        teams = [TeamDraws(*(field[rows] for field in team)) for team in self.teams]
+        return ResetDraws(teams, self.uniforms[rows], self.redo[rows], tuple(self.seeds[i] for i in rows.tolist()))
+
+
+class DrawCache:
+    """Draws made ahead: each arena's next episode drawn together with every other arena whose
+    draws were used up, so a batch whose arenas end at different ticks still draws in few calls."""
+
+    def __init__(self, rules: Rules, n_random: int, num_envs: int) -> None:
+        self.rules, self.n_random = rules, n_random
+        self.seeds: list[int | None] = [None] * num_envs  # the seed each arena's cached draws are for
+        self.row = np.zeros(num_envs, dtype=np.int64)  # its row in ``self.draws``
+        self.draws: ResetDraws | None = None
+
+    def clear(self) -> None:
+        self.seeds = [None] * len(self.seeds)
+
+    def take(self, index: np.ndarray, seeds: Sequence[int], upcoming: Sequence[int]) -> ResetDraws:
+        """The draws of arenas ``index`` seeded ``seeds``; ``upcoming[i]``: the seed arena i's next
+        reset will have, for drawing ahead in arenas whose cached draws are used up."""
+        wanted = index.tolist()
+        if any(self.seeds[i] != seed for i, seed in zip(wanted, seeds, strict=True)):
+            arenas = [i for i in range(len(self.seeds)) if self.seeds[i] is None]
+            for i, seed in zip(wanted, seeds, strict=True):
+                if self.seeds[i] != seed and i not in arenas:
+                    arenas.append(i)
+            planned = [seeds[wanted.index(i)] if i in wanted else upcoming[i] for i in arenas]
+            fresh = draw_resets(self.rules, planned, self.n_random)
+            if self.draws is not None:  # keep the rows still unused
+                kept = [i for i in range(len(self.seeds)) if self.seeds[i] is not None and i not in arenas]
+                old = self.draws.take(self.row[kept])
+                fresh = _concat(old, fresh)
+                arenas = kept + arenas
+                planned = [self.seeds[i] for i in kept] + planned  # type: ignore[misc]
+            self.draws = fresh
+            self.row[arenas] = np.arange(len(arenas))
+            for i, seed in zip(arenas, planned, strict=True):
+                self.seeds[i] = seed
+        assert self.draws is not None
+        taken = self.draws.take(self.row[index])
+        for i in wanted:
+            self.seeds[i] = None
+        return taken
+
+
+def _concat(a: ResetDraws, b: ResetDraws) -> ResetDraws:
+    teams = [TeamDraws(*(np.concatenate([x, y]) for x, y in zip(ta, tb, strict=True)))
+             for ta, tb in zip(a.teams, b.teams, strict=True)]
+    return ResetDraws(teams, np.concatenate([a.uniforms, b.uniforms]), np.concatenate([a.redo, b.redo]),
+                      a.seeds + b.seeds)
 
 
 def raw_outputs(rules: Rules, n_random: int) -> int:
@@ -134,7 +188,7 @@ def draw_resets(rules: Rules, seeds: Sequence[int], n_random: int) -> ResetDraws
     # the rest of the stream is the shocks' random() draws, tick by tick
     following = s.raw[s.rows[:, None], s.at[:, None] + np.arange(ticks * n_random)[None, :]]
     uniforms = (following >> np.uint64(11)).astype(np.float64) * TWO_POW_53
-    return ResetDraws(teams, uniforms.reshape(R, ticks, n_random), s.redo.copy())
+    return ResetDraws(teams, uniforms.reshape(R, ticks, n_random), s.redo.copy(), tuple(seeds))
 
 
 class TeamJobs(NamedTuple):

@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium import spaces
 
 from commons_arena import rewards
+from commons_arena.batched.draws import DrawCache
 from commons_arena.batched.observations import BatchObserver
 from commons_arena.batched.state import BatchState, Tables
 from commons_arena.batched.tick import Effects, IntentDecoder, TickResult, effects_at, play_tick, queue_at
@@ -118,6 +119,7 @@ class VectorArenaEnv:
         self._state: BatchState | None = None
         self._ended = np.zeros(self.num_envs, dtype=bool)
         self._effects: Effects | None = None  # active at the current tick of every arena
+        self._draws = DrawCache(self.rules, self.tables.n_random, self.num_envs)
         self.episode_seeds: list[int] = []
         """Each arena's current episode seed (its next episode: this + ``num_envs``)."""
 
@@ -138,6 +140,7 @@ class VectorArenaEnv:
         self.episode_seeds = self._seeds(seed)
         self._state = BatchState.empty(self.tables, self.num_envs)
         every = np.arange(self.num_envs)
+        self._draws.clear()
         self._state.reset(self.tables, every, self.episode_seeds)
         self._ledger.clear(every)
         self._ended[:] = False
@@ -157,7 +160,8 @@ class VectorArenaEnv:
             seeds = [self.episode_seeds[i] + self.num_envs for i in restart.tolist()]
             for i, seed in zip(restart.tolist(), seeds, strict=True):
                 self.episode_seeds[i] = seed
-            s.reset(self.tables, restart, seeds)
+            upcoming = [seed + self.num_envs for seed in self.episode_seeds]
+            s.reset(self.tables, restart, seeds, self._draws.take(restart, seeds, upcoming))
             self._ledger.clear(restart)
         observations, pending = self._observations(s, None if restart.size else tick.effects)
         terminated = (pending == 0) & (s.t > self.rules.last_job_shock_tick)

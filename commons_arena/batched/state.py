@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from commons_arena.batched.draws import TeamJobs, draw_resets
+from commons_arena.batched.draws import ResetDraws, TeamJobs, draw_resets
 from commons_arena.enums import JobStatus, ShockKind
 from commons_arena.rules import Rules
 from commons_arena.scenario import MAX_PRIORITY
@@ -207,11 +207,11 @@ class BatchState:
             uniforms=np.zeros((B, rules.config.max_ticks + 1, tables.n_random), f64),
         )
 
-    def reset(self, tables: Tables, index: np.ndarray, seeds: Sequence[int]) -> None:
+    def reset(self, tables: Tables, index: np.ndarray, seeds: Sequence[int], drawn: ResetDraws | None = None) -> None:
         """Tick 0 in arenas ``index``, seeded ``seeds`` (one each): the reference's
         ``initial_state`` and the whole episode's shock draws, one stream per arena
         (:mod:`commons_arena.batched.draws`; an arena it cannot draw goes through
-        :meth:`draw_with_reference`)."""
+        :meth:`draw_with_reference`); ``drawn``: those draws, when made ahead."""
         rules = tables.rules
         config = rules.config
         blank = BatchState.empty(tables, len(index))
@@ -219,7 +219,9 @@ class BatchState:
             getattr(self, f.name)[index] = getattr(blank, f.name)
         self.budget[index] = config.budget
         self.online[index] = rules.owned
-        drawn = draw_resets(rules, seeds, tables.n_random)
+        if drawn is None:
+            drawn = draw_resets(rules, seeds, tables.n_random)
+        assert drawn.seeds == tuple(seeds), "draws made for other seeds"
         fast = ~drawn.redo
         b = index[fast]
         D = tables.n_deps
