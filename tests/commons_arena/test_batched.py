@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import commons_arena
 from commons_arena import ArenaEnv, VectorArenaEnv
@@ -149,3 +151,90 @@ def test_reset_draws_match_the_reference_code(name: str) -> None:
         if f.name == "need":  # the env's, from the queue after reset
             continue
         assert np.array_equal(getattr(fast, f.name), getattr(slow, f.name)), f.name
+
+
+# ---------------------------------------------------------------------- the public face
+def test_vector_env_shapes_and_seeds() -> None:
+    env = commons_arena.vector_env("standard", num_envs=4)
+    obs, infos = env.reset(seed=7)
+    assert env.episode_seeds == [7, 8, 9, 10]
+    for agent in env.possible_agents:
+        assert obs[agent].shape == (4, env.observation_space(agent).shape[0]) and obs[agent].dtype == np.float32
+        assert infos[agent]["scenario_hash"] == env.config.content_hash
+    env.reset(seed=[3, 30, 300, 3000])
+    assert env.episode_seeds == [3, 30, 300, 3000]
+    env.reset(seed=None)
+    base = env.episode_seeds[0]
+    assert env.episode_seeds == [base + i for i in range(4)]
+    obs, rewards, terms, truncs, infos = env.step({})  # every seat plays a no-op
+    assert rewards["allocator"].shape == (4,) and terms["allocator"].dtype == bool
+    assert set(infos["allocator"]["reward_terms"]) == set(env._term_names["allocator"])
+    assert infos["allocator"]["repairs"]["buy_over_offer"].shape == (4,)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"allocator": np.zeros((3, 2), dtype=np.int64)}, "shape"),
+    ({"nobody": np.zeros((4, 1), dtype=np.int64)}, "unknown agent"),
+    ({"broker": np.full((4, 6), np.nan)}, "NaN"),
+    ({"broker": np.full((4, 6), 0.5)}, "integers"),
+    ({"broker": np.full((4, 6), -1)}, "outside the space"),
+    ({"broker": np.full((4, 6), 10**6)}, "outside the space"),
+    ({"broker": np.full((4, 6), "a")}, "integers"),
+    ([], "dict"),
+])
+def test_bad_actions_are_refused_and_change_nothing(bad, match) -> None:
+    env = commons_arena.vector_env("standard", num_envs=4)
+    env.reset(seed=1)
+    before = {k: v.copy() for k, v in vars(env.state).items()}
+    with pytest.raises(ValueError, match=match):
+        env.step(bad)
+    for key, value in vars(env.state).items():
+        assert np.array_equal(value, before[key]), key
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", [1, 2], True])
+def test_bad_seeds_are_refused(bad) -> None:
+    env = commons_arena.vector_env("standard", num_envs=3)
+    with pytest.raises(ValueError, match="seed"):
+        env.reset(seed=bad)
+
+
+def test_bad_num_envs_and_step_before_reset() -> None:
+    with pytest.raises(ValueError, match="num_envs"):
+        commons_arena.vector_env("standard", num_envs=0)
+    with pytest.raises(RuntimeError, match="reset"):
+        commons_arena.vector_env("standard", num_envs=2).step({})
+
+
+def test_autoreset_is_next_step() -> None:
+    """The step after an arena's last one returns its reset observation, reward 0 and no end,
+    whatever the actions; its next episode has seed + num_envs."""
+    env = commons_arena.vector_env("cost_pressure", num_envs=2)
+    obs, _ = env.reset(seed=0)
+    ended = np.zeros(2, dtype=bool)
+    for _ in range(env.config.max_ticks):
+        obs, rewards, terms, truncs, infos = env.step({})
+        ended = terms["allocator"] | truncs["allocator"]
+        if ended.any():
+            break
+    assert ended.any() and infos["allocator"]["_episode"].tolist() == ended.tolist()
+    first, _ = commons_arena.vector_env("cost_pressure", num_envs=2).reset(seed=[2, 3])
+    rng = np.random.default_rng(0)
+    wild = {a: rng.integers(0, env.action_space(a).nvec, size=(2, len(env.action_space(a).nvec)))
+            for a in env.possible_agents}
+    obs, rewards, terms, truncs, infos = env.step(wild)
+    for i in np.flatnonzero(ended).tolist():
+        assert env.episode_seeds[i] == i + 2
+        for a in env.possible_agents:
+            assert np.array_equal(obs[a][i], first[a][i]) and rewards[a][i] == 0.0
+            assert not terms[a][i] and not truncs[a][i]
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, 10_000), seed=st.integers(0, 2**62), num_envs=st.integers(1, 4),
+       action_seed=st.integers(0, 2**32 - 1))
+def test_same_game_hypothesis(index: int, seed: int, num_envs: int, action_seed: int) -> None:
+    """Any generated scenario, seed, batch size and actions: the same game."""
+    config = broad(index)
+    assert_same_game(config, num_envs=num_envs, seed=seed, steps=config.max_ticks + 2, action_seed=action_seed)
