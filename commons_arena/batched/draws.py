@@ -177,9 +177,9 @@ def draw_resets(rules: Rules, seeds: Sequence[int], n_random: int) -> ResetDraws
                 columns[4].append(s.integers(gen.slack[0], gen.slack[1] + 1, arrived))
                 columns[5].append(s.uniform(gen.value[0], gen.value[1], arrived))
                 columns[6].append(s.integers(gen.priority[0], gen.priority[1] + 1, arrived))
-        arrived, memory, work, gpus, slack, value, priority = (
+        came, memory, work, gpus, slack, value, priority = (
             np.stack(c, axis=1) if c else np.zeros((R, 0)) for c in columns)
-        arrived = arrived.astype(bool)
+        arrived = came.astype(bool)
         for drawn in (work, value):  # Python's round(x, 2), as the reference (numpy's rounds differently)
             drawn[arrived] = [round(x, 2) for x in drawn[arrived].tolist()]
         teams.append(TeamDraws(fixed_value, arrived, memory.astype(np.int64), work, gpus.astype(np.int64),

@@ -178,9 +178,10 @@ class VectorArenaEnv:
             names = self._term_names[agent]
             infos[agent] = {"reward_terms": {name: terms[:, k] for k, name in enumerate(names)},
                             "scenario_hash": self.config.content_hash}
-        repairs = Repairs(tick.purchase.offer_cut, tick.purchase.budget_cut, tick.grants.capacity_cut,
-                          tick.grants.carbon_cut, tick.offer.cut)
-        infos[ALLOCATOR]["repairs"] = {rule: np.where(self._ended, 0, units) for rule, units in repairs.as_dict().items()}
+        units = (tick.purchase.offer_cut, tick.purchase.budget_cut, tick.grants.capacity_cut, tick.grants.carbon_cut,
+                 tick.offer.cut)  # in the order of the reference's Repairs
+        infos[ALLOCATOR]["repairs"] = {rule: np.where(self._ended, 0, unit)
+                                       for rule, unit in zip(Repairs._fields, units, strict=True)}
         ended = terminated | truncated
         if ended.any():
             for agent in self.possible_agents:

@@ -82,13 +82,13 @@ class Tables:
         team_of = [rules.team_index[spec.target_team] if spec.job is not None and spec.target_team else -1
                    for spec in specs]
         # a random job shock may fire at every tick (one more for the tick an ended arena plays before its reset)
-        injected = [sum((1 if spec.tick is not None else config.max_ticks + 1) for spec, team in zip(specs, team_of)
+        injected = [sum((1 if spec.tick is not None else config.max_ticks + 1) for spec, team in zip(specs, team_of, strict=True)
                         if team == i) for i in range(rules.n_teams)]
         generated = [
             (src.generator.last_tick - src.generator.first_tick + 1) if src.generator is not None else 0
             for src in rules.job_sources
         ]
-        n_jobs = max(len(src.fixed) + g + inj for src, g, inj in zip(rules.job_sources, generated, injected))
+        n_jobs = max(len(src.fixed) + g + inj for src, g, inj in zip(rules.job_sources, generated, injected, strict=True))
         n_deps = max([len(job.deps) for src in rules.job_sources for job in src.fixed] + [1])
         n_effects = sum(1 if spec.tick is not None else min(spec.duration, config.max_ticks) + 1 for spec in specs)
         fits = np.full((K, T), -1, dtype=np.int64)
@@ -261,28 +261,28 @@ class BatchState:
         rows: list[tuple] = []
         fit_rows: list[tuple] = []
         dep_rows: list[tuple] = []
-        for b, seed in zip(index.tolist(), seeds, strict=True):
+        for arena, seed in zip(index.tolist(), seeds, strict=True):
             rng = np.random.default_rng(seed)
-            for team, source in enumerate(rules.job_sources):
-                for j, job in enumerate(source.draw(rng)):
-                    rows.append((b, team, j, job.gpus, job.min_memory_gb, job.work, job.arrival, job.deadline,
+            for t, source in enumerate(rules.job_sources):
+                for k, job in enumerate(source.draw(rng)):
+                    rows.append((arena, t, k, job.gpus, job.min_memory_gb, job.work, job.arrival, job.deadline,
                                  job.value, job.priority))
-                    fit_rows += [(b, team, j, f, tier) for f, tier in enumerate(job.fits)]
-                    dep_rows += [(b, team, j, d, dep) for d, dep in enumerate(job.deps)]
+                    fit_rows += [(arena, t, k, f, tier) for f, tier in enumerate(job.fits)]
+                    dep_rows += [(arena, t, k, d, dep) for d, dep in enumerate(job.deps)]
             if n_random:  # every tick's draws at once: the same numbers as one call per tick
-                self.uniforms[b, :ticks] = rng.random(ticks * n_random).reshape(ticks, n_random)
+                self.uniforms[arena, :ticks] = rng.random(ticks * n_random).reshape(ticks, n_random)
         if rows:
-            b, team, j, gpus, memory, work, arrival, deadline, value, priority = (np.array(c) for c in zip(*rows))
+            b, team, j, gpus, memory, work, arrival, deadline, value, priority = (np.array(c) for c in zip(*rows, strict=True))
             at = (b, team, j)
             self.gpus[at], self.memory[at], self.work[at] = gpus, memory, work
             self.arrival[at], self.deadline[at], self.value[at], self.priority[at] = arrival, deadline, value, priority
             self.status[at] = PENDING
             np.add.at(self.n_jobs, (b, team), 1)
         if fit_rows:
-            b, team, j, f, tier = (np.array(c) for c in zip(*fit_rows))
+            b, team, j, f, tier = (np.array(c) for c in zip(*fit_rows, strict=True))
             self.fits[b, team, j, f] = tier
         if dep_rows:
-            b, team, j, d, dep = (np.array(c) for c in zip(*dep_rows))
+            b, team, j, d, dep = (np.array(c) for c in zip(*dep_rows, strict=True))
             self.deps[b, team, j, d] = dep
 
     def sort_jobs(self, index: np.ndarray) -> None:

@@ -104,7 +104,7 @@ def effects_at(tables: Tables, s: BatchState) -> Effects:
     B, T = s.t.shape[0], tables.rules.n_tiers
     spec = s.effect_spec
     active = (s.effect_until >= s.t[:, None]) & (spec >= 0)
-    used = int(active.any(axis=0).nonzero()[0].max()) + 1 if active.any() else 0
+    used = int(np.flatnonzero(active.any(axis=0)).max()) + 1 if active.any() else 0
     price, inventory, intensity = np.ones(B), np.ones(B), np.ones(B)
     offline = np.zeros((B, T), dtype=np.int64)
     kinds = np.zeros((B, len(ShockKind)), dtype=bool)

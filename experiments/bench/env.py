@@ -19,7 +19,6 @@ and the end.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pettingzoo.classic import rps_v2
 import commons_arena
 from commons_arena import VectorArenaEnv
 from commons_arena.enums import ALLOCATOR
+from experiments.bench.suite_speed import load_average
 from policies import batch as batch_policies
 from policies.batch import BatchPolicy, LoopBatchPolicy
 from policies.population import Population
@@ -206,12 +206,8 @@ def race(runs: dict[str, Run], steps: int, chunk: int) -> dict[str, float]:
     return {name: done[name] / seconds[name] for name in runs}
 
 
-def load() -> str:
-    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(args: Args) -> dict[str, float]:
-    print(f"load average at start: {load()}")
+    print(f"at start: {load_average()}")
     scenarios = (args.scenario,) if args.scenario else args.scenarios
     figures: dict[str, float] = {}
     for scenario in scenarios:
@@ -234,7 +230,7 @@ def main(args: Args) -> dict[str, float]:
                             "ratio": rates["reference"] / rates["rps_v2"]})
     if args.frames > 0:
         figures.update(frame_times(scenarios[0], args.frames, args.seed))
-    print(f"load average at end:   {load()}")
+    print(f"at end: {load_average()}")
     return figures
 
 
