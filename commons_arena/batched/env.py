@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from commons_arena import rewards
 from commons_arena.batched.draws import DrawCache
@@ -34,7 +33,7 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.ledger import EPISODE_STATS
 from commons_arena.rules import Rules, rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import check_seed, make_action_space, make_observation_space, role_of
+from commons_arena.spaces import AgentSpaces, check_seed, role_of
 from commons_arena.tick import Repairs
 
 STAT = {name: k for k, name in enumerate(EPISODE_STATS)}
@@ -94,7 +93,7 @@ class BatchLedger:
         return {"return": episode_return, **totals, **stats}
 
 
-class VectorArenaEnv:
+class VectorArenaEnv(AgentSpaces):
     """``num_envs`` arenas of one scenario, stepped at once (module docstring)."""
 
     metadata = {"name": "commons_arena_vector_v0", "autoreset_mode": "NextStep"}
@@ -108,9 +107,7 @@ class VectorArenaEnv:
         self.possible_agents = list(self.config.agents)
         self.agents = list(self.possible_agents)  # every arena plays on: ended ones reset in place
         self.tables = Tables.of(self.rules)
-        self._observation_spaces = {a: make_observation_space(self.config, a) for a in self.possible_agents}
-        self._action_spaces = {a: make_action_space(self.config, a) for a in self.possible_agents}
-        self._nvec = {a: space.nvec for a, space in self._action_spaces.items()}
+        self.build_spaces(self.config)
         self._decode = IntentDecoder(self.tables)
         self._observe = BatchObserver(self.tables)
         rubric = rewards.Rubric(self.config.rewards)
@@ -122,17 +119,6 @@ class VectorArenaEnv:
         self._draws = DrawCache(self.rules, self.tables.n_random, self.num_envs)
         self.episode_seeds: list[int] = []
         """Each arena's current episode seed (its next episode: this + ``num_envs``)."""
-
-    # ------------------------------------------------------------------ spaces (one arena's)
-    def observation_space(self, agent: str) -> spaces.Box:
-        if agent not in self._observation_spaces:
-            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        return self._observation_spaces[agent]
-
-    def action_space(self, agent: str) -> spaces.MultiDiscrete:
-        if agent not in self._action_spaces:
-            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        return self._action_spaces[agent]
 
     # ------------------------------------------------------------------ api
     def reset(self, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
