@@ -60,7 +60,7 @@ class BatchObserver:
         out[:, sl["stance"]] = stance.reshape(B, -1)
         out[:, sl["escalations"]] = s.escalations
         out[:, sl["credibility"]] = s.credibility
-        due = queue.waiting & (s.deadline - s.t[:, None, None] < PRESSURE_WINDOW)
+        due = queue.waiting & (s.deadline[..., : queue.waiting.shape[2]] - s.t[:, None, None] < PRESSURE_WINDOW)
         out[:, sl["pressure"]] = np.minimum(due.sum(axis=2), 2)
         out[:, sl["revealed"]] = s.revealed
         out[:, sl["revealed_need"]] = np.where(s.revealed[:, :, None], s.need, 0).reshape(B, -1)
@@ -73,11 +73,10 @@ class BatchObserver:
         packed = in_edf_order(queue.waiting, s.order)[:, :, :K]  # the most urgent waiting jobs
         n_slots = packed.shape[2]
         present = packed >= 0
-        J = s.status.shape[2]
-        flat = (np.arange(B * N).reshape(B, N, 1) * J + np.maximum(packed, 0)).ravel()
+        arena, team, slot = np.arange(B)[:, None, None], np.arange(N)[None, :, None], np.maximum(packed, 0)
 
         def field(values: np.ndarray) -> np.ndarray:
-            return np.where(present, values.ravel()[flat].reshape(packed.shape), 0)
+            return np.where(present, values[arena, team, slot], 0)
 
         jobs = np.zeros((B, N, K, len(JOB_SLOT_FIELDS)))
         if n_slots:
@@ -86,7 +85,7 @@ class BatchObserver:
                 field(s.gpus),
                 field(s.memory),
                 field(s.work),
-                field(s.deadline - s.t[:, None, None]),
+                field(s.deadline) - s.t[:, None, None] * present,
                 field(s.value),
                 field(s.priority),
                 field(queue.ready),

@@ -285,6 +285,10 @@ class BatchState:
             b, team, j, d, dep = (np.array(c) for c in zip(*dep_rows, strict=True))
             self.deps[b, team, j, d] = dep
 
+    def slots_in_use(self) -> int:
+        """Job slots any team of any arena uses: the rest are empty everywhere (and last in EDF order)."""
+        return max(int(self.n_jobs.max()), 1)
+
     def sort_jobs(self, index: np.ndarray) -> None:
         """EDF order of every team's jobs in arenas ``index`` (stable: ties keep creation order)."""
         key = edf_key(self.deadline[index], self.priority[index])

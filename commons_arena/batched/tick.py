@@ -313,26 +313,31 @@ class Queue(NamedTuple):
 
 
 def queue_at(tables: Tables, s: BatchState) -> Queue:
-    B, N, J = s.status.shape
+    """Masks over the job slots in use (the first ``s.slots_in_use()`` of each team)."""
+    J = s.slots_in_use()
+    B, N = s.status.shape[:2]
     T = tables.rules.n_tiers
-    pending = s.status == PENDING
-    waiting = pending & (s.arrival <= s.t[:, None, None])
+    status = s.status[..., :J]
+    pending = status == PENDING
+    waiting = pending & (s.arrival[..., :J] <= s.t[:, None, None])
     ready = waiting.copy()
-    status = s.status.reshape(B * N, J)
+    flat_status = status.reshape(B * N, J)
     rows = np.arange(B * N)[:, None]
     for d in range(s.deps.shape[-1]):
-        dep = s.deps[..., d].reshape(B * N, J)
-        ready &= ((dep < 0) | (status[rows, np.maximum(dep, 0)] == DONE)).reshape(B, N, J)
+        dep = s.deps[:, :, :J, d].reshape(B * N, J)
+        ready &= ((dep < 0) | (flat_status[rows, np.maximum(dep, 0)] == DONE)).reshape(B, N, J)
     # true need: each ready job's GPUs on its smallest fitting tier, summed per (arena, team, tier)
-    cell = (np.arange(B * N).reshape(B, N, 1) * T + np.maximum(s.fits[..., 0], 0)).ravel()
-    need = np.bincount(cell, weights=np.where(ready, s.gpus, 0).ravel(), minlength=B * N * T)
+    cell = (np.arange(B * N).reshape(B, N, 1) * T + np.maximum(s.fits[:, :, :J, 0], 0)).ravel()
+    need = np.bincount(cell, weights=np.where(ready, s.gpus[..., :J], 0).ravel(), minlength=B * N * T)
     return Queue(ready, waiting, need.astype(np.int64).reshape(B, N, T), pending.sum(axis=2))
 
 
 def in_edf_order(mask: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """The slots of ``mask`` (B, N, J) in EDF order, packed to the front: (B, N, M), padded -1."""
+    """The slots of ``mask`` (B, N, J) in EDF order, packed to the front: (B, N, M), padded -1.
+
+    ``mask`` may cover the first J slots only (those in use): the EDF order lists them first."""
     B, N, J = mask.shape
-    flat_order = order.reshape(B * N, J)
+    flat_order = order[..., :J].reshape(B * N, J)
     in_order = mask.reshape(B * N, J)[np.arange(B * N)[:, None], flat_order]
     position = np.cumsum(in_order, axis=1) - 1
     M = int(position[:, -1].max()) + 1 if J else 0
@@ -415,7 +420,8 @@ def run_jobs(tables: Tables, s: BatchState, granted: np.ndarray, intensity: np.n
         completed[r] += 1
         completed_value[r] += value[r, j]
     # missed at the end of their deadline tick, in EDF order
-    late = (s.status == PENDING) & (s.deadline <= s.t[:, None, None])
+    J_used = queue.ready.shape[2]
+    late = (s.status[..., :J_used] == PENDING) & (s.deadline[..., :J_used] <= s.t[:, None, None])
     late_packed = in_edf_order(late, s.order).reshape(R, -1)
     missed = late.sum(axis=2).reshape(R)
     missed_value = np.zeros(R)
