@@ -66,6 +66,21 @@ class _Streams:
         return low + (m >> np.uint64(32)).astype(np.int64)
 
 
+def round_2(x: np.ndarray) -> np.ndarray:
+    """Python's ``round(v, 2)`` of each entry (the reference's rounding; numpy's can differ).
+
+    ``round(v, 2)`` is the float nearest to ``k / 100``, k the integer nearest to the exact
+    ``100 v`` (ties to even), and ``k / 100.0`` is that float (one correctly rounded division).
+    ``100 v`` rounded to a float is within an ulp of the exact product, so ``rint`` finds k
+    unless the product lies near a half: those few entries go through Python's ``round``."""
+    scaled = x * 100.0
+    out = np.rint(scaled) / 100.0
+    near_half = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
+    if near_half.any():
+        out[near_half] = [round(v, 2) for v in x[near_half].tolist()]
+    return out
+
+
 class TeamDraws(NamedTuple):
     """One team's drawn numbers in R arenas."""
 
@@ -180,8 +195,8 @@ def draw_resets(rules: Rules, seeds: Sequence[int], n_random: int) -> ResetDraws
         came, memory, work, gpus, slack, value, priority = (
             np.stack(c, axis=1) if c else np.zeros((R, 0)) for c in columns)
         arrived = came.astype(bool)
-        for drawn in (work, value):  # Python's round(x, 2), as the reference (numpy's rounds differently)
-            drawn[arrived] = [round(x, 2) for x in drawn[arrived].tolist()]
+        for drawn in (work, value):
+            drawn[arrived] = round_2(drawn[arrived])
         teams.append(TeamDraws(fixed_value, arrived, memory.astype(np.int64), work, gpus.astype(np.int64),
                                slack.astype(np.int64), value, priority.astype(np.int64)))
     ticks = rules.config.max_ticks

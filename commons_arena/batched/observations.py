@@ -73,10 +73,12 @@ class BatchObserver:
         packed = in_edf_order(queue.waiting, s.order)[:, :, :K]  # the most urgent waiting jobs
         n_slots = packed.shape[2]
         present = packed >= 0
-        arena, team, slot = np.arange(B)[:, None, None], np.arange(N)[None, :, None], np.maximum(packed, 0)
+        team_row = np.arange(B * N).reshape(B, N, 1)
+        slot = np.maximum(packed, 0)
 
-        def field(values: np.ndarray) -> np.ndarray:
-            return np.where(present, values[arena, team, slot], 0)
+        def field(values: np.ndarray) -> np.ndarray:  # a (B, N, J') array's entries at the packed slots
+            flat = (team_row * values.shape[2] + slot).ravel()
+            return np.where(present, np.ascontiguousarray(values).ravel()[flat].reshape(packed.shape), 0)
 
         jobs = np.zeros((B, N, K, len(JOB_SLOT_FIELDS)))
         if n_slots:

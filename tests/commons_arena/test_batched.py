@@ -238,3 +238,12 @@ def test_same_game_hypothesis(index: int, seed: int, num_envs: int, action_seed:
     """Any generated scenario, seed, batch size and actions: the same game."""
     config = broad(index)
     assert_same_game(config, num_envs=num_envs, seed=seed, steps=config.max_ticks + 2, action_seed=action_seed)
+
+
+def test_round_2_is_pythons_round() -> None:
+    from commons_arena.batched.draws import round_2
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(0, 1000, 200_000), rng.uniform(0, 1, 50_000),
+                        np.arange(0, 100, 0.005), np.arange(0, 10, 0.125)])
+    assert round_2(x).tolist() == [round(v, 2) for v in x.tolist()]
