@@ -39,6 +39,7 @@ class Tables:
     rules: Rules
     n_jobs_max: int  # J: job slots per team (listed + generated + shock-injected jobs)
     n_deps: int  # D: dependency slots per job
+    dep_slots: int  # slots that may hold a job with dependencies (listed jobs only; 0: none has any)
     n_effects: int  # E: effects active at once, at most
     price_grid: np.ndarray  # (T, levels)
     speed: np.ndarray  # (T,)
@@ -107,6 +108,7 @@ class Tables:
             rules=rules,
             n_jobs_max=max(n_jobs, 1),
             n_deps=n_deps,
+            dep_slots=max([j + 1 for src in rules.job_sources for j, job in enumerate(src.fixed) if job.deps] + [0]),
             n_effects=max(n_effects, 1),
             price_grid=np.array(rules.price_grid, dtype=np.float64),
             speed=np.array(rules.speed, dtype=np.float64),
@@ -291,5 +293,6 @@ class BatchState:
 
     def sort_jobs(self, index: np.ndarray) -> None:
         """EDF order of every team's jobs in arenas ``index`` (stable: ties keep creation order)."""
-        key = edf_key(self.deadline[index], self.priority[index])
-        self.order[index] = np.argsort(key, axis=-1, kind="stable")
+        J = self.slots_in_use()  # the empty slots after them keep their order: last, by index
+        key = edf_key(self.deadline[index, :, :J], self.priority[index, :, :J])
+        self.order[index, :, :J] = np.argsort(key, axis=-1, kind="stable")

@@ -323,9 +323,10 @@ def queue_at(tables: Tables, s: BatchState) -> Queue:
     ready = waiting.copy()
     flat_status = status.reshape(B * N, J)
     rows = np.arange(B * N)[:, None]
-    for d in range(s.deps.shape[-1]):
-        dep = s.deps[:, :, :J, d].reshape(B * N, J)
-        ready &= ((dep < 0) | (flat_status[rows, np.maximum(dep, 0)] == DONE)).reshape(B, N, J)
+    L = min(J, tables.dep_slots)  # only listed jobs have dependencies
+    for d in range(s.deps.shape[-1] if L else 0):
+        dep = s.deps[:, :, :L, d].reshape(B * N, L)
+        ready[:, :, :L] &= ((dep < 0) | (flat_status[rows, np.maximum(dep, 0)] == DONE)).reshape(B, N, L)
     # true need: each ready job's GPUs on its smallest fitting tier, summed per (arena, team, tier)
     cell = (np.arange(B * N).reshape(B, N, 1) * T + np.maximum(s.fits[:, :, :J, 0], 0)).ravel()
     need = np.bincount(cell, weights=np.where(ready, s.gpus[..., :J], 0).ravel(), minlength=B * N * T)
