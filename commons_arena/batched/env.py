@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from commons_arena import rewards
+from commons_arena.arena import EpisodeStateError
 from commons_arena.batched.draws import DrawCache
 from commons_arena.batched.observations import BatchObserver
 from commons_arena.batched.state import BatchState, Tables
@@ -96,7 +98,7 @@ class BatchLedger:
 class VectorArenaEnv(AgentSpaces):
     """``num_envs`` arenas of one scenario, stepped at once (module docstring)."""
 
-    metadata = {"name": "commons_arena_vector_v0", "autoreset_mode": "NextStep"}
+    metadata = {"name": "commons_arena_vector_v0", "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", num_envs: int = 1) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
@@ -137,7 +139,7 @@ class VectorArenaEnv(AgentSpaces):
         """One tick of every arena; arenas whose episode ended at the last step reset instead (NEXT_STEP)."""
         s = self._state
         if s is None:
-            raise RuntimeError("step() called before reset(); call reset(seed=...) first")
+            raise EpisodeStateError("step() called before reset(); call reset(seed=...) first")
         checked = self._checked_actions(actions)
         tick = play_tick(self.tables, s, self._decode(checked), self._effects)
         self._ledger.add(tick, s.carbon_used)
