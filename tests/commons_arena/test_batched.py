@@ -108,7 +108,7 @@ def test_same_game_hard_cap() -> None:
 
 
 def test_same_game_eight_teams_and_hard_cap_generated() -> None:
-    configs = [broad(i) for i in range(12)]
+    configs = [broad(i) for i in (1, 3, 4, 9)]  # hard caps, eight teams, four shocks
     assert any(len(c.teams) == 8 for c in configs) and any(c.carbon.mode == "hard" for c in configs)
     for config in configs:
         assert_same_game(config, num_envs=2, seed=3, steps=config.max_ticks + 3)
