@@ -255,7 +255,7 @@ BATCHED_MIRRORS = {
     "Intents", "IntentDecoder", "Offer", "Purchase", "Grants", "JobsRun", "Queue",  # phase results
     "take_requests", "buy_spot", "fire_shocks", "online_gpus", "grant_gpus", "run_jobs", "audit",  # tick phases
     "track_starvation", "score", "advance", "play_tick",
-    "queue_at", "edf_key", "emissions", "repair_grants", "spot_inventory", "jain_index",  # rules
+    "queue_at", "edf_key", "emissions", "repair_grants", "spot_inventory", "jain_index", "cut_for_hard_cap",  # rules
     "dot", "numpy_sum",  # the exact sums
 }
 # module names used twice, allowed only where one mirrors the other (with why)

@@ -3,9 +3,8 @@
 Each phase here has the name, the number and the order of its reference in
 ``commons_arena/tick.py`` (read them side by side); the rules are those of
 :mod:`commons_arena.mechanics`, written over a leading batch axis (B arenas). Loops run over
-small fixed axes only (tiers, teams, job positions in EDF order, effects), never over arenas,
-except one rare repair: a hard carbon cap's cut, which calls the reference's
-:func:`carbon.cut_for_hard_cap` for the arenas whose grants exceed the cap.
+small fixed axes only (tiers, teams, job positions in EDF order, effects), never over arenas
+(a hard carbon cap's unit-by-unit cut runs in blocks of ``np.subtract.accumulate``).
 
 Floats are the reference's to the bit: where it sums a few floats in Python (left to right
 from 0.0, ``numerics.numpy_sum`` below 8 entries) the sums here add column by column in that
@@ -291,11 +290,66 @@ def grant_gpus(tables: Tables, s: BatchState, intents: Intents, bought: np.ndarr
     carbon_cut = np.zeros_like(capacity_cut)
     if rules.hard_cap:
         headroom = rules.config.carbon.cap_kg - s.carbon_used
-        excess = emissions(granted.sum(axis=1), rules.power_kw, intensity) - py_max(headroom, 0.0)
-        for b in np.flatnonzero(excess > TOLERANCE).tolist():  # the one loop over arenas: a rare repair
-            granted[b], carbon_cut[b] = carbon.cut_for_hard_cap(
-                granted[b], rules.power_kw, float(intensity[b]), float(headroom[b]))
+        granted, carbon_cut = cut_for_hard_cap(granted, rules.power_kw, intensity, headroom)
     return Grants(granted, capacity_cut, carbon_cut, intensity)
+
+
+def cut_for_hard_cap(
+    grants: np.ndarray, power_kw: np.ndarray, intensity: np.ndarray, headroom_kg: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``carbon.cut_for_hard_cap`` of every arena: granted GPUs removed one at a time from the most
+    power-hungry tier (ties: the higher index), last team first, until full use fits the headroom.
+
+    The reference subtracts a GPU's emissions from the excess once per GPU removed and stops at
+    the first GPU that brings it under the tolerance; here each (tier, team) takes its run of
+    subtractions at once (``np.subtract.accumulate``, the same left-to-right roundings)."""
+    fixed = grants.copy()
+    B, N, T = fixed.shape
+    cut = np.zeros(B, dtype=np.int64)
+    excess = emissions(fixed.sum(axis=1), power_kw, intensity) - py_max(headroom_kg, 0.0)
+    over = np.flatnonzero(excess > TOLERANCE)
+    if not over.size:
+        return fixed, cut  # fits already: the common case
+    kg = power_kw[None, :] * intensity[over, None] * carbon.TICK_HOURS  # (R, T) per GPU
+    by_kg = np.lexsort((np.broadcast_to(np.arange(T), kg.shape), kg), axis=-1)[:, ::-1]
+    rows = np.arange(over.size)
+    e = excess[over]
+    stopped = np.zeros(over.size, dtype=bool)
+    for position in range(T):
+        tier = by_kg[:, position]
+        k = kg[rows, tier]
+        stopped |= k <= 0  # the tiers after it emit nothing either
+        for team in range(N - 1, -1, -1):
+            count = fixed[over, team, tier]
+            going = np.flatnonzero(~stopped & (e > TOLERANCE) & (count > 0))
+            if not going.size:
+                continue
+            removed, e[going] = _subtract_until(e[going], k[going], count[going])
+            fixed[over[going], team, tier[going]] -= removed
+            cut[over[going]] += removed
+    return fixed, cut
+
+
+def _subtract_until(excess: np.ndarray, step: np.ndarray, most: np.ndarray, block: int = 256) -> tuple[
+        np.ndarray, np.ndarray]:
+    """Per row: subtract ``step`` from ``excess`` (rounding after each) until it is at most the
+    tolerance or ``most`` times; returns (times, excess after)."""
+    times = np.zeros(excess.shape[0], dtype=np.int64)
+    e = excess.copy()
+    todo = np.arange(excess.shape[0])
+    while todo.size:
+        width = int(min(block, (most[todo] - times[todo]).max()))
+        run = np.empty((todo.size, width + 1))
+        run[:, 0], run[:, 1:] = e[todo], step[todo, None]
+        run = np.subtract.accumulate(run, axis=1)[:, 1:]  # the excess after 1, 2, ... more GPUs
+        allowed = np.arange(1, width + 1)[None, :] <= (most[todo] - times[todo])[:, None]
+        under = (run <= TOLERANCE) & allowed
+        reached = under.any(axis=1)
+        taken = np.where(reached, under.argmax(axis=1) + 1, allowed.sum(axis=1))
+        e[todo] = run[np.arange(todo.size), taken - 1]
+        times[todo] += taken
+        todo = todo[~reached & (times[todo] < most[todo])]
+    return times, e
 
 
 def emissions(busy: np.ndarray, power_kw: np.ndarray, intensity: np.ndarray) -> np.ndarray:

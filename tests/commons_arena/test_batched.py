@@ -247,3 +247,22 @@ def test_round_2_is_pythons_round() -> None:
     x = np.concatenate([rng.uniform(0, 1000, 200_000), rng.uniform(0, 1, 50_000),
                         np.arange(0, 100, 0.005), np.arange(0, 10, 0.125)])
     assert round_2(x).tolist() == [round(v, 2) for v in x.tolist()]
+
+
+def test_hard_cap_cut_is_the_reference_cut() -> None:
+    """Random grants (hundreds of GPUs in a cell: several blocks of subtractions), powers with ties and
+    zeros, headroom from none to plenty: the batched cut is the reference's, arena by arena."""
+    from commons_arena.batched.tick import cut_for_hard_cap
+    from commons_arena.mechanics import carbon
+
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        B, N, T = 32, int(rng.integers(2, 9)), int(rng.integers(1, 7))
+        power = rng.choice([0.0, 0.3, 0.7, 0.7, 1.1, 2.5], size=T)
+        grants = rng.integers(0, rng.choice([3, 40, 700]), size=(B, N, T))
+        intensity = rng.uniform(0.0, 0.9, size=B)
+        headroom = rng.uniform(-50, 2000, size=B)
+        fixed, cut = cut_for_hard_cap(grants, power, intensity, headroom)
+        for b in range(B):
+            ref_fixed, ref_cut = carbon.cut_for_hard_cap(grants[b], power, float(intensity[b]), float(headroom[b]))
+            assert np.array_equal(fixed[b], ref_fixed) and cut[b] == ref_cut, b
