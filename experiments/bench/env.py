@@ -7,7 +7,8 @@ of them about equally and the ratios stay meaningful on a shared machine. A batc
 counts N env steps per ``step()``; its arenas reset in place (autoreset).
 
 ``--scripted``: the scenario's own scripted teams and broker act (the reference env: one
-policy per seat; the batched core: one batch policy per seat, ``policies.batch``), the
+policy per seat; the batched core: one batch policy per seat, ``policies.registry.batch_policy``
+where the tree has it, else ``LoopBatchPolicy``), the
 allocator plays random actions drawn before timing. The load average is printed at the start
 and the end.
 
@@ -31,7 +32,7 @@ import commons_arena
 from commons_arena import VectorArenaEnv
 from commons_arena.enums import ALLOCATOR
 from experiments.bench.suite_speed import load_average
-from policies import batch as batch_policies
+from policies import registry
 from policies.batch import BatchPolicy, LoopBatchPolicy
 from policies.population import Population
 from policies.registry import make_policy
@@ -117,9 +118,9 @@ def batch_stepper(scenario: str, num_envs: int, seed: int) -> Run:
 
 # ---------------------------------------------------------------------- scripted seats
 def batch_seat(config, agent: str, entry, num_envs: int) -> BatchPolicy:
-    """One seat's scripted policy in ``num_envs`` arenas: the batched form when ``policies.batch``
-    has one (``batch_policy``), otherwise N per-arena policies in a loop."""
-    batched = getattr(batch_policies, "batch_policy", None)
+    """One seat's scripted policy in ``num_envs`` arenas: ``policies.registry.batch_policy`` (the batched
+    form where one exists) when this tree has it, otherwise N per-arena policies in a loop."""
+    batched = getattr(registry, "batch_policy", None)
     if batched is not None:
         return batched(entry.policy, config, agent, num_envs, **dict(entry.params))
     return LoopBatchPolicy(lambda: make_policy(entry.policy, config, agent, **dict(entry.params)), num_envs)
