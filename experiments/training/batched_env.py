@@ -22,33 +22,34 @@ oracle reads the hidden state of one arena).
 Episode seeds: ``reset(seed=s)`` seeds arena ``i``'s generator with ``s + i`` (as the stock
 vector env seeds its sub-envs) and draws the arena's first episode seed from it as
 ``ArenaRLlibEnv`` does, so arena ``i``'s first episode is the one sub-env ``i`` of the stock
-path plays; later episodes follow the batched core's autoreset rule (each drawn from the
-arena's generator here, handed to the core before it resets the arena). Every background
+path plays; later episodes follow the batched core's autoreset rule (the arena's previous
+seed + the scenario's arena count: training seeds stay training seeds). Every background
 policy is seeded by the one rule (``policies.focal.policy_seed`` of the episode seed and the
 seat's index).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from copy import deepcopy
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.vector.vector_multi_agent_env import VectorMultiAgentEnv
-from ray.rllib.callbacks.utils import make_callback
 
 import commons_arena
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import TRAINING_SEEDS
-from policies.batch import BatchPolicy, LoopBatchPolicy
+from policies.batch import BatchPolicy
+from policies.batch_codecs import make_batch_codec
 from policies.focal import policy_seed
-from policies.learned import interface_for
+from policies.learned import ModuleInterface, interface_for
 from policies.population import Population
-from policies.registry import make_policy, policy_spec
+from policies.registry import batch_policy, policy_spec
 from policies.shipping import install
 
 # env-config keys whose runs the batched sampler cannot play, and why (the stock sampler plays them)
@@ -104,6 +105,41 @@ class ArenaView(MultiAgentEnv):
         self.env_seconds = 0.0  # the batch's time is the batch's (BatchedFocalEnv.env_seconds)
 
 
+class BatchInterface:
+    """:class:`policies.learned.ModuleInterface` of one learning seat in ``num_envs`` arenas: the
+    scaled observation, the codec's features (its batched form, :mod:`policies.batch_codecs`) and
+    the stacked history as arrays; row *i* is what arena *i*'s ``ModuleInterface`` gives."""
+
+    def __init__(self, config: ScenarioConfig, seat: str, num_envs: int, scale: np.ndarray | None,
+                 codec: dict[str, Any] | str | None, history: int) -> None:
+        self.one = interface_for(config, seat, scale, codec, history)  # spaces, scale, the codec's name and params
+        if not isinstance(self.one, ModuleInterface) or self.one.identity is not None:
+            raise ValueError(f"the batched sampler plays {seat!r} through a plain module interface only")
+        self.scale, self.history, self.frame_size = self.one.scale, self.one.history, self.one.frame_size
+        spec = codec if codec is None or isinstance(codec, str) else codec["name"]
+        params = {} if codec is None or isinstance(codec, str) else dict(codec.get("params", {}))
+        self.codec = None if spec is None else make_batch_codec(spec, config, num_envs, seat, **params)
+        self.frames = np.zeros((num_envs, self.history, self.frame_size), dtype=np.float32)
+
+    def reset(self, index: np.ndarray) -> None:
+        self.frames[index] = 0.0
+        if self.codec is not None:
+            self.codec.reset(index)
+
+    def observe(self, observations: np.ndarray) -> np.ndarray:
+        frame = np.asarray(observations, dtype=np.float32) / self.scale
+        if self.codec is not None and self.codec.codec.n_features:
+            frame = np.concatenate([frame, self.codec.features(observations)], axis=1)
+        if self.history == 1:
+            return frame.astype(np.float32)
+        self.frames[:, 1:] = self.frames[:, :-1]
+        self.frames[:, 0] = frame
+        return self.frames.reshape(len(frame), -1).astype(np.float32)
+
+    def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray:
+        return module_actions if self.codec is None else self.codec.decode(observations, module_actions)
+
+
 class _Group:
     """The arenas of one scenario: its batched core, background seats and learning seats' interfaces."""
 
@@ -122,27 +158,27 @@ class _Group:
             if policy_spec(entry.policy).needs_env:
                 raise ValueError(f"the batched sampler cannot play {entry.policy!r} in {seat!r}: it reads the hidden "
                                  "state of one arena; train with the stock sampler")
-            self.background[seat] = batched_seat(entry.policy, config, seat, size, dict(entry.params))
+            self.background[seat] = batch_policy(entry.policy, config, seat, size, **dict(entry.params))
         scale, codecs, history = (dict(env_config.get(k, {})) for k in ("observation_scale", "action_codec", "history"))
         self.interfaces = {
-            seat: [interface_for(config, seat, None if seat not in scale else np.asarray(scale[seat], np.float32),
-                                 codecs.get(seat), int(history.get(seat, 1))) for _ in range(size)]
+            seat: BatchInterface(config, seat, size, None if seat not in scale else np.asarray(scale[seat], np.float32),
+                                 codecs.get(seat), int(history.get(seat, 1)))
             for seat in learned
         }
         reward_scale = dict(env_config.get("reward_scale", {}))
         self.reward_scale = {a: float(by_hash[config.content_hash]) for a, by_hash in reward_scale.items()
                              if config.content_hash in by_hash}
+        self.info = {"scenario": config.name, "scenario_hash": config.content_hash}
         self.raw: dict[str, np.ndarray] = {}
+        self.ended = np.zeros(size, dtype=bool)  # arenas whose episode ended at the last step (NEXT_STEP)
 
-
-def batched_seat(name: str, config: ScenarioConfig, seat: str, size: int, params: dict[str, Any]) -> BatchPolicy:
-    """Policy ``name`` in seat ``seat`` of ``size`` arenas: its batched form where one exists."""
-    try:
-        from policies.batch import batch_policy  # type: ignore[attr-defined]
-    except ImportError:  # no batched forms yet: every seat loops
-        return LoopBatchPolicy(lambda: make_policy(name, config, seat, **params), size)
-    policy: BatchPolicy = batch_policy(name, config, seat, size, **params)
-    return policy
+    def start(self, arenas: np.ndarray) -> None:
+        """Background policies and learning seats' interfaces of ``arenas`` start the core's episodes there."""
+        seeds = [self.core.episode_seeds[i] for i in arenas.tolist()]
+        for seat, policy in self.background.items():
+            policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
+        for interface in self.interfaces.values():
+            interface.reset(arenas)
 
 
 class BatchedFocalEnv(VectorMultiAgentEnv):
@@ -153,7 +189,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         cfg = dict(env_config)
         why = unsupported_reason(cfg)
         if why is not None:
-            raise ValueError(f"the batched sampler cannot play this run ({why}); use --sampler stock")
+            raise ValueError(f"the batched sampler cannot play this run ({why}); train with --sampler stock")
         install(cfg.get("checkpoints", ()))
         self.learned = list(cfg.get("learned_agents", []))
         scenarios = [load_scenario(s) for s in (cfg.get("scenarios") or [cfg.get("scenario", "standard")])]
@@ -165,12 +201,12 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             chosen = Population.from_dict(background) if background else Population.default(config)
             self.groups.append(_Group(config, size, self.learned, chosen, cfg))
         first = self.groups[0]
-        obs_spaces = {a: first.interfaces[a][0].observation_space() for a in self.learned}
-        act_spaces = {a: first.interfaces[a][0].action_space() for a in self.learned}
+        obs_spaces = {a: first.interfaces[a].one.observation_space() for a in self.learned}
+        act_spaces = {a: first.interfaces[a].one.action_space() for a in self.learned}
         for group in self.groups[1:]:
             for a in self.learned:
-                space = group.interfaces[a][0]
-                if space.observation_space().shape != obs_spaces[a].shape or space.action_space() != act_spaces[a]:
+                one = group.interfaces[a].one
+                if one.observation_space().shape != obs_spaces[a].shape or one.action_space() != act_spaces[a]:
                     raise ValueError(f"scenario {group.config.name!r} changes the spaces of {a!r}")
         self.envs = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
         self.single_observation_spaces, self.single_action_spaces = obs_spaces, act_spaces
@@ -178,11 +214,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.single_action_space = gym.spaces.Dict(act_spaces)
         self.metadata = {"autoreset_mode": "next_step"}
         self.render_mode = None
-        self._rngs = [np.random.default_rng() for _ in range(num_envs)]
-        self._ended = np.zeros(num_envs, dtype=bool)
         self.env_seconds = 0.0
 
-    # ------------------------------------------------------------------ seeds
     def _spans(self) -> list[tuple[_Group, int]]:
         """Each group with the index of its first arena in the batch."""
         spans, start = [], 0
@@ -191,109 +224,105 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             start += group.size
         return spans
 
-    def _draw_seeds(self, arenas: np.ndarray) -> list[int]:
-        seeds = [int(self._rngs[i].integers(*TRAINING_SEEDS)) for i in arenas.tolist()]
-        for i, seed in zip(arenas.tolist(), seeds, strict=True):
-            self.envs[i].episode_seed = seed
-        return seeds
-
-    def _reset_seats(self, group: _Group, local: np.ndarray, seeds: Sequence[int]) -> None:
-        """Background policies and learning seats' interfaces of ``group``'s arenas ``local`` start episodes ``seeds``."""
-        for seat, policy in group.background.items():
-            policy.reset([policy_seed(s, group.seat_index[seat]) for s in seeds], local)
-        for interfaces in group.interfaces.values():
-            for i in local.tolist():
-                interfaces[i].reset()
-
     # ------------------------------------------------------------------ api
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
-        if seed is not None:
-            seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed)
-            self._rngs = [np.random.default_rng(s) for s in seeds]
-        self._ended[:] = False
-        observations: list[dict[str, np.ndarray]] = [{} for _ in range(self.num_envs)]
-        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        base = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
+        observations: list[dict[str, np.ndarray]] = []
+        infos: list[dict[str, Any]] = []
         for group, start in self._spans():
-            local = np.arange(group.size)
-            seeds = self._draw_seeds(local + start)
-            self._reset_seats(group, local, seeds)
-            obs, _ = group.core.reset(seed=seeds)
-            group.raw = obs
-            self._fill(group, start, local, observations, infos, seeds)
-        return deepcopy(observations), infos
+            # arena i's first episode seed is the one sub-env i of the stock path draws first
+            seeds = None if base is None else [int(np.random.default_rng(base[start + i]).integers(*TRAINING_SEEDS))
+                                               for i in range(group.size)]
+            clock = time.perf_counter()
+            group.raw, _ = group.core.reset(seed=seeds)
+            self.env_seconds += time.perf_counter() - clock
+            group.ended[:] = False
+            every = np.arange(group.size)
+            group.start(every)
+            views = {a: group.interfaces[a].observe(group.raw[a]) for a in self.learned}
+            for i in range(group.size):
+                self._view(start + i, group, i)
+                observations.append({a: views[a][i] for a in self.learned})
+                infos.append(self._reset_info(group, i))
+        return observations, infos
 
-    def _fill(self, group: _Group, start: int, local: np.ndarray, observations: list[dict[str, np.ndarray]],
-              infos: list[dict[str, Any]], seeds: Sequence[int] | None = None) -> None:
-        """The learning seats' module views of ``group``'s arenas ``local`` (after a reset: with ``seeds``' infos)."""
-        for k, i in enumerate(local.tolist()):
-            self.envs[start + i].scenario = group.config
-            observations[start + i] = {a: group.interfaces[a][i].observe(group.raw[a][i]) for a in self.learned}
-            if seeds is not None:
-                info = {"scenario": group.config.name, "scenario_hash": group.config.content_hash,
-                        "episode_seed": seeds[k]}
-                infos[start + i] = {a: dict(info) for a in self.learned}
+    def _view(self, j: int, group: _Group, i: int) -> None:
+        view = self.envs[j]
+        view.episode_seed, view.scenario = group.core.episode_seeds[i], group.config
+
+    def _reset_info(self, group: _Group, i: int) -> dict[str, Any]:
+        info = {**group.info, "episode_seed": group.core.episode_seeds[i]}
+        return {a: dict(info) for a in self.learned}
 
     def step(self, actions: list[dict[str, Any]]):
-        n = self.num_envs
-        observations: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
-        rewards: list[dict[str, float]] = [{} for _ in range(n)]
-        terminateds: list[dict[str, bool]] = [{} for _ in range(n)]
-        truncateds: list[dict[str, bool]] = [{} for _ in range(n)]
-        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        observations: list[dict[str, np.ndarray]] = []
+        rewards: list[dict[str, float]] = []
+        terminateds: list[dict[str, bool]] = []
+        truncateds: list[dict[str, bool]] = []
+        infos: list[dict[str, Any]] = []
         for group, start in self._spans():
-            self._step_group(group, start, actions, observations, rewards, terminateds, truncateds, infos)
+            out = self._step_group(group, actions[start:start + group.size])
+            for collected, part in zip((observations, rewards, terminateds, truncateds, infos), out, strict=True):
+                collected.extend(part)
         return (observations, np.array(rewards, dtype=object), np.array(terminateds, dtype=object),
                 np.array(truncateds, dtype=object), np.array(infos, dtype=object))
 
-    def _step_group(self, group: _Group, start: int, actions: list[dict[str, Any]],
-                    observations: list[dict[str, np.ndarray]], rewards: list[dict[str, float]],
-                    terminateds: list[dict[str, bool]], truncateds: list[dict[str, bool]],
-                    infos: list[dict[str, Any]]) -> None:
-        local = np.arange(group.size)
-        resetting = local[self._ended[start:start + group.size]]  # NEXT_STEP: these reset in this call
+    def _step_group(self, group: _Group, actions: list[dict[str, Any]]) -> tuple[list[Any], ...]:
+        restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call
         joint: dict[str, np.ndarray] = {}
         for seat in self.learned:
-            interfaces, raw = group.interfaces[seat], group.raw[seat]
-            rows = []
-            for i in local.tolist():
-                action = actions[start + i].get(seat)
-                rows.append(interfaces[i].act(raw[i], action) if action is not None
-                            else np.zeros(group.core.action_space(seat).shape, dtype=np.int64))
-            joint[seat] = np.stack([np.asarray(r, dtype=np.int64) for r in rows])
+            interface, raw = group.interfaces[seat], group.raw[seat]
+            codes = np.stack([np.asarray(a[seat], dtype=np.int64) if seat in a else
+                              np.asarray(interface.one.action_space().nvec * 0, dtype=np.int64) for a in actions])
+            joint[seat] = interface.act(raw, codes)
         for seat, policy in group.background.items():
             joint[seat] = policy.act(group.raw[seat])
-        if resetting.size:
-            seeds = self._draw_seeds(resetting + start)
-            group.core.set_next_seeds(resetting, seeds)
+        clock = time.perf_counter()
         obs, reward, terminated, truncated, info = group.core.step(joint)
+        self.env_seconds += time.perf_counter() - clock
         group.raw = obs
-        if resetting.size:
-            self._reset_seats(group, resetting, seeds)
-        self._fill(group, start, local, observations, infos)
-        ended = np.logical_or(terminated[self.learned[0]], truncated[self.learned[0]])
-        self._ended[start:start + group.size] = ended
-        scale = group.reward_scale
-        for i in local.tolist():
-            j = start + i
-            if i in set(resetting.tolist()):
-                rewards[j] = dict.fromkeys(self.learned, 0.0)
-                terminateds[j] = {**dict.fromkeys(self.learned, False), "__all__": False}
-                truncateds[j] = {**dict.fromkeys(self.learned, False), "__all__": False}
-                seed = self.envs[j].episode_seed
-                infos[j] = {a: {"scenario": group.config.name, "scenario_hash": group.config.content_hash,
-                                "episode_seed": seed} for a in self.learned}
+        if restarting.size:
+            group.start(restarting)
+        views = {a: group.interfaces[a].observe(obs[a]) for a in self.learned}
+        focal = self.learned[0]  # every seat ends on the same step
+        ended = terminated[focal] | truncated[focal]
+        group.ended = ended
+        restarted = set(restarting.tolist())
+        episode = {a: info[a].get("episode") for a in self.learned}
+        out: tuple[list[Any], ...] = ([], [], [], [], [])
+        for i in range(group.size):
+            observations, rewards, terminateds, truncateds, infos = out
+            observations.append({a: views[a][i] for a in self.learned})
+            if i in restarted:
+                self._view(self._index(group) + i, group, i)
+                rewards.append(dict.fromkeys(self.learned, 0.0))
+                terminateds.append({**dict.fromkeys(self.learned, False), "__all__": False})
+                truncateds.append({**dict.fromkeys(self.learned, False), "__all__": False})
+                infos.append(self._reset_info(group, i))
                 continue
-            rewards[j] = {a: float(reward[a][i]) * scale.get(a, 1.0) if a in scale else float(reward[a][i])
-                          for a in self.learned}
-            term = bool(terminated[self.learned[0]][i])
-            trunc = bool(truncated[self.learned[0]][i])
-            terminateds[j] = {**{a: bool(terminated[a][i]) for a in self.learned}, "__all__": term}
-            truncateds[j] = {**{a: bool(truncated[a][i]) for a in self.learned}, "__all__": bool(ended[i]) and not term}
-            infos[j] = {a: group.core.arena_info(a, i) for a in self.learned}
-            del trunc
+            scale = group.reward_scale
+            rewards.append({a: float(reward[a][i]) * scale[a] if a in scale else float(reward[a][i])
+                            for a in self.learned})
+            all_terminated = bool(terminated[focal][i])
+            terminateds.append({**{a: bool(terminated[a][i]) for a in self.learned}, "__all__": all_terminated})
+            truncateds.append({**{a: bool(truncated[a][i]) for a in self.learned},
+                               "__all__": bool(ended[i]) and not all_terminated})
+            seat_infos = {}
+            for a in self.learned:
+                seat_info: dict[str, Any] = {"reward_terms": {k: float(v[i]) for k, v in info[a]["reward_terms"].items()},
+                                             "scenario_hash": group.config.content_hash}
+                if ended[i] and episode[a] is not None:
+                    seat_info["episode"] = {k: float(v[i]) for k, v in episode[a].items()}
+                seat_infos[a] = seat_info
+            infos.append(seat_infos)
+        return out
+
+    def _index(self, group: _Group) -> int:
+        return next(start for g, start in self._spans() if g is group)
 
     def close_extras(self, **kwargs: Any) -> None:
-        pass
+        for group in getattr(self, "groups", ()):  # (a refused config never built them)
+            group.core.close()
 
 
 class BatchedEnvRunner(MultiAgentEnvRunner):
