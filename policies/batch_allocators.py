@@ -43,9 +43,8 @@ class BatchView:
 
 
 def _floor_div(money: np.ndarray, price: np.ndarray, where: np.ndarray) -> np.ndarray:
-    """``money // price`` (Python's float floor division) where ``where``, else 0."""
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        return np.floor_divide(money, price, out=np.zeros(money.shape), where=where)
+    """``money // price`` (Python's float floor division) where ``where`` (a positive price), else 0."""
+    return np.floor_divide(money, price, out=np.zeros(money.shape), where=where)
 
 
 class BatchAllocator(BatchScripted):
@@ -371,8 +370,7 @@ class BatchDrf(BatchAllocator):
             i = np.argmin(np.where(eligible, dominant, np.inf), axis=1)
             # ... on the tier where its demand is least satisfied (ties: lower index)
             ok = can[rows, i]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(ok, g[rows, i] / np.where(ok, d[rows, i], 1), np.inf)
+            ratio = np.where(ok, g[rows, i] / np.where(ok, d[rows, i], 1), np.inf)  # d > g >= 0 where ok
             k = np.argmin(ratio, axis=1)
             one = live.astype(np.int64)
             g[rows, i, k] += one

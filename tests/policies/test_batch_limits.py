@@ -1,7 +1,7 @@
 """The batched fit step (policies/batch_limits.py) is row for row the per-arena one (policies/limits.py).
 
 Random limits, purchases, grants and trim orders (hypothesis) make every cut bind: the offer,
-the budget (the env's unit-by-unit repair), the capacity per tier and a hard cap's carbon left,
+the budget (the env's cut, in bulk and unit by unit), the capacity per tier and a hard cap's carbon left,
 with ties in price and in kg per GPU; and the batched limit reader reads what the per-arena one
 reads from random observations of a hard-cap and a soft-cap scenario.
 """
@@ -21,13 +21,13 @@ from tests.policies.test_batch_policies import random_observations
 
 
 def _draw(rng: np.random.Generator, n: int, teams: int, tiers: int, hard: bool):
-    offer_qty = rng.integers(0, 6, (n, tiers))
+    offer_qty = rng.integers(0, 500 if rng.random() < 0.3 else 6, (n, tiers))  # hundreds: the bulk budget cut
     price = rng.choice([0.0, 1.5, 2.25, 3.7, 10.0, 1e-3], (n, tiers)).astype(np.float32).astype(np.float64)
     budget = rng.choice([0.0, 2.0, 9.5, 30.0, 1e4], n) * rng.random(n)
     online = rng.integers(0, 8, (n, tiers))
     headroom = rng.uniform(-5, 40, n) if hard else None
     kg = rng.choice([0.0, 0.3, 0.9, 1.7], (n, tiers)) * rng.choice([1.0, 1e-300], (n, 1)) if hard else np.zeros((n, tiers))
-    buy = rng.integers(-1, 80, (n, tiers)) if rng.random() < 0.3 else rng.integers(-1, 8, (n, tiers))
+    buy = rng.integers(-1, 600, (n, tiers)) if rng.random() < 0.4 else rng.integers(-1, 8, (n, tiers))
     grant = rng.integers(-1, 6, (n, teams, tiers))
     order = np.argsort(rng.random((n, teams)), axis=1)
     return BatchLimits(offer_qty, price, budget, online, headroom, kg), buy, grant, order
@@ -49,7 +49,7 @@ def test_fit_action_batch_is_fit_action_per_row(seed: int, teams: int, tiers: in
 def test_the_draws_make_every_cut_bind() -> None:
     """The property above is not vacuous: over its draws each limit cuts something."""
     rng = np.random.default_rng(0)
-    cut = {"offer": 0, "budget": 0, "capacity": 0, "carbon": 0}
+    cut = {"offer": 0, "budget": 0, "budget in bulk": 0, "capacity": 0, "carbon": 0}
     for _ in range(40):
         limits, buy, grant, order = _draw(rng, 12, 3, 2, hard=True)
         fixed_buy, fixed = fit_action_batch(limits, buy, grant, order)
@@ -58,6 +58,7 @@ def test_the_draws_make_every_cut_bind() -> None:
         soft = BatchLimits(limits.offer_qty, limits.offer_price, limits.budget, limits.online, None, limits.kg_per_gpu)
         soft_buy, soft_grant = fit_action_batch(soft, buy, grant, order)
         cut["budget"] += int((soft_buy < offered).sum())
+        cut["budget in bulk"] += int((offered - soft_buy > 64).sum())
         cut["capacity"] += int((soft_grant < np.maximum(grant, 0)).sum())
         cut["carbon"] += int((fixed < soft_grant).sum())
     assert all(v > 0 for v in cut.values()), cut
