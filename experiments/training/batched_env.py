@@ -31,6 +31,7 @@ seat's index).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,16 @@ from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.vector.vector_multi_agent_env import VectorMultiAgentEnv
+from ray.rllib.utils.metrics import (
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+)
 
 import commons_arena
 from commons_arena.scenario import ScenarioConfig, load_scenario
@@ -326,7 +337,11 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
 
 
 class BatchedEnvRunner(MultiAgentEnvRunner):
-    """RLlib's multi-agent env runner sampling from a :class:`BatchedFocalEnv` (``make_env`` replaced)."""
+    """RLlib's multi-agent env runner sampling from a :class:`BatchedFocalEnv` (``make_env`` replaced).
+
+    The stock runner logs six metric values per sub-env step (its env, agent and module step
+    counts); with the env batched they are the larger part of a step's cost. Here they are counted
+    and logged once per :meth:`sample` call, the same sums."""
 
     def make_env(self) -> None:
         if self.env is not None:
@@ -334,7 +349,37 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
         self.env = BatchedFocalEnv(self.config.env_config, self.config.num_envs_per_env_runner)
         self.num_envs = self.env.num_envs
         self._needs_initial_reset = True
+        self._counts: Counter[tuple[str, Any]] = Counter()
         make_callback("on_environment_created", callbacks_objects=self._callbacks,
                       callbacks_functions=self.config.callbacks_on_environment_created,
                       kwargs=dict(env_runner=self, metrics_logger=self.metrics, env=self.env.unwrapped,
                                   env_context=self.config.env_config))
+
+    def _increase_sampled_metrics(self, num_steps: int, next_obs: Any, episode: Any) -> int:
+        counts = self._counts
+        counts["env", None] += num_steps
+        if episode.is_done:
+            counts["episodes", None] += 1
+        for aid in next_obs:
+            counts["agent", str(aid)] += 1
+            counts["module", episode.module_for(aid)] += 1
+        return num_steps
+
+    def sample(self, **kwargs: Any) -> Any:
+        episodes = super().sample(**kwargs)
+        counts, self._counts = self._counts, Counter()
+        log = self.metrics.log_value
+        for (kind, key), value in counts.items():
+            if kind == "env":
+                log(NUM_ENV_STEPS_SAMPLED, value, reduce="sum")
+                log(NUM_ENV_STEPS_SAMPLED_LIFETIME, value, reduce="lifetime_sum", with_throughput=True)
+            elif kind == "episodes":
+                log(NUM_EPISODES, value, reduce="sum")
+                log(NUM_EPISODES_LIFETIME, value, reduce="lifetime_sum")
+            elif kind == "agent":
+                log((NUM_AGENT_STEPS_SAMPLED, key), value, reduce="sum")
+                log((NUM_AGENT_STEPS_SAMPLED_LIFETIME, key), value, reduce="lifetime_sum")
+            else:
+                log((NUM_MODULE_STEPS_SAMPLED, key), value, reduce="sum")
+                log((NUM_MODULE_STEPS_SAMPLED_LIFETIME, key), value, reduce="lifetime_sum")
+        return episodes
