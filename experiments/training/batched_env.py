@@ -219,7 +219,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
                 one = group.interfaces[a].one
                 if one.observation_space().shape != obs_spaces[a].shape or one.action_space() != act_spaces[a]:
                     raise ValueError(f"scenario {group.config.name!r} changes the spaces of {a!r}")
-        self.envs = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
+        self.views = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
+        self.envs = list(self.views)  # what RLlib's runner reads per sub-env (spaces, agents)
         self.single_observation_spaces, self.single_action_spaces = obs_spaces, act_spaces
         self.single_observation_space = gym.spaces.Dict(obs_spaces)
         self.single_action_space = gym.spaces.Dict(act_spaces)
@@ -258,25 +259,20 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         return observations, infos
 
     def _view(self, j: int, group: _Group, i: int) -> None:
-        view = self.envs[j]
+        view = self.views[j]
         view.episode_seed, view.scenario = group.core.episode_seeds[i], group.config
 
     def _reset_info(self, group: _Group, i: int) -> dict[str, Any]:
         info = {**group.info, "episode_seed": group.core.episode_seeds[i]}
         return {a: dict(info) for a in self.learned}
 
-    def step(self, actions: list[dict[str, Any]]):
-        observations: list[dict[str, np.ndarray]] = []
-        rewards: list[dict[str, float]] = []
-        terminateds: list[dict[str, bool]] = []
-        truncateds: list[dict[str, bool]] = []
-        infos: list[dict[str, Any]] = []
+    def step(self, actions: Any):  # RLlib's ArrayType: one dict of module actions per sub-env
+        columns: list[list[Any]] = [[], [], [], [], []]  # observations, rewards, terminateds, truncateds, infos
         for group, start in self._spans():
-            out = self._step_group(group, actions[start:start + group.size])
-            for collected, part in zip((observations, rewards, terminateds, truncateds, infos), out, strict=True):
-                collected.extend(part)
-        return (observations, np.array(rewards, dtype=object), np.array(terminateds, dtype=object),
-                np.array(truncateds, dtype=object), np.array(infos, dtype=object))
+            for column, part in zip(columns, self._step_group(group, actions[start:start + group.size]), strict=True):
+                column.extend(part)
+        observations, *rest = columns
+        return (observations, *(np.array(column, dtype=object) for column in rest))
 
     def _step_group(self, group: _Group, actions: list[dict[str, Any]]) -> tuple[list[Any], ...]:
         restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call
