@@ -18,12 +18,14 @@ import tyro
 
 from experiments.seeds import first_seed
 from experiments.training.kinds import KINDS, SPLIT_PREFIX, Kind, kind_of
+from experiments.training.networks import NETWORKS, Network, network_of
 
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
 if TYPE_CHECKING:
     ExperimentName = str
-else:  # tyro's choices and the experiment file's check: the kinds' names, in one place (kinds.KINDS)
-    ExperimentName = Literal[tuple(KINDS)]
+    NetworkName = str
+else:  # tyro's choices and the experiment file's check: the kinds' and networks' names, in one place each
+    ExperimentName, NetworkName = Literal[tuple(KINDS)], Literal[tuple(NETWORKS)]
 
 # Upper bounds of the numbers a run takes (docs/limits.md): refused up front, before anything is written.
 MAX_TRAIN_SEED = 2**31 - 1  # RLlib seeds numpy's generators (< 2**32) with seed + runner index
@@ -90,7 +92,7 @@ class TrainArgs:
     eval_scenarios: int = 6
     """allocator_family: scenarios of the training split (a fixed draw) its held-out-seed evaluations play;
     the held-out split is for `commons-arena benchmark`, never read by training"""
-    network: Literal["mlp", "cells", "padded"] = "mlp"
+    network: NetworkName = "mlp"
     """the allocator's network: mlp (RLlib's MLP over the scenario's own observation: one shape only) or cells
     (policies/universal.py: one MLP shared by every (team, tier) cell, plays any cluster up to 8 teams x 4
     tiers; needs --action-codec need or residual); padded (RLlib's MLP over the same padded view, weights per
@@ -253,9 +255,9 @@ class TrainArgs:
              "--family-scenarios and --family-share are for --experiment allocator_family"),
             (self.family_share == 0 or bool(self.family_scenarios),
              "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
-            (not self.kind.shape_free or self.shape_free,
+            (not self.kind.shape_free or self.net.cell_view,
              f"{self.experiment} plays clusters of every shape: pass --network cells"),
-            (not self.shape_free or (self.action_codec in ("need", "residual") and self.history == 1
+            (not self.net.cell_view or (self.action_codec in ("need", "residual") and self.history == 1
                                      and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
              "one tick (--history 1, no --use-lstm)"),
@@ -293,9 +295,9 @@ class TrainArgs:
         return kind_of(self.experiment)
 
     @property
-    def shape_free(self) -> bool:
-        """The allocator sees the padded cell view (policies.universal), whatever the cluster's shape."""
-        return self.network in ("cells", "padded")
+    def net(self) -> Network:
+        """The allocator's network (experiments/training/networks.py)."""
+        return network_of(self.network)
 
     @property
     def mixed(self) -> bool:

@@ -21,8 +21,7 @@ from experiments.training.cell_module import CellPPOModule, network_from_cell_mo
 from experiments.training.rl_modules import ModuleActor, network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
 from experiments.training.setup import RunSetup
-from policies.checkpoint_format import PolicyNetwork
-from policies.learned import save_policy, save_universal_policy
+from policies.learned import save_policy
 from policies.policy_set import SET_DIR
 
 
@@ -61,17 +60,9 @@ def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, co
         for seat, network in networks.items():
             save_policy(folder / SET_DIR / seat, network, config, seat, setup.scales[seat],
                         codec=setup.codecs.get(seat), history=setup.histories.get(seat, 1))
-    elif setup.args.network == "padded":
-        print("  (--network padded is a measurement: no learned:<dir> files written)")
-    elif setup.args.network == "cells":
-        trained_on = "+".join(setup.args.stages)
-        save_universal_policy(folder, networks[ALLOCATOR], trained_on,
-                              config.content_hash if len(setup.stages) == 1 else "", codec=setup.codecs[ALLOCATOR])
-    elif isinstance(networks[ALLOCATOR], PolicyNetwork):
-        save_policy(folder, networks[ALLOCATOR], config, ALLOCATOR, setup.scales[ALLOCATOR],
-                    codec=setup.codecs.get(ALLOCATOR), history=setup.histories.get(ALLOCATOR, 1))
-    else:
-        print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
+    else:  # the allocator alone: as its network stores it
+        setup.args.net.save(folder, networks[ALLOCATOR], config, setup.scales.get(ALLOCATOR), setup.codecs.get(ALLOCATOR),
+                            setup.histories.get(ALLOCATOR, 1), setup.args.stages, len(setup.stages))
 
 
 def save_untrained(algo: Any, setup: RunSetup, folder: Path, config: ScenarioConfig) -> dict[str, Any]:

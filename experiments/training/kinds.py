@@ -16,11 +16,13 @@ imported inside the hooks that need them. A hook's ``setup`` is the run's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from commons_arena.enums import ALLOCATOR, TIERS
 from commons_arena.scenario import ScenarioConfig
+from experiments.training.env_config import ArenaEnvConfig, Curriculum, LeagueSettings
 from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules
 
 ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
@@ -75,10 +77,10 @@ class Kind:
         with the scripted allocators), without a scenario to plan on."""
         return ALLOCATOR in learners if self.chooses_learners else True
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
-        """Add this kind's part of the env config; returns its callbacks class (None: the default
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
+        """``env`` with this kind's part of the env config, its callbacks class (None: the default
         metrics) and extra arguments of ``build_algorithm_config`` (modules, mapping)."""
-        return None, {}
+        return env, None, {}
 
     def start_code(self, setup: Any, run: Path) -> StartCode | None:
         """The code a new run's learning seat starts at, if this kind decides it (None: every learning
@@ -101,13 +103,12 @@ class AllocatorCurriculum(Kind):
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         from experiments.training.callbacks import CurriculumCallback
 
         args = setup.args
-        env_config["curriculum"] = {"stages": list(setup.stages), "promote_at": args.promote_at,
-                                    "min_iterations": args.promote_after, "stage": stage}
-        return CurriculumCallback, {}
+        curriculum = Curriculum(tuple(setup.stages), args.promote_at, args.promote_after, stage)
+        return replace(env, curriculum=curriculum), CurriculumCallback, {}
 
 
 class AllocatorMixed(Kind):
@@ -131,7 +132,7 @@ class AllocatorFamily(AllocatorMixed):
     def stages(self, args: Any) -> tuple[str, ...]:
         return (SPLIT_PREFIX + args.split, *args.family_scenarios)
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         """The family's scenarios' returns differ by 100x: the allocator's training reward is brought to one
         scale per scenario (experiments.training.references.reward_scales), so no scenario's scale
         dominates the gradient or the value function; evaluations and reports stay unscaled. With
@@ -139,11 +140,11 @@ class AllocatorFamily(AllocatorMixed):
         from commons_arena.enums import ALLOCATOR
         from experiments.training.references import reward_scales
 
-        env_config["reward_scale"] = {ALLOCATOR: reward_scales(setup.stages, setup.args.seed)}
-        if setup.args.family_share > 0:
-            env_config["scenario_weights"] = scenario_weights(len(setup.stages), len(setup.args.family_scenarios),
-                                                              setup.args.family_share)
-        return None, {}
+        args = setup.args
+        weights = (None if args.family_share == 0 else
+                   tuple(scenario_weights(len(setup.stages), len(args.family_scenarios), args.family_share)))
+        return replace(env, reward_scale={ALLOCATOR: reward_scales(setup.stages, args.seed)},
+                       scenario_weights=weights), None, {}
 
 
 def scenario_weights(n_stages: int, n_extra: int, share: float) -> list[float]:
@@ -189,17 +190,16 @@ class League(Kind):
     def allocator_learns(self, learners: Sequence[str]) -> bool:
         return False
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         from experiments.training import league
 
         args, teams, first = setup.args, setup.plan.seats, setup.stages[0]
-        pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
-        env_config["league"] = {"pool": pool, "team_seats": teams, "margin": args.snapshot_margin,
-                                "gap": args.snapshot_gap}
+        pool = (league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted))
+        settings = LeagueSettings(pool, tuple(teams), args.snapshot_margin, args.snapshot_gap)
         parts = {"extra_modules": league.scripted_member_specs(args.league_scripted, first, teams,
                                                                setup.scales[teams[0]]),
-                 "mapping_fn": league.mapping_for(pool, teams)}
-        return league.LeagueCallback, parts
+                 "mapping_fn": league.mapping_for(list(pool), teams)}
+        return replace(env, league=settings), league.LeagueCallback, parts
 
     def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
         from experiments.training import league

@@ -25,10 +25,10 @@ from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
 from experiments.training.mixture import Mixture, load_mixture
+from experiments.training.networks import check_warm_start
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seat_codecs import seat_codecs
 from experiments.training.seats import SeatPlan, exact_scale, module_scales
-from experiments.training.warm_start import check_warm_start, warm_scale
 from policies.learned import observation_scale
 from policies.population import Population
 
@@ -75,16 +75,7 @@ def resolve(args: TrainArgs) -> RunSetup:
     refuse_heldout_stages(stages)
     kind = args.kind
     plan = kind.seat_plan(stages[0], args.learners, args.team_modules)  # names a bad learner
-    if args.shape_free:
-        if plan.seats != [ALLOCATOR]:
-            raise ValueError(f"--network {args.network} is the allocator learning alone; {args.experiment} trains "
-                             f"{plan.seats}")
-        from policies.universal import check_shape
-
-        for config in stages:
-            check_shape(config, f"--network {args.network}")
-        if args.init_from is not None and args.network == "padded":
-            raise ValueError("--init-from starts a cells or mlp network, not padded")
+    args.net.check_run(plan.seats, stages, args.init_from)
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
@@ -92,7 +83,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         if plan.seats != [ALLOCATOR] or args.use_lstm:
             raise ValueError(f"--init-from starts the allocator learning alone (no LSTM); {args.experiment} trains "
                              f"{plan.seats}")
-        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden, args.network)
+        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden, args.net)
     if args.mix_background is not None and not args.scripted_in_env:
         raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
     if args.mixture is not None and not args.scripted_in_env:
@@ -179,7 +170,7 @@ class Observations(Observer):
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     """Learning seat -> observation scale, fitted per module on every seat it plays."""
-    if setup.args.shape_free:  # cell features are normalised by each scenario's public parameters
+    if setup.args.net.cell_view:  # cell features are normalised by each scenario's public parameters
         return {}
     samples = sample_observations(setup.stages, setup.args.seed)
     # a league shares team seats between learned and scripted members: exact (power-of-two) scales
@@ -191,7 +182,7 @@ def with_unit_scales(setup: RunSetup) -> RunSetup:
     """``setup`` with scale 1 for every learning seat (benchmarks and tests of the wiring,
     where the learning signal does not matter)."""
     env = commons_arena.parallel_env(setup.stages[0])
-    if setup.args.shape_free:
+    if setup.args.net.cell_view:
         return replace(setup, scales={})
     return replace(setup, scales={s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats})
 
@@ -206,8 +197,8 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
                   for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
         scales = fit_scales(setup)
-        if setup.args.init_from is not None and setup.args.network == "mlp":  # its weights were trained on its scale
-            scales[ALLOCATOR] = warm_scale(setup.args.init_from)
+        if (start := setup.args.net.start_scale(setup.args.init_from)) is not None:  # its weights were trained on it
+            scales[ALLOCATOR] = start
         scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
     if references_path.is_file():

@@ -73,7 +73,8 @@ from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
 from experiments.training.weight_sync import push_learner_weights
-from experiments.training.weights import favour_code, favour_zero_code
+from experiments.training.weights import favour_code
+from policies.codecs import make_codec
 
 
 def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
@@ -155,11 +156,26 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
     algo.stop()
     args.kind.after_training(setup, run)  # a best response's report, a league's payoff matrix
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
-    if args.network != "padded":  # a measurement: no learned: files
-        print(f"use one as: learned:{run / 'best'}")
-    if args.kind.shape_free and args.network == "cells":  # training never reads the held-out split: the benchmark does
-        print(f"held-out split: commons-arena benchmark learned:{run / 'best'} --suite heldout-allocator")
+    if (learned := args.net.learned(run)) is not None:  # --network padded is a measurement: no learned: files
+        print(f"use one as: {learned}")
+        if args.kind.shape_free:  # training never reads the held-out split: the benchmark does
+            print(f"held-out split: commons-arena benchmark {learned} --suite heldout-allocator")
     return checkpoint
+
+
+def favour_zero_code(algo: Any, setup: RunSetup) -> None:
+    """Start every coded module from its codec's base policy (the allocator's ``need``: the
+    planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced): its zero
+    code gets ``zero_bias`` more logit. A module's seats share one codec (``seat_codecs``)."""
+    if setup.args.favour_strength == 0:
+        return
+    for module, seats in setup.plan.modules.items():
+        codec_name = setup.codecs.get(seats[0])
+        if not codec_name:
+            continue
+        # the network's zero code: per padded cell slot, one cell's code on every cell, or the codec's own
+        setup.args.net.favour_zero(algo, module, make_codec(codec_name, setup.stages[0], seats[0]),
+                                   setup.args.favour_strength)
 
 
 UNTRAINED = "iteration_0"
@@ -228,4 +244,4 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
          untrained=untrained_row(run))
 
 
-__all__ = ["TrainArgs", "train"]
+__all__ = ["TrainArgs", "favour_zero_code", "train"]

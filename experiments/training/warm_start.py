@@ -5,14 +5,14 @@ holds the greedy actor only: the module's actor encoder and policy head get its 
 value function starts fresh (PPO fits it from the first batch on), and the run observes
 through the checkpoint's observation scale (the weights were trained on it). Nothing else is
 taken over silently: a checkpoint whose role, spaces, codec, history or layer sizes are not
-this run's is refused before Ray starts (:func:`check_warm_start`), with one line naming the
+this run's is refused before Ray starts (:func:`experiments.training.networks.check_warm_start`), with one line naming the
 flag to change. The arms race (:mod:`experiments.studies.arms_race`) continues a learned
 allocator this way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +36,14 @@ def expected_linears(input_size: int, hidden: Sequence[int], outputs: int) -> li
     return list(zip(sizes[:-1], sizes[1:], strict=True))
 
 
-def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | None, history: int,
-                     hidden: Sequence[int], network: str = "mlp") -> dict[str, Any]:
-    """The checkpoint's sidecar, if its policy fits the run's allocator module; else ValueError."""
-    from policies.learned import ModuleInterface, check_fits, read_sidecar
+def check_mlp_start(spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
+                    history: int, hidden: Sequence[int]) -> None:
+    """An mlp allocator's checkpoint: every stage's spaces, its codec, history and layer sizes are the run's."""
+    from policies.learned import ModuleInterface, check_fits
 
     where = f"--init-from {spec}"
-    try:
-        meta = read_sidecar(checkpoint_dir(spec))
-    except ValueError as err:  # a CheckpointError: what is wrong with the folder
-        raise ValueError(f"{where}: {err}") from None
-    if meta["role"] != ALLOCATOR:
-        raise ValueError(f"{where}: a {meta['role']} policy; --init-from starts the allocator")
-    if (meta["universal"] is not None) != (network == "cells"):
-        kind = "cells" if meta["universal"] is not None else "mlp"
-        raise ValueError(f"{where}: its network is {kind!r}, the run's {network!r} (pass --network {kind})")
-    if network == "cells":
-        return _check_cells(where, meta, stages, codec, hidden)
     for config in stages:
-        check_fits(meta, config, ALLOCATOR, checkpoint_dir(spec))
+        check_fits(dict(meta), config, ALLOCATOR, checkpoint_dir(spec))
     theirs = (meta["action_codec"] or {}).get("name")
     if theirs != codec:
         raise ValueError(f"{where}: it acts through codec {theirs or 'none'!r}, the run through {codec or 'none'!r} "
@@ -62,38 +51,35 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
     if meta["history"] != history:
         raise ValueError(f"{where}: it sees {meta['history']} tick(s), the run {history} (pass --history {meta['history']})")
     interface = ModuleInterface(stages[0], ALLOCATOR, np.asarray(meta["observation_scale"], np.float32), codec, history)
-    outputs = int(sum(interface.action_space().nvec))
-    linears = [(layer.in_, layer.out) for layer in _layers(meta) if isinstance(layer, Linear)]
-    wanted = expected_linears(interface.input_size, hidden, outputs)
-    if linears != wanted:
-        sizes = [out for _, out in linears[:-1]]
-        raise ValueError(f"{where}: its network's layers {linears} are not the run's {wanted} "
-                         f"(pass --hidden {' '.join(map(str, sizes))})")
-    return meta
+    check_layers(where, meta, expected_linears(interface.input_size, hidden, int(sum(interface.action_space().nvec))))
 
 
-def _check_cells(where: str, meta: dict[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
-                 hidden: Sequence[int]) -> dict[str, Any]:
+def check_cells_start(spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
+                      hidden: Sequence[int]) -> None:
     """A shape-free allocator's checkpoint: its codec and layer sizes are the run's; every stage fits its view."""
     from experiments.training.cell_module import cell_linears
     from policies.universal import check_shape
 
+    where = f"--init-from {spec}"
     theirs = (meta["action_codec"] or {}).get("name")
     if theirs != codec:
         raise ValueError(f"{where}: it acts through codec {theirs!r}, the run through {codec or 'none'!r} "
                          f"(pass --action-codec {theirs})")
     for config in stages:
         check_shape(config, where)
+    check_layers(where, meta, cell_linears(list(hidden), int(meta["action_nvec"][0])))
+
+
+def check_layers(where: str, meta: Mapping[str, Any], wanted: list[tuple[int, int]]) -> None:
+    """ValueError unless the checkpoint's linear layers are ``wanted`` (in, out), naming the --hidden to pass."""
     linears = [(layer.in_, layer.out) for layer in _layers(meta) if isinstance(layer, Linear)]
-    wanted = cell_linears(list(hidden), int(meta["action_nvec"][0]))
     if linears != wanted:
         sizes = [out for _, out in linears[:-1]]
         raise ValueError(f"{where}: its network's layers {linears} are not the run's {wanted} "
                          f"(pass --hidden {' '.join(map(str, sizes))})")
-    return meta
 
 
-def _layers(meta: dict[str, Any]) -> list[Any]:
+def _layers(meta: Mapping[str, Any]) -> list[Any]:
     from policies.checkpoint_format import NetworkSpec
 
     return list(NetworkSpec.model_validate(meta["network"]).layers)
@@ -146,4 +132,5 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
         raise RuntimeError(f"--init-from {spec}: the module's outputs differ from the checkpoint's after loading")
 
 
-__all__ = ["check_warm_start", "checkpoint_dir", "expected_linears", "load_warm_start", "warm_scale"]
+__all__ = ["check_cells_start", "check_layers", "check_mlp_start", "checkpoint_dir",
+           "expected_linears", "load_warm_start", "warm_scale"]

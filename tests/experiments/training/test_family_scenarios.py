@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.training.args import TrainArgs
+from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.kinds import scenario_weights
 
 
@@ -40,14 +41,17 @@ def test_bad_family_settings_are_refused(fields, message) -> None:
 def test_the_weighted_draw_plays_each_scenario_at_its_weight() -> None:
     from experiments.training.env import ArenaRLlibEnv  # RLlib's MultiAgentEnv
 
-    env = ArenaRLlibEnv({"scenarios": ["standard", "elevated", "crisis"], "scenario_weights": [0.0, 0.2, 0.8]})
+    env = ArenaRLlibEnv(ArenaEnvConfig(scenarios=("standard", "elevated", "crisis"), scenario_weights=(0.0, 0.2, 0.8)))
     drawn = []
     for seed in range(60):
         env.reset(seed=seed)
         drawn.append(env.par_env.config.name)
     assert "standard" not in drawn
     assert 30 <= drawn.count("crisis") <= 59  # 0.8 of 60 is 48
+
+
+def test_the_env_config_refuses_weights_that_do_not_fit_its_scenarios() -> None:
     with pytest.raises(ValueError, match="2 weights for 3 scenarios"):
-        ArenaRLlibEnv({"scenarios": ["standard", "elevated", "crisis"], "scenario_weights": [0.5, 0.5]})
+        ArenaEnvConfig(scenarios=("standard", "elevated", "crisis"), scenario_weights=(0.5, 0.5))
     with pytest.raises(ValueError, match="non-negative with a positive sum"):
-        ArenaRLlibEnv({"scenarios": ["standard", "crisis"], "scenario_weights": [0.0, 0.0]})
+        ArenaEnvConfig(scenarios=("standard", "crisis"), scenario_weights=(0.0, 0.0))

@@ -18,8 +18,7 @@ from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.callbacks import foreach_sampling_runner, set_scenario_everywhere
 from experiments.training.setup import resolve, with_unit_scales
-from experiments.training.train import TrainArgs, train
-from experiments.training.weights import favour_zero_code
+from experiments.training.train import TrainArgs, favour_zero_code, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(600)]  # remote env runners on the session's Ray
 
