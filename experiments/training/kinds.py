@@ -140,11 +140,15 @@ class AllocatorFamily(AllocatorMixed):
         from commons_arena.enums import ALLOCATOR
         from experiments.training.references import reward_scales
 
-        args = setup.args
-        weights = (None if args.family_share == 0 else
-                   tuple(scenario_weights(len(setup.stages), len(args.family_scenarios), args.family_share)))
-        return replace(env, reward_scale={ALLOCATOR: reward_scales(setup.stages, args.seed)},
-                       scenario_weights=weights), None, {}
+        return replace(env, reward_scale={ALLOCATOR: reward_scales(setup.stages, setup.args.seed)},
+                       scenario_weights=self.draw_weights(setup.args, len(setup.stages))), None, {}
+
+    def draw_weights(self, args: Any, n_stages: int) -> tuple[float, ...] | None:
+        """Each stage's weight in the draw of a training episode's scenario: ``--family-scenarios`` (the last
+        stages, :meth:`stages`) share ``--family-share`` of the episodes, the split the rest (None: all alike)."""
+        if args.family_share == 0:
+            return None
+        return tuple(scenario_weights(n_stages, len(args.family_scenarios), args.family_share))
 
 
 def scenario_weights(n_stages: int, n_extra: int, share: float) -> list[float]:
