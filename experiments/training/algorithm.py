@@ -179,7 +179,6 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         # by scenario hash: lets the metrics callback report a normalised score per episode
         score_anchors={c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
         network={seat: args.net for seat in plan.seats},
-        scenarios=tuple(setup.stages) if args.mixed else (),
         # drawn per training episode (experiments.training.env)
         background_mix=None if setup.mix_background is None else BackgroundMix(setup.mix_background.to_dict(),
                                                                                 args.mix_share),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, get_args, get_origin
 import tyro
 
 from experiments.seeds import first_seed
-from experiments.training.kinds import KINDS, SPLIT_PREFIX, Kind, kind_of
+from experiments.training.kinds import KINDS, Kind, kind_of
 from experiments.training.networks import NETWORKS, Network, network_of
 
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
@@ -251,12 +251,7 @@ class TrainArgs:
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
             (math.isfinite(self.family_share) and 0 <= self.family_share < 1,
              f"--family-share must be at least 0 and below 1, got {self.family_share}"),
-            (not (self.family_scenarios or self.family_share) or self.experiment == "allocator_family",
-             "--family-scenarios and --family-share are for --experiment allocator_family"),
-            (self.family_share == 0 or bool(self.family_scenarios),
-             "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
-            (not self.kind.shape_free or self.net.cell_view,
-             f"{self.experiment} plays clusters of every shape: pass --network cells"),
+            *((False, message) for message in self.kind.problems(self)),  # the kind's own (allocator_family's)
             (not self.net.cell_view or (self.action_codec in ("need", "residual") and self.history == 1
                                      and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
@@ -300,11 +295,6 @@ class TrainArgs:
         return network_of(self.network)
 
     @property
-    def mixed(self) -> bool:
-        """Every episode draws its scenario from several (the tiers, or a family's split)."""
-        return self.kind.mixed
-
-    @property
     def favour_strength(self) -> float:
         """``--zero-bias``, or its default for this experiment."""
         return self.zero_bias if self.zero_bias is not None else self.kind.zero_bias
@@ -317,8 +307,7 @@ class TrainArgs:
     def name(self) -> str:
         if self.run_name:
             return self.run_name
-        what = self.stages[0].removeprefix(SPLIT_PREFIX) if len(self.stages) == 1 else \
-            "mixed" if self.mixed else "curriculum"
+        what = self.kind.label(self.stages)
         if what.endswith(".toml") or "/" in what or "\\" in what:  # a scenario file: its stem, not a path
             what = Path(what).stem
         return f"{self.experiment}-{what}-s{self.seed}"

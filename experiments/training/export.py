@@ -13,16 +13,40 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.cell_module import CellPPOModule, network_from_cell_module
 from experiments.training.rl_modules import ModuleActor, network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
-from experiments.training.setup import RunSetup
 from policies.learned import save_policy
 from policies.policy_set import SET_DIR
+
+
+class _RunSetup(Protocol):
+    """What a checkpoint is saved from: :class:`experiments.training.setup.RunSetup` (not imported: the
+    experiment kinds save a league's snapshots here, and the setup imports the kinds)."""
+
+    @property
+    def args(self) -> Any: ...
+
+    @property
+    def plan(self) -> SeatPlan: ...
+
+    @property
+    def stages(self) -> tuple[ScenarioConfig, ...]: ...
+
+    @property
+    def scales(self) -> Mapping[str, np.ndarray]: ...
+
+    @property
+    def codecs(self) -> Mapping[str, str]: ...
+
+    @property
+    def histories(self) -> Mapping[str, int]: ...
 
 
 def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
@@ -45,7 +69,7 @@ def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
     return out
 
 
-def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], setup: RunSetup,
+def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], setup: _RunSetup,
                     config: ScenarioConfig) -> None:
     """RLlib's full state (pickles: only ``--resume`` reads them) plus the data-only files
     ``learned:`` reads; ``config`` names a scenario whose spaces the networks fit."""
@@ -53,7 +77,7 @@ def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], se
     save_policies(checkpoint, networks, setup, config)
 
 
-def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> None:
+def save_policies(folder: Path, networks: Mapping[str, Any], setup: _RunSetup, config: ScenarioConfig) -> None:
     """The data-only files ``learned:<folder>`` reads: one allocator as a single policy, several
     learning seats as a policy set (``<folder>/policies/<seat>/``)."""
     if setup.plan.seats != [ALLOCATOR]:
@@ -65,7 +89,7 @@ def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, co
                             setup.histories.get(ALLOCATOR, 1), setup.args.stages, len(setup.stages))
 
 
-def save_untrained(algo: Any, setup: RunSetup, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
+def save_untrained(algo: Any, setup: _RunSetup, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
     """``<run>/iteration_0/``: every learning seat's data-only policy before the first update
     (the untrained reference ``analyze`` and the learning curve compare with); returns the networks."""
     networks = seat_networks(algo, setup.plan)
@@ -73,7 +97,7 @@ def save_untrained(algo: Any, setup: RunSetup, folder: Path, config: ScenarioCon
     return networks
 
 
-def save_snapshot(algo: Any, setup: RunSetup, module_id: str, folder: Path, config: ScenarioConfig) -> None:
+def save_snapshot(algo: Any, setup: _RunSetup, module_id: str, folder: Path, config: ScenarioConfig) -> None:
     """A league snapshot (a frozen copy of the shared team module) as a policy set, one
     identity-folded policy per team seat: ``learned:<folder>/policies/<team>`` plays it."""
     snapshot_plan = SeatPlan({seat: module_id for seat in setup.plan.seats}, setup.plan.identity,

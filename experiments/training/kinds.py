@@ -20,10 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
+
 from commons_arena.enums import ALLOCATOR, TIERS
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.env_config import ArenaEnvConfig, Curriculum, LeagueSettings
-from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules
+from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules, exact_scale
+from policies.learned import observation_scale
 
 ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
 # In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
@@ -35,6 +38,8 @@ SELFPLAY_ZERO_BIAS = 1.0
 # at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
 BEST_RESPONSE_ZERO_BIAS = 0.0
 SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_family) instead of one scenario
+# allocator_family evaluates on a fixed draw of its training split's scenarios (the same for every run seed)
+EVAL_SCENARIO_STREAM = 0xE5A1
 
 
 class StartCode(NamedTuple):
@@ -77,10 +82,73 @@ class Kind:
         with the scripted allocators), without a scenario to plan on."""
         return ALLOCATOR in learners if self.chooses_learners else True
 
+    def problems(self, args: Any) -> list[str]:
+        """What is wrong with ``args`` for this kind (``TrainArgs.validate`` raises the first)."""
+        if args.family_scenarios or args.family_share:
+            return [f"--family-scenarios and --family-share are for --experiment {AllocatorFamily.name}"]
+        return []
+
+    def continues_allocator(self) -> bool:
+        """The allocator learns alone (the kind keeps the default :meth:`plan`) through each scenario's own view:
+        a PSRO allocator step or the arms race's second round may continue a learned allocator in this kind."""
+        return type(self).plan is Kind.plan and not self.shape_free
+
+    def scripted_in_env(self, args: Any) -> bool:
+        """The background plays inside the env: asked for, or this kind switches populations (a curriculum,
+        a mix, a league: its scripted seats must follow each scenario or member)."""
+        return bool(args.scripted_in_env) or self.switches_populations
+
+    def seat_codecs(self, config: ScenarioConfig, plan: SeatPlan, args: Any) -> dict[str, str]:
+        """Learning seat -> its action codec (a league's teams share theirs with scripted members)."""
+        from experiments.training.seat_codecs import seat_codecs
+
+        return seat_codecs(config, plan, args.codec, args.seat_codec, league=self.league)
+
+    def fit_scale(self, samples: np.ndarray) -> np.ndarray:
+        """A learning seat's observation scale from its sample observations (a league's: exact powers of two,
+        shared by learned and scripted members)."""
+        scale = observation_scale(samples)
+        return exact_scale(scale) if self.league else scale
+
+    def evaluation_stages(self, args: Any, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
+        """What a mix is judged on (:meth:`judged`); empty for a run judged stage by stage."""
+        return ()
+
+    def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
+        """The scenarios a held-out evaluation plays: at curriculum stage ``stage``, or over the whole run
+        (None: its final scores and references); a mix is judged on its evaluation stages either way."""
+        return tuple(setup.stages) if stage is None else (setup.stages[stage],)
+
+    def judged_as(self, scenarios: Sequence[ScenarioConfig]) -> str:
+        """The ``scenario`` of a held-out evaluation's history row (a mix's: ``mixed``)."""
+        return scenarios[0].name
+
+    def label(self, stages: Sequence[str]) -> str:
+        """What a run's default name says it played (one stage's name; several: ``curriculum``)."""
+        return stages[0].removeprefix(SPLIT_PREFIX) if len(stages) == 1 else "curriculum"
+
+    def describe(self, setup: Any, stage: int) -> str:
+        """What the run's first line says it trains on."""
+        return str(setup.args.stages[stage])
+
+    def file_defaults(self) -> dict[str, Any]:
+        """What an experiment file writes for fields left unset whose default this kind decides (pinned: a later
+        default must not move a rerun)."""
+        return {"zero_bias": self.zero_bias}
+
     def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         """``env`` with this kind's part of the env config, its callbacks class (None: the default
         metrics) and extra arguments of ``build_algorithm_config`` (modules, mapping)."""
         return env, None, {}
+
+    def start(self, algo: Any, setup: Any, stage: int) -> None:
+        """Before a session's first iteration: every env plays the current stage (a mix draws its own)."""
+        from experiments.training.callbacks import set_scenario_everywhere
+
+        set_scenario_everywhere(algo, setup.stages[stage])
+
+    def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
+        """This kind's work after each training iteration (a curriculum's promotion, a league's snapshot)."""
 
     def start_code(self, setup: Any, run: Path) -> StartCode | None:
         """The code a new run's learning seat starts at, if this kind decides it (None: every learning
@@ -110,6 +178,11 @@ class AllocatorCurriculum(Kind):
         curriculum = Curriculum(tuple(setup.stages), args.promote_at, args.promote_after, stage)
         return replace(env, curriculum=curriculum), CurriculumCallback, {}
 
+    def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
+        if result.get("curriculum_stage", state.stage) != state.stage:  # its callback promoted every env
+            state.stage = result["curriculum_stage"]
+            print(f"  promoted to {setup.args.stages[state.stage]}")
+
 
 class AllocatorMixed(Kind):
     """The allocator learns on every tier at once: each episode one of standard / elevated / crisis."""
@@ -120,6 +193,24 @@ class AllocatorMixed(Kind):
 
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS
+
+    def evaluation_stages(self, args: Any, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
+        return stages
+
+    def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
+        return tuple(setup.eval_stages)
+
+    def judged_as(self, scenarios: Sequence[ScenarioConfig]) -> str:
+        return "mixed"
+
+    def label(self, stages: Sequence[str]) -> str:
+        return super().label(stages) if len(stages) == 1 else "mixed"
+
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
+        return replace(env, scenarios=tuple(setup.stages)), None, {}  # each episode draws one
+
+    def start(self, algo: Any, setup: Any, stage: int) -> None:
+        """Every episode draws its scenario: nothing to set."""
 
 
 class AllocatorFamily(AllocatorMixed):
@@ -132,14 +223,36 @@ class AllocatorFamily(AllocatorMixed):
     def stages(self, args: Any) -> tuple[str, ...]:
         return (SPLIT_PREFIX + args.split, *args.family_scenarios)
 
+    def problems(self, args: Any) -> list[str]:
+        return [message for ok, message in (
+            (args.net.cell_view, f"{self.name} plays clusters of every shape: pass --network cells"),
+            (args.family_share == 0 or bool(args.family_scenarios),
+             "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
+        ) if not ok]
+
+    def evaluation_stages(self, args: Any, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
+        """A fixed draw of ``--eval-scenarios`` of its split (the same for every run seed)."""
+        if len(stages) <= args.eval_scenarios:
+            return stages
+        order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[: args.eval_scenarios]
+        return tuple(stages[i] for i in sorted(order.tolist()))
+
+    def describe(self, setup: Any, stage: int) -> str:
+        return f"{len(setup.stages)} scenarios of {setup.args.stages[0]}"
+
+    def after_training(self, setup: Any, run: Path) -> None:
+        learned = setup.args.net.learned(run)
+        if learned is not None:  # training never reads the held-out split: the benchmark does
+            print(f"held-out split: commons-arena benchmark {learned} --suite heldout-allocator")
+
     def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         """The family's scenarios' returns differ by 100x: the allocator's training reward is brought to one
         scale per scenario (experiments.training.references.reward_scales), so no scenario's scale
         dominates the gradient or the value function; evaluations and reports stay unscaled. With
         ``--family-share`` the ``--family-scenarios`` (the last stages) play that share of the episodes."""
-        from commons_arena.enums import ALLOCATOR
         from experiments.training.references import reward_scales
 
+        env, _, _ = super().configure(setup, env, stage)
         return replace(env, reward_scale={ALLOCATOR: reward_scales(setup.stages, setup.args.seed)},
                        scenario_weights=self.draw_weights(setup.args, len(setup.stages))), None, {}
 
@@ -204,6 +317,14 @@ class League(Kind):
                                                                setup.scales[teams[0]]),
                  "mapping_fn": league.mapping_for(list(pool), teams)}
         return replace(env, league=settings), league.LeagueCallback, parts
+
+    def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
+        from experiments.training import league
+        from experiments.training.export import save_snapshot
+
+        snapshot = result.get("league", {}).get("snapshot")
+        if snapshot:  # a frozen copy of the learner joined the mix: learned: plays it from here
+            save_snapshot(algo, setup, snapshot, run / league.SNAPSHOTS / snapshot, setup.stages[0])
 
     def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
         from experiments.training import league
@@ -272,6 +393,9 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (Kind(), AllocatorCurricul
                                                        SeatsPPO(), SelfPlay(), League(), BestResponse())}
 
 
+ALLOCATOR_KINDS = tuple(name for name, kind in KINDS.items() if kind.continues_allocator())
+
+
 def kind_of(name: str) -> Kind:
     """The kind named ``name`` (``--experiment``)."""
     if name not in KINDS:
@@ -284,4 +408,4 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
     return kind_of(experiment).seat_plan(config, learners, team_modules)
 
 
-__all__ = ["KINDS", "SPLIT_PREFIX", "Kind", "StartCode", "kind_of", "plan_for"]
+__all__ = ["ALLOCATOR_KINDS", "KINDS", "SPLIT_PREFIX", "Kind", "StartCode", "kind_of", "plan_for"]

@@ -27,17 +27,13 @@ from experiments.training.kinds import SPLIT_PREFIX
 from experiments.training.mixture import Mixture, load_mixture
 from experiments.training.networks import check_warm_start
 from experiments.training.references import References, anchor_means, cached_reference_returns
-from experiments.training.seat_codecs import seat_codecs
-from experiments.training.seats import SeatPlan, exact_scale, module_scales
-from policies.learned import observation_scale
+from experiments.training.seats import SeatPlan, module_scales
 from policies.population import Population
 
 SCALE_EPISODES = 8  # episodes per (scenario, allocator) that observation scales are fitted on
 # Observation scales are fitted on episodes of their own seed stream: seeds drawn from
 # SeedSequence([SCALE_STREAM, run seed]), distinct from training's and the held-out seeds' rules.
 SCALE_STREAM = 0x5CA1E
-# allocator_family evaluates on a fixed draw of its training split's scenarios (the same for every run seed)
-EVAL_SCENARIO_STREAM = 0xE5A1
 
 
 @dataclass(frozen=True)
@@ -95,11 +91,11 @@ def resolve(args: TrainArgs) -> RunSetup:
         background=background_population(args.background, stages[0]),  # a bad population file says what is wrong
         mix_background=None if args.mix_background is None else background_population(args.mix_background, stages[0]),
         # a curriculum, a mix or a league switches populations (or members): those play in the env
-        scripted_in_env=args.scripted_in_env or kind.switches_populations,
-        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=kind.league),
+        scripted_in_env=kind.scripted_in_env(args),
+        codecs=kind.seat_codecs(stages[0], plan, args),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
-        eval_stages=evaluation_stages(args, stages),
+        eval_stages=kind.evaluation_stages(args, stages),
         mixture=None if args.mixture is None else load_mixture(args.mixture, stages),  # every roster on every stage
     )
 
@@ -123,17 +119,6 @@ def refuse_heldout_stages(stages: Sequence[ScenarioConfig]) -> None:
     from commons_arena.family import refuse_heldout
 
     refuse_heldout(stages, "training")
-
-
-def evaluation_stages(args: TrainArgs, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
-    """What a mix is judged on: its tiers, or (allocator_family) a fixed draw of ``eval_scenarios`` of its
-    split; a single scenario or a curriculum is judged stage by stage (empty here)."""
-    if not args.mixed:
-        return ()
-    if not args.kind.shape_free or len(stages) <= args.eval_scenarios:
-        return stages
-    order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[: args.eval_scenarios]
-    return tuple(stages[i] for i in sorted(order.tolist()))
 
 
 def background_population(path: Path | None, config: ScenarioConfig) -> Population:
@@ -173,9 +158,7 @@ def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     if setup.args.net.cell_view:  # cell features are normalised by each scenario's public parameters
         return {}
     samples = sample_observations(setup.stages, setup.args.seed)
-    # a league shares team seats between learned and scripted members: exact (power-of-two) scales
-    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.kind.league else observation_scale
-    return module_scales(setup.plan, samples, fit)
+    return module_scales(setup.plan, samples, setup.args.kind.fit_scale)
 
 
 def with_unit_scales(setup: RunSetup) -> RunSetup:
@@ -205,12 +188,11 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
         references = json.loads(references_path.read_text())
     else:
         cache = setup.args.out / ".references"
-        judged = setup.eval_stages if setup.args.mixed else setup.stages
-        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in judged}
+        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in setup.args.kind.judged(setup)}
         references_path.write_text(json.dumps(references, indent=1))
     return replace(setup, scales=scales, references=references)
 
 
-__all__ = ["RunSetup", "background_population", "evaluation_stages", "fit_scales", "load_stages", "measure",
+__all__ = ["RunSetup", "background_population", "fit_scales", "load_stages", "measure",
            "refuse_heldout_stages", "resolve", "sample_observations", "scale_sample_seeds",
            "with_unit_scales"]
