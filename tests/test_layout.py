@@ -272,7 +272,7 @@ def test_kinds_and_networks_are_asked_not_switched_on() -> None:
     from experiments.training.networks import NETWORKS
 
     flags, names = kind_flags(), set(NETWORKS)
-    assert {"mixed", "league", "switches_populations"} <= flags
+    assert {"shape_free", "league", "switches_populations"} <= flags
     homes = {"experiments.training.kinds", "experiments.training.networks"}
     wrong = sorted(f"{module} {where}" for module, path in module_files().items() if module not in homes
                    for where in object_switches(path, flags, names))

@@ -24,7 +24,6 @@ from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from commons_arena.enums import ALLOCATOR
 from experiments.training.callbacks import RewardTermsCallback
 from experiments.training.env import ArenaRLlibEnv
 from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, BackgroundMixture, Scenario
@@ -188,7 +187,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
             tuple(setup.mixture.weights)))
     env, kind_callbacks, kind_parts = args.kind.configure(setup, env, stage)  # a curriculum's, a league's
     callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
-    model_config, module_class, learner_class = args.net.module(args, setup.codecs.get(ALLOCATOR))
+    model_config, module_class, learner_class = args.net.module(setup)
     config = build_algorithm_config(
         first, plan,
         scripted=None if setup.scripted_in_env else scripted_factories(setup),

@@ -3,9 +3,11 @@
 Each learning seat's module becomes the data-only greedy network of
 ``policies.checkpoint_format`` (a shared team module's identity folded in per seat,
 ``seats.fold_identity``) behind the seat's ``ModuleInterface``: what the checkpoint stores is
-what is evaluated. One learning allocator is saved as ``learned:<checkpoint>``; several
+what is evaluated. One learning allocator is saved as its network stores it (``learned:<checkpoint>``); several
 learning seats as a policy set (``policies/<seat>/``, see :mod:`policies.policy_set`), so
-``learned:<run>/checkpoint`` plays any of their roles.
+``learned:<run>/checkpoint`` plays any of their roles. A ``setup`` here is the run's
+:class:`~experiments.training.setup.RunSetup` (not imported: the setup imports the experiment
+kinds, and a league's kind saves its snapshots here).
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
@@ -24,29 +24,6 @@ from experiments.training.rl_modules import ModuleActor, network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
 from policies.learned import save_policy
 from policies.policy_set import SET_DIR
-
-
-class _RunSetup(Protocol):
-    """What a checkpoint is saved from: :class:`experiments.training.setup.RunSetup` (not imported: the
-    experiment kinds save a league's snapshots here, and the setup imports the kinds)."""
-
-    @property
-    def args(self) -> Any: ...
-
-    @property
-    def plan(self) -> SeatPlan: ...
-
-    @property
-    def stages(self) -> tuple[ScenarioConfig, ...]: ...
-
-    @property
-    def scales(self) -> Mapping[str, np.ndarray]: ...
-
-    @property
-    def codecs(self) -> Mapping[str, str]: ...
-
-    @property
-    def histories(self) -> Mapping[str, int]: ...
 
 
 def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
@@ -69,7 +46,7 @@ def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
     return out
 
 
-def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], setup: _RunSetup,
+def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], setup: Any,
                     config: ScenarioConfig) -> None:
     """RLlib's full state (pickles: only ``--resume`` reads them) plus the data-only files
     ``learned:`` reads; ``config`` names a scenario whose spaces the networks fit."""
@@ -77,7 +54,7 @@ def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], se
     save_policies(checkpoint, networks, setup, config)
 
 
-def save_policies(folder: Path, networks: Mapping[str, Any], setup: _RunSetup, config: ScenarioConfig) -> None:
+def save_policies(folder: Path, networks: Mapping[str, Any], setup: Any, config: ScenarioConfig) -> None:
     """The data-only files ``learned:<folder>`` reads: one allocator as a single policy, several
     learning seats as a policy set (``<folder>/policies/<seat>/``)."""
     if setup.plan.seats != [ALLOCATOR]:
@@ -85,11 +62,10 @@ def save_policies(folder: Path, networks: Mapping[str, Any], setup: _RunSetup, c
             save_policy(folder / SET_DIR / seat, network, config, seat, setup.scales[seat],
                         codec=setup.codecs.get(seat), history=setup.histories.get(seat, 1))
     else:  # the allocator alone: as its network stores it
-        setup.args.net.save(folder, networks[ALLOCATOR], config, setup.scales.get(ALLOCATOR), setup.codecs.get(ALLOCATOR),
-                            setup.histories.get(ALLOCATOR, 1), setup.args.stages, len(setup.stages))
+        setup.args.net.save(folder, networks[ALLOCATOR], setup, config)
 
 
-def save_untrained(algo: Any, setup: _RunSetup, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
+def save_untrained(algo: Any, setup: Any, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
     """``<run>/iteration_0/``: every learning seat's data-only policy before the first update
     (the untrained reference ``analyze`` and the learning curve compare with); returns the networks."""
     networks = seat_networks(algo, setup.plan)
@@ -97,7 +73,7 @@ def save_untrained(algo: Any, setup: _RunSetup, folder: Path, config: ScenarioCo
     return networks
 
 
-def save_snapshot(algo: Any, setup: _RunSetup, module_id: str, folder: Path, config: ScenarioConfig) -> None:
+def save_snapshot(algo: Any, setup: Any, module_id: str, folder: Path, config: ScenarioConfig) -> None:
     """A league snapshot (a frozen copy of the shared team module) as a policy set, one
     identity-folded policy per team seat: ``learned:<folder>/policies/<team>`` plays it."""
     snapshot_plan = SeatPlan({seat: module_id for seat in setup.plan.seats}, setup.plan.identity,

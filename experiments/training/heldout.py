@@ -37,9 +37,8 @@ def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
     """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
-    return {seat: (setup.args.net if seat == ALLOCATOR else MLP).policy(
-        network, config, seat, setup.scales.get(seat), setup.codecs.get(seat), setup.histories.get(seat, 1))
-        for seat, network in networks.items()}
+    return {seat: (setup.args.net if seat == ALLOCATOR else MLP).policy(network, setup, seat, config)
+            for seat, network in networks.items()}
 
 
 def held_out_report(returns: list[float], references: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """Experiment kinds: what ``commons-arena train --experiment NAME`` trains, one class per kind.
 
-A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays
-(:meth:`Kind.stages`; whether the allocator is among them, :meth:`Kind.allocator_learns`), how strongly a learning seat starts on its codec's zero code (or at which code, :meth:`Kind.start_code`), whether
-it switches populations during a run (its scripted seats then play inside the env), what it
-adds to the RLlib env config and callbacks (:meth:`Kind.configure`), what a resume needs
-before the checkpoint loads (:meth:`Kind.before_restore`) and what it reports after training
-(:meth:`Kind.after_training`). ``train.py``, ``setup.py``, ``algorithm.py`` and ``args.py``
-ask the kind and never its name; a new experiment is one class here, added to :data:`KINDS`.
+A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays (:meth:`Kind.stages`)
+and is judged on (:meth:`Kind.judged`), what is wrong with its arguments (:meth:`Kind.problems`), where
+learning starts (:meth:`Kind.start_weights`, ``zero_bias``), whether its scripted seats play inside the env,
+its codecs and observation scales, what it adds to the RLlib env config and callbacks
+(:meth:`Kind.configure`), its work before and after each iteration (:meth:`Kind.start`,
+:meth:`Kind.after_iteration`: a curriculum's promotion, a league's snapshots), what a resume needs
+(:meth:`Kind.before_restore`) and what it reports (:meth:`Kind.after_training`). Its flags are read
+here only (``tests/test_layout.py``): the rest of the code asks the kind, never its name or its flags,
+and a new experiment is one class here, added to :data:`KINDS`.
 
 Light on purpose (``args.py`` and the command line import it): RLlib and the reports are
 imported inside the hooks that need them. A hook's ``setup`` is the run's
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -42,23 +44,12 @@ SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_f
 EVAL_SCENARIO_STREAM = 0xE5A1
 
 
-class StartCode(NamedTuple):
-    """Where a learning seat starts: ``code`` of its codec (sub-action sizes ``nvec``) favoured by a logit
-    advantage of ``strength`` (:func:`experiments.training.weights.favour_code`)."""
-
-    seat: str
-    nvec: tuple[int, ...]
-    code: tuple[int, ...]
-    strength: float
-
-
 class Kind:
     """The allocator learns alone on one scenario (``allocator_ppo``); the defaults of every kind."""
 
     name: ClassVar[str] = "allocator_ppo"
     zero_bias: ClassVar[float] = ZERO_BIAS  # the default of --zero-bias
     switches_populations: ClassVar[bool] = False  # a curriculum, a mix or a league: scripted seats play in the env
-    mixed: ClassVar[bool] = False  # each episode one of the stages
     league: ClassVar[bool] = False  # team seats shared by learned and scripted members: exact scales, league codecs
     chooses_learners: ClassVar[bool] = False  # --learners names the learning seats
     shape_free: ClassVar[bool] = False  # plays clusters of every shape: needs --network cells
@@ -110,13 +101,9 @@ class Kind:
         scale = observation_scale(samples)
         return exact_scale(scale) if self.league else scale
 
-    def evaluation_stages(self, args: Any, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
-        """What a mix is judged on (:meth:`judged`); empty for a run judged stage by stage."""
-        return ()
-
     def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
         """The scenarios a held-out evaluation plays: at curriculum stage ``stage``, or over the whole run
-        (None: its final scores and references); a mix is judged on its evaluation stages either way."""
+        (None: its final scores and references); a mix is judged on all of them (a family: a fixed draw) either way."""
         return tuple(setup.stages) if stage is None else (setup.stages[stage],)
 
     def judged_as(self, scenarios: Sequence[ScenarioConfig]) -> str:
@@ -150,10 +137,17 @@ class Kind:
     def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
         """This kind's work after each training iteration (a curriculum's promotion, a league's snapshot)."""
 
-    def start_code(self, setup: Any, run: Path) -> StartCode | None:
-        """The code a new run's learning seat starts at, if this kind decides it (None: every learning
-        seat at its codec's zero code, ``--zero-bias``)."""
-        return None
+    def start_weights(self, algo: Any, setup: Any, run: Path) -> None:
+        """Where a new run's learning starts: every coded module at its codec's base policy (the allocator's
+        ``need``: the planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced), its
+        zero code ``--zero-bias`` more logit, as its network places it. A module's seats share one codec."""
+        from policies.codecs import make_codec
+
+        for module, seats in setup.plan.modules.items():
+            codec_name = setup.codecs.get(seats[0])
+            if codec_name and setup.args.favour_strength != 0:
+                setup.args.net.favour_zero(algo, module, make_codec(codec_name, setup.stages[0], seats[0]),
+                                           setup.args.favour_strength)
 
     def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
         """What must exist in ``algo`` before a resumed run's checkpoint loads into it."""
@@ -189,22 +183,21 @@ class AllocatorMixed(Kind):
 
     name = "allocator_mixed"
     switches_populations = True
-    mixed = True
 
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS
 
-    def evaluation_stages(self, args: Any, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
-        return stages
-
     def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
-        return tuple(setup.eval_stages)
+        return tuple(setup.stages)
 
     def judged_as(self, scenarios: Sequence[ScenarioConfig]) -> str:
         return "mixed"
 
     def label(self, stages: Sequence[str]) -> str:
         return super().label(stages) if len(stages) == 1 else "mixed"
+
+    def describe(self, setup: Any, stage: int) -> str:
+        return f"{len(setup.stages)} scenarios of {'+'.join(setup.args.stages)}"
 
     def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         return replace(env, scenarios=tuple(setup.stages)), None, {}  # each episode draws one
@@ -230,15 +223,11 @@ class AllocatorFamily(AllocatorMixed):
              "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
         ) if not ok]
 
-    def evaluation_stages(self, args: Any, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
-        """A fixed draw of ``--eval-scenarios`` of its split (the same for every run seed)."""
-        if len(stages) <= args.eval_scenarios:
-            return stages
-        order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[: args.eval_scenarios]
-        return tuple(stages[i] for i in sorted(order.tolist()))
-
-    def describe(self, setup: Any, stage: int) -> str:
-        return f"{len(setup.stages)} scenarios of {setup.args.stages[0]}"
+    def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
+        """A fixed draw of ``--eval-scenarios`` of its scenarios (the same for every run seed)."""
+        stages, n = tuple(setup.stages), setup.args.eval_scenarios
+        order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[:n]
+        return stages if len(stages) <= n else tuple(stages[i] for i in sorted(order.tolist()))
 
     def after_training(self, setup: Any, run: Path) -> None:
         learned = setup.args.net.learned(run)
@@ -359,18 +348,19 @@ class BestResponse(Kind):
     def allocator_learns(self, learners: Sequence[str]) -> bool:
         return False  # its one learner is a team or the broker
 
-    def start_code(self, setup: Any, run: Path) -> StartCode | None:
+    def start_weights(self, algo: Any, setup: Any, run: Path) -> None:
         """The learner starts at its codec's best fixed code (experiments/evaluation/best_code.py), searched on
-        the report's selection seeds; not with ``--best-code-bias 0`` or a seat without a codec."""
+        the report's selection seeds; with ``--best-code-bias 0`` or a seat without a codec, as every kind."""
         from experiments.evaluation.best_code import cached_search
         from experiments.evaluation.best_response import refine_seeds, selection_seeds
         from experiments.evaluation.fixed_codes import Arena
+        from experiments.training.weights import favour_code
         from policies.codecs import make_codec
 
         args, seat = setup.args, setup.plan.seats[0]
         codec_name = setup.codecs.get(seat)
         if args.best_code_bias == 0 or not codec_name:
-            return None
+            return super().start_weights(algo, setup, run)
         config = setup.stages[0]
         codec = make_codec(codec_name, config, seat)
         found = cached_search(run, Arena(config, None, seat, setup.background), codec,  # the report's seeds too
@@ -378,7 +368,7 @@ class BestResponse(Kind):
         print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection "
               f"seeds: {found.description} (mean return {found.selection_mean:.2f}); learning starts there "
               f"(logit advantage {args.best_code_bias:g})")
-        return StartCode(seat, tuple(int(n) for n in codec.nvec), tuple(int(c) for c in found.code), args.best_code_bias)
+        favour_code(algo, setup.plan.module_of[seat], np.asarray(codec.nvec), np.asarray(found.code), args.best_code_bias)
 
     def after_training(self, setup: Any, run: Path) -> None:
         from experiments.evaluation.best_response import refine_seeds, selection_seeds, write_report
@@ -408,4 +398,4 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
     return kind_of(experiment).seat_plan(config, learners, team_modules)
 
 
-__all__ = ["ALLOCATOR_KINDS", "KINDS", "SPLIT_PREFIX", "Kind", "StartCode", "kind_of", "plan_for"]
+__all__ = ["ALLOCATOR_KINDS", "KINDS", "SPLIT_PREFIX", "Kind", "kind_of", "plan_for"]

@@ -49,7 +49,6 @@ class RunSetup:
     codecs: Mapping[str, str]  # learning seat -> action codec (raw seats absent; seat_codecs.py)
     histories: Mapping[str, int]  # learning seat -> ticks of observation its module sees
     eval_seeds: tuple[int, ...]  # held-out: never trained on
-    eval_stages: tuple[ScenarioConfig, ...] = ()  # the scenarios a mix is evaluated on (its tiers, a draw of its split)
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
     mixture: Mixture | None = None  # replaces `background` in training episodes: one entry drawn per episode
@@ -95,7 +94,6 @@ def resolve(args: TrainArgs) -> RunSetup:
         codecs=kind.seat_codecs(stages[0], plan, args),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
-        eval_stages=kind.evaluation_stages(args, stages),
         mixture=None if args.mixture is None else load_mixture(args.mixture, stages),  # every roster on every stage
     )
 

@@ -56,7 +56,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from commons_arena.enums import ALLOCATOR
@@ -72,8 +71,6 @@ from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
 from experiments.training.weight_sync import push_learner_weights
-from experiments.training.weights import favour_code
-from policies.codecs import make_codec
 
 
 def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
@@ -103,11 +100,8 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
     else:
         if args.init_from is not None:  # the allocator continues a checkpoint's policy (warm_start.py)
             load_warm_start(algo, setup.plan.module_of[ALLOCATOR], args.init_from)
-        elif (begin := args.kind.start_code(setup, run)) is not None:  # a best response: its best fixed code
-            favour_code(algo, setup.plan.module_of[begin.seat], np.asarray(begin.nvec), np.asarray(begin.code),
-                        begin.strength)
-        else:
-            favour_zero_code(algo, setup)
+        else:  # its codec's zero code (a best response: its best fixed code)
+            args.kind.start_weights(algo, setup, run)
         keep_untrained(algo, setup, run)
     args.kind.start(algo, setup, state.stage)  # every env on the current stage (a mix draws its own)
     reporter = Reporter(run, args.quiet)
@@ -150,21 +144,6 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
     if (learned := args.net.learned(run)) is not None:  # --network padded is a measurement: no learned: files
         print(f"use one as: {learned}")
     return checkpoint
-
-
-def favour_zero_code(algo: Any, setup: RunSetup) -> None:
-    """Start every coded module from its codec's base policy (the allocator's ``need``: the
-    planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced): its zero
-    code gets ``zero_bias`` more logit. A module's seats share one codec (``seat_codecs``)."""
-    if setup.args.favour_strength == 0:
-        return
-    for module, seats in setup.plan.modules.items():
-        codec_name = setup.codecs.get(seats[0])
-        if not codec_name:
-            continue
-        # the network's zero code: per padded cell slot, one cell's code on every cell, or the codec's own
-        setup.args.net.favour_zero(algo, module, make_codec(codec_name, setup.stages[0], seats[0]),
-                                   setup.args.favour_strength)
 
 
 UNTRAINED = "iteration_0"
@@ -232,4 +211,4 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
          untrained=untrained_row(run))
 
 
-__all__ = ["TrainArgs", "favour_zero_code", "train"]
+__all__ = ["TrainArgs", "train"]
