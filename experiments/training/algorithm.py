@@ -68,21 +68,15 @@ def build_algorithm_config(
     mapping_fn: Callable[..., str] | None = None,
     module_class: type | None = None,
 ) -> AlgorithmConfig:
-    """A config where the seats of ``plan`` train (one module per plan module) and every other
-    seat is background.
+    """A config where the seats of ``plan`` train (one module per plan module) and every other seat is background.
 
-    ``scripted`` maps each other seat to its Policy factory, run as a ScriptedRLModule
-    (seeded by the episode's seed and the seat, ``experiments.training.scripted``); ``None``
-    plays the background (``env.background``, default the scenario's own population)
-    inside the env, where RLlib sees only the learning seats. The env is built once here to
-    check that every seat is covered. ``algo_config`` defaults to ``PPOConfig()``; any new-stack
-    config (e.g. ``APPOConfig()``) works, as the learned modules' specs leave the module class
-    to the algorithm's default. ``extra_modules`` (never trained) and ``mapping_fn``
-    (replacing the plan's mapping) let a league map learning seats to opponents per episode
-    (experiments.training.league). ``module_class`` replaces the algorithm's default module for the
-    learning modules (the shape-free allocator's ``CellPPOModule``). Resources and learning settings are the caller's
-    (``.env_runners(...)``, ``.training(...)``).
-    """
+    ``scripted`` maps each other seat to its Policy factory, run as a ScriptedRLModule (seeded by the episode's
+    seed and the seat, ``experiments.training.scripted``); ``None`` plays the background (``env.background``,
+    default the scenario's own population) inside the env, where RLlib sees only the learning seats (the env is
+    built once here to check every seat is covered). ``algo_config``: default ``PPOConfig()``, or any new-stack
+    config. ``extra_modules`` (never trained) and ``mapping_fn`` (replacing the plan's) let a league map learning
+    seats to opponents per episode (experiments.training.league). ``module_class``: the learning modules' (a
+    network's, experiments.training.networks). Resources and learning settings are the caller's."""
     learning = plan.seats
     env = replace(env or ArenaEnvConfig(), scenario=scenario, seat_identity=dict(plan.identity))
     if scripted is None:  # the background plays inside the env; RLlib sees only the learning seats
@@ -108,24 +102,18 @@ def build_algorithm_config(
         for seat in seats[1:]:
             if obs_spaces[seat].shape != obs_spaces[first].shape or act_spaces[seat] != act_spaces[first]:
                 raise ValueError(f"module {module!r} cannot play both {first!r} and {seat!r}: their spaces differ")
-        specs[module] = RLModuleSpec(
-            module_class=module_class, observation_space=obs_spaces[first], action_space=act_spaces[first],
-            model_config=model_config,
-        )
+        specs[module] = RLModuleSpec(module_class=module_class, observation_space=obs_spaces[first],
+                                     action_space=act_spaces[first], model_config=model_config)
     for module_id, spec in (extra_modules or {}).items():
         options = spec.model_config if isinstance(spec.model_config, dict) else {}  # a DefaultModelConfig names no seat
         owner = options.get("agent_id")
         if spec.observation_space is None and owner in obs_spaces:
             spec.observation_space, spec.action_space = obs_spaces[owner], act_spaces[owner]
         specs[module_id] = spec
-    for aid in agents:
-        if aid not in learning:
-            specs[aid] = RLModuleSpec(
-                module_class=ScriptedRLModule,
-                observation_space=obs_spaces[aid],
-                action_space=act_spaces[aid],
-                model_config={"policy_factory": scripted[aid], "agent_id": aid, "seat_index": {aid: seat_index[aid]}},
-            )
+    for aid in (a for a in agents if a not in learning):  # a scripted seat: a never-trained module
+        specs[aid] = RLModuleSpec(module_class=ScriptedRLModule, observation_space=obs_spaces[aid],
+                                  action_space=act_spaces[aid], model_config={
+                                      "policy_factory": scripted[aid], "agent_id": aid, "seat_index": {aid: seat_index[aid]}})
 
     config = algo_config if algo_config is not None else PPOConfig()
     config = (

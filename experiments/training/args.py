@@ -203,8 +203,8 @@ class TrainArgs:
         literal = [f"--{f.name.replace('_', '-')} must be one of {list(get_args(hint))}, got {value!r:.60}"
                    for f in fields(TrainArgs) for hint in [_HINTS[f.name]] for value in [getattr(self, f.name)]
                    if get_origin(hint) is Literal and value not in get_args(hint)]
-        if literal:  # a run's record (--resume) is read without tyro: its names are checked here too
-            raise ValueError(literal[0])
+        for message in [*literal, *self.kind.problems(self)]:  # a run's record (--resume) is read without tyro too
+            raise ValueError(message)
         checks = [
             (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
             (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
@@ -251,7 +251,6 @@ class TrainArgs:
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
             (math.isfinite(self.family_share) and 0 <= self.family_share < 1,
              f"--family-share must be at least 0 and below 1, got {self.family_share}"),
-            *((False, message) for message in self.kind.problems(self)),  # the kind's own (allocator_family's)
             (not self.net.cell_view or (self.action_codec in ("need", "residual") and self.history == 1
                                      and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
