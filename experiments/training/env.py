@@ -12,7 +12,7 @@ a mix brings each scenario's own population).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -79,7 +79,6 @@ class ArenaRLlibEnv(MultiAgentEnv):
     def __init__(self, config: ArenaEnvConfig | Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.arena_config = cfg = ArenaEnvConfig.of(config)  # RLlib passes an EnvContext: {"arena": the config}
-        self._make: Callable[..., Any] = resolve_obj(cfg.env_factory or commons_arena.parallel_env)
         self._mix = list(cfg.scenarios)
         # drawn as a mixture's entries are (experiments.training.mixture.draw)
         self._scenario_thresholds = None if cfg.scenario_weights is None else thresholds(cfg.scenario_weights)
@@ -138,7 +137,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
                                        if scenario_hash in by_hash}
         key = (scenario_hash, background)
         if key not in self._envs:
-            par_env = self._make(scenario=scenario, **cfg.env_kwargs)
+            par_env = commons_arena.parallel_env(scenario)
             if cfg.scripted_in_env:
                 chosen = self._backgrounds[background]
                 seats = FocalEnv(par_env, list(cfg.learned_agents),
@@ -175,7 +174,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
     def _check_same_spaces(self, scenario: Scenario) -> None:
         if self._shape_free:
             return
-        probe = self._make(scenario=scenario, **self.arena_config.env_kwargs)
+        probe = commons_arena.parallel_env(scenario)
         for agent in self.par_env.possible_agents:
             old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape
             if old != new or not np.array_equal(self.par_env.action_space(agent).nvec, probe.action_space(agent).nvec):

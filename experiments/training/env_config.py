@@ -10,7 +10,7 @@ purpose (the kinds build their parts of it): no RLlib, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,8 +72,6 @@ class ArenaEnvConfig:
     scenario: Scenario = "standard"  # every episode's (without `scenarios`)
     scenarios: tuple[Scenario, ...] = ()  # a mix: each episode draws one (same spaces, unless all see the cell view)
     scenario_weights: tuple[float, ...] | None = None  # the mix's draw weights (None: alike)
-    env_factory: Callable[..., Any] | str | None = None  # "module:attr" or a callable like commons_arena.parallel_env
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)  # extra keyword arguments of the factory
     learned_agents: tuple[str, ...] = ()  # the learning seats (with scripted_in_env the only ones RLlib sees)
     scripted_in_env: bool = False  # the background plays the other seats inside the env (policies.focal.FocalEnv)
     background: Background | None = None  # None: each scenario's own population
