@@ -238,6 +238,57 @@ def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
     assert loop_uses(source) == [3, 4]
 
 
+# ------------------------------------------------------------------ kinds and networks are objects
+
+def kind_flags() -> set[str]:
+    """The flags an experiment kind carries (its ClassVar bools): read by its own hooks only."""
+    from experiments.training.kinds import Kind
+
+    return {name for name, value in vars(Kind).items() if isinstance(value, bool)}
+
+
+def object_switches(path: Path, flags: set[str], names: set[str]) -> list[str]:
+    """Where ``path`` reads a kind's flag (``kind.<flag>``, ``args.kind.<flag>``, ``kind_of(x).<flag>``) or
+    compares a network by name (``network == "cells"``, ``args.network in (...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in flags:
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id in ("kind", "self")) or \
+                    (isinstance(owner, ast.Attribute) and owner.attr == "kind") or \
+                    (isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "kind_of"):
+                found.append(f"line {node.lineno}: reads the kind's {node.attr!r}")
+        elif isinstance(node, ast.Compare) and "network" in ast.unparse(node):
+            said = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)} & names
+            if said:
+                found.append(f"line {node.lineno}: compares the network with {sorted(said)}")
+    return found
+
+
+def test_kinds_and_networks_are_asked_not_switched_on() -> None:
+    """No kind flag is read outside kinds.py and no network name compared outside networks.py: code asks
+    the object (its hooks), and a new kind or network is one class in its registry."""
+    from experiments.training.args import TrainArgs
+    from experiments.training.networks import NETWORKS
+
+    flags, names = kind_flags(), set(NETWORKS)
+    assert {"shape_free", "league", "switches_populations"} <= flags
+    homes = {"experiments.training.kinds", "experiments.training.networks"}
+    wrong = sorted(f"{module} {where}" for module, path in module_files().items() if module not in homes
+                   for where in object_switches(path, flags, names))
+    assert not wrong, "ask the kind (experiments/training/kinds.py) or the network (networks.py): " + "; ".join(wrong)
+    assert not flags & set(dir(TrainArgs)), "TrainArgs forwards a kind flag: ask args.kind's hooks instead"
+
+
+def test_the_object_check_sees_flags_and_names(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("if args.kind.mixed:\n    pass\nx = kind.league\ny = setup.league\n"
+                      "z = args.network == 'cells'\nw = spec in ('cells', 'mlp')\n")
+    assert object_switches(source, {"mixed", "league"}, {"cells", "mlp"}) == [
+        "line 1: reads the kind's 'mixed'", "line 3: reads the kind's 'league'",
+        "line 5: compares the network with ['cells']"]
+
+
 # ------------------------------------------------------------------ one name per idea
 
 # the same public name defined in several modules, allowed only where it is one idea (with why)

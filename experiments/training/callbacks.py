@@ -15,7 +15,8 @@ from typing import Any
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from commons_arena.enums import ALLOCATOR
-from experiments.training.env import MIX_INFO, MIXTURE_INFO, Scenario
+from experiments.training.env import MIX_INFO, MIXTURE_INFO
+from experiments.training.env_config import ArenaEnvConfig, Scenario
 
 # Where the allocator's custom metrics land: result["env_runners"][<this>][<term>].
 REWARD_TERMS_KEY = "allocator_reward_terms"
@@ -66,16 +67,16 @@ class RewardTermsCallback(RLlibCallback):
         if MIX_INFO in final:
             metrics_logger.log_value(MIX_SHARE_KEY, float(final[MIX_INFO]), reduce="mean", window=window)
         if MIXTURE_INFO in final and env_runner is not None:
-            for i, name in enumerate(env_runner.config.env_config["background_mixture"]["names"]):
+            mixture = ArenaEnvConfig.of(env_runner.config.env_config).background_mixture
+            for i, name in enumerate(mixture.names if mixture else ()):
                 metrics_logger.log_value((MIXTURE_SHARES_KEY, name), float(final[MIXTURE_INFO] == i), reduce="mean",
                                          window=window)
         for key, value in totals.items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
         # Normalised score of this training episode, against the random/oracle means of the
-        # held-out seeds (env_config["score_anchors"][scenario hash], set by experiments.training.algorithm).
-        anchors = (env_runner.config.env_config.get("score_anchors", {}) if env_runner is not None else {}).get(
-            final.get("scenario_hash")
-        )
+        # held-out seeds (ArenaEnvConfig.score_anchors[scenario hash], set by experiments.training.algorithm).
+        anchors = (ArenaEnvConfig.of(env_runner.config.env_config).score_anchors if env_runner is not None
+                   else {}).get(str(final.get("scenario_hash")))
         if anchors and "return" in totals:
             span = anchors["oracle"] - anchors["random"]
             if abs(span) > 1e-9:
@@ -89,26 +90,26 @@ class CurriculumCallback(RewardTermsCallback):
     ``promote_at``, at most once every ``min_iterations`` iterations (the smoothing window
     still holds the previous stage's episodes right after a switch).
 
-    ``env_config["curriculum"] = {"stages": [...], "promote_at": float, "min_iterations": int,
-    "stage": int}``; the current stage index is written to ``result["curriculum_stage"]``.
+    The env config's :class:`~experiments.training.env_config.Curriculum` says when; the current
+    stage index is written to ``result["curriculum_stage"]``.
     """
 
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
-        curriculum = algorithm.config.env_config.get("curriculum")
-        if not curriculum:
+        curriculum = ArenaEnvConfig.of(algorithm.config.env_config).curriculum
+        if curriculum is None:
             return
-        stage = getattr(algorithm, "_arena_stage", curriculum.get("stage", 0))
+        stage = getattr(algorithm, "_arena_stage", curriculum.stage)
         since = getattr(algorithm, "_arena_stage_iterations", 0) + 1
         score = result.get("env_runners", {}).get(EPISODE_TOTALS_KEY, {}).get("normalised_score")
         if (
             score is not None
-            and score >= curriculum["promote_at"]
-            and since >= curriculum.get("min_iterations", 5)
-            and stage + 1 < len(curriculum["stages"])
+            and score >= curriculum.promote_at
+            and since >= curriculum.min_iterations
+            and stage + 1 < len(curriculum.stages)
         ):
             stage += 1
             since = 0
-            set_scenario_everywhere(algorithm, curriculum["stages"][stage])
+            set_scenario_everywhere(algorithm, curriculum.stages[stage])
         algorithm._arena_stage = stage
         algorithm._arena_stage_iterations = since
         result["curriculum_stage"] = stage

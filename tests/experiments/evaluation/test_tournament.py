@@ -319,7 +319,7 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, t
                 continue
     assert proc.poll() is None, f"the run ended before the kill: {proc.stderr.read().decode()[-2000:]}"
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)
     at_kill = len(stored(db))
     assert target <= at_kill < total
     rerun = subprocess.run([*cmd, "--workers", "1"], env=env, capture_output=True, text=True, timeout=300)
