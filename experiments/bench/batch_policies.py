@@ -91,7 +91,7 @@ def played_observations(config, episodes: int, seed: int) -> list[np.ndarray]:
     return [np.stack(e) for e in seen.episodes]
 
 
-def timed(step: Callable[[int], Any], ticks: int) -> tuple[float, list[Any]]:
+def time_ticks(step: Callable[[int], Any], ticks: int) -> tuple[float, list[Any]]:
     """Seconds for ``step(t)`` over ``ticks`` ticks, and what each returned."""
     out = []
     start = time.perf_counter()
@@ -123,16 +123,16 @@ def one_size(config, played: list[np.ndarray], ticks: int, n: int, seed: int, fi
     loop, batch = LoopBatchPolicy(lambda: PlannerAllocator(config), n), BatchPlanner(config, n)
     loop.reset(seeds)
     batch.reset(seeds)
-    t_loop, a_loop = timed(lambda t: loop.act(stream[t]), ticks)
-    t_batch, a_batch = timed(lambda t: batch.act(stream[t]), ticks)
+    t_loop, a_loop = time_ticks(lambda t: loop.act(stream[t]), ticks)
+    t_batch, a_batch = time_ticks(lambda t: batch.act(stream[t]), ticks)
     same = all(np.array_equal(a, b) for a, b in zip(a_loop, a_batch, strict=True))
     print_figures("planner", n, ticks, t_loop, t_batch, same, figures)
 
     loop_codec, batch_codec = LoopBatchCodec(lambda: NeedResidualCodec(config), n), BatchNeedCodec(config, n)
     loop_codec.reset()
     batch_codec.reset()
-    t_loop, c_loop = timed(lambda t: (loop_codec.features(stream[t]), loop_codec.decode(stream[t], codes[t])), ticks)
-    t_batch, c_batch = timed(lambda t: (batch_codec.features(stream[t]), batch_codec.decode(stream[t], codes[t])), ticks)
+    t_loop, c_loop = time_ticks(lambda t: (loop_codec.features(stream[t]), loop_codec.decode(stream[t], codes[t])), ticks)
+    t_batch, c_batch = time_ticks(lambda t: (batch_codec.features(stream[t]), batch_codec.decode(stream[t], codes[t])), ticks)
     same = all(np.array_equal(fa, fb) and np.array_equal(da, db) for (fa, da), (fb, db) in zip(c_loop, c_batch, strict=True))
     print_figures("need codec", n, ticks, t_loop, t_batch, same, figures)
 

@@ -55,32 +55,30 @@ from ray.rllib.utils.metrics import (
 import commons_arena
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import TRAINING_SEEDS
+from experiments.training.env_config import ArenaEnvConfig
+from experiments.training.networks import MLP
 from policies.batch import BatchPolicy
 from policies.batch_codecs import make_batch_codec
 from policies.focal import policy_seed
-from policies.learned import ModuleInterface, interface_for
+from policies.learned import ModuleInterface
 from policies.population import Population
 from policies.registry import batch_policy, policy_spec
 from policies.shipping import install
 
-# env-config keys whose runs the batched sampler cannot play, and why (the stock sampler plays them)
-UNSUPPORTED = {
-    "background_mix": "a background mix is drawn per episode",
-    "background_mixture": "a mixture of backgrounds is drawn per episode",
-    "curriculum": "a curriculum switches every env's scenario",
-    "env_factory": "a stand-in env factory builds per-arena envs",
-    "seat_identity": "shared team modules (seat identities) are self-play",
-}
 
-
-def unsupported_reason(env_config: Mapping[str, Any]) -> str | None:
-    """Why the batched sampler cannot play a run with ``env_config`` (None: it can)."""
-    for key, why in UNSUPPORTED.items():
-        if env_config.get(key):
-            return f"{key}: {why}"
-    if not env_config.get("scripted_in_env"):
+def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
+    """Why the batched sampler cannot play a run with this env config (None: it can)."""
+    cfg = ArenaEnvConfig.of(env)
+    for part, why in ((cfg.background_mix, "background_mix: a background mix is drawn per episode"),
+                      (cfg.background_mixture, "background_mixture: a mixture of backgrounds is drawn per episode"),
+                      (cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
+                      (cfg.league, "league: league members switch per episode"),
+                      (cfg.seat_identity, "seat_identity: shared team modules (seat identities) are self-play")):
+        if part:
+            return why
+    if not cfg.scripted_in_env:
         return "the background plays as RLlib modules (scripted_in_env is off)"
-    if any(network == "cells" for network in dict(env_config.get("network", {})).values()):
+    if any(cfg.network_of(seat).cell_view for seat in cfg.learned_agents):
         return "the shape-free (cells) allocator plays clusters of many shapes"
     return None
 
@@ -123,9 +121,10 @@ class BatchInterface:
 
     def __init__(self, config: ScenarioConfig, seat: str, num_envs: int, scale: np.ndarray | None,
                  codec: dict[str, Any] | str | None, history: int) -> None:
-        self.one = interface_for(config, seat, scale, codec, history)  # spaces, scale, the codec's name and params
-        if not isinstance(self.one, ModuleInterface) or self.one.identity is not None:
+        one = MLP.interface(config, seat, scale, codec, history)  # spaces, scale, the codec's name and params
+        if not isinstance(one, ModuleInterface) or one.identity is not None:
             raise ValueError(f"the batched sampler plays {seat!r} through a plain module interface only")
+        self.one = one
         self.scale, self.history, self.frame_size = self.one.scale, self.one.history, self.one.frame_size
         spec = codec if codec is None or isinstance(codec, str) else codec["name"]
         params = {} if codec is None or isinstance(codec, str) else dict(codec.get("params", {}))
@@ -155,7 +154,7 @@ class _Group:
     """The arenas of one scenario: its batched core, background seats and learning seats' interfaces."""
 
     def __init__(self, config: ScenarioConfig, size: int, learned: list[str], background: Population,
-                 env_config: Mapping[str, Any]) -> None:
+                 cfg: ArenaEnvConfig) -> None:
         self.config, self.size = config, size
         self.core = commons_arena.vector_env(scenario=config, num_envs=size)
         seats = list(config.agents)
@@ -170,14 +169,13 @@ class _Group:
                 raise ValueError(f"the batched sampler cannot play {entry.policy!r} in {seat!r}: it reads the hidden "
                                  "state of one arena; train with the stock sampler")
             self.background[seat] = batch_policy(entry.policy, config, seat, size, **dict(entry.params))
-        scale, codecs, history = (dict(env_config.get(k, {})) for k in ("observation_scale", "action_codec", "history"))
+        scale = cfg.observation_scale
         self.interfaces = {
             seat: BatchInterface(config, seat, size, None if seat not in scale else np.asarray(scale[seat], np.float32),
-                                 codecs.get(seat), int(history.get(seat, 1)))
+                                 cfg.action_codec.get(seat), int(cfg.history.get(seat, 1)))
             for seat in learned
         }
-        reward_scale = dict(env_config.get("reward_scale", {}))
-        self.reward_scale = {a: float(by_hash[config.content_hash]) for a, by_hash in reward_scale.items()
+        self.reward_scale = {a: float(by_hash[config.content_hash]) for a, by_hash in cfg.reward_scale.items()
                              if config.content_hash in by_hash}
         self.info = {"scenario": config.name, "scenario_hash": config.content_hash}
         self.raw: dict[str, np.ndarray] = {}
@@ -195,17 +193,17 @@ class _Group:
 class BatchedFocalEnv(VectorMultiAgentEnv):
     """``num_envs`` arenas of the focal env, stepped as one batch (see the module docstring)."""
 
-    def __init__(self, env_config: Mapping[str, Any], num_envs: int) -> None:
+    def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int) -> None:
         super().__init__()
-        cfg = dict(env_config)
+        cfg = ArenaEnvConfig.of(env_config)
         why = unsupported_reason(cfg)
         if why is not None:
             raise ValueError(f"the batched sampler cannot play this run ({why}); train with --sampler stock")
-        install(cfg.get("checkpoints", ()))
-        self.learned = list(cfg.get("learned_agents", []))
-        scenarios = [load_scenario(s) for s in (cfg.get("scenarios") or [cfg.get("scenario", "standard")])]
-        weights = list(cfg.get("scenario_weights") or [1.0] * len(scenarios))
-        background = cfg.get("background")
+        install(cfg.checkpoints)
+        self.learned = list(cfg.learned_agents)
+        scenarios = [load_scenario(s) for s in (cfg.scenarios or [cfg.scenario])]
+        weights = list(cfg.scenario_weights or [1.0] * len(scenarios))
+        background = cfg.background
         self.num_envs = num_envs
         self.groups: list[_Group] = []
         for config, size in zip(scenarios, split_arenas(num_envs, weights), strict=True):

@@ -4,25 +4,26 @@ cannot play are refused with the reason, and a run sampled by it trains and is r
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from experiments.training.batched_env import BatchedFocalEnv, split_arenas, unsupported_reason
 from experiments.training.env import ArenaRLlibEnv
+from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, Curriculum
+from experiments.training.networks import MLP, NETWORKS
 from experiments.training.train import TrainArgs, train
 from policies.focal import FocalEnv
-from policies.learned import interface_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib]
 
 ALLOCATOR = "allocator"
 
 
-def config(scenario: str = "crisis", codec: str | None = "need", **extra):
-    cfg = {"scenario": scenario, "scripted_in_env": True, "learned_agents": [ALLOCATOR], **extra}
-    if codec is not None:
-        cfg["action_codec"] = {ALLOCATOR: codec}
-    return cfg
+def config(scenario: str = "crisis", codec: str | None = "need", **extra) -> ArenaEnvConfig:
+    return ArenaEnvConfig(**{"scenario": scenario, "scripted_in_env": True, "learned_agents": (ALLOCATOR,),
+                             "action_codec": {} if codec is None else {ALLOCATOR: codec}, **extra})
 
 
 def play_first_episodes(cfg, n, seed=100, action_seed=0):
@@ -72,7 +73,7 @@ def test_a_restarted_arena_plays_the_cores_next_seed_from_a_clean_start():
         seed = infos[i][ALLOCATOR]["episode_seed"]
         assert seed == first[i] + n and rewards[i] == {ALLOCATOR: 0.0} and not terminateds[i]["__all__"]
         focal = FocalEnv.from_scenario("standard", focal=[ALLOCATOR])
-        interface = interface_for(focal.config, ALLOCATOR, None, "need")
+        interface = MLP.interface(focal.config, ALLOCATOR, None, "need")
         raw, _ = focal.reset(seed=seed)
         interface.reset()
         assert np.array_equal(obs[i][ALLOCATOR], interface.observe(raw[ALLOCATOR]))
@@ -83,29 +84,29 @@ def test_mixed_scenarios_split_the_arenas_and_keep_each_arenas_scenario():
     assert split_arenas(10, [0.9, 0.05, 0.05]) == [8, 1, 1]
     with pytest.raises(ValueError, match="at least one each"):
         split_arenas(2, [1, 1, 1])
-    batch = BatchedFocalEnv(config(scenarios=["standard", "elevated", "crisis"]), 6)
+    batch = BatchedFocalEnv(config(scenarios=("standard", "elevated", "crisis")), 6)
     _, infos = batch.reset(seed=3)
     assert [info[ALLOCATOR]["scenario"] for info in infos] == ["standard"] * 2 + ["elevated"] * 2 + ["crisis"] * 2
 
 
 @pytest.mark.parametrize("extra, reason", [
-    ({"background_mix": {"background": {}, "share": 0.5}}, "background_mix"),
-    ({"curriculum": {"stages": ["standard"]}}, "curriculum"),
+    ({"background_mix": BackgroundMix({"agents": {"search": "greedy_bluffer"}}, 0.5)}, "background_mix"),
+    ({"curriculum": Curriculum(("standard", "crisis"), promote_at=0.6)}, "curriculum"),
     ({"scripted_in_env": False}, "scripted_in_env"),
-    ({"network": {ALLOCATOR: "cells"}}, "cells"),
+    ({"network": {ALLOCATOR: NETWORKS["cells"]}}, "cells"),
 ])
 def test_runs_it_cannot_play_are_refused_with_the_reason(extra, reason):
-    cfg = {**config(), **extra}
+    cfg = replace(config(), **extra)
     assert reason in (unsupported_reason(cfg) or "")
     with pytest.raises(ValueError, match="--sampler stock"):
         BatchedFocalEnv(cfg, 4)
 
 
 def test_a_privileged_background_is_refused():
-    cfg = config(background={"agents": {"search": "truthful"}, "roles": {}})
-    BatchedFocalEnv(cfg, 2)  # scripted: fine
+    BatchedFocalEnv(config(background={"agents": {"search": "truthful"}}), 2)  # scripted: fine
     with pytest.raises(ValueError, match="hidden state"):
-        BatchedFocalEnv(config("standard", None, learned_agents=["search"], background={"agents": {ALLOCATOR: "oracle"}}), 2)
+        BatchedFocalEnv(config("standard", None, learned_agents=("search",),
+                               background={"agents": {ALLOCATOR: "oracle"}}), 2)
 
 
 TINY = dict(eval_every=1, eval_seeds=2, train_batch_size=128, minibatch_size=64, num_epochs=1,
