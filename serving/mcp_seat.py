@@ -15,7 +15,8 @@ tool               what it does
                    or a text with one JSON action in it; returns the reward, its non-zero
                    terms, events, and a compact next view: the observation and this tick's
                    numbers (tier costs, jobs' tiers); at the end the seat's own totals, the
-                   episode's, and the reference policies' returns on the same seed
+                   episode's, the reference policies' returns and reward terms on the same
+                   seed, and the term that lost the seat the most against each
 ``preview``        what an action would do this tick without playing it (spend, carbon,
                    idle; where each job runs; prices and profit), as text lines
 ``observe``        the observation now (``briefing: true`` repeats the briefing); after the
@@ -148,6 +149,10 @@ async def _end(session: Session) -> dict[str, Any]:
            "how_you_did": summary["text"]}
     if summary["references"]:
         out["references"] = short(summary["references"])
+        out["reference_terms"] = {name: short(terms) for name, terms in summary["reference_terms"].items()}
+        out["biggest_loss"] = {name: None if loss is None else {**loss, **short({k: loss[k] for k in
+                                                                                 ("yours", "theirs", "behind")})}
+                               for name, loss in summary["biggest_loss"].items()}
     return out
 
 

@@ -616,27 +616,72 @@ function drawSummary(frame) {
 function drawReferences(box, summary) {
   box.replaceChildren(el("p", {id: "how-you-did"}, summary.text));
   const rows = [["you", summary.return], ...Object.entries(summary.references)];
-  const values = rows.map(([, v]) => v), lo = Math.min(0, ...values), hi = Math.max(...values, lo + 1);
+  const values = rows.map(([, v]) => v), lo = Math.min(0, ...values), hi = Math.max(0, ...values, lo + 1);
+  const x = (v) => Math.round(120 * (v - lo) / (hi - lo));  // one axis for every bar, zero included
   const table = el("table", {id: "references"}), head = el("tr");
   for (const label of ["in your seat, same seed", "return", ""]) head.appendChild(el("th", {}, label));
   table.appendChild(head);
   for (const [name, value] of rows) {
     const tr = el("tr", {"data-ref": name});
-    tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, name === "you" ? "you" : name));
+    tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, name));
     tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, fmt(value)));
-    const bar = el("td"), span = el("span", {class: name === "you" ? "refbar you" : "refbar"});
-    span.style.width = `${Math.round(120 * (value - lo) / (hi - lo))}px`;
-    bar.appendChild(span);
+    const bar = el("td"), axis = el("div", {class: "refaxis"});
+    const span = el("span", {class: name === "you" ? "refbar you" : "refbar"});
+    span.style.left = `${Math.min(x(0), x(value))}px`;  // a negative return grows left of zero, a positive right
+    span.style.width = `${Math.abs(x(value) - x(0))}px`;
+    const zero = el("span", {class: "refzero"});
+    zero.style.left = `${x(0)}px`;
+    axis.append(span, zero);
+    bar.appendChild(axis);
     tr.appendChild(bar);
     table.appendChild(tr);
   }
   box.appendChild(table);
+  drawTermComparison(box, summary);
   box.appendChild(el("h3", {}, "your totals (your return and your reward terms, weighted)"));
   box.appendChild(keyValueTable(Object.entries(summary.your_totals), statKind, statMeaning, true));
   box.appendChild(el("h3", {}, state.spec.role === "team" ?
     "the whole episode (every team and seat, not just yours)" : "the whole episode (every seat)"));
   box.appendChild(keyValueTable(Object.entries(summary.episode_totals), statKind, statMeaning));
   document.body.dataset.summary = "1";
+}
+
+// Where the return went: each reward term, yours beside every reference's on the same seed, and per reference the
+// term that cost you the most against it.
+function drawTermComparison(box, summary) {
+  const refs = Object.keys(summary.reference_terms || {});
+  if (!refs.length) return;
+  const terms = [...new Set([...Object.keys(summary.your_totals).filter((k) => k.startsWith("term/")),
+    ...refs.flatMap((name) => Object.keys(summary.reference_terms[name]))])];
+  box.appendChild(el("h3", {}, "where the return went: each reward term, yours beside the references'"));
+  const wrap = el("div", {class: "scroll-x"}), table = el("table", {id: "term-comparison"}), head = el("tr");
+  for (const label of ["term", "you", ...refs]) head.appendChild(el("th", label === "you" ? {class: "you"} : {}, label));
+  table.appendChild(head);
+  for (const key of terms) {
+    const tr = el("tr", {"data-term": key.slice(5)});
+    tr.appendChild(el("td", {}, key.slice(5).replace(/_/g, " ")));
+    const yours = summary.your_totals[key] || 0;
+    tr.appendChild(el("td", {class: "you"}, fmt(yours)));
+    for (const name of refs) {
+      const theirs = summary.reference_terms[name][key] || 0;
+      const loss = (summary.biggest_loss || {})[name];
+      const worst = loss && loss.term === key.slice(5);
+      tr.appendChild(el("td", worst ? {class: "lost-most", title: `you lost the most against ${name} here`} : {},
+        fmt(theirs)));
+    }
+    table.appendChild(tr);
+  }
+  wrap.appendChild(table);
+  box.appendChild(wrap);
+  const list = el("ul", {id: "biggest-loss"});
+  for (const name of refs) {
+    const loss = (summary.biggest_loss || {})[name];
+    list.appendChild(el("li", {"data-ref": name}, loss ?
+      `against ${name}: you lost the most on ${loss.term.replace(/_/g, " ")} (yours ${fmt(loss.yours)}, ` +
+      `${name}'s ${fmt(loss.theirs)}: ${fmt(loss.behind)} behind)` :
+      `against ${name}: you were at or above it on every term`));
+  }
+  box.appendChild(list);
 }
 
 function show(frame) {

@@ -164,6 +164,15 @@ def test_a_client_that_reads_only_the_text_plays_an_episode(url):
     assert view["your_totals"]["return"] == pytest.approx(sum(rewards), abs=1e-2)
     # the references are the server's: the oracle, computed with the same engine and seed, tops the allocators
     assert view["references"]["oracle"] >= max(view["references"].values()) - 1e-9
+    # each reference's reward terms beside the seat's, and per reference the term the seat lost the most on
+    for name, terms in view["reference_terms"].items():
+        assert sum(terms.values()) == pytest.approx(view["references"][name], abs=1e-2)
+        gaps = {t[5:]: view["your_totals"].get(t, 0.0) - v for t, v in terms.items()}
+        loss = view["biggest_loss"][name]
+        if loss is None:
+            assert min(gaps.values()) > -0.06
+        else:
+            assert gaps[loss["term"]] == pytest.approx(min(gaps.values()), abs=1e-3) and loss["behind"] > 0
 
 
 def test_a_team_that_declares_its_need_scores_what_truthful_scores(url):
@@ -186,7 +195,7 @@ def test_a_team_that_declares_its_need_scores_what_truthful_scores(url):
             return view, seen
 
     view, seen = asyncio.run(play())
-    assert set(view["references"]) == {"truthful", "greedy_bluffer"} and seen["references"] == view["references"]
+    assert set(view["references"]) == {"truthful", "greedy_bluffer", "declares_nothing"} and seen["references"] == view["references"]
     assert view["your_totals"]["return"] == pytest.approx(view["references"]["truthful"], abs=1e-3)
     assert "term/credibility" in view["your_totals"] and "completed" in view["episode_totals"]
     assert not set(view["your_totals"]) & set(view["episode_totals"])

@@ -338,3 +338,59 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         assert chrome.execute_script("return window.__errors") == []
     finally:
         chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_the_end_screen_says_which_term_lost_the_most_against_each_reference(chrome, server, width, height):
+    """The issue's lesson: an allocator that buys spot GPUs it does not need reads, at the end, its reward terms
+    beside every reference's and, per reference, the term it lost the most on (here spend), at both sizes, with
+    nothing clipped."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    try:
+        chrome.get(server + "/play")
+        wait(chrome, "return document.getElementById('scenario').options.length > 0")
+        Select(chrome.find_element(By.ID, "seat")).select_by_value("allocator")
+        chrome.execute_script("document.getElementById('seed').value = '3'")
+        chrome.find_element(By.ID, "start").click()
+        wait(chrome, "return document.body.dataset.tick === '0'")
+        tick = 0
+        while chrome.execute_script("return document.body.dataset.done") != "1":
+            chrome.execute_script(  # buy every spot GPU on offer: the spend no reference makes
+                "for (const e of document.querySelectorAll('#action-fields input[name^=\"buy.\"]')) e.value = e.dataset.high;"
+                "document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+            click(chrome, "play-tick")
+            tick += 1
+            wait(chrome, f"return document.body.dataset.tick === '{tick}'")
+        wait(chrome, "return document.body.dataset.summary === '1'")
+        summary = httpx.get(f"{server}/sessions/{chrome.execute_script('return state.session')}/summary").json()
+        cells = chrome.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#term-comparison tr[data-term]')].map((r) => "
+            "[r.dataset.term, [...r.children].slice(1).map((c) => Number(c.textContent))]))")
+        heads = chrome.execute_script("return [...document.querySelectorAll('#term-comparison th')].map((e) => e.textContent)")
+        assert heads == ["term", "you", "proportional", "planner", "oracle"]
+        assert set(cells) >= {"job_value", "spend", "idle", "missed"}
+        planner = heads.index("planner") - 1
+        assert cells["spend"][0] < cells["spend"][planner] - 10  # the overspending shows, term by term
+        gaps = {term: row[0] - row[planner] for term, row in cells.items()}
+        worst = min(gaps, key=lambda t: gaps[t])  # what the table shows decides the term the page names
+        assert summary["biggest_loss"]["planner"]["term"] == worst and gaps[worst] < 0
+        lines = {li.get_attribute("data-ref"): li.text for li in chrome.find_elements(By.CSS_SELECTOR, "#biggest-loss li")}
+        assert set(lines) == {"proportional", "planner", "oracle"}
+        named = worst.replace("_", " ")
+        assert lines["planner"].startswith(f"against planner: you lost the most on {named}")
+        assert f"Against planner you lost most on {named}" in chrome.find_element(By.ID, "how-you-did").text
+        marked = chrome.execute_script("return document.querySelector('#term-comparison td.lost-most')"
+                                       ".parentElement.dataset.term")
+        assert marked in {loss["term"] for loss in summary["biggest_loss"].values() if loss}
+        # the whole comparison on screen: its right edge inside the window, nothing clipped
+        right = chrome.execute_script("return document.getElementById('term-comparison').getBoundingClientRect().right")
+        assert right <= width, right
+        assert chrome.execute_script("return document.documentElement.scrollWidth") <= width
+        assert_tables_fit(chrome)
+        assert chrome.execute_script("return window.__errors") == []
+    finally:
+        chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
