@@ -170,7 +170,8 @@ function drawGuide(spec) {
 // Each tick the form starts from a default a person can play as is (stated on the page), not from last tick's entries.
 const DEFAULT_RULES = {
   allocator: "Each tick the entries start from: buy 0; grant = what each team declared for this tick, scaled down " +
-    "to the GPUs online where a tier is asked for more than it has.",
+    "to the GPUs online where a tier is asked for more than it has. At tick 0 no team has declared yet, so the " +
+    "default grants nothing (as proportional and planner do); a grant then is a guess at needs you cannot see.",
   team: "Each tick the entries start from: request = your true need this tick (a truthful declaration); stance accept.",
   broker: "Each tick the entries start from: quantity = your whole inventory; price level = the middle of the grid.",
 };
@@ -581,9 +582,16 @@ function drawLog(frame) {
     return;
   }
   box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.observation.metadata.tick - 1}`));
+  const last = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks - 1;
   for (const event of info.events || []) {
     box.appendChild(el("div", {class: "event"}, `shock: ${String(event.kind).replace(/_/g, " ")}` +
-      (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") + `, until tick ${event.until}`));
+      (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") +
+      (event.until >= last ? ", until the episode ends" : `, until tick ${event.until}`)));
+  }
+  if (info.credibility_lost) {  // each cause in words: which rule took it
+    const lost = el("div", {class: "event", id: "credibility-lost"},
+      `credibility lost ${fmt(info.credibility_lost.amount)}: ` + info.credibility_lost.causes.join("; "));
+    box.appendChild(lost);
   }
   const repairs = Object.entries(info.repairs || {}).filter(([, v]) => v);
   if (repairs.length) box.appendChild(el("div", {}, "cut as invalid: " + repairs.map(([k, v]) => `${k} ${v}`).join(", ")));
