@@ -55,6 +55,19 @@ function fillSeats() {
   for (const seat of scenario.seats) select.appendChild(el("option", {value: seat}, seat));
   select.value = scenario.seats.includes(previous) ? previous : (state.meta.default_seats[0] || scenario.seats[0]);
   if (!select.value) select.value = scenario.seats[0];
+  $("scenario-about").textContent = scenario.description || "";
+}
+
+// Before an episode: every scenario this server offers, each with what it is about.
+function drawScenarioList() {
+  const list = el("ul", {id: "scenario-list"});
+  for (const s of state.meta.scenarios) {
+    const item = el("li", {"data-scenario": s.name});
+    item.append(el("strong", {}, s.name), document.createTextNode(`: ${s.description || "no description"} ` +
+      `(${s.max_ticks} ticks; teams ${s.teams.join(", ")})`));
+    list.appendChild(item);
+  }
+  $("guide").append(el("h3", {}, "the scenarios on this server"), list);
 }
 
 async function init() {
@@ -62,6 +75,7 @@ async function init() {
   for (const s of state.meta.scenarios) $("scenario").appendChild(el("option", {value: s.name, title: s.description}, s.name));
   $("scenario").value = state.meta.default_scenario;
   fillSeats();
+  drawScenarioList();
   $("scenario").addEventListener("change", fillSeats);
   $("setup").addEventListener("submit", (ev) => { ev.preventDefault(); start().catch((e) => showError(e.message)); });
   $("action-form").addEventListener("submit", (ev) => { ev.preventDefault(); playTick().catch((e) => showError(e.message)); });
@@ -72,6 +86,7 @@ async function init() {
   window.addEventListener("pagehide", closeSession);
   $("action-fields").addEventListener("input", () => {
     if (state.observation) limitEntries(state.observation);
+    if ($("error").textContent) showError(rangeProblem());  // the line says what is wrong now, or goes
     schedulePreview();
   });
   $("action-fields").addEventListener("change", schedulePreview);
@@ -106,8 +121,9 @@ async function start() {
   $("setup-box").open = false;
   buildForm(state.spec);
   drawGuide(state.spec);
-  $("title").textContent = `commons_arena: you are ${seat} (${state.spec.role})`;
-  $("role-badge").textContent = `${seat} · ${state.spec.role}`;
+  $("title").textContent = seat === state.spec.role ? `commons_arena: you are the ${seat}` :
+    `commons_arena: you are ${seat} (a ${state.spec.role})`;
+  $("role-badge").textContent = seat === state.spec.role ? seat : `${seat} · ${state.spec.role}`;
   const info = state.meta.scenarios.find((s) => s.name === scenario);
   $("meta").textContent = `scenario ${scenario} (hash ${info.hash}) · seed ${seed} · ${info.max_ticks} ticks · ` +
     `teams ${info.teams.join(", ")} · tiers ${info.tiers.join(", ")} · every other seat is played by the server`;
@@ -122,7 +138,8 @@ async function start() {
 // ------------------------------------------------------------------ what the seat is for
 function drawGuide(spec) {
   const guide = spec.guide, box = $("guide");
-  $("guide-title").textContent = `your seat: ${spec.seat} (${spec.role}): what it is for, what things cost, how you are scored`;
+  $("guide-title").textContent = `your seat: ${spec.seat === spec.role ? spec.seat : `${spec.seat} (a ${spec.role})`}: ` +
+    "what it is for, what things cost, how you are scored";
   box.replaceChildren(el("p", {}, guide.purpose));
   box.appendChild(el("p", {class: "muted", id: "description"}, "About this scenario: " + guide.description));
   const tiers = el("table", {id: "tier-table"}), top = el("tr");
@@ -242,12 +259,16 @@ function warnOverGrant(obs) {
   const box = document.querySelector('fieldset[data-part="grant"]');
   if (!box || state.spec.role !== "allocator") return;
   const part = state.spec.action.find((p) => p.name === "grant"), tiers = part.shape[1];
-  const totals = new Array(tiers).fill(0);
-  for (const input of inputsOf("grant")) totals[Number(input.dataset.index) % tiers] += Number(input.value) || 0;
+  const totals = new Array(tiers).fill(0), refused = new Array(tiers).fill(false);
+  for (const input of inputsOf("grant")) {
+    const t = Number(input.dataset.index) % tiers, value = Number(input.value) || 0;
+    totals[t] += value;
+    refused[t] = refused[t] || value > Number(input.dataset.high);  // the entry's own range error speaks for it
+  }
   const lines = [];
   totals.forEach((total, t) => {
     const buy = Number(inputsOf("buy")[t].value) || 0, have = obs.online[t] + buy;
-    if (total > have) {
+    if (total > have && !refused[t]) {
       lines.push(`${part.labels[1][t]}: ${total} granted, ${have} available (online ${fmt(obs.online[t])} + bought ` +
         `${buy}); the rules cut ${total - have} and charge them as invalid`);
     }

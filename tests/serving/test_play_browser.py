@@ -77,6 +77,13 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     chrome.get_log("performance")
     chrome.get(server + "/play")
     wait(chrome, "return document.getElementById('scenario').options.length > 0")
+    # before a start: every scenario offered, each with what it is about
+    offered = httpx.get(server + "/info").json()["scenarios"]
+    listed = chrome.execute_script("return [...document.querySelectorAll('#scenario-list li')].map((e) => "
+                                   "[e.dataset.scenario, e.textContent])")
+    assert [name for name, _ in listed] == [s["name"] for s in offered]
+    assert all(" ".join(s["description"].split()[:4]) in text for s, (_, text) in zip(offered, listed, strict=True))
+    assert chrome.find_element(By.ID, "scenario-about").text.strip()
     Select(chrome.find_element(By.ID, "seat")).select_by_value("search")
     seed = chrome.find_element(By.ID, "seed")
     seed.clear()
@@ -113,6 +120,12 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     chrome.find_element(By.ID, "play-tick").click()
     wait(chrome, "return document.getElementById('error').textContent.includes('two')")
     assert chrome.find_element(By.ID, "error").text == 'request.small must be a whole number in [0, 6], got "two"'
+    set_value(chrome, "request.small", 7)  # the line follows the entry: now what is wrong with 7...
+    chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+    assert chrome.find_element(By.ID, "error").text.startswith("request.small = 7 is outside")
+    set_value(chrome, "request.small", 1)  # ...and goes once the entry is fixed
+    chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+    assert chrome.find_element(By.ID, "error").text == ""
     assert chrome.execute_script("return document.body.dataset.tick") == "0"
     assert_tables_fit(chrome)
 
@@ -134,7 +147,7 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     assert "return" in chrome.find_element(By.ID, "summary").text
     assert "the whole episode (every team and seat, not just yours)" in chrome.find_element(By.ID, "summary").text
     refs = chrome.execute_script("return [...document.querySelectorAll('#references tr[data-ref]')].map((r) => r.dataset.ref)")
-    assert refs == ["you", "truthful", "greedy_bluffer"]
+    assert refs == ["you", "truthful", "greedy_bluffer", "declares_nothing"]
 
     # the recording: downloaded by the link, the episode just played
     link = chrome.find_element(By.ID, "download")
