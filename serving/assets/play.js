@@ -55,7 +55,6 @@ function fillSeats() {
   for (const seat of scenario.seats) select.appendChild(el("option", {value: seat}, seat));
   select.value = scenario.seats.includes(previous) ? previous : (state.meta.default_seats[0] || scenario.seats[0]);
   if (!select.value) select.value = scenario.seats[0];
-  $("scenario-about").textContent = scenario.description || "";
 }
 
 // Before an episode: every scenario this server offers, each with what it is about.
