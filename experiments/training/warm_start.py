@@ -26,8 +26,10 @@ LEARNED_PREFIX = "learned:"
 
 
 def checkpoint_dir(spec: str) -> Path:
-    """``learned:<dir>`` or ``<dir>`` -> the folder."""
-    return Path(spec.removeprefix(LEARNED_PREFIX))
+    """``learned:<dir>`` or ``<dir>`` -> the folder (a shipped checkpoint's name, ``universal``, -> its folder)."""
+    from policies.shipping import on_disk
+
+    return Path(on_disk(spec.removeprefix(LEARNED_PREFIX)))
 
 
 def expected_linears(input_size: int, hidden: Sequence[int], outputs: int) -> list[tuple[int, int]]:
