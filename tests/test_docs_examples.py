@@ -76,7 +76,7 @@ PRELUDE = {("docs/codecs.md", "from policies.codecs import make_codec, codecs_fo
 RAISES = re.compile(r"^(?P<code>\S.*?)\s*#\s*(?P<error>[A-Z][A-Za-z]*Error)\b")
 
 # The smallest budget of each flag a command of the docs uses (substituted before it runs).
-SMALLEST = [(re.compile(r"--seeds \d+"), "--seeds 1"), (re.compile(r"--count \d+"), "--count 2"),
+SMALLEST = [(re.compile(r"--seeds \d+"), "--seeds 2"), (re.compile(r"--count \d+"), "--count 2"),
             (re.compile(r"(gen/)?00003_<hash>\.toml"), "gen/00000_*.toml"),
             (re.compile(r"\bmy_cluster\.toml|\bown\.toml"), "docs/examples/own_cluster.toml"),
             (re.compile(r"\bROSTER\.toml"), "docs/roster_example.toml")]
@@ -132,14 +132,14 @@ def rule_for(command: str) -> str:
 
 
 SEEDED = ("commons-arena scenarios check ", "commons-arena evaluate ", "commons-arena benchmark ",
-          "commons-arena tournament --", "commons-arena compare-checkpoint ")  # they take --seeds: one seed when the page gives none
+          "commons-arena tournament --", "commons-arena compare-checkpoint ")  # they take --seeds: two (a paired interval needs two) when the page gives none
 
 
 def smallest(command: str) -> str:
     for pattern, replacement in SMALLEST:
         command = pattern.sub(replacement, command)
     if command.startswith(SEEDED) and "--seeds" not in command:
-        command += " --seeds 1"
+        command += " --seeds 2"
     return command
 
 
