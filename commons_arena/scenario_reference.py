@@ -62,7 +62,7 @@ def _type(prop: dict[str, Any]) -> str:
         return f"list of {_type(prop['items'])}"
     if kind == "object":
         return "table of string"
-    return {"integer": "int", "number": "float", "string": "string", "boolean": "bool"}.get(kind, str(kind))
+    return {"integer": "int", "number": "float", "string": "string", "boolean": "bool"}.get(str(kind), str(kind))
 
 
 def _range(prop: dict[str, Any]) -> str:

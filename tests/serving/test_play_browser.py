@@ -281,22 +281,34 @@ def click(chrome, element_id):
     element.click()
 
 
+def resize(chrome, width, height):
+    """The window as a laptop's or a phone's (mobile below 600 px)."""
+    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+
+
+def start_seat(chrome, server, seat, seed):
+    """Open the page, choose the seat and the seed, and start."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    chrome.get(server + "/play")
+    wait(chrome, "return document.getElementById('scenario').options.length > 0")
+    Select(chrome.find_element(By.ID, "seat")).select_by_value(seat)
+    chrome.execute_script(f"document.getElementById('seed').value = '{seed}'")
+    chrome.find_element(By.ID, "start").click()
+
+
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 def test_the_page_is_laid_out_for_play(chrome, server, width, height):
     """At a laptop's and a phone's size: a slim header, what decides the move beside (or right above) the form, a
     live preview from the server, the guide folded after the first tick, every jobs column on screen, the chart
     redrawn on resize, and the references at the end."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
-    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    resize(chrome, width, height)
     try:
-        chrome.get(server + "/play")
-        wait(chrome, "return document.getElementById('scenario').options.length > 0")
-        Select(chrome.find_element(By.ID, "seat")).select_by_value("search")
-        chrome.execute_script("document.getElementById('seed').value = '7'")
-        chrome.find_element(By.ID, "start").click()
+        start_seat(chrome, server, "search", 7)
         wait(chrome, "return document.body.dataset.preview === '0'")
         header = chrome.execute_script("return document.querySelector('header').getBoundingClientRect().height")
         assert header <= 0.10 * height, header
@@ -333,12 +345,10 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         assert_tables_fit(chrome)
         # the chart follows the window
         before = chrome.execute_script("return document.getElementById('rewards').width")
-        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": width - 100, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+        resize(chrome, width - 100, height)
         chrome.execute_script("window.dispatchEvent(new Event('resize'))")
         wait(chrome, f"return document.getElementById('rewards').width < {before}")
-        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+        resize(chrome, width, height)
         while chrome.execute_script("return document.body.dataset.done") != "1":
             tick = int(chrome.execute_script("return document.body.dataset.tick"))
             click(chrome, "play-tick")
@@ -358,16 +368,10 @@ def test_the_end_screen_says_which_term_lost_the_most_against_each_reference(chr
     beside every reference's and, per reference, the term it lost the most on (here spend), at both sizes, with
     nothing clipped."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
-    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    resize(chrome, width, height)
     try:
-        chrome.get(server + "/play")
-        wait(chrome, "return document.getElementById('scenario').options.length > 0")
-        Select(chrome.find_element(By.ID, "seat")).select_by_value("allocator")
-        chrome.execute_script("document.getElementById('seed').value = '3'")
-        chrome.find_element(By.ID, "start").click()
+        start_seat(chrome, server, "allocator", 3)
         wait(chrome, "return document.body.dataset.tick === '0'")
         tick = 0
         while chrome.execute_script("return document.body.dataset.done") != "1":
