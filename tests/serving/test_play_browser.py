@@ -410,3 +410,22 @@ def test_the_end_screen_says_which_term_lost_the_most_against_each_reference(chr
         assert chrome.execute_script("return window.__errors") == []
     finally:
         chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_a_teams_last_tick_names_the_audit_and_why_credibility_was_lost(chrome, server):
+    """standard, seed 1: an audit fires on tick 2. A search team declaring the most it may every tick is exposed; its
+    "last tick" panel names the shock and the cause of the credibility it lost, in words."""
+    from selenium.webdriver.common.by import By
+
+    start_seat(chrome, server, "search", 1)
+    wait(chrome, "return document.body.dataset.tick === '0'")
+    for tick in range(3):
+        chrome.execute_script(  # ask for every GPU the form allows: a bluff
+            "for (const e of document.querySelectorAll('#action-fields input[name^=\"request.\"]')) e.value = e.dataset.high;")
+        click(chrome, "play-tick")
+        wait(chrome, f"return document.body.dataset.tick === '{tick + 1}'")
+    log = chrome.find_element(By.ID, "log").text
+    assert "shock: compliance audit" in log and "until tick 2" in log
+    lost = chrome.find_element(By.ID, "credibility-lost").text
+    assert lost.startswith("credibility lost 0.20: a compliance audit exposed your declaration"), lost
+    assert chrome.execute_script("return window.__errors") == []
