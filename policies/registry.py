@@ -46,6 +46,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from commons_arena import scenario as scenario_module
@@ -126,11 +127,20 @@ def available_policies(role: str | None = None) -> list[str]:
 
 
 def _learned_spec(name: str) -> PolicySpec:
+    from policies.checkpoint_format import CheckpointError
     from policies.learned import LEARNED_PREFIX, LearnedPolicy, read_sidecar
     from policies.policy_set import is_policy_set, member_for, set_roles
-    from policies.shipping import local_path
+    from policies.shipping import local_path, shipped_checkpoint, shipped_checkpoints
 
-    checkpoint = local_path(name.removeprefix(LEARNED_PREFIX))  # shipped to this node as bytes, or as written
+    # sent to this node as bytes, a checkpoint shipped with the package (learned:universal), or as written
+    checkpoint = local_path(name.removeprefix(LEARNED_PREFIX))
+    if not Path(checkpoint).exists():
+        base = Path(checkpoint).name
+        hint = (f"; the package ships {base!r}: write learned:{base} to play it from any folder"
+                if shipped_checkpoint(base) is not None else
+                f"; checkpoints shipped with the package: {', '.join(shipped_checkpoints()) or 'none'}")
+        raise CheckpointError(f"{checkpoint} is not a commons_arena policy checkpoint: no such folder (looked from "
+                              f"{Path.cwd()}){hint}")
     if is_policy_set(checkpoint):  # one policy per seat of a multi-seat run: any role it holds
         roles = set_roles(checkpoint)
 

@@ -207,6 +207,8 @@ EPISODE_LOOP_ALLOWED = {
     "experiments.bench.scripted": "a benchmark of the substrate itself (FocalEnv's env and policy timers)",
     "experiments.bench.step_ab": "a benchmark of the substrate itself (step time, A/B)",
     "experiments.bench.serve": "a benchmark: the server against a local FocalEnv stepped the same way",
+    "experiments.bench.serve_profile": "a benchmark: the serving layer's per-message work against a local FocalEnv "
+                                       "stepped the same way",
     "experiments.bench.universal_shapes": "a benchmark of the shape-free networks (FocalEnv's observations only)",
     "serving.seat_references": "the server's references for an ended session: serving lies below experiments, so it "
                                "plays them with the substrate's run_episode",

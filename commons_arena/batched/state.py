@@ -80,8 +80,8 @@ class Tables:
         specs = config.shocks
         K = len(specs)
         random_index = np.cumsum([spec.tick is None for spec in specs], dtype=np.int64) - 1
-        team_of = [rules.team_index[spec.target_team] if spec.job is not None and spec.target_team else -1
-                   for spec in specs]
+        targets = [spec.target_team(config.team_names) for spec in specs]  # None: the shock injects no job
+        team_of = [-1 if target is None else rules.team_index[target] for target in targets]
         # a random job shock may fire at every tick (one more for the tick an ended arena plays before its reset)
         injected = [sum((1 if spec.tick is not None else config.max_ticks + 1) for spec, team in zip(specs, team_of, strict=True)
                         if team == i) for i in range(rules.n_teams)]

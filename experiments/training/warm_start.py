@@ -25,8 +25,10 @@ from policies.learned import LEARNED_PREFIX
 
 
 def checkpoint_dir(spec: str) -> Path:
-    """``learned:<dir>`` or ``<dir>`` -> the folder."""
-    return Path(spec.removeprefix(LEARNED_PREFIX))
+    """``learned:<dir>`` or ``<dir>`` -> the folder (a shipped checkpoint's name, ``universal``, -> its folder)."""
+    from policies.shipping import on_disk
+
+    return Path(on_disk(spec.removeprefix(LEARNED_PREFIX)))
 
 
 def expected_linears(input_size: int, hidden: Sequence[int], outputs: int) -> list[tuple[int, int]]:
