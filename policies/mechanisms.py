@@ -5,10 +5,10 @@ each observation-only and each ending with the baselines' limits step
 (:meth:`policies.allocators.AllocatorBaseline.fit`, ``policies/limits.py``). Their points on the
 welfare-exploitability frontier, and why they sit there, are in docs/negotiation.md.
 
-``credit`` (karma-style; Vuppalapati et al., *Karma: Resource Allocation for Dynamic Demands*,
-OSDI 2023; the artificial currencies of Gorokh, Banerjee and Iyer, *The Remarkable Robustness of
-the Repeated Fisher Market* / *From Monetary to Nonmonetary Mechanism Design via Artificial
-Currencies*, and Guo and Conitzer's repeated allocation without money). Per tier ``k`` and tick,
+``credit`` (karma-style: Vuppalapati, Fikioris, Agarwal, Cidon, Khandelwal and Tardos, *Karma:
+Resource Allocation for Dynamic Demands*, OSDI 2023; the artificial currencies of Gorokh, Banerjee
+and Iyer, *From Monetary to Nonmonetary Mechanism Design via Artificial Currencies*; Guo, Conitzer
+and Reeves, *Competitive Repeated Allocation Without Payments*, WINE 2009). Per tier ``k`` and tick,
 with ``C`` GPUs (online + bought) and ``N`` teams:
 
 1. **guaranteed**: ``floor(guaranteed x C)`` GPUs split evenly (the odd ones rotating by tick);
