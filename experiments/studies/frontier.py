@@ -255,7 +255,7 @@ def beyond(x: Point, members: Sequence[Point]) -> dict[str, Any]:
     dominating = [m for m in members if m.mean_welfare >= xw and m.exploitability <= xe]
     if dominating:
         worst = max(dominating, key=lambda m: (m.mean_welfare - xw) + (xe - m.exploitability))
-        out["verdict"] = f"inside: {worst.label} has more welfare and less exploitability"
+        out["verdict"] = f"inside: {worst.label} has at least its welfare at most its exploitability"
     elif all(interval(x.boot_welfare - m.boot_welfare)[0] > 0
              or interval(m.boot_exploitability - x.boot_exploitability)[0] > 0 for m in members):
         out["verdict"] = "beyond (95% CI)"

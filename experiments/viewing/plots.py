@@ -219,7 +219,7 @@ def welfare_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.Pat
         draw_welfare_exploitability(ax, [r for r in rows if str(r["scenario"]) == scenario])
         line = (frontiers or {}).get(scenario)
         if line:
-            ax.plot([x for x, _ in line], [y for _, y in line], "-", color="#555", linewidth=1.0, zorder=0,
+            ax.plot([x for x, _ in line], [y for _, y in line], "--", color="black", linewidth=1.4, zorder=5,
                     label="scripted frontier")
         ax.set_title(scenario)
     fig.suptitle(title)
