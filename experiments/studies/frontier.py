@@ -72,7 +72,7 @@ def is_scripted(allocator: str) -> bool:
     return ":" not in allocator
 
 
-def selection_seeds(count: int = SELECTION, refine: int = REFINE) -> tuple[list[int], list[int]]:
+def search_seeds(count: int = SELECTION, refine: int = REFINE) -> tuple[list[int], list[int]]:
     """The search's seeds: the first look's and the second's (the ``evaluate`` range, never a report seed)."""
     first = SELECTION_SEEDS.start
     return list(range(first, first + count)), list(range(first + count, first + count + refine))
@@ -285,7 +285,7 @@ def allocator_row(scenario: str, point: Point, welfare_ci: float, cells: Sequenc
     return row
 
 
-def seat_rows(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def seat_table(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Item 5: per (tier, allocator, seat) the do-nothing, truthful and best-response returns, and the
     paired differences that say whether the seat's choice changes its return."""
     rows = []
@@ -336,7 +336,7 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
     figure in ``out``; returns the frontier rows."""
     from experiments.viewing.plots import welfare_exploitability
 
-    first, second = selection_seeds(selection, refine)
+    first, second = search_seeds(selection, refine)
     resamples = resample_indices(len(seeds))
     rows, seats, lines = [], [], {}
     for scenario in scenarios:
@@ -348,7 +348,7 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
             measured = welfare(scenario, allocator, seeds, out / WELFARE_DIR / f"{scenario}-{slug(allocator)}.json")
             points[allocator] = point_of(allocator, measured["returns"], cells, resamples)
             cis[allocator], cells_of[allocator] = measured["welfare_ci95"], cells
-            seats += seat_rows(cells)
+            seats += seat_table(cells)
             print(f"  {scenario} {allocator}: welfare {points[allocator].mean_welfare:.1f}, exploitability "
                   f"{points[allocator].exploitability:.1f} ({points[allocator].exploiting_seat})", flush=True)
         scripted = [a for a in allocators if is_scripted(a)]
@@ -371,4 +371,4 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
 
 
 __all__ = ["Point", "beyond", "frontier", "is_scripted", "mixtures", "pareto", "resample_indices", "seat_cell",
-           "seat_rows"]
+           "seat_table"]

@@ -24,7 +24,7 @@ from experiments.studies.frontier import (
     pareto,
     resample_indices,
     seat_cell,
-    seat_rows,
+    seat_table,
 )
 
 SEEDS = [700_000, 700_001, 700_002, 700_003]
@@ -96,7 +96,7 @@ def test_seat_rows_say_where_doing_nothing_is_as_good() -> None:
     cell = {"scenario": "standard", "allocator": "planner", "seat": "search", "seeds": SEEDS,
             TRUTHFUL: {"seat": [10.0, 10.0, 10.0, 10.0]}, NOTHING: {"seat": [10.0, 12.0, 4.0, 10.0]},
             BEST: {"seat": [11.0, 11.0, 11.0, 11.0]}, "best_name": "x1.5, accept", "source": "search"}
-    (row,) = seat_rows([cell])
+    (row,) = seat_table([cell])
     assert row["nothing_at_least_truthful"] == "3/4"
     assert row["truthful_minus_do_nothing"] == pytest.approx(1.0)  # 10 - 9
     assert row["best_minus_truthful"] == pytest.approx(1.0) and row["source"] == "search"
