@@ -152,7 +152,9 @@ class Frontier:
         validate_lineup(list(self.scenarios), list(self.allocators), paired_seed_list(self.first_seed, self.seeds))
         if self.exploit is not None and not self.exploit.is_dir():
             raise UsageError(f"--exploit {self.exploit} is not a folder (an 'exploit --out' folder)")
-        if not (self.out / "frontier.md").is_file():  # an earlier frontier run's folder is resumed
+        from experiments.studies.frontier import CELLS_DIR
+
+        if not (self.out / CELLS_DIR).is_dir():  # an earlier (or interrupted) frontier run's folder is resumed
             refuse_overwrite(self.out, self.force, what="folder")
 
     def run(self):

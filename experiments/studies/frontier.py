@@ -370,5 +370,5 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
     return rows
 
 
-__all__ = ["Point", "beyond", "frontier", "is_scripted", "mixtures", "pareto", "resample_indices", "seat_cell",
+__all__ = ["CELLS_DIR", "Point", "beyond", "frontier", "is_scripted", "mixtures", "pareto", "resample_indices", "seat_cell",
            "seat_table"]

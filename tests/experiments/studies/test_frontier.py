@@ -138,6 +138,11 @@ def test_the_command_refuses_bad_input_before_any_work(tmp_path: Path, capsys) -
             main(["frontier", "--out", str(tmp_path / "out"), *args])
         assert says in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit):
+        main(["frontier", "--out", str(tmp_path / "other")])
+    assert "--force" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a search of 48 codes per seat: ~10 s
