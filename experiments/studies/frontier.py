@@ -93,9 +93,10 @@ def seat_cell(scenario: str, allocator: str, seat: str, seeds: Sequence[int], pa
     from policies.registry import make_policy
 
     config = commons_arena.load_scenario(scenario)
+    run = exploit_run(exploit_dir, scenario, allocator, seat, seeds)
     key = {"scenario_hash": config.content_hash, "allocator_identity": allocator_identity(allocator), "seat": seat,
            "seeds": [int(s) for s in seeds], "selection": [int(s) for s in selection],
-           "refine": [int(s) for s in refine], "exploit": None if exploit_dir is None else str(exploit_dir)}
+           "refine": [int(s) for s in refine], "exploit": None if run is None else str(run)}
     if path.is_file():
         stored = json.loads(path.read_text())
         if stored["key"] == key:
@@ -109,7 +110,7 @@ def seat_cell(scenario: str, allocator: str, seat: str, seeds: Sequence[int], pa
     cell: dict[str, Any] = {"scenario": scenario, "allocator": allocator, "seat": seat, "seeds": [int(s) for s in seeds],
                             TRUTHFUL: returns(make_policy("truthful", config, seat)),
                             NOTHING: returns(make_policy("truthful", config, seat, **DO_NOTHING))}
-    learned = exploit_response(exploit_dir, scenario, allocator, seat, seeds, cell[TRUTHFUL]["seat"])
+    learned = None if run is None else exploit_response(run, seeds, cell[TRUTHFUL]["seat"])
     if learned is not None:
         cell.update(learned)
     else:
@@ -128,16 +129,23 @@ def store_cell(path: Path, key: Mapping[str, Any], cell: Mapping[str, Any]) -> P
     return path
 
 
-def exploit_response(exploit_dir: Path | None, scenario: str, allocator: str, seat: str, seeds: Sequence[int],
-                     truthful: Sequence[float]) -> dict[str, Any] | None:
-    """The final best response of ``exploit_dir``'s cell (``commons-arena exploit --out``) if it played
-    ``seeds``: its per-seed returns and source; None if there is none. Its ``truthful`` returns must be
-    ours (the same episodes), else the cell is refused."""
+def exploit_run(exploit_dir: Path | None, scenario: str, allocator: str, seat: str, seeds: Sequence[int]) -> Path | None:
+    """The run folder of ``exploit_dir``'s cell (``commons-arena exploit --out``) when its final best response
+    played ``seeds``; None otherwise (no folder given, no such cell, other seeds)."""
     if exploit_dir is None:
         return None
     from experiments.studies.exploit import Cell, final_response
 
     run = exploit_dir / Cell(scenario, allocator, seat).folder / seat
+    return run if final_response(run, seeds) is not None else None
+
+
+def exploit_response(run: Path, seeds: Sequence[int], truthful: Sequence[float]) -> dict[str, Any] | None:
+    """The final best response of an exploit cell's run folder (:func:`exploit_run`): its per-seed returns
+    and source; None if it did not play ``seeds``. Its ``truthful`` returns must be ours (the same
+    episodes), else the cell is refused."""
+    from experiments.studies.exploit import final_response
+
     final = final_response(run, seeds)
     if final is None:
         return None

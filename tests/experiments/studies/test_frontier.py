@@ -20,6 +20,7 @@ from experiments.studies.frontier import (
     Point,
     beyond,
     exploit_response,
+    exploit_run,
     mixtures,
     pareto,
     resample_indices,
@@ -124,11 +125,14 @@ def test_an_exploit_cells_best_response_is_used_when_it_played_the_seeds(tmp_pat
         FINAL: {"seeds": seeds, "seat": [7.0, 8.0], "allocator": [1.0, 2.0]},
         "truthful": {"seeds": seeds, "seat": [3.0, 4.0], "allocator": [1.0, 1.0]}}))
     (run / CHOICE_FILE).write_text(json.dumps({"source": "learning"}))
-    got = exploit_response(tmp_path, "crisis", "drf", "search", seeds, [3.0, 4.0])
+    assert exploit_run(tmp_path, "crisis", "drf", "search", seeds) == run
+    assert exploit_run(tmp_path, "crisis", "drf", "search", [1, 2]) is None  # other seeds
+    assert exploit_run(tmp_path, "crisis", "planner", "search", seeds) is None  # no such cell
+    assert exploit_run(None, "crisis", "drf", "search", seeds) is None
+    got = exploit_response(run, seeds, [3.0, 4.0])
     assert got is not None and got[BEST]["seat"] == [7.0, 8.0] and got["source"] == "learning"
-    assert exploit_response(tmp_path, "crisis", "drf", "search", [1, 2], [3.0, 4.0]) is None  # other seeds
     with pytest.raises(RuntimeError, match="truthful returns differ"):
-        exploit_response(tmp_path, "crisis", "drf", "search", seeds, [3.0, 5.0])
+        exploit_response(run, seeds, [3.0, 5.0])
 
 
 def test_the_command_refuses_bad_input_before_any_work(tmp_path: Path, capsys) -> None:
