@@ -19,6 +19,7 @@ from policies.focal import FocalEnv
 pytestmark = [pytest.mark.slow, pytest.mark.rllib]
 
 ALLOCATOR = "allocator"
+SEARCH = "search"
 
 
 def config(scenario: str = "crisis", codec: str | None = "need", **extra) -> ArenaEnvConfig:
@@ -26,31 +27,38 @@ def config(scenario: str = "crisis", codec: str | None = "need", **extra) -> Are
                              "action_codec": {} if codec is None else {ALLOCATOR: codec}, **extra})
 
 
+def team_config(scenario: str = "crisis", allocator: str = "proportional") -> ArenaEnvConfig:
+    """A best response's env: the search team learns (``bluff`` codec) against a scripted allocator."""
+    return ArenaEnvConfig(scenario=scenario, scripted_in_env=True, learned_agents=(SEARCH,),
+                          action_codec={SEARCH: "bluff"}, background={"agents": {ALLOCATOR: allocator}})
+
+
 def play_first_episodes(cfg, n, seed=100, action_seed=0):
     """Step a batch and n stock envs with the same module actions until every first episode ended;
     assert every output equal; return the batch (its arenas have just restarted or will at the next step)."""
+    seat = cfg.learned_agents[0]
     batch = BatchedFocalEnv(cfg, n)
     stock = [ArenaRLlibEnv(cfg) for _ in range(n)]
     obs, infos = batch.reset(seed=seed)
     for i, env in enumerate(stock):
         o, info = env.reset(seed=seed + i)
-        assert np.array_equal(obs[i][ALLOCATOR], o[ALLOCATOR])
-        assert infos[i][ALLOCATOR]["episode_seed"] == info[ALLOCATOR]["episode_seed"]
+        assert np.array_equal(obs[i][seat], o[seat])
+        assert infos[i][seat]["episode_seed"] == info[seat]["episode_seed"]
     rng = np.random.default_rng(action_seed)
-    nvec = batch.single_action_spaces[ALLOCATOR].nvec
+    nvec = batch.single_action_spaces[seat].nvec
     done = [False] * n
     while not all(done):
-        actions = [{ALLOCATOR: rng.integers(0, nvec)} for _ in range(n)]
+        actions = [{seat: rng.integers(0, nvec)} for _ in range(n)]
         o, r, t, tr, info = batch.step(actions)
         for i, env in enumerate(stock):
             if done[i]:
                 continue
             so, sr, st, strunc, sinfo = env.step(actions[i])
-            assert np.array_equal(o[i][ALLOCATOR], so[ALLOCATOR])
+            assert np.array_equal(o[i][seat], so[seat])
             assert r[i] == sr and t[i] == st and tr[i] == strunc
-            assert info[i][ALLOCATOR]["reward_terms"] == sinfo[ALLOCATOR]["reward_terms"]
+            assert info[i][seat]["reward_terms"] == sinfo[seat]["reward_terms"]
             if st["__all__"] or strunc["__all__"]:
-                assert info[i][ALLOCATOR]["episode"] == sinfo[ALLOCATOR]["episode"]
+                assert info[i][seat]["episode"] == sinfo[seat]["episode"]
                 done[i] = True
     return batch
 
@@ -59,6 +67,11 @@ def play_first_episodes(cfg, n, seed=100, action_seed=0):
                                              ("market_baseline", "need")])
 def test_every_arena_plays_the_stock_focal_env(scenario, codec):
     play_first_episodes(config(scenario, codec), n=6)
+
+
+@pytest.mark.parametrize("allocator", ["proportional", "planner"])
+def test_a_best_responses_team_seat_plays_the_stock_focal_env(allocator):
+    play_first_episodes(team_config("crisis", allocator), n=5)
 
 
 def test_a_restarted_arena_plays_the_cores_next_seed_from_a_clean_start():
