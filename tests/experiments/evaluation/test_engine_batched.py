@@ -163,3 +163,20 @@ def test_every_shipped_scenario_stores_the_same_rows_batched_and_per_arena(tmp_p
     batched, per_arena = both_ways(tmp_path, rosters, monkeypatch)
     assert len(batched) == sum(r.episodes for r in rosters) and batched == per_arena
 
+
+
+@pytest.mark.slow
+def test_generated_scenarios_and_the_broker_seat_store_the_same_rows_batched_and_per_arena(tmp_path, monkeypatch):
+    from commons_arena.family import generate_one, load_family
+
+    configs = [generate_one(load_family("broad"), 0, index) for index in range(12)]  # caps, many teams, shocks
+    generated = roster_from_dict({"scenarios": [c.name for c in configs], "seeds": [0, 1, 2],
+                                  "entrants": ["planner", "edf", "drf", "max_min_fair"],
+                                  "anchors": {"low": "random", "high": "best_fit"}, "backgrounds": BACKGROUNDS},
+                                 source="(test)", parsed=configs)
+    broker = roster_from_dict({"seat": "broker", "scenarios": ["market_baseline"], "seeds": [0, 1, 2, 3],
+                               "entrants": ["demand_priced", "fixed_price"],
+                               "anchors": {"low": "fixed_price", "high": "demand_priced"}}, source="(test)")
+    rosters = [generated, broker]
+    batched, per_arena = both_ways(tmp_path, rosters, monkeypatch)
+    assert len(batched) == sum(r.episodes for r in rosters) and batched == per_arena
