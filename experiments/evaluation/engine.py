@@ -26,6 +26,15 @@ transaction per episode as it finishes (:func:`play_roster`); a rerun plays only
 missing rows, and a scenario, checkpoint or background whose content changed since is
 refused unless ``allow_changed``.
 
+**The batched core**: a :class:`Group` whose every seat has a batched form
+(:data:`policies.registry.BATCHED`: the scripted teams, brokers and allocators, ``planner``) plays
+its seeds as batches of up to :data:`MAX_ARENAS` arenas on ``commons_arena.vector_env``
+(:func:`play_batched`: arena k plays seed k, every seat's policy reset by the one seeding rule),
+storing exactly the rows the per-arena path stores. The oracle, learned checkpoints, fixed codes,
+a uniformly random seat, recordings and observers play per arena through :func:`play`;
+``PlayOptions(batched=False)`` or ``COMMONS_ARENA_PER_ARENA=1`` force every group per arena
+(tests, A/B timing).
+
 **Parallelism**: with more than one worker the missing episodes are packed into batches
 (consecutive seeds of one player, scenario and background stay together, so policies are
 built once per batch) and run as Ray tasks, each a streaming generator so that every
@@ -446,7 +455,7 @@ def policy_names(groups: Sequence[Group]) -> list[str]:
 
 
 def play_shipped_batch(batch: Sequence[Group], checkpoints: Sequence[PackedCheckpoint],
-                       flush_seconds: float, batched: bool = True) -> Iterator[list[EpisodeResult]]:
+                       flush_seconds: float, batched: bool) -> Iterator[list[EpisodeResult]]:
     """A Ray task: install the shipped checkpoints on this node, then :func:`play_batch_streaming`."""
     install(checkpoints)
     yield from play_batch_streaming(batch, flush_seconds, batched)
