@@ -4,7 +4,8 @@ The same roster (every scripted allocator baseline in the allocator seat of ``--
 against its default background, anchored by ``random`` and ``best_fit`` so that no oracle
 plays) is played into fresh results stores: in-process on the per-arena path
 (``PlayOptions(batched=False)``: one reference env, one episode at a time), in-process on the
-batched core (the engine's default for a scripted lineup: a group's seeds as one batch), then as
+batched core (the engine's default for a scripted lineup of at least ``MIN_ARENAS`` seeds: a
+group's seeds as one batch; both paths warmed up first, untimed), then as
 Ray tasks on ``--ray-workers`` local CPUs (batched too; ``--ray-workers 0`` skips it). Every
 figure includes writing every episode to SQLite; the Ray one is given warm (after ``ray.init``
 and the workers' imports, which are timed separately) and cold (everything from ``ray.init``).
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import tyro
 
-from experiments.evaluation.engine import QUIET, play_roster
+from experiments.evaluation.engine import MIN_ARENAS, QUIET, play_roster
 from experiments.evaluation.roster import Roster, roster_from_dict
 from experiments.evaluation.store import ResultStore
 from policies.registry import available_policies
@@ -63,6 +64,10 @@ def main(args: Args) -> dict[str, float]:
           f"seeds); {os.cpu_count()} CPUs on this machine")
     with tempfile.TemporaryDirectory() as tmp:
         looped, one, many = Path(tmp) / "per_arena.sqlite", Path(tmp) / "one.sqlite", Path(tmp) / "ray.sqlite"
+        warm_up = scripted_roster(args.scenario, MIN_ARENAS)  # imports and first-call costs of both paths, untimed
+        for batched in (False, True):
+            with ResultStore(Path(tmp) / f"warm_{batched}.sqlite") as store:
+                play_roster(warm_up, store, replace(QUIET, workers=1, batched=batched))
         with ResultStore(looped) as store:
             per_arena = play_roster(roster, store, replace(QUIET, workers=1, batched=False))
         cpu = time.process_time()

@@ -26,9 +26,9 @@ transaction per episode as it finishes (:func:`play_roster`); a rerun plays only
 missing rows, and a scenario, checkpoint or background whose content changed since is
 refused unless ``allow_changed``.
 
-**The batched core**: a :class:`Group` whose every seat has a batched form
-(:data:`policies.registry.BATCHED`: the scripted teams, brokers and allocators, ``planner``) plays
-its seeds as batches of up to :data:`MAX_ARENAS` arenas on ``commons_arena.vector_env``
+**The batched core**: a :class:`Group` of at least :data:`MIN_ARENAS` seeds (below, the per-arena
+path is faster) whose every seat has a batched form (:data:`policies.registry.BATCHED`: the scripted
+teams, brokers and allocators, ``planner``) plays its seeds as batches of up to :data:`MAX_ARENAS` arenas on ``commons_arena.vector_env``
 (:func:`play_batched`: arena k plays seed k, every seat's policy reset by the one seeding rule),
 storing exactly the rows the per-arena path stores. The oracle, learned checkpoints, fixed codes,
 a uniformly random seat, recordings and observers play per arena through :func:`play`;
@@ -83,6 +83,10 @@ ORACLE_SECONDS_PER_TICK = 1.2e-2  # the oracle's floor per tick; larger clusters
 # slow scenario's episodes start first and spread over the workers (batches); it underestimates the slowest.
 ORACLE_SIZE_SECONDS = 1.4e-3
 MAX_ARENAS = 256  # the batched path plays a group's seeds in batches of at most this many arenas
+# ...and only a group of at least this many seeds: below it the per-arena path is faster (in-process, warm, 3
+# allocators on `standard` and `crisis`, load ~4: batched / per-arena episodes/s 0.30x at 1 seed, 0.75x at 4,
+# 1.1-1.2x at 8, 2.0x at 16, 5.1-5.3x at 64)
+MIN_ARENAS = 8
 PER_ARENA_ENV = "COMMONS_ARENA_PER_ARENA"  # set to 1: every group plays on the per-arena path (tests, A/B timing)
 HEAVY_EPISODE_SECONDS = 0.5  # an episode estimated at this or more is a batch of its own (balance beats reuse)
 LEARNED_SECONDS_PER_AGENT_TICK = 4e-4
@@ -367,9 +371,10 @@ def batched_policies(group: Group, num_envs: int) -> dict[str, BatchPolicy]:
 
 def plays_batched(group: Group, batched: bool = True) -> bool:
     """Whether :func:`play_episodes` plays ``group`` on the batched core: asked to (``batched``, and
-    :data:`PER_ARENA_ENV` unset or 0), no recording, and every seat with a batched form."""
-    return (batched and os.environ.get(PER_ARENA_ENV, "") in ("", "0") and group.record is None
-            and batched_entries(group) is not None)
+    :data:`PER_ARENA_ENV` unset or 0), at least :data:`MIN_ARENAS` seeds, no recording, and every
+    seat with a batched form."""
+    return (batched and os.environ.get(PER_ARENA_ENV, "") in ("", "0") and len(group.keys) >= MIN_ARENAS
+            and group.record is None and batched_entries(group) is not None)
 
 
 def play_batched(config: ScenarioConfig, policies: Mapping[str, BatchPolicy],
@@ -398,12 +403,14 @@ def play_batched(config: ScenarioConfig, policies: Mapping[str, BatchPolicy],
 def play_episodes(group: Group, batched: bool = True) -> Iterator[tuple[EpisodeKey, dict[str, dict[str, float]], float]]:
     """Play a group's episodes in order: ``(key, every agent's infos["episode"], wall seconds)`` each.
 
-    On the batched core (:func:`play_batched`, up to :data:`MAX_ARENAS` seeds at once, each
-    batch's wall time shared evenly by its episodes) when :func:`plays_batched`, else per arena
-    through :func:`play`, each as soon as it is finished; the two give the same episodes bit for bit."""
+    On the batched core (:func:`play_batched`, the seeds split evenly into batches of at most
+    :data:`MAX_ARENAS`, each batch's wall time shared evenly by its episodes) when
+    :func:`plays_batched`, else per arena through :func:`play`, each as soon as it is finished;
+    the two give the same episodes bit for bit."""
     if plays_batched(group, batched):
-        for start in range(0, len(group.keys), MAX_ARENAS):
-            keys = group.keys[start:start + MAX_ARENAS]
+        parts = -(-len(group.keys) // MAX_ARENAS)
+        for part in np.array_split(np.arange(len(group.keys)), parts):
+            keys = group.keys[int(part[0]):int(part[-1]) + 1]
             began = time.perf_counter()
             played = play_batched(group.config, batched_policies(group, len(keys)), [key.seed for key in keys])
             seconds = (time.perf_counter() - began) / len(keys)

@@ -26,6 +26,12 @@ COMPARED = ("seat, scenario, scenario_hash, background, background_hash, player,
 SCRIPTED_ALLOCATORS = [name for name in available_policies("allocator") if name != "oracle"]  # planner included
 
 
+@pytest.fixture(autouse=True)
+def batch_any_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small groups play batched here (the engine plays a group under ``MIN_ARENAS`` seeds per arena)."""
+    monkeypatch.setattr(engine, "MIN_ARENAS", 1)
+
+
 def stored(path: Path) -> list[tuple]:
     """Every row's identity and outcome (not its wall time), in key order."""
     with sqlite3.connect(path) as conn:
@@ -72,12 +78,21 @@ def test_a_scripted_tournament_stores_the_same_rows_batched_and_per_arena(tmp_pa
 
 
 def test_a_group_longer_than_one_batch_plays_in_several_in_seed_order(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "MAX_ARENAS", 2)
+    monkeypatch.setattr(engine, "MAX_ARENAS", 2)  # 5 seeds: batches of 2, 2 and 1
+    sizes: list[list[int]] = []
+    real = engine.play_batched
+
+    def counted(config: Any, policies: Any, seeds: list[int]) -> Any:
+        sizes.append(list(seeds))
+        return real(config, policies, seeds)
+
+    monkeypatch.setattr(engine, "play_batched", counted)
     roster = roster_from_dict({"scenarios": ["price_shock"], "seeds": {"first": 40, "count": 5},
                                "entrants": ["planner", "drf"], "anchors": {"low": "random", "high": "edf"}},
                               source="(test)")
     batched, per_arena = both_ways(tmp_path, [roster], monkeypatch)
     assert len(batched) == 4 * 5 and batched == per_arena
+    assert sizes == [[40, 41], [42, 43], [44]] * 4
 
 
 def test_the_team_seat_plays_batched_with_scripted_teams(tmp_path, monkeypatch):
@@ -99,6 +114,9 @@ def test_who_plays_per_arena(tmp_path, monkeypatch):
     assert not plays_batched(by_player["oracle"])
     assert not plays_batched(by_player["edf"], batched=False)
     assert not plays_batched(replace(by_player["edf"], record=tmp_path / "r.jsonl"))
+    monkeypatch.setattr(engine, "MIN_ARENAS", 2)
+    assert not plays_batched(by_player["edf"])  # one seed: per arena is faster
+    monkeypatch.setattr(engine, "MIN_ARENAS", 1)
     monkeypatch.setenv(PER_ARENA_ENV, "1")
     assert not plays_batched(by_player["edf"])
     monkeypatch.setenv(PER_ARENA_ENV, "0")
