@@ -18,12 +18,13 @@ from experiments.evaluation.evaluate import evaluate
 from experiments.evaluation.roster import Roster, roster_from_dict
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.suite import suite_from_dict
-from policies.registry import available_policies
+from policies.registry import BATCHED, available_policies
 from tests.experiments.evaluation.test_benchmark import tiny_file  # noqa: F401 (a fixture)
 
 COMPARED = ("seat, scenario, scenario_hash, background, background_hash, player, player_hash, seed, policy, "
             "focal_return, episode")
-SCRIPTED_ALLOCATORS = [name for name in available_policies("allocator") if name != "oracle"]  # planner included
+# every allocator with a batched form (planner included; the oracle and any allocator without one play per arena)
+SCRIPTED_ALLOCATORS = [name for name in available_policies("allocator") if name in BATCHED]
 
 
 @pytest.fixture(autouse=True)
