@@ -31,7 +31,7 @@ from pathlib import Path
 
 import tyro
 
-from experiments.evaluation.engine import MIN_ARENAS, QUIET, play_roster
+from experiments.evaluation.engine import MIN_ARENAS, QUIET, missing_groups, play_roster, plays_batched
 from experiments.evaluation.roster import Roster, roster_from_dict
 from experiments.evaluation.store import ResultStore
 from policies.registry import available_policies
@@ -62,6 +62,9 @@ def main(args: Args) -> dict[str, float]:
     roster = scripted_roster(args.scenario, args.seeds)
     print(f"{roster.episodes} scripted episodes on {args.scenario} ({len(roster.players)} allocators x {args.seeds} "
           f"seeds); {os.cpu_count()} CPUs on this machine")
+    on_core = [g.player.name for g in missing_groups(roster, set()) if plays_batched(g)]
+    print(f"  on the batched core by default: {len(on_core)} of {len(roster.players)} allocators "
+          f"({', '.join(on_core) or 'none'}; the rest per arena)")
     with tempfile.TemporaryDirectory() as tmp:
         looped, one, many = Path(tmp) / "per_arena.sqlite", Path(tmp) / "one.sqlite", Path(tmp) / "ray.sqlite"
         warm_up = scripted_roster(args.scenario, MIN_ARENAS)  # imports and first-call costs of both paths, untimed
