@@ -276,10 +276,15 @@ class PlannerAllocator(ScriptedPolicy):
         tops = top.tolist()
         for i, g in enumerate(np.argmax(log_w, axis=1).tolist()):
             if not revealed[i]:
-                bluff = 1.0 + (1.0 - self.margin) * (float(BLUFF_GRID[g]) - 1.0)
-                estimate[i] = [_deflate(d, bluff, c) for d, c in zip(declared[i].tolist(), tops, strict=True)]
+                estimate[i] = self.estimate_need(declared[i].tolist(), float(BLUFF_GRID[g]), tops)
         self.last_estimate = estimate
         return estimate
+
+    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
+        """A team's need per tier from its declaration and its most likely inflation ``factor``:
+        undone with all but ``margin`` of the inflation (``fair_planner``: another headroom)."""
+        bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
+        return [_deflate(d, bluff, c) for d, c in zip(declared, ceilings, strict=True)]
 
     # ------------------------------------------------------------------ plan
     def decide(self, obs: np.ndarray) -> list[int]:

@@ -19,6 +19,10 @@ max_min_fair, drf
 planner            allocator  :mod:`policies.planner` (observation + public
                               scenario parameters; estimates each team's
                               inflation from its history)
+credit,            allocator  :mod:`policies.mechanisms`: the reference
+uniform_rule,                 mechanisms of the literature (karma credits,
+fair_planner                  Sprumont's uniform rule, ``planner`` with a
+                              headroom that is a share of the deflated need)
 oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
                               needs ``env=``)
 learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
@@ -67,6 +71,7 @@ from policies.batch_allocators import (
 )
 from policies.batch_scripted import BatchDemandPricedBroker, BatchFixedPriceBroker, BatchTeam
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
+from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.oracle import OracleAllocator, make_oracle
 from policies.planner import BatchPlanner, PlannerAllocator
 from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
@@ -116,6 +121,8 @@ for _broker in (DemandPricedBroker, FixedPriceBroker):
 for _name, _allocator in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", _allocator, _params_of(_allocator)))
 register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
+for _name, _mechanism in REFERENCE_MECHANISMS.items():
+    register(PolicySpec(_name, "allocator", _mechanism, _params_of(_mechanism)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
 

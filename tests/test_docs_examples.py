@@ -64,6 +64,7 @@ PYTHON: dict[tuple[str, str], str] = {
     ("docs/for_env_authors.md", "import commons_arena"): "fast",
     ("docs/families.md", "from commons_arena.family import generate_scenarios, load_split, refuse_heldout, scenario_to_toml"): "fast",
     ("docs/codecs.md", "from policies.codecs import make_codec, codecs_for_role, DEFAULT_CODECS, CodedPolicy"): "fast",
+    ("docs/codecs.md", "from policies.batch_codecs import make_batch_codec"): "fast",
     ("docs/serving.md", "import commons_arena"): "fast",
     ("docs/serving.md", "from serving.client import ArenaClient, play_episode"): "server",
     ("docs/serving.md", "from openenv.core import GenericEnvClient"): "server",
@@ -102,7 +103,8 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"^commons-arena scenarios generate my_family\.toml", "a family file of the reader's own (the broad family runs)"),
     (r"^commons-arena (train|distil|exploit|arms-race|psro) |^SEEDS=|^'SEEDS=",
      "trains for minutes (tests/experiments/training and tests/experiments/studies: tiny runs)"),
-    (r"^commons-arena (need-gap|fixed-codes)", "a measurement of minutes (tests/experiments/evaluation: small ones)"),
+    (r"^commons-arena (need-gap|fixed-codes|frontier)", "a measurement of minutes (tests/experiments/evaluation and "
+     "tests/experiments/studies/test_frontier.py: small ones)"),
     (r"--suite team-search", "choosing the best fixed code plays 4,320 episodes first: minutes (the own_suite "
      "benchmarks run)"),
     (r"'learned:<run>/best'|OLD_CHECKPOINT", "a placeholder for a run or an old checkpoint of the reader's own"),
