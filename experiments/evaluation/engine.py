@@ -26,6 +26,15 @@ transaction per episode as it finishes (:func:`play_roster`); a rerun plays only
 missing rows, and a scenario, checkpoint or background whose content changed since is
 refused unless ``allow_changed``.
 
+**The batched core**: a :class:`Group` of at least :data:`MIN_ARENAS` seeds (below, the per-arena
+path is faster) whose every seat has a batched form (:data:`policies.registry.BATCHED`: the scripted
+teams, brokers and allocators, ``planner``) plays its seeds as batches of up to :data:`MAX_ARENAS` arenas on ``commons_arena.vector_env``
+(:func:`play_batched`: arena k plays seed k, every seat's policy reset by the one seeding rule),
+storing exactly the rows the per-arena path stores. The oracle, learned checkpoints, fixed codes,
+a uniformly random seat, recordings and observers play per arena through :func:`play`;
+``PlayOptions(batched=False)`` or ``COMMONS_ARENA_PER_ARENA=1`` force every group per arena
+(tests, A/B timing).
+
 **Parallelism**: with more than one worker the missing episodes are packed into batches
 (consecutive seeds of one player, scenario and background stay together, so policies are
 built once per batch) and run as Ray tasks, each a streaming generator so that every
@@ -55,8 +64,10 @@ from experiments.cluster import start_ray
 from experiments.evaluation.roster import Player, Roster, focal_agents
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from policies.base import Policy, uniform_random_policies
-from policies.focal import FocalEnv
-from policies.population import Population
+from policies.batch import BatchPolicy
+from policies.focal import FocalEnv, policy_seed
+from policies.population import Entry, Population
+from policies.registry import BATCHED, batch_policy
 from policies.shipping import PackedCheckpoint, install, pack_all
 
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x
@@ -71,6 +82,12 @@ ORACLE_SECONDS_PER_TICK = 1.2e-2  # the oracle's floor per tick; larger clusters
 # 3.1, the slowest one's loaded / quiet time (26.3 s / 8.4 s, docs/benchmarks.md). It orders the work, so a
 # slow scenario's episodes start first and spread over the workers (batches); it underestimates the slowest.
 ORACLE_SIZE_SECONDS = 1.4e-3
+MAX_ARENAS = 256  # the batched path plays a group's seeds in batches of at most this many arenas
+# ...and only a group of at least this many seeds: below it the per-arena path is faster (in-process, warm, 3
+# allocators on `standard` and `crisis`, load ~4: batched / per-arena episodes/s 0.30x at 1 seed, 0.75x at 4,
+# 1.1-1.2x at 8, 2.0x at 16, 5.1-5.3x at 64)
+MIN_ARENAS = 8
+PER_ARENA_ENV = "COMMONS_ARENA_PER_ARENA"  # set to 1: every group plays on the per-arena path (tests, A/B timing)
 HEAVY_EPISODE_SECONDS = 0.5  # an episode estimated at this or more is a batch of its own (balance beats reuse)
 LEARNED_SECONDS_PER_AGENT_TICK = 4e-4
 RAY_MIN_SECONDS = 15.0  # below this much estimated work, Ray's start-up (4-15 s here) is not worth it
@@ -333,35 +350,100 @@ def focal_policies(group: Group, env: Any) -> dict[str, Policy]:
     return policies
 
 
-def play_episodes(group: Group) -> Iterator[tuple[EpisodeKey, dict[str, dict[str, float]], float]]:
-    """Play a group's episodes in order: ``(key, every agent's infos["episode"], wall seconds)`` each,
-    as soon as it is finished."""
+def batched_entries(group: Group) -> dict[str, Entry] | None:
+    """Every seat's entry for ``group`` when each has a batched form (:data:`policies.registry.BATCHED`),
+    else None (the oracle, learned checkpoints, fixed codes, a uniformly random player: they play per arena)."""
+    if group.player.uniform_random:
+        return None
+    agents = focal_agents(group.seat, group.config)
+    entries = focal_population(group.background, agents, group.player).resolve(group.config)
+    return entries if all(entry.policy in BATCHED for entry in entries.values()) else None
+
+
+def batched_policies(group: Group, num_envs: int) -> dict[str, BatchPolicy]:
+    """Every seat's batched policy for ``group`` in ``num_envs`` arenas (built once per batch)."""
+    entries = batched_entries(group)
+    if entries is None:
+        raise ValueError(f"{group.player.name!r} on {group.config.name!r}: a seat has no batched form; play it per arena")
+    return {agent: batch_policy(entry.policy, group.config, agent, num_envs, **dict(entry.params))
+            for agent, entry in entries.items()}
+
+
+def plays_batched(group: Group, batched: bool = True) -> bool:
+    """Whether :func:`play_episodes` plays ``group`` on the batched core: asked to (``batched``, and
+    :data:`PER_ARENA_ENV` unset or 0), at least :data:`MIN_ARENAS` seeds, no recording, and every
+    seat with a batched form."""
+    return (batched and os.environ.get(PER_ARENA_ENV, "") in ("", "0") and len(group.keys) >= MIN_ARENAS
+            and group.record is None and batched_entries(group) is not None)
+
+
+def play_batched(config: ScenarioConfig, policies: Mapping[str, BatchPolicy],
+                 seeds: Sequence[int]) -> list[dict[str, dict[str, float]]]:
+    """One episode per seed on the batched core, arena k playing ``seeds[k]`` (``policies`` in
+    ``len(seeds)`` arenas, reset by the one seeding rule of :class:`~policies.focal.FocalEnv`):
+    every agent's episode totals per seed, as the per-arena path gives them (what an arena plays
+    after its first episode ends is ignored; it stops when every arena has ended)."""
+    env = commons_arena.vector_env(config, num_envs=len(seeds))
+    seat_index = {agent: i for i, agent in enumerate(env.possible_agents)}
+    for agent, policy in policies.items():
+        policy.reset([policy_seed(seed, seat_index[agent]) for seed in seeds])
+    observations, _ = env.reset(seed=[int(seed) for seed in seeds])
+    summaries: list[dict[str, dict[str, float]] | None] = [None] * len(seeds)
+    pending = np.ones(len(seeds), dtype=bool)
+    while pending.any():
+        actions = {agent: policy.act(observations[agent]) for agent, policy in policies.items()}
+        observations, _, _, _, infos = env.step(actions)
+        for k in np.flatnonzero(pending & infos[env.possible_agents[0]].get("_episode", False)).tolist():
+            summaries[k] = {agent: {key: float(values[k]) for key, values in infos[agent]["episode"].items()}
+                            for agent in env.possible_agents}
+            pending[k] = False
+    return [summary for summary in summaries if summary is not None]
+
+
+def play_episodes(group: Group, batched: bool = True) -> Iterator[tuple[EpisodeKey, dict[str, dict[str, float]], float]]:
+    """Play a group's episodes in order: ``(key, every agent's infos["episode"], wall seconds)`` each.
+
+    On the batched core (:func:`play_batched`, the seeds split evenly into batches of at most
+    :data:`MAX_ARENAS`, each batch's wall time shared evenly by its episodes) when
+    :func:`plays_batched`, else per arena through :func:`play`, each as soon as it is finished;
+    the two give the same episodes bit for bit."""
+    if plays_batched(group, batched):
+        parts = -(-len(group.keys) // MAX_ARENAS)
+        for part in np.array_split(np.arange(len(group.keys)), parts):
+            keys = group.keys[int(part[0]):int(part[-1]) + 1]
+            began = time.perf_counter()
+            played = play_batched(group.config, batched_policies(group, len(keys)), [key.seed for key in keys])
+            seconds = (time.perf_counter() - began) / len(keys)
+            for key, summary in zip(keys, played, strict=True):
+                yield key, summary, seconds
+        return
     episodes = play(group.config, lambda env: focal_policies(group, env), [key.seed for key in group.keys],
                     record=group.record)
     for key, episode in zip(group.keys, episodes, strict=True):
         yield key, episode.summaries, episode.wall_seconds
 
 
-def play_group(group: Group) -> Iterator[EpisodeResult]:
+def play_group(group: Group, batched: bool = True) -> Iterator[EpisodeResult]:
     """:func:`play_episodes` as results for the store (the focal seat's mean return, the episode as JSON)."""
     agents = focal_agents(group.seat, group.config)
     policy = json.dumps({"policy": group.player.entry.policy, **dict(group.player.entry.params)}, sort_keys=True)
-    for key, episode, seconds in play_episodes(group):
+    for key, episode, seconds in play_episodes(group, batched):
         focal = sum(episode[a]["return"] for a in agents) / len(agents)
         yield EpisodeResult(key, policy, float(focal), json.dumps(episode, sort_keys=True), seconds)
 
 
-def play_batch(batch: Sequence[Group]) -> Iterator[EpisodeResult]:
+def play_batch(batch: Sequence[Group], batched: bool = True) -> Iterator[EpisodeResult]:
     for group in batch:
-        yield from play_group(group)
+        yield from play_group(group, batched)
 
 
-def play_batch_streaming(batch: Sequence[Group], flush_seconds: float) -> Iterator[list[EpisodeResult]]:
+def play_batch_streaming(batch: Sequence[Group], flush_seconds: float,
+                         batched: bool = True) -> Iterator[list[EpisodeResult]]:
     """:func:`play_batch`, handed on in small lists: every ``flush_seconds`` rather than per
     episode, so that Ray's per-item cost stays small next to a few-millisecond episode."""
     pending: list[EpisodeResult] = []
     last = time.perf_counter()
-    for result in play_batch(batch):
+    for result in play_batch(batch, batched):
         pending.append(result)
         if time.perf_counter() - last >= flush_seconds:
             yield pending
@@ -380,17 +462,18 @@ def policy_names(groups: Sequence[Group]) -> list[str]:
 
 
 def play_shipped_batch(batch: Sequence[Group], checkpoints: Sequence[PackedCheckpoint],
-                       flush_seconds: float) -> Iterator[list[EpisodeResult]]:
+                       flush_seconds: float, batched: bool) -> Iterator[list[EpisodeResult]]:
     """A Ray task: install the shipped checkpoints on this node, then :func:`play_batch_streaming`."""
     install(checkpoints)
-    yield from play_batch_streaming(batch, flush_seconds)
+    yield from play_batch_streaming(batch, flush_seconds, batched)
 
 
-def run_in_process(groups: Sequence[Group]) -> Iterator[EpisodeResult]:
-    yield from play_batch(groups)
+def run_in_process(groups: Sequence[Group], batched: bool = True) -> Iterator[EpisodeResult]:
+    yield from play_batch(groups, batched)
 
 
-def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> Iterator[EpisodeResult]:
+def run_on_ray(groups: Sequence[Group], workers: int, address: str | None,
+               batched: bool = True) -> Iterator[EpisodeResult]:
     """Yield episodes as Ray tasks finish them (streaming generators, several batches per worker)."""
     import ray
 
@@ -405,7 +488,7 @@ def run_on_ray(groups: Sequence[Group], workers: int, address: str | None) -> It
         checkpoints = ray.put(packed)
         # learned policies set torch to one thread themselves
         task = ray.remote(num_cpus=1, num_returns="streaming", max_retries=0)(play_shipped_batch)
-        pending: list[Any] = [task.remote(batch, checkpoints, FLUSH_SECONDS) for batch in parts]
+        pending: list[Any] = [task.remote(batch, checkpoints, FLUSH_SECONDS, batched) for batch in parts]
         ready: list[Any]  # streaming tasks' ObjectRefGenerators (ray.wait is typed for plain refs too)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -460,6 +543,7 @@ class PlayOptions:
     progress: bool = True  # show the progress bar
     ray_min_seconds: float = RAY_MIN_SECONDS  # below this much estimated work, play in-process
     log: Callable[..., Any] = print  # where the one-line notes go
+    batched: bool = True  # groups whose every seat has a batched form play on the batched core; False: per arena
 
 
 DEFAULT_OPTIONS = PlayOptions()
@@ -496,7 +580,7 @@ def play_rosters(rosters: Sequence[Roster], store: ResultStore, options: PlayOpt
     n, why = choose_workers(groups, workers, address, options.ray_min_seconds)
     log(why)
     report.mode = "in-process" if n == 1 else f"ray x{n}"
-    results = run_in_process(groups) if n == 1 else run_on_ray(groups, n, address)
+    results = run_in_process(groups, options.batched) if n == 1 else run_on_ray(groups, n, address, options.batched)
     start = time.perf_counter()
     with tqdm(total=todo, desc=desc, unit="ep", disable=not options.progress, smoothing=0.1) as bar:
         for result in results:
@@ -508,5 +592,5 @@ def play_rosters(rosters: Sequence[Roster], store: ResultStore, options: PlayOpt
 
 
 __all__ = ["DEFAULT_OPTIONS", "QUIET", "Episode", "EpisodeResult", "Group", "Lineup", "Observer", "PlayOptions", "PlayReport",
-           "Tick", "arena_for", "focal_policies", "lineup_policies", "planned_keys", "play", "play_all", "play_episodes", "play_group",
+           "Tick", "arena_for", "focal_policies", "lineup_policies", "planned_keys", "play", "play_all", "play_batched", "play_episodes", "play_group",
            "play_returns", "play_roster", "play_rosters"]
