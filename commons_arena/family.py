@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind
+from commons_arena.files import check_target, make_folder, remove_file, toml_text, toml_value, write_file
 from commons_arena.scenario import (
     ARCHETYPES,
     MAX_AMOUNT,
@@ -552,47 +553,6 @@ def generate_scenarios(family: str | Path | FamilyConfig, count: int, seed: int)
 # ------------------------------------------------------------------ TOML out
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"cannot write {value} to TOML")
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _is_table_list(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _toml_table(path: str, data: Mapping[str, Any], lines: list[str]) -> None:
-    """Keys first (a list of tables below the top level inline, as scenario files write ``jobs``),
-    then, in the order of ``data``, each nested table as ``[path.key]`` and (at the top level)
-    each list of tables as ``[[key]]``."""
-    top = not path
-    for key, value in data.items():
-        if not isinstance(value, dict) and not (top and _is_table_list(value)):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, value in data.items():
-        if isinstance(value, dict):
-            name = f"{path}.{key}" if path else key
-            lines.extend(["", f"[{name}]"])
-            _toml_table(name, value, lines)
-        elif top and _is_table_list(value):
-            for item in value:
-                lines.extend(["", f"[[{key}]]"])
-                _toml_table(key, item, lines)
-
-
 def scenario_to_toml(config: ScenarioConfig) -> str:
     """A scenario as a TOML file's text: ``scenario_from_dict(tomllib.loads(text))`` has the same
     content hash. Every top-level number is written; a job's or shock's defaults are left out."""
@@ -600,9 +560,7 @@ def scenario_to_toml(config: ScenarioConfig) -> str:
     for ti, team in enumerate(config.teams):
         data["teams"][ti]["jobs"] = [job.model_dump(mode="json", exclude_defaults=True) for job in team.jobs]
     data["shocks"] = [shock.model_dump(mode="json", exclude_defaults=True) for shock in config.shocks]
-    lines = [f"# {config.name}: content hash {config.content_hash}"]
-    _toml_table("", data, lines)
-    text = "\n".join(lines) + "\n"
+    text = toml_text(data, header=[f"{config.name}: content hash {config.content_hash}"])
     back = scenario_from_dict(tomllib.loads(text), source=f"{config.name} (written)")
     if back.content_hash != config.content_hash:  # a bug in this writer, never silent
         raise AssertionError(f"{config.name}: TOML round trip changed the content hash")
@@ -623,18 +581,20 @@ def write_scenarios(configs: Iterable[ScenarioConfig], out: Path, replace: bool 
     like these, and index.json), nothing else."""
     configs = tuple(configs)
     texts = [scenario_to_toml(c) for c in configs]  # every text before any file
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     if replace:
-        for old in out.iterdir():
-            if old.is_file() and (old.name == "index.json" or _WRITTEN.fullmatch(old.name)):
-                old.unlink()
+        olds = [old for old in out.iterdir() if old.name == "index.json" or _WRITTEN.fullmatch(old.name)]
+        for old in olds:  # all checked before any is removed: a link is removed as a link, an input never
+            if not old.is_symlink():
+                check_target(old)
+        for old in olds:
+            remove_file(old)
     written, index = [], []
     for i, config in enumerate(configs):
-        path = out / scenario_filename(i, config)
-        path.write_text(texts[i], encoding="utf-8")
+        path = write_file(out / scenario_filename(i, config), texts[i])
         written.append(path)
         index.append({"index": i, "name": config.name, "hash": config.content_hash, "file": path.name})
-    (out / "index.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    write_file(out / "index.json", json.dumps(index, indent=1) + "\n")
     return written
 
 
@@ -716,9 +676,9 @@ def split_to_toml(name: str, family: FamilyConfig, seed: int, count: int, heldou
     lines = [
         f"# Split {name!r}: {count} scenarios of family {family.name!r}, regenerated and checked on load.",
         "# Frozen: never edit these hashes; make a new split instead." if heldout else "",
-        f"name = {json.dumps(name)}",
-        f"family = {json.dumps(family.name)}",
-        f"family_hash = {json.dumps(family.content_hash)}",
+        f"name = {toml_value(name)}",
+        f"family = {toml_value(family.name)}",
+        f"family_hash = {toml_value(family.content_hash)}",
         f"seed = {seed}",
         f"heldout = {'true' if heldout else 'false'}",
         "hashes = [",

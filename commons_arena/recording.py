@@ -49,13 +49,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from commons_arena.enums import Stance
-from commons_arena.inputs import MAX_DEPTH, MAX_RECORDING_BYTES, check_regular, too_deep
+from commons_arena.files import OutputStream, make_folder
+from commons_arena.inputs import MAX_RECORDING_BYTES, InputError, check_regular, loads_json, remember_input
 from commons_arena.mechanics.jobs import JobStatus
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
@@ -222,7 +223,7 @@ class RecordEpisode(BaseParallelWrapper):
         super().__init__(env)
         self.path = Path(path)
         self.include_observations = include_observations
-        self._file: IO[str] | None = None
+        self._file: OutputStream | None = None
         self._episode: _Episode | None = None
         self._episodes = 0
 
@@ -288,8 +289,8 @@ class RecordEpisode(BaseParallelWrapper):
 
     def _write(self, record: Mapping[str, Any]) -> None:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
+            make_folder(self.path.parent)
+            self._file = OutputStream(self.path)  # temp file + rename at close: never through a link
         self._file.write(json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False) + "\n")
         self._file.flush()
 
@@ -305,19 +306,16 @@ def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Parse a recording into episodes: ``[{"header": ..., "ticks": [...], "summary": ... | None}]``."""
     episodes: list[dict[str, Any]] = []
     check_regular(path, "recording", MAX_RECORDING_BYTES)  # a FIFO or /dev/zero is refused before it is opened
+    remember_input(path)  # an input: never written over by this command (commons_arena.files)
     with Path(path).open(encoding="utf-8", errors="strict") as f:
         for number, line in _numbered_lines(f, path):
             line = line.strip()
             if not line:
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
-            except RecursionError:
-                raise ValueError(f"{path}:{number}: nested too deeply") from None
-            if too_deep(record):
-                raise ValueError(f"{path}:{number}: nested deeper than {MAX_DEPTH} levels")
+            try:  # the one strict, depth-limited JSON reader
+                record = loads_json(line, f"{path}:{number}")
+            except InputError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON line ({exc.reason})") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             kind = record.get("type")
