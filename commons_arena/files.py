@@ -90,11 +90,13 @@ def _refuse_link(path: Path, what: str) -> None:
                           "or choose another output folder")
 
 
-def make_folder(folder: str | os.PathLike[str]) -> Path:
+def make_folder(folder: str | os.PathLike[str], new: bool = False) -> Path:
     """``folder``, created with its missing parents; refused if it, or a folder made on the way, is a
-    symlink or not a folder. Existing ancestors above the first missing one are taken as they are
+    symlink or not a folder, or (``new``) if it exists already. Existing ancestors above the first missing one are taken as they are
     (a user's ``runs`` may be a link to another disk; ``OUT`` itself may not)."""
     folder = Path(folder)
+    if new and (folder.exists() or folder.is_symlink()):
+        raise OutputError(f"{folder} exists already; a new folder was expected there")
     missing = []
     here = folder
     while not os.path.lexists(here) and here.parent != here:
@@ -278,7 +280,7 @@ def remove_file(path: str | os.PathLike[str]) -> None:
     path.unlink()
 
 
-def move_aside(path: str | os.PathLike[str], aside: str | os.PathLike[str]) -> Path:
+def rename_within(path: str | os.PathLike[str], aside: str | os.PathLike[str]) -> Path:
     """Rename a folder or file ``path`` to ``aside`` in the same folder (a rerun keeps the earlier run);
     refused if ``path`` is a link or an input, or ``aside`` exists."""
     path, aside = Path(path), Path(aside)
@@ -303,6 +305,22 @@ def point_link(link: str | os.PathLike[str], target: str) -> Path:
     os.symlink(target, tmp)
     os.replace(tmp, link)
     return link
+
+
+def publish_folder(staging: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Put the finished folder ``staging`` (made beside ``target`` with ``tempfile.mkdtemp(dir=...)`` and
+    filled through :func:`write_file`) at ``target`` by one rename: whatever was at ``target`` (an older
+    copy, a planted link) is moved aside first and removed as itself (a link is never followed). Another
+    process publishing the same folder at the same time either wins or finds its copy."""
+    staging, target = Path(staging), Path(target)
+    if target.is_symlink() or target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name[:40]}-old-", dir=target.parent))
+        os.replace(target, aside / "old")
+        if (aside / "old").is_symlink():
+            (aside / "old").unlink()
+        remove_tree(aside)
+    os.rename(staging, target)
+    return target
 
 
 def copy_folder(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
@@ -422,5 +440,5 @@ def toml_text(data: Mapping[str, Any], header: Iterable[str] = ()) -> str:
 
 
 __all__ = ["MAX_NAME_BYTES", "OutputError", "OutputStream", "append_line", "check_name", "check_outputs", "check_target",
-           "copy_folder", "make_folder", "move_aside", "point_link", "remove_file", "remove_tree", "safe_join",
+           "copy_folder", "make_folder", "point_link", "publish_folder", "remove_file", "remove_tree", "rename_within", "safe_join",
            "toml_key", "toml_text", "toml_value", "write_arrays", "write_figure", "write_file"]

@@ -68,7 +68,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Red
 from starlette.routing import Route
 
 import commons_arena
-from commons_arena.inputs import MAX_DEPTH, too_deep
+from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
 from serving.explain import preview as explain_preview
@@ -150,21 +150,15 @@ def _internal(err: Exception) -> ServeError:
 
 
 def loads(raw: str | bytes, what: str = "the body") -> Any:
-    """Client JSON → data, or a 400: strict JSON (no NaN or Infinity), at most :data:`MAX_JSON_DEPTH` deep.
-
-    The depth walk runs only when the text has more brackets than the limit (a step's
-    action has a handful), so the common request pays one ``count`` per bracket kind."""
+    """Client JSON → data, or a 400: strict JSON (no NaN or Infinity), at most :data:`MAX_JSON_DEPTH` deep
+    (:func:`commons_arena.inputs.loads_json`, the one strict, depth-limited reader)."""
     try:
         value = strict_json(raw)
-    except RecursionError:
-        value, deep = None, True
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err}") from None
-    else:
-        brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
-        deep = brackets > MAX_JSON_DEPTH and too_deep(value, MAX_JSON_DEPTH)
-    if deep:
-        raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels", limit=MAX_JSON_DEPTH)
+    except TooDeep:
+        raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels",
+                         limit=MAX_JSON_DEPTH) from None
+    except InputError as err:
+        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err.reason}") from None
     return value
 
 

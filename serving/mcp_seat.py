@@ -58,8 +58,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from starlette.types import Message, Receive, Scope, Send
 
-from commons_arena.inputs import InputError, TooDeep, loads_json
-from serving.briefing import parse_text_action, render_briefing
+from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep, loads_json
+from serving.briefing import MAX_TEXT_CHARS, parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
 from serving.seat_references import summary_args, summary_of
@@ -203,11 +203,17 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             raise _plain_error(f"{tool} needs action: one JSON object of the seat's action parts (the briefing "
                                'lists them), e.g. {"grant": {"search": {"small": 2}}}, or a text holding one.')
         if isinstance(action, str):
+            if len(action) > MAX_TEXT_CHARS:  # the text action's limit, before any parse (every transport's rule)
+                raise _plain_error(f"{tool}: the action has {len(action)} characters, over the limit of {MAX_TEXT_CHARS}; "
+                                   "send one JSON object of the seat's action parts." + AFTER_ACTION_ERROR)
             stripped = action.strip()
-            if stripped.startswith("{"):  # a JSON object sent as a string
+            if stripped.startswith("{"):  # a JSON object sent as a string: the one depth-limited parse
                 try:
-                    value = json.loads(stripped)
-                except ValueError:
+                    value = loads_json(stripped, "the action")
+                except TooDeep:
+                    raise _plain_error(f"{tool}: the action nests deeper than {MAX_DEPTH} levels; an action nests "
+                                       "3 deep." + AFTER_ACTION_ERROR) from None
+                except InputError:
                     return {"text": action}
                 return value if isinstance(value, dict) else {"text": action}
             return {"text": action}

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.files import make_folder, write_file
 from experiments.evaluation.fixed_codes import Arena, uniform_codes
 from policies.codecs import Codec, DescribesCodes
 
@@ -95,8 +96,8 @@ def cached_search(folder: Path | None, arena: Arena, codec: Codec, seeds: Sequen
             return found
     found = search(arena, codec, seeds, refine)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(found.to_json(), indent=1))
+        make_folder(path.parent)
+        write_file(path, json.dumps(found.to_json(), indent=1))
     return found
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from commons_arena.files import check_target, make_folder
+
 T = TypeVar("T")
 
 KEY = ("seat", "scenario", "scenario_hash", "background", "background_hash", "player", "player_hash", "seed")
@@ -76,7 +78,8 @@ class ResultStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent)
+        check_target(self.path, "the results store")  # SQLite owns the file: never through a link, never an input
         self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)  # explicit transactions
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")

@@ -47,6 +47,7 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import one_line
+from commons_arena.files import check_outputs, make_folder, write_figure, write_file
 from commons_arena.inputs import load_json_object
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import arena_for, play_all, play_returns
@@ -61,7 +62,6 @@ from experiments.evaluation.traces import (
     slope,
     traced,
 )
-from commons_arena.files import check_outputs, make_folder, write_figure, write_file
 from experiments.statistics import mean_ci95, paired_difference
 from experiments.training.runs import RECORD, HistoryRow, has_record, saved_args, saved_history
 from policies.population import Population

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import format_validation_error
+from commons_arena.files import make_folder, write_figure, write_file
 from commons_arena.inputs import load_toml_file
 from experiments.evaluation.metagame import zero_sum_nash
 from experiments.evaluation.tables import markdown_table, write_table
@@ -258,8 +259,8 @@ def metagame(k: int, allocators: Sequence[str], members: Sequence[Member], cfg: 
             "gain": gain.tolist(), "gain_ci95": ci.tolist(), "member_mixture": dict(zip([m.name for m in members],
                                                                                         q.tolist(), strict=True)),
             "allocator_mixture": dict(zip(names, rows.tolist(), strict=True)), "equilibrium_gain": -value}
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "game": game}, indent=1))
+    make_folder(folder)
+    write_file(path, json.dumps({"key": key, "game": game}, indent=1))
     return game
 
 
@@ -267,15 +268,15 @@ def write_mixture(k: int, game: Mapping[str, Any], cfg: PsroConfig, out: Path) -
     """The round's training mixture: the scenario's own population (``own_share``) and every member in its
     seat with ``(1 - own_share)`` times its Nash weight (``round-<k>/mixture.toml``, its rosters beside it)."""
     folder = out / f"round-{k}"
-    (folder / "rosters").mkdir(parents=True, exist_ok=True)
+    make_folder(folder / "rosters")
     entries: list[tuple[str, str | None, float]] = [(OWN, None, cfg.own_share)]
     for member in game["members"]:
         roster = folder / "rosters" / f"{member['name']}.toml"
-        roster.write_text(seat_roster(f"{member['name']} in {member['seat']}", member["seat"], member["policy"]))
+        write_file(roster, seat_roster(f"{member['name']} in {member['seat']}", member["seat"], member["policy"]))
         entries.append((member["name"], f"rosters/{roster.name}",
                         (1 - cfg.own_share) * float(game["member_mixture"][member["name"]])))
     path = folder / MIXTURE_FILE
-    path.write_text(mixture_text(entries))
+    write_file(path, mixture_text(entries))
     return path
 
 
@@ -303,7 +304,7 @@ def continue_allocator(k: int, allocator: str, mixture: Path, cfg: PsroConfig, o
     move_aside(folder / ALLOCATOR)
     checkpoint = train(args)  # the run's last checkpoint, as in the arms race
     continued = f"{LEARNED_PREFIX}{checkpoint}"
-    path.write_text(json.dumps({"key": key, "allocator": continued}, indent=1))
+    write_file(path, json.dumps({"key": key, "allocator": continued}, indent=1))
     return continued
 
 
@@ -330,7 +331,7 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
                                        cfg.seeds)
     rows = [{c: v for c, v in row.items() if c != "per_seed"} for by_seat in measured.values() for row in by_seat.values()]
     learned = {"rows": rows, "verdicts": verdicts}
-    path.write_text(json.dumps({"key": key, "learned": learned}, indent=1))
+    write_file(path, json.dumps({"key": key, "learned": learned}, indent=1))
     return learned
 
 
@@ -365,8 +366,8 @@ def check_folder(out: Path, cfg: PsroConfig) -> None:
             raise PsroError(f"{out} holds a psro run made with other settings ({', '.join(changed)}); rerun with the "
                             "same file (more rounds may be added), or choose another --out")
         return
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cfg.settings, indent=1))
+    make_folder(out)
+    write_file(path, json.dumps(cfg.settings, indent=1))
 
 
 def is_psro_folder(out: Path) -> bool:
@@ -441,10 +442,10 @@ def write_psro_report(measured: Sequence[Mapping[str, Any]], games: Sequence[Map
                 f"{cfg.payoff_seeds[-1]}.\n\n")
     write_table(rows, out, "psro", preamble)
     md = out / "psro.md"
-    md.write_text(md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1))
-                  + ("\n" + learned_markdown(learned) if learned else ""))
-    (out / "psro.json").write_text(json.dumps({"rows": rows, "rounds": [dict(g) for g in games],
-                                               **({"learned": dict(learned)} if learned else {})}, indent=1))
+    write_file(md, md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1))
+               + ("\n" + learned_markdown(learned) if learned else ""))
+    write_file(out / "psro.json", json.dumps({"rows": rows, "rounds": [dict(g) for g in games],
+                                            **({"learned": dict(learned)} if learned else {})}, indent=1))
     if rows:
         psro_figure(rows, cfg, out / "psro.png")
     return rows
@@ -479,7 +480,7 @@ def psro_figure(rows: Sequence[Mapping[str, Any]], cfg: PsroConfig, path: Path) 
         ax.set_xticks(x, [str(r["allocator"]) for r in rows])
         ax.set_xlabel("allocator (round)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_figure(path, fig, dpi=120)
     plt.close(fig)
     return path
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.files import check_outputs, write_file
 from commons_arena.inputs import load_json_object
 from experiments.evaluation.tables import markdown_table, write_csv
-from commons_arena.files import check_outputs, write_file
 from experiments.seeds import first_seed
 from experiments.statistics import bootstrap_ci, iqm, iqm_of
 from experiments.training.args import TrainArgs

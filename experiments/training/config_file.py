@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_mode
 
 import commons_arena
 from commons_arena.errors import format_validation_error
+from commons_arena.files import write_file
 from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
@@ -245,7 +246,7 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
 
 
 def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> Path:
-    path.write_text(experiment_text(args, configs))
+    write_file(path, experiment_text(args, configs))
     return path
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, write_arrays, write_file
 from experiments.seeds import SEED_RANGES
 
 if TYPE_CHECKING:  # the command line imports DistilArgs; the rest loads when a run starts
@@ -286,7 +287,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     n_actions, zero = probe.n_actions, probe.zero
     check = configs[: args.check_scenarios]
     check_seeds = list(range(CHECK_FIRST_SEED, CHECK_FIRST_SEED + args.check_seeds))
-    args.out.mkdir(parents=True, exist_ok=True)
+    make_folder(args.out)
     features: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     groups: list[np.ndarray] = []  # per row: which (round, scenario) collection it came from
@@ -314,7 +315,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
             labels += [y for _, y in played]
             groups += [np.full(len(y), len(groups) + j, dtype=np.int64) for j, (_, y) in enumerate(played)]
             rows_x, rows_y, rows_g = np.concatenate(features), np.concatenate(labels), np.concatenate(groups)
-            np.savez_compressed(args.out / ROWS_FILE, features=rows_x, labels=rows_y, groups=rows_g)
+            write_arrays(args.out / ROWS_FILE, features=rows_x, labels=rows_y, groups=rows_g)
             net, accuracy = fit_student(rows_x, rows_y, args, n_actions, zero, net, rows_g)
             network = network_from_cell_mlp(net, n_actions)
             save_universal_policy(args.out, network, trained_on, "", codec="need")
@@ -327,7 +328,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
                   f"{mean:+.1f} ± {half:.1f} on {episodes} episodes ({row['seconds']} s)", flush=True)
             report = {"args": {**asdict(args), "out": str(args.out)},
                       "teacher_minus_planner": teacher, "teacher_ci95": teacher_half, "rounds": rounds}
-            (args.out / DISTIL_FILE).write_text(json.dumps(report, indent=1))
+            write_file(args.out / DISTIL_FILE, json.dumps(report, indent=1))
     return report
 
 

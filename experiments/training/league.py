@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from commons_arena.files import write_file
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.callbacks import RewardTermsCallback, foreach_sampling_runner
 from experiments.training.scripted import ScriptedRLModule, registered_policy
@@ -276,7 +277,7 @@ def payoff_matrix(run: Path, config: ScenarioConfig, seeds: Sequence[int], focal
     report = {"scenario": config.name, "focal_seat": focal, "seeds": [int(seeds[0]), int(seeds[-1])],
               "snapshots": snapshots, "payoff": payoff.tolist(),
               "nash": {s: float(w) for s, w in zip(snapshots, mixture, strict=True)}}
-    (run / "league_payoff.json").write_text(json.dumps(report, indent=1))
+    write_file(run / "league_payoff.json", json.dumps(report, indent=1))
     return report
 
 

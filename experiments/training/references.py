@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.files import make_folder, write_file
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, play_many
 
@@ -34,8 +35,8 @@ def cached_reference_returns(cache: Path, config: ScenarioConfig, seeds: Sequenc
     if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     references = reference_returns(config, seeds)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(references))
+    make_folder(path.parent)
+    write_file(path, json.dumps(references))
     return references
 
 

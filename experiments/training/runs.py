@@ -15,7 +15,6 @@ checked the way they always were.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
+from commons_arena.files import make_folder, point_link, write_file
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import LATEST, TrainArgs
@@ -87,10 +87,7 @@ def point_latest(run: Path) -> None:
     link = run.parent / LATEST
     if link.exists() and not link.is_symlink():
         return
-    tmp = run.parent / f".{LATEST}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    os.symlink(run.name, tmp)
-    os.replace(tmp, link)
+    point_link(link, run.name)
 
 
 def has_record(run: Path) -> bool:
@@ -282,15 +279,15 @@ def open_run(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -
         if run.name != args.name:
             print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
         args = replace(args, run_name=run.name)
-        run.mkdir(parents=True, exist_ok=False)
+        make_folder(run, new=True)
     write_experiment(run / RECORD, args, configs)  # `train --config <run>/experiment.toml` reruns it
     point_latest(run)
     return run, args, state
 
 
 def save_state(run: Path, state: RunState) -> None:
-    (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
-    (run / "history.json").write_text(json.dumps(state.history, indent=1))
+    write_file(run / "state.json", json.dumps(asdict(state), indent=1))
+    write_file(run / "history.json", json.dumps(state.history, indent=1))
 
 
 __all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "check_saved_files", "has_record",

@@ -20,6 +20,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import write_file
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.training.args import TrainArgs
@@ -208,7 +209,7 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
         scales = fit_scales(setup)
         if setup.args.init_from is not None and setup.args.network == "mlp":  # its weights were trained on its scale
             scales[ALLOCATOR] = warm_scale(setup.args.init_from)
-        scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
+        write_file(scale_path, json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
     if references_path.is_file():
         references = json.loads(references_path.read_text())
@@ -216,7 +217,7 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
         cache = setup.args.out / ".references"
         judged = setup.eval_stages if setup.args.mixed else setup.stages
         references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in judged}
-        references_path.write_text(json.dumps(references, indent=1))
+        write_file(references_path, json.dumps(references, indent=1))
     return replace(setup, scales=scales, references=references)
 
 

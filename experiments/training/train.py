@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, write_file
 from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
@@ -150,7 +151,7 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
                                   setup.eval_stages if args.mixed else setup.stages)
         for name, report in final.items():
             print(f"final on {name}: {describe(report)}")
-        (run / "final_scores.json").write_text(json.dumps(final, indent=1))
+        write_file(run / "final_scores.json", json.dumps(final, indent=1))
     reporter.close()
     algo.stop()
     args.kind.after_training(setup, run)  # a best response's report, a league's payoff matrix
@@ -174,8 +175,8 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     results, _ = held_out_evaluation(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
            **results}
-    (run / UNTRAINED).mkdir(parents=True, exist_ok=True)  # an LSTM module writes no data-only policy there
-    (run / UNTRAINED / "heldout.json").write_text(json.dumps(row, indent=1))
+    make_folder(run / UNTRAINED)  # an LSTM module writes no data-only policy there
+    write_file(run / UNTRAINED / "heldout.json", json.dumps(row, indent=1))
     print(f"  untrained (iteration 0) on held-out seeds: return {row['eval_return']:.2f}, "
           f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))
 
