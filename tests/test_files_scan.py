@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
 from tests.test_layout import ROOT, module_files
-
 
 WRITER = "commons_arena/files.py"
 MODE = re.compile(r"^[rwxabt+U]{1,4}$")
