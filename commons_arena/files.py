@@ -90,11 +90,21 @@ def _refuse_link(path: Path, what: str) -> None:
                           "or choose another output folder")
 
 
-def make_folder(folder: str | os.PathLike[str], new: bool = False) -> Path:
+def make_folder(folder: str | os.PathLike[str], new: bool = False,
+                root: str | os.PathLike[str] | None = None) -> Path:
     """``folder``, created with its missing parents; refused if it, or a folder made on the way, is a
-    symlink or not a folder, or (``new``) if it exists already. Existing ancestors above the first missing one are taken as they are
-    (a user's ``runs`` may be a link to another disk; ``OUT`` itself may not)."""
+    symlink or not a folder, or (``new``) if it exists already. Existing ancestors above the first
+    missing one are taken as they are (a user's ``runs`` may be a link to another disk; ``OUT``
+    itself may not), except that with ``root`` (the command's output folder) no level from ``root``
+    down to ``folder`` may be a symlink: ``make_folder(out / suite / policy, root=out)``."""
     folder = Path(folder)
+    if root is not None:
+        here, top = folder, Path(root)
+        levels = [here, *here.parents]
+        if top not in levels:
+            raise OutputError(f"{folder} is not inside the output folder {top}")
+        for level in levels[: levels.index(top) + 1]:
+            _refuse_link(level, "into a folder")
     if new and (folder.exists() or folder.is_symlink()):
         raise OutputError(f"{folder} exists already; a new folder was expected there")
     missing = []
