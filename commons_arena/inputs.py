@@ -153,7 +153,7 @@ def loads_toml(text: str, what: str = "the TOML") -> dict[str, Any]:
     return data
 
 
-def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueError]) -> dict[str, Any]:
+def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueError], own: bool = False) -> dict[str, Any]:
     """A user's TOML file of format ``what`` (``roster``, ``population``, ``suite``) as data; ``error`` says
     what is wrong in one line naming the format and the file: ``<what> file not found: <path>``,
     ``<what> <path>: <reason>`` (a special file, too large, not UTF-8, too deep), ``<what> <path>: not valid
@@ -161,7 +161,7 @@ def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueErr
     if not os.path.exists(path):
         raise error(f"{what} file not found: {path}")
     try:
-        return loads_toml(read_text(path, f"{what} file"))
+        return loads_toml(read_text(path, f"{what} file", own=own))
     except InputError as err:
         raise error(f"{what} {path}: {err.reason}") from None
     except tomllib.TOMLDecodeError as err:

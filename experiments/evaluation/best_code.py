@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_json
 from experiments.evaluation.fixed_codes import Arena, uniform_codes
 from policies.codecs import Codec, DescribesCodes
 
@@ -91,7 +92,7 @@ def cached_search(folder: Path | None, arena: Arena, codec: Codec, seeds: Sequen
     the same seeds (written there otherwise; ``folder`` None: nothing is read or written)."""
     path = None if folder is None else folder / SEARCH_FILE
     if path is not None and path.is_file():
-        found = CodeSearch.from_json(json.loads(path.read_text()))
+        found = CodeSearch.from_json(load_json(path, "saved record", allow_nan=True, own=True))
         if found.codec == codec.name and list(found.seeds) == [*seeds, *refine]:
             return found
     found = search(arena, codec, seeds, refine)

@@ -54,7 +54,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import format_validation_error
 from commons_arena.files import make_folder, write_figure, write_file
-from commons_arena.inputs import load_toml_file
+from commons_arena.inputs import load_json, load_toml_file
 from experiments.evaluation.metagame import zero_sum_nash
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.seeds import SEED_RANGES
@@ -233,7 +233,7 @@ def metagame(k: int, allocators: Sequence[str], members: Sequence[Member], cfg: 
            "seeds": list(cfg.payoff_seeds), "scenario_hash": commons_arena.load_scenario(cfg.scenario).content_hash}
     path = folder / METAGAME_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
+        stored = load_json(path, "saved record", allow_nan=True, own=True)
         if stored["key"] == json.loads(json.dumps(key)):
             print(f"== round {k}: meta-game stored, skipped")
             return dict(stored["game"])
@@ -293,7 +293,7 @@ def continue_allocator(k: int, allocator: str, mixture: Path, cfg: PsroConfig, o
                                           default=str))}
     path = folder / ALLOCATOR_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
+        stored = load_json(path, "saved record", allow_nan=True, own=True)
         if stored["key"] != key:
             raise PsroError(f"{path} holds an allocator made with other settings; rerun with the same file, or "
                             "choose another --out")
@@ -321,7 +321,7 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
            "seeds": list(cfg.seeds), "scenario": cfg.scenario}
     path = out / DISCOUNTING_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
+        stored = load_json(path, "saved record", allow_nan=True, own=True)
         if stored["key"] == json.loads(json.dumps(key)):
             print("== what the allocators learned: stored, skipped")
             return dict(stored["learned"])
@@ -359,7 +359,7 @@ def check_folder(out: Path, cfg: PsroConfig) -> None:
     ones resumes, with others is refused."""
     path = out / PSRO_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
+        stored = load_json(path, "saved record", allow_nan=True, own=True)
         if stored != cfg.settings:
             changed = sorted(k for section in set(stored) | set(cfg.settings)
                              for k in [section] if stored.get(section) != cfg.settings.get(section))

@@ -174,9 +174,10 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: boo
     return args
 
 
-def read_experiment(path: str | Path) -> dict[str, Any]:
-    """An experiment file's TOML as a dict (one line naming the file when it cannot be read)."""
-    return load_toml_file(path, "experiment", ExperimentFileError)
+def read_experiment(path: str | Path, own: bool = False) -> dict[str, Any]:
+    """An experiment file's TOML as a dict (one line naming the file when it cannot be read); ``own``: a run's
+    record, which the run rewrites (not remembered as an input: ``commons_arena.inputs``)."""
+    return load_toml_file(path, "experiment", ExperimentFileError, own=own)
 
 
 def train_section(data: dict[str, Any], source: str) -> TrainArgs:
@@ -195,10 +196,10 @@ def train_section(data: dict[str, Any], source: str) -> TrainArgs:
 
 
 def load_experiment(path: str | Path, *, missing: Mapping[str, Any] | None = None, current: bool = True,
-                    configs: Sequence[ScenarioConfig] | None = None) -> TrainArgs:
+                    configs: Sequence[ScenarioConfig] | None = None, own: bool = False) -> TrainArgs:
     """Read and check an experiment file (:func:`args_from_dict`). ``missing``: the values of ``[train]`` keys
     the file leaves out (a run's record: the value it trained with, not today's default)."""
-    data = read_experiment(path)
+    data = read_experiment(path, own)
     if missing and isinstance(data.get("train"), dict):
         data = {**data, "train": {**missing, **data["train"]}}
     return args_from_dict(data, str(path), current=current, configs=configs)

@@ -54,6 +54,7 @@ import numpy as np
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from commons_arena.files import write_file
+from commons_arena.inputs import loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.callbacks import RewardTermsCallback, foreach_sampling_runner
 from experiments.training.scripted import ScriptedRLModule, registered_policy
@@ -237,7 +238,8 @@ def last_mix(run: Path, iterations: int) -> tuple[list[str], int]:
     """The mix after iteration ``iterations`` (the checkpoint's) and the iterations since its
     last snapshot, from ``<run>/league.json`` (a killed session may have logged later ones)."""
     path = run / "league.json"
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    text = read_text(path, "league log", 256 * 2**20, own=True) if path.is_file() else ""  # checked on resume
+    rows = [loads_json(line, f"{path}", allow_nan=True) for line in text.splitlines() if line.strip()]
     rows = list({row["iteration"]: row for row in rows if row["iteration"] <= iterations}.values())
     if not rows:
         return [], 0

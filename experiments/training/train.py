@@ -61,6 +61,7 @@ import torch
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_json
 from experiments.cluster import start_ray
 from experiments.training import league
 from experiments.training.algorithm import build_algorithm
@@ -192,7 +193,7 @@ def mix_share(result: dict[str, Any]) -> dict[str, Any]:
 
 def untrained_row(run: Path) -> dict[str, Any] | None:
     path = run / UNTRAINED / "heldout.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return load_json(path, "saved record", allow_nan=True, own=True) if path.is_file() else None
 
 
 def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, result: dict[str, Any],
