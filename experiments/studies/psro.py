@@ -41,14 +41,13 @@ Nash mixture the next allocator trained against.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
@@ -68,7 +67,7 @@ from experiments.studies.exploitability import (
     move_aside,
     welfare,
 )
-from experiments.training.args import TrainArgs
+from experiments.training.args import MAX_EVAL_SEEDS, MAX_FIRST_SEED, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import train_section
 from experiments.training.mixture import mixture_hash, mixture_text
 from experiments.training.warm_start import LEARNED_PREFIX
@@ -87,22 +86,40 @@ class PsroError(ValueError):
     """A psro file or folder that cannot be used; the message names what to fix."""
 
 
+_Name = Annotated[str, Field(min_length=1, max_length=1_000)]  # a scenario or policy: a name or a path
+_Seeds = Annotated[int, Field(ge=1, le=MAX_EVAL_SEEDS)]
+_FirstSeed = Annotated[int, Field(ge=0, le=MAX_FIRST_SEED)]
+_Iterations = Annotated[int, Field(ge=1, le=MAX_ITERATIONS)]
+MAX_PSRO_SEATS = 64
+MAX_PSRO_TIERS = 64
+
+
 class _Psro(BaseModel):
+    """The ``[psro]`` table: every number bounded here, every list bounded and without duplicates."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    scenario: str = "crisis"
-    allocator: str = "planner"
-    rounds: int = 2
-    seats: list[str] = []  # team seats; empty: every team seat
+    scenario: _Name = "crisis"
+    allocator: _Name = "planner"
+    rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS)] = 2
+    seats: Annotated[list[_Name], Field(max_length=MAX_PSRO_SEATS)] = []  # team seats; empty: every team seat
     broker: bool = False
-    tiers: list[str] = list(TIERS)
-    seeds: int = 100
-    first_seed: int = SEED_RANGES["psro"].first
-    payoff_seeds: int = 30
-    payoff_first_seed: int = SEED_RANGES["psro"].first + PAYOFF_OFFSET
-    own_share: float = 0.5
-    best_response_iterations: int = 20
-    allocator_iterations: int = 40
-    minutes: float = 30.0
+    tiers: Annotated[list[_Name], Field(min_length=1, max_length=MAX_PSRO_TIERS)] = list(TIERS)
+    seeds: Annotated[int, Field(ge=2, le=MAX_EVAL_SEEDS)] = 100  # at least 2: a paired CI
+    first_seed: _FirstSeed = SEED_RANGES["psro"].first
+    payoff_seeds: _Seeds = 30
+    payoff_first_seed: _FirstSeed = SEED_RANGES["psro"].first + PAYOFF_OFFSET
+    own_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.5  # the members need some weight
+    best_response_iterations: _Iterations = 20
+    allocator_iterations: _Iterations = 40
+    minutes: Annotated[float, Field(gt=0, le=MAX_MINUTES, allow_inf_nan=False)] = 30.0
+
+    @field_validator("seats", "tiers")
+    @classmethod
+    def _no_duplicates(cls, value: list[str]) -> list[str]:
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            raise ValueError(f"names {repeated[:3]} more than once")
+        return value
 
 
 class _File(BaseModel):
@@ -141,19 +158,11 @@ def psro_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PsroConfi
     except ValidationError as err:
         raise PsroError(f"invalid psro file {source}: {format_validation_error(err)}") from None
     p = model.psro
-    checks = [(1 <= p.rounds <= MAX_ROUNDS, f"psro.rounds must be between 1 and {MAX_ROUNDS}, got {p.rounds}"),
-              (p.seeds >= 2, f"psro.seeds must be at least 2 (a paired CI), got {p.seeds}"),
-              (p.payoff_seeds >= 1, f"psro.payoff_seeds must be at least 1, got {p.payoff_seeds}"),
-              (p.first_seed >= 0 and p.payoff_first_seed >= 0, "psro.first_seed and psro.payoff_first_seed must be >= 0"),
-              (math.isfinite(p.own_share) and 0 <= p.own_share < 1,
-               f"psro.own_share must be in [0, 1) (the members need some weight), got {p.own_share}"),
-              (p.best_response_iterations >= 1 and p.allocator_iterations >= 1,
-               "psro.best_response_iterations and psro.allocator_iterations must be at least 1"),
-              (math.isfinite(p.minutes) and p.minutes > 0, f"psro.minutes must be a positive number, got {p.minutes}"),
-              (bool(p.tiers), "psro.tiers: name at least one scenario")]
-    for ok, message in checks:
-        if not ok:
-            raise PsroError(f"invalid psro file {source}: {message}")
+    for first, count, name in ((p.first_seed, p.seeds, "first_seed"), (p.payoff_first_seed, p.payoff_seeds,
+                                                                     "payoff_first_seed")):
+        if first + count - 1 > MAX_FIRST_SEED:
+            raise PsroError(f"invalid psro file {source}: psro.{name} must be at most {MAX_FIRST_SEED - count + 1}, "
+                            f"got {first}")
     for section, table in (("best_response", model.best_response), ("allocator", model.allocator)):
         fixed = sorted(set(table) & set(SET_PER_STEP[section]))
         if fixed:
@@ -181,6 +190,11 @@ def psro_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PsroConfi
     best = replace(best, iterations=p.best_response_iterations, minutes=p.minutes, report_seeds=p.seeds,
                    report_first_seed=p.first_seed)
     alloc = replace(alloc, iterations=p.allocator_iterations, minutes=p.minutes)
+    for section, used in (("best_response", best), ("allocator", alloc)):  # the values the trainings use, checked
+        try:
+            used.validate()
+        except ValueError as err:
+            raise PsroError(f"invalid psro file {source}: {section} (with the psro table's budget): {err}") from None
     settings = json.loads(json.dumps({**model.model_dump(), "psro": {**p.model_dump(), "rounds": None}}))
     return PsroConfig(p.scenario, p.allocator, p.rounds, tuple(seats), tuple(p.tiers), seeds, payoff, p.own_share,
                       best, alloc, settings)

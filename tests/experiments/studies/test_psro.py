@@ -143,9 +143,18 @@ def tiny_file(**psro) -> dict:
 
 
 @pytest.mark.parametrize("edit, message", [
-    ({"rounds": 0}, "psro.rounds must be between 1 and 50"),
-    ({"own_share": 1.0}, "psro.own_share must be in [0, 1)"),
-    ({"seeds": 1}, "psro.seeds must be at least 2"),
+    ({"rounds": 0}, "psro.rounds: Input should be greater than or equal to 1"),
+    ({"rounds": 51}, "psro.rounds: Input should be less than or equal to 50"),
+    ({"own_share": 1.0}, "psro.own_share: Input should be less than 1"),
+    ({"seeds": 1}, "psro.seeds: Input should be greater than or equal to 2"),
+    ({"minutes": 1e300}, "psro.minutes: Input should be less than or equal to 1000000"),
+    ({"minutes": float("inf")}, "psro.minutes"),
+    ({"best_response_iterations": 10**12}, "psro.best_response_iterations: Input should be less than or equal to"),
+    ({"allocator_iterations": 10**12}, "psro.allocator_iterations: Input should be less than or equal to"),
+    ({"first_seed": 2**63 - 2}, "psro.first_seed must be at most"),
+    ({"tiers": ["crisis"] * 100_000}, "psro.tiers: List should have at most 64 items"),
+    ({"tiers": ["crisis", "crisis"]}, "psro.tiers: names ['crisis'] more than once"),
+    ({"seats": ["search", "search"]}, "psro.seats: names ['search'] more than once"),
     ({"seats": ["nobody"]}, "seat(s) ['nobody']"),
     ({"seats": ["broker"]}, "set psro.broker = true instead"),
     ({"allocator": "no_such_allocator"}, "no_such_allocator"),
@@ -283,5 +292,5 @@ def test_a_bad_psro_file_on_the_command_line_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["psro", "--config", str(path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "psro.rounds must be between 1 and 50" in err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "psro.rounds: Input should be greater than or equal to 1" in err
     assert not (tmp_path / "out").exists()
