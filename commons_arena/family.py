@@ -611,6 +611,15 @@ class SplitFile(_Frozen):
     heldout: bool
     hashes: Annotated[tuple[Annotated[str, Field(pattern=r"^[0-9a-f]{12}$")], ...], Field(min_length=1,
                                                                                          max_length=MAX_GENERATE)]
+    game_hashes: Annotated[tuple[Annotated[str, Field(pattern=r"^[0-9a-f]{12}$")], ...], Field(min_length=1,
+                                                                                              max_length=MAX_GENERATE)]
+    """each scenario's ``game_hash`` (name and description left out): what the held-out refusal compares"""
+
+    @model_validator(mode="after")
+    def _one_game_hash_per_scenario(self) -> SplitFile:
+        if len(self.game_hashes) != len(self.hashes):
+            raise ValueError(f"game_hashes: one per scenario ({len(self.hashes)}), got {len(self.game_hashes)}")
+        return self
 
 
 def list_splits() -> tuple[str, ...]:
@@ -645,11 +654,11 @@ def regenerate_split(split: SplitFile) -> tuple[ScenarioConfig, ...]:
                           f"but that family file now hashes to {family.content_hash}: the family changed; "
                           "restore it (a frozen split never changes) or make a new split")
     configs = generate_scenarios(family, len(split.hashes), split.seed)
-    for i, (config, expected) in enumerate(zip(configs, split.hashes, strict=True)):
-        if config.content_hash != expected:
-            raise FamilyError(f"split {name!r}: scenario {i} regenerates with hash {config.content_hash}, "
-                              f"the split lists {expected}: the generator drifted; restore it (a frozen split "
-                              "never changes) or make a new split")
+    for i, (config, expected, game) in enumerate(zip(configs, split.hashes, split.game_hashes, strict=True)):
+        if config.content_hash != expected or config.game_hash != game:
+            raise FamilyError(f"split {name!r}: scenario {i} regenerates with hashes {config.content_hash} / game "
+                              f"{config.game_hash}, the split lists {expected} / {game}: the generator drifted; restore "
+                              "it (a frozen split never changes) or make a new split")
     return configs
 
 
@@ -658,13 +667,20 @@ def heldout_hashes() -> frozenset[str]:
     return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).hashes)
 
 
+def heldout_game_hashes() -> frozenset[str]:
+    """The game hashes (``ScenarioConfig.game_hash``: no name, no description) of every held-out split."""
+    return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).game_hashes)
+
+
 def refuse_heldout(configs: Iterable[ScenarioConfig], what: str) -> None:
-    """Raise if any of ``configs`` is a held-out scenario: ``what`` (e.g. "training") must not read them."""
-    held = heldout_hashes()
-    bad = [c for c in configs if c.content_hash in held]
+    """Raise if any of ``configs`` is a held-out scenario's game: ``what`` (e.g. "training") must not read them.
+    Compared by game content (``game_hash``), so a renamed or re-described copy is refused too."""
+    held = heldout_game_hashes()
+    bad = [c for c in configs if c.game_hash in held]
     if bad:
-        names = ", ".join(f"{c.name} ({c.content_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
-        raise FamilyError(f"{what} must not read held-out scenarios, got {len(bad)}: {names}")
+        names = ", ".join(f"{c.name} (game {c.game_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        raise FamilyError(f"{what} must not read held-out scenarios (compared by game content, whatever the name), "
+                          f"got {len(bad)}: {names}")
 
 
 def split_to_toml(name: str, family: FamilyConfig, seed: int, count: int, heldout: bool) -> str:
@@ -684,6 +700,10 @@ def split_to_toml(name: str, family: FamilyConfig, seed: int, count: int, heldou
         "hashes = [",
         *(f'  "{h}",' for h in hashes),
         "]",
+        "# the same scenarios' game hashes (name, description, difficulty and population left out): the held-out refusal",
+        "game_hashes = [",
+        *(f'  "{c.game_hash}",' for c in configs),
+        "]",
     ]
     return "\n".join(line for line in lines if line) + "\n"
 
@@ -693,6 +713,7 @@ __all__ = [
     "FamilyConfig",
     "FamilyError",
     "generate_scenarios",
+    "heldout_game_hashes",
     "heldout_hashes",
     "list_families",
     "list_splits",
