@@ -280,7 +280,7 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         session_id = data.pop("session_id", None)
         session = store.get(session_id) if session_id is not None else store.open("http")
         try:
-            frame = session.reset(data)
+            frame = await session.run(session.reset, data)  # off the event loop: it builds and checks policies
         except BaseException:
             if session_id is None:  # a session opened by a failed request is not left behind
                 store.close(session.id)
@@ -300,13 +300,16 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         if "session_id" not in data:
             raise ServeError(422, "INVALID_REQUEST", "the step body needs \"session_id\" (from /reset's response)",
                              field="session_id")
-        return store.get(data["session_id"]).step(data["action"])
+        session = store.get(data["session_id"])
+        return await session.run(session.step, data["action"])  # off the event loop: the background may be the oracle
 
     @app.get("/state")
     async def state(session_id: str | None = None) -> dict[str, Any]:
         if session_id is None:
             raise ServeError(422, "INVALID_REQUEST", "GET /state needs ?session_id=", field="session_id")
-        return store.get(session_id).state()
+        session = store.get(session_id)
+        async with session.turn:
+            return session.state()
 
     @app.post("/close")
     async def close(request: Request) -> dict[str, Any]:
@@ -317,14 +320,17 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
 
     @app.get("/sessions/{session_id}/recording")
     async def recording(session_id: str) -> Response:
-        text = store.get(session_id).recording_text()
+        session = store.get(session_id)
+        async with session.turn:
+            text = session.recording_text()
         return PlainTextResponse(text, media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
 
     @app.post("/preview")
     async def preview(request: Request) -> dict[str, Any]:
         data = _object(await read_json(request, limit), "the preview body")
-        return preview_of(store.get(data.get("session_id")), data.get("action"))
+        session = store.get(data.get("session_id"))
+        return await session.run(preview_of, session, data.get("action"))
 
     @app.get("/sessions/{session_id}/summary")
     async def summary(session_id: str) -> dict[str, Any]:
@@ -402,7 +408,7 @@ async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, li
                 return
             session.last_active = store.settings.clock()
             try:
-                reply = _handle_message(message.get("text"), session, limit)
+                reply = await session.run(_handle_message, message.get("text"), session, limit)  # off the loop
             except ServeError as err:
                 reply = {"type": "error", "data": err.to_dict()}
             except Exception as err:  # a bug must not drop the client's episode without a word  # noqa: BLE001

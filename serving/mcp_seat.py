@@ -63,7 +63,7 @@ from serving.briefing import MAX_TEXT_CHARS, parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
 from serving.seat_references import summary_args, summary_of
-from serving.session import ServeError, ServeSettings, Session, SessionStore
+from serving.session import ServeError, ServeSettings, Session, SessionStore, off_loop
 from serving.wire import ActionError, SeatSpec, encode_observation
 
 INSTRUCTIONS = (
@@ -236,14 +236,15 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         request: dict[str, Any] = {"text": False, "scenario": scenario, "seed": seed}
         if seat is not None:
             request["seats"] = [seat]
-        try:
-            frame = session.reset({k: v for k, v in request.items() if v is not None})
-        except ServeError as err:
-            store.close(session.id)
-            raise _tool_error(err, "start_episode") from None
-        metadata = frame["observation"]["metadata"]
-        return _compact({"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
-                         "seed": metadata["seed"], **_view(session, briefing=True)})
+        async with session.turn:  # the reset off the event loop; the view of its observation before any other call
+            try:
+                frame = await off_loop(session.reset, {k: v for k, v in request.items() if v is not None})
+            except ServeError as err:
+                store.close(session.id)
+                raise _tool_error(err, "start_episode") from None
+            metadata = frame["observation"]["metadata"]
+            return _compact({"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
+                             "seed": metadata["seed"], **_view(session, briefing=True)})
 
     @tool
     async def observe(session_id: Any = None, briefing: Any = False) -> str:
@@ -252,12 +253,13 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         if not isinstance(briefing, bool):
             raise _plain_error(f"briefing must be true or false, got {briefing!r}; call observe again.")
         session = session_of(session_id, "observe")
-        if session.options is None:
-            raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
-        out = _view(session, briefing=briefing)
-        if session.done:
-            out.update(await _end(session))
-        return _compact(out)
+        async with session.turn:
+            if session.options is None:
+                raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
+            out = _view(session, briefing=briefing)
+            if session.done:
+                out.update(await _end(session))
+            return _compact(out)
 
     @tool
     async def act(session_id: Any = None, action: Any = None) -> str:
@@ -266,8 +268,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         scores. A refused action is an error naming the entry and its range; the episode does not move."""
         session = session_of(session_id, "act")
         request = action_of(action, "act")
+        async with session.turn:  # the step off the event loop (an oracle background); the view before any other call
+            return await _act(session, request)
+
+    async def _act(session: Session, request: Any) -> str:
         try:
-            frame = session.step(request)
+            frame = await off_loop(session.step, request)
         except ServeError as err:
             raise _tool_error(err, "act") from None
         metadata = frame["observation"]["metadata"]
@@ -291,9 +297,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         """What an action would do this tick, without playing it: spend, carbon, idle GPUs and the reward terms they
         make (allocator), where each job would run (team), prices and profit (broker), with the formula."""
         session = session_of(session_id, "preview")
+        request = action_of(action, "preview")
+        return str(await session.run(_preview, session, request))  # off the event loop, in the session's turn
+
+    def _preview(session: Session, request: Any) -> str:
         if session.options is None or session.done:
             raise _tool_error(ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET", ""), "preview")
-        request = action_of(action, "preview")
         seat = session.options.seats[0]
         spec = session.specs[seat]
         try:
@@ -307,7 +316,9 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     @tool
     async def episode_state(session_id: Any = None) -> str:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
-        return _compact(session_of(session_id, "episode_state").state())
+        session = session_of(session_id, "episode_state")
+        async with session.turn:
+            return _compact(session.state())
 
     @tool
     async def end_episode(session_id: Any = None) -> str:

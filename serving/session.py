@@ -17,6 +17,7 @@ everything afresh, and the pool keeps memory flat however many sessions come and
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import secrets
@@ -271,6 +272,11 @@ def _names_learned(value: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- session
+async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread (the event loop stays free for /health and other sessions)."""
+    return await asyncio.to_thread(fn, *args)
+
+
 class Session:
     """One client's table (module docstring)."""
 
@@ -290,6 +296,16 @@ class Session:
         self.invalid: Counter[str] = Counter()
         self.last_invalid: dict[str, str] = {}
         self.recording: list[str] | None = None
+        self.turn = asyncio.Lock()  # one request at a time on this session, in arrival order (asyncio's Lock is FIFO)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, while this session's :attr:`turn` is held: a step (whose background may
+        solve the oracle's MILP) or a reset (which builds and checks policies) never runs on the server's event
+        loop, and concurrent requests on one session still play the sequential episode. A caller that reads the
+        session after (a view of the new observation) holds ``turn`` itself and calls ``fn`` through
+        :func:`off_loop`."""
+        async with self.turn:
+            return await off_loop(fn, *args)
 
     # ------------------------------------------------------------------ api
     def reset(self, data: Mapping[str, Any]) -> dict[str, Any]:
