@@ -44,10 +44,10 @@ from typing import Any
 import httpx
 
 from commons_arena.inputs import InputError, loads_json
+from commons_arena.scenario import MAX_TICKS  # no scenario is longer: a server still playing after it never ends
 
 FLOOR_GAP = 0.25
 SEAT = "allocator"
-MAX_TICKS = 10_000  # steps of one episode before the server is judged never to end it (a scenario has at most 1,000)
 MAX_RESPONSE_BYTES = 8 * 2**20  # largest answer read (an observation is a few kB; a summary less)
 MAX_SCENARIOS = 1_000  # scenarios a server may list in /info
 MAX_ACTION_ENTRIES = 4_096  # entries of an action the schema may ask for (a scenario's largest is a few hundred)
