@@ -618,3 +618,14 @@ def test_analyze_reads_a_mixed_run_on_its_hardest_tier(tmp_path):
     (run / "history.json").write_text(json.dumps([{"iteration": 5, "env_steps": 10, "scenario": "mixed",
                                                    "score": 0.5, "score/standard": 0.4, "score/crisis": 0.6}]))
     assert read_run(run).scenario == "crisis"
+
+
+@pytest.mark.parametrize(("entry", "match"), [
+    ('broker = { policy = "fixed_price", level = 999 }', "cannot play scenario 'standard': level must be in [0, 10]"),
+    ('broker = { policy = "fixed_price", nonsense = 1 }', "nonsense"),
+])
+def test_serve_refuses_at_start_a_population_it_cannot_play(capsys, tmp_path, entry, match):
+    """Issue 44: a population whose policy refuses its parameters started a server whose every reset failed."""
+    population = tmp_path / "population.toml"
+    population.write_text(f"[roles]\n{entry}\n")
+    assert_one_line_error(capsys, "serve", "--population", str(population), "--port", "0", match=match)
