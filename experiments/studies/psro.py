@@ -47,13 +47,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, field_validator
+from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import format_validation_error
 from commons_arena.files import make_folder, write_figure, write_file
-from commons_arena.inputs import load_json, load_toml_file
+from commons_arena.inputs import load_json_object, load_toml_file
 from experiments.evaluation.metagame import zero_sum_nash
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.seeds import SEED_RANGES
@@ -216,6 +217,74 @@ class Member:
     policy: str
 
 
+# ------------------------------------------------------------------ the steps' records read back
+
+_Number = Annotated[float, Field(allow_inf_nan=True)] | Annotated[int, Strict()]
+
+
+class _Member(TypedDict):
+    name: _Name
+    seat: _Name
+    policy: _Name
+
+
+class _Game(TypedDict):
+    allocators: Annotated[dict[_Name, _Name], Field(max_length=MAX_ROUNDS + 1)]
+    members: Annotated[list[_Member], Field(max_length=(MAX_ROUNDS + 1) * MAX_PSRO_SEATS)]
+    gain: list[list[_Number]]
+    gain_ci95: list[list[_Number]]
+    member_mixture: dict[_Name, _Number]
+    allocator_mixture: dict[_Name, _Number]
+    equilibrium_gain: _Number
+
+
+class _Verdict(TypedDict):
+    allocator: str
+    seat: str
+    vs: str
+    discount_minus: _Number
+    discount_minus_ci95: _Number
+    generosity_minus: _Number
+    generosity_minus_ci95: _Number
+    verdict: str
+
+
+class _Learned(TypedDict):
+    rows: Annotated[list[dict[str, Any]], Field(max_length=10_000)]
+    verdicts: Annotated[list[_Verdict], Field(max_length=10_000)]
+
+
+GAME: TypeAdapter[_Game] = TypeAdapter(_Game)
+LEARNED: TypeAdapter[_Learned] = TypeAdapter(_Learned)
+
+
+def stored_step(path: Path, key: Mapping[str, Any], field: str, model: TypeAdapter[Any]) -> Any:
+    """A step's record (``{"key": ..., <field>: ...}``, written by this module) read back by the one reader: its
+    payload checked by ``model`` when its key is ``key``; None when made with another key. A file that is not such
+    a record is refused (PsroError naming it), never a traceback later."""
+    raw = load_json_object(path, "psro record", allow_nan=True, own=True)
+    if set(raw) != {"key", field}:
+        raise PsroError(f"{path} is not a record psro writes (keys key and {field}, got {sorted(raw)[:5]}); remove it "
+                        "to recompute that step")
+    if raw["key"] != json.loads(json.dumps(key, default=str)):
+        return None
+    try:
+        return model.validate_python(raw[field])
+    except ValidationError as err:
+        raise PsroError(f"{path}: {field}: {format_validation_error(err)}; remove it to recompute that step") from None
+
+
+def check_game(game: Mapping[str, Any], path: Path) -> None:
+    """A stored meta-game agrees with itself: a gain row per allocator, a column per member, a weight per name."""
+    members = [m["name"] for m in game["members"]]
+    shape = [len(game["allocators"]), len(members)]
+    for name in ("gain", "gain_ci95"):
+        if len(game[name]) != shape[0] or any(len(row) != shape[1] for row in game[name]):
+            raise PsroError(f"{path}: game.{name} must be {shape[0]} rows of {shape[1]}; remove it to recompute")
+    if set(game["member_mixture"]) != set(members) or set(game["allocator_mixture"]) != set(game["allocators"]):
+        raise PsroError(f"{path}: the game's mixtures must weigh its members and allocators; remove it to recompute")
+
+
 # ------------------------------------------------------------------ the steps
 
 
@@ -247,10 +316,11 @@ def metagame(k: int, allocators: Sequence[str], members: Sequence[Member], cfg: 
            "seeds": list(cfg.payoff_seeds), "scenario_hash": commons_arena.load_scenario(cfg.scenario).content_hash}
     path = folder / METAGAME_FILE
     if path.is_file():
-        stored = load_json(path, "saved record", allow_nan=True, own=True)
-        if stored["key"] == json.loads(json.dumps(key)):
+        stored = stored_step(path, key, "game", GAME)
+        if stored is not None:
+            check_game(stored, path)
             print(f"== round {k}: meta-game stored, skipped")
-            return dict(stored["game"])
+            return dict(stored)
     print(f"== round {k}: payoff matrix of {len(members)} members x {len(allocators)} allocators "
           f"({len(cfg.payoff_seeds)} seeds)")
     names = [f"A{i}" for i in range(len(allocators))]
@@ -307,12 +377,12 @@ def continue_allocator(k: int, allocator: str, mixture: Path, cfg: PsroConfig, o
                                           default=str))}
     path = folder / ALLOCATOR_FILE
     if path.is_file():
-        stored = load_json(path, "saved record", allow_nan=True, own=True)
-        if stored["key"] != key:
+        stored = stored_step(path, key, "allocator", TypeAdapter(_Name))
+        if stored is None:
             raise PsroError(f"{path} holds an allocator made with other settings; rerun with the same file, or "
                             "choose another --out")
         print(f"== round {k}: allocator stored, skipped")
-        return str(stored["allocator"])
+        return str(stored)
     print(f"== round {k}: {allocator} continued ({args.experiment}, {args.iterations} iterations) against "
           f"{mixture}")
     move_aside(folder / ALLOCATOR)
@@ -335,10 +405,10 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
            "seeds": list(cfg.seeds), "scenario": cfg.scenario}
     path = out / DISCOUNTING_FILE
     if path.is_file():
-        stored = load_json(path, "saved record", allow_nan=True, own=True)
-        if stored["key"] == json.loads(json.dumps(key)):
+        stored = stored_step(path, key, "learned", LEARNED)
+        if stored is not None:
             print("== what the allocators learned: stored, skipped")
-            return dict(stored["learned"])
+            return dict(stored)
     print(f"== what A{', A'.join(str(k) for k in rounds)} learned: a x3 bluffer and a truthful team in "
           f"{', '.join(teams)} ({len(cfg.seeds)} seeds)")
     measured, verdicts = seat_verdicts(cfg.scenario, {f"A{k}": allocators[k] for k in (0, *rounds)}, "A0", teams,
@@ -373,7 +443,7 @@ def check_folder(out: Path, cfg: PsroConfig) -> None:
     ones resumes, with others is refused."""
     path = out / PSRO_FILE
     if path.is_file():
-        stored = load_json(path, "saved record", allow_nan=True, own=True)
+        stored = load_json_object(path, "psro settings", allow_nan=True, own=True)
         if stored != cfg.settings:
             changed = sorted(k for section in set(stored) | set(cfg.settings)
                              for k in [section] if stored.get(section) != cfg.settings.get(section))

@@ -294,3 +294,46 @@ def test_a_bad_psro_file_on_the_command_line_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and "psro.rounds: Input should be greater than or equal to 1" in err
     assert not (tmp_path / "out").exists()
+
+
+GOOD_GAME = {"allocators": {"A0": "planner"}, "members": [{"name": "r1-search", "seat": "search", "policy": "x"}],
+             "gain": [[1.5]], "gain_ci95": [[0.5]], "member_mixture": {"r1-search": 1.0},
+             "allocator_mixture": {"A0": 1.0}, "equilibrium_gain": 1.5}
+
+
+@pytest.mark.parametrize(("record", "match"), [
+    ([1, 2], "must hold a JSON object"),
+    ({"key": {"k": 1}}, "not a record psro writes"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain": "x"}}, "game: gain: Input should be a valid list"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain": [[1.0, 2.0]]}}, "game.gain must be 1 rows of 1"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "member_mixture": {}}}, "mixtures must weigh"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "members": [{"name": "r1-search"}]}}, "members.0.seat: Field required"),
+])
+def test_a_tampered_step_record_is_refused_naming_the_file(tmp_path, record, match):
+    """Issue 44: psro's stored steps are read back into checked models (five tracebacks came from them)."""
+    from experiments.studies.psro import GAME, check_game, stored_step
+
+    path = tmp_path / "metagame.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=match) as err:
+        check_game(stored_step(path, {"k": 1}, "game", GAME), path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_good_step_record_reads_back_and_another_key_is_none(tmp_path):
+    from experiments.studies.psro import GAME, check_game, stored_step
+
+    path = tmp_path / "metagame.json"
+    path.write_text(json.dumps({"key": {"k": 1}, "game": GOOD_GAME}))
+    game = stored_step(path, {"k": 1}, "game", GAME)
+    check_game(game, path)
+    assert game == GOOD_GAME and stored_step(path, {"k": 2}, "game", GAME) is None
+
+
+def test_tampered_psro_settings_are_refused(tmp_path):
+    from experiments.studies.psro import PSRO_FILE, check_folder
+
+    cfg = psro_from_dict(tiny_file())
+    (tmp_path / PSRO_FILE).write_text("[1]")
+    with pytest.raises(ValueError, match="must hold a JSON object"):
+        check_folder(tmp_path, cfg)
