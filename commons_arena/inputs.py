@@ -214,6 +214,23 @@ def load_json_object(path: str | os.PathLike[str], what: str = "file", allow_nan
     return value
 
 
+def load_record(path: str | os.PathLike[str], model: Any, what: str, own: bool = False,
+                allow_nan: bool = False) -> Any:
+    """A record an earlier run wrote (a JSON file) read back into ``model`` (a pydantic ``TypeAdapter`` or model
+    class: types, bounds, no surprise keys), by :func:`load_json`; anything else is one :class:`InputError`
+    naming the file and the key. ``own``: the command rewrites it (not remembered as an input)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from commons_arena.errors import format_validation_error
+
+    data = load_json(path, what, allow_nan=allow_nan, own=own)
+    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as err:
+        raise InputError(f"{what} {path}", f"not the record this program writes: {format_validation_error(err)}") from None
+
+
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "forget_inputs", "is_input",
-           "load_json", "load_json_object", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text",
+           "load_json", "load_json_object", "load_record", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text",
            "remember_input", "too_deep"]
