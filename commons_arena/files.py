@@ -181,16 +181,8 @@ def write_file(path: str | os.PathLike[str], data: str | bytes) -> Path:
     """Write ``data`` (``str``: UTF-8) to ``path`` by temp file + rename, under every rule of this module.
 
     ``write_file(out / "scores.json", json.dumps(rows))``"""
-    path = check_target(Path(path))
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    fd, tmp = _tmp_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        _commit(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return _write_through(path, lambda fh: fh.write(payload))
 
 
 class OutputStream:
@@ -229,34 +221,31 @@ class OutputStream:
         self.close()
 
 
+def _write_through(path: str | os.PathLike[str], write: Any) -> Path:
+    """``write(file object)`` into a temporary file beside ``path``, renamed over it (the rules of this module)."""
+    target = check_target(Path(path))
+    fd, tmp = _tmp_beside(target)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        _commit(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
 def write_figure(path: str | os.PathLike[str], figure: Any, **savefig: Any) -> Path:
     """A matplotlib figure saved to ``path`` (format from its suffix unless ``format=`` is given) like
     :func:`write_file`."""
-    path = check_target(Path(path))
-    savefig.setdefault("format", path.suffix.lstrip(".") or "png")
-    fd, tmp = _tmp_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            figure.savefig(fh, **savefig)
-        _commit(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    savefig.setdefault("format", Path(path).suffix.lstrip(".") or "png")
+    return _write_through(path, lambda fh: figure.savefig(fh, **savefig))
 
 
 def write_arrays(path: str | os.PathLike[str], **arrays: Any) -> Path:
     """numpy arrays saved as one compressed ``.npz`` at ``path`` like :func:`write_file`."""
     import numpy as np
 
-    path = check_target(Path(path))
-    fd, tmp = _tmp_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        _commit(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return _write_through(path, lambda fh: np.savez_compressed(fh, **arrays))
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> Path:
