@@ -110,7 +110,8 @@ def test_an_answer_of_the_wrong_shape_is_one_line(route, answer, match):
     assert "\n" not in str(err.value) and len(str(err.value)) < 600
 
 
-JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                       | st.text(max_size=5),
                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
                        max_leaves=10)
 
