@@ -54,11 +54,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import socket
 import threading
 import time
-import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,6 +73,7 @@ from serving.explain import preview as explain_preview
 from serving.page_assets import SHARED_STYLE, shared_asset_path
 from serving.seat_references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
+from serving.session import internal_error as _internal
 from serving.wire import (
     ActionError,
     action_schema,
@@ -129,24 +128,11 @@ OBSERVATION_EXTRAS = {
 }
 
 
-MAX_LOG_CHARS = 4_000  # longest server log entry about one request
 MAX_JSON_DEPTH = MAX_DEPTH  # deepest nesting of a body or message (an action nests 3 deep): every input's rule
 
 
 def _error_response(err: ServeError) -> JSONResponse:
     return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status)
-
-
-def _internal(err: Exception) -> ServeError:
-    """What the client hears of an error the server did not foresee (a bug: the server log has the rest)."""
-    # bounded: a client's input can make a traceback long (a deep value's repeated frames)
-    text = "".join(traceback.format_exception(err))
-    if len(text) > MAX_LOG_CHARS:
-        text = text[:MAX_LOG_CHARS // 2] + f"\n... ({len(text) - MAX_LOG_CHARS} characters left out) ...\n" \
-            + text[-MAX_LOG_CHARS // 2:]
-    logging.getLogger("commons_arena.serve").error("unexpected error: %s", text)
-    return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
-                      "in the episode")
 
 
 def loads(raw: str | bytes, what: str = "the body") -> Any:

@@ -48,6 +48,7 @@ openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Annotated, Any
 
@@ -63,7 +64,7 @@ from serving.briefing import MAX_TEXT_CHARS, parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
 from serving.seat_references import summary_args, summary_of
-from serving.session import ServeError, ServeSettings, Session, SessionStore, off_loop
+from serving.session import ServeError, ServeSettings, Session, SessionStore, internal_error, off_loop
 from serving.wire import ActionError, SeatSpec, encode_observation
 
 INSTRUCTIONS = (
@@ -186,8 +187,17 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     }
 
     def tool(fn: Any) -> Any:
-        fn.__annotations__ = {**signatures[fn.__name__], "return": str}
-        return server.tool(structured_output=False)(fn)
+        @functools.wraps(fn)
+        async def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except ToolError:
+                raise
+            except Exception as err:  # unforeseen (a bug): logged within the cap, answered as a named error  # noqa: BLE001
+                raise ToolError(f"INTERNAL: {internal_error(err).message}") from None
+
+        guarded.__annotations__ = {**signatures[fn.__name__], "return": str}
+        return server.tool(structured_output=False)(guarded)
 
     def session_of(session_id: Any, tool: str) -> Session:
         if not isinstance(session_id, str) or not session_id:

@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import secrets
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -269,6 +271,22 @@ def _names_learned(value: Any) -> bool:
     if isinstance(value, list):
         return any(_names_learned(v) for v in value)
     return False
+
+
+MAX_LOG_CHARS = 4_000  # longest server log entry about one request
+
+
+def internal_error(err: Exception) -> ServeError:
+    """What the client hears of an error the server did not foresee (a bug: the server log has the rest, at most
+    :data:`MAX_LOG_CHARS` of it: a client's input can make a traceback long, a deep value's repeated frames).
+    Every transport's last resort: HTTP, WebSocket and the MCP tools."""
+    text = "".join(traceback.format_exception(err))
+    if len(text) > MAX_LOG_CHARS:
+        text = text[:MAX_LOG_CHARS // 2] + f"\n... ({len(text) - MAX_LOG_CHARS} characters left out) ...\n" \
+            + text[-MAX_LOG_CHARS // 2:]
+    logging.getLogger("commons_arena.serve").error("unexpected error: %s", text)
+    return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
+                      "in the episode")
 
 
 # --------------------------------------------------------------------------- session

@@ -108,3 +108,24 @@ def test_a_websocket_message_is_handled_or_a_named_error(raw):
                 assert 400 <= err.status < 500
     finally:
         store.close(session.id)
+
+
+def test_an_unforeseen_error_in_a_tool_is_named_and_its_log_capped(mcp, monkeypatch, caplog):
+    """Issue 44: 13 KB of traceback were logged per bare "Error executing tool" against the 4,000-character cap."""
+    from serving.session import MAX_LOG_CHARS, Session
+
+    _, text = _call(mcp, "start_episode", seat="search", seed=3)
+    sid = json.loads(text)["session_id"]
+
+    def deep(n: int) -> None:
+        if n:
+            deep(n - 1)
+        raise RuntimeError("x" * 20_000)
+
+    monkeypatch.setattr(Session, "step", lambda self, action: deep(200))
+    with caplog.at_level("ERROR", logger="commons_arena.serve"):
+        error, text = _call(mcp, "act", session_id=sid, action={})
+    assert error and text.startswith("INTERNAL: the server failed on this request (RuntimeError)")
+    logged = [r.getMessage() for r in caplog.records if r.name == "commons_arena.serve"]
+    assert len(logged) == 1 and len(logged[0]) <= MAX_LOG_CHARS + 200
+    _call(mcp, "end_episode", session_id=sid)
