@@ -187,6 +187,8 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     }
 
     def tool(fn: Any) -> Any:
+        fn.__annotations__ = {**signatures[fn.__name__], "return": str}  # the SDK reads the wrapped signature
+
         @functools.wraps(fn)
         async def guarded(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -196,7 +198,6 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             except Exception as err:  # unforeseen (a bug): logged within the cap, answered as a named error  # noqa: BLE001
                 raise ToolError(f"INTERNAL: {internal_error(err).message}") from None
 
-        guarded.__annotations__ = {**signatures[fn.__name__], "return": str}
         return server.tool(structured_output=False)(guarded)
 
     def session_of(session_id: Any, tool: str) -> Session:

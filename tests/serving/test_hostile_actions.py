@@ -129,3 +129,10 @@ def test_an_unforeseen_error_in_a_tool_is_named_and_its_log_capped(mcp, monkeypa
     logged = [r.getMessage() for r in caplog.records if r.name == "commons_arena.serve"]
     assert len(logged) == 1 and len(logged[0]) <= MAX_LOG_CHARS + 200
     _call(mcp, "end_episode", session_id=sid)
+
+
+def test_the_guarded_tools_keep_their_argument_schemas(mcp):
+    tools = {t.name: t for t in asyncio.run(mcp.list_tools())}
+    seat = tools["start_episode"].input_schema["properties"]["seat"]
+    assert seat["description"] and "allocator" in seat["enum"]
+    assert set(tools["act"].input_schema["properties"]) == {"session_id", "action"}
