@@ -247,7 +247,12 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
 
 
 def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> Path:
-    write_file(path, experiment_text(args, configs))
+    """``path`` holding :func:`experiment_text` (left as it is when it holds that already: a resumed run's record,
+    perhaps also this session's ``--config``, an input never written over)."""
+    text = experiment_text(args, configs)
+    if path.is_file() and not path.is_symlink() and read_bytes(path, "experiment file", own=True) == text.encode():
+        return path
+    write_file(path, text)
     return path
 
 
