@@ -185,7 +185,7 @@ def read_sidecar_model(checkpoint: str | Path) -> Sidecar:
     try:  # the one strict, depth-limited JSON reader; a checkpoint is rewritten by training, so not remembered
         raw = loads_json(read_bytes(path, "sidecar", MAX_SIDECAR_BYTES, own=True), str(path))
     except InputError as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {exc.reason}") from None
+        raise CheckpointError(f"{path}: {exc.reason}") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     version = raw.get("format_version")
