@@ -4,7 +4,7 @@ Each subcommand is a dataclass of arguments (one docstring per field, shown by `
 parsed by tyro, in the module of its group: ``commands/play.py`` (scenarios, play, replay,
 verify), ``commands/evaluate.py`` (evaluate, tournament, benchmark, analyze), ``commands/train.py``
 (train, exploit, arms-race, psro, distil, convert-checkpoint), ``commands/measure.py`` (compare-checkpoint,
-fixed-codes, need-gap, corrections, broker-pricing, seed-report) and ``commands/serve.py``; what they share
+fixed-codes, frontier, need-gap, corrections, broker-pricing, seed-report) and ``commands/serve.py``; what they share
 is ``commands/common.py``. Heavy imports (Ray, torch, matplotlib) happen inside the
 subcommand that needs them, so ``commons-arena scenarios`` stays instant.
 
@@ -33,7 +33,7 @@ import tyro
 
 from commands.common import PROG
 from commands.evaluate import Analyze, Benchmark, Evaluate, Tournament
-from commands.measure import BrokerPricing, CompareCheckpoint, Corrections, FixedCodes, NeedGap, SeedReport
+from commands.measure import BrokerPricing, CompareCheckpoint, Corrections, FixedCodes, Frontier, NeedGap, SeedReport
 from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve, ServeCheck
 from commands.train import ArmsRace, ConvertCheckpoint, Distil, Exploit, Psro, Train, config_defaults
@@ -77,6 +77,7 @@ def subcommands(train_defaults: Train | None = None) -> Any:
         | Annotated[ConvertCheckpoint, tyro.conf.subcommand("convert-checkpoint")]
         | Annotated[CompareCheckpoint, tyro.conf.subcommand("compare-checkpoint")]
         | Annotated[FixedCodes, tyro.conf.subcommand("fixed-codes")]
+        | Annotated[Frontier, tyro.conf.subcommand("frontier")]
         | Annotated[NeedGap, tyro.conf.subcommand("need-gap")]
         | Annotated[Corrections, tyro.conf.subcommand("corrections")]
         | Annotated[BrokerPricing, tyro.conf.subcommand("broker-pricing")]

@@ -2,7 +2,8 @@
 ``compare-checkpoint`` (a learned allocator against every scripted one), ``fixed-codes`` (what
 the team and broker codecs express unlearned), ``need-gap`` (what the planner cannot see),
 ``corrections`` (what a need / residual allocator learned on top of the planner),
-``broker-pricing`` (how a broker prices by demand) and ``seed-report`` (the report across
+``broker-pricing`` (how a broker prices by demand), ``frontier`` (welfare against exploitability per
+allocator, and the frontier of the scripted ones and their mixtures) and ``seed-report`` (the report across
 training seeds, redone).
 
 Each plays through the engine (:mod:`experiments.evaluation.engine`); the work is in the
@@ -11,7 +12,7 @@ path and its ``--force`` rule."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -99,6 +100,68 @@ class FixedCodes:
         from experiments.evaluation.fixed_codes import fixed_codes_report
 
         fixed_codes_report(self.scenario, self.allocator, self.seat, self.seeds, self.reproduction_seeds, self.parts)
+
+
+def frontier_allocators() -> tuple[str, ...]:
+    """Every registered allocator but the oracle (it reads hidden state): the scripted baselines, ``planner``
+    and the reference mechanisms."""
+    from policies.registry import available_policies
+
+    return tuple(name for name in available_policies("allocator") if name != "oracle")
+
+
+@dataclass
+class Frontier:
+    """The welfare-exploitability frontier as the report: per tier and allocator its welfare and its
+    exploitability (max over team seats of the best response's gain over truthful; the best fixed code by
+    search, or an exploit run's best responses), the frontier of the scripted allocators and their pairwise
+    per-episode mixtures (from the stored rows, not re-run), whether each allocator is beyond it (paired
+    bootstrap), and per seat do-nothing / truthful / best-response returns (experiments/studies/frontier.py).
+    Stored cells are read back: rerun the same command to resume."""
+
+    allocators: tuple[str, ...] = field(default_factory=frontier_allocators)
+    """allocators (any registered one, or 'learned:<checkpoint dir>'); the scripted ones make the frontier"""
+    scenarios: tuple[str, ...] = ("standard", "crisis")
+    """scenarios (names or TOML paths)"""
+    seeds: int = 100
+    """held-out seeds of every paired figure"""
+    first_seed: int = SEED_RANGES["exploit"].first
+    """seeds first_seed .. first_seed + seeds - 1 (the exploit range of experiments/seeds.py: an exploit run's
+    cells pair with these)"""
+    selection_seeds: int = 30
+    """seeds (the evaluate range) on which the best fixed code of a seat is chosen"""
+    selection_refine: int = 120
+    """more seeds on which the 5 best codes are looked at again (0: one look)"""
+    step: float = 0.1
+    """weight step of the pairwise mixtures"""
+    exploit: Path | None = None
+    """an 'exploit --out' folder: a cell's final best response (learned or searched) is used where it played the
+    same seeds, else the best fixed code is searched here"""
+    out: Path = Path("results/frontier")
+    """output folder: frontier.md / .csv / .png, seats.md / .csv, welfare/, cells/ (an earlier frontier run's
+    folder is resumed)"""
+    force: bool = False
+    """write into an --out folder that holds other files"""
+
+    def validate(self) -> None:
+        if not self.allocators or not self.scenarios:
+            raise UsageError("--allocators and --scenarios need at least one name each")
+        check_number("--step", self.step, 0.01, 0.5)
+        check_number("--selection-seeds", self.selection_seeds, 1, MAX_SEEDS)
+        check_number("--selection-refine", self.selection_refine, 0, MAX_SEEDS)
+        validate_lineup(list(self.scenarios), list(self.allocators), paired_seed_list(self.first_seed, self.seeds))
+        if self.exploit is not None and not self.exploit.is_dir():
+            raise UsageError(f"--exploit {self.exploit} is not a folder (an 'exploit --out' folder)")
+        from experiments.studies.frontier import CELLS_DIR
+
+        if not (self.out / CELLS_DIR).is_dir():  # an earlier (or interrupted) frontier run's folder is resumed
+            refuse_overwrite(self.out, self.force, what="folder")
+
+    def run(self):
+        from experiments.studies.frontier import frontier
+
+        return frontier(self.scenarios, self.allocators, paired_seed_list(self.first_seed, self.seeds), self.out,
+                        self.step, self.selection_seeds, self.selection_refine, self.exploit)
 
 
 @dataclass

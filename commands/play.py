@@ -107,9 +107,22 @@ class ScenariosCheck:
 
 
 @dataclass
+class ScenariosReference:
+    """Print every scenario key (type, range, default, meaning) as markdown, generated from the scenario models:
+    docs/scenario_reference.md is this output."""
+
+    def run(self) -> str:
+        from commons_arena.scenario_reference import scenario_reference
+
+        text = scenario_reference()
+        print(text, end="")
+        return text
+
+
+@dataclass
 class Scenarios:
     """List the shipped scenarios with their content hashes and descriptions, or (a subcommand)
-    generate scenarios from a family, or check a scenario file."""
+    generate scenarios from a family, check a scenario file, or print every scenario key (reference)."""
 
     json: bool = False
     """print JSON instead of a table"""
@@ -117,6 +130,7 @@ class Scenarios:
         Annotated[None, tyro.conf.subcommand("list")]
         | Annotated[GenerateScenarios, tyro.conf.subcommand("generate")]
         | Annotated[ScenariosCheck, tyro.conf.subcommand("check")]
+        | Annotated[ScenariosReference, tyro.conf.subcommand("reference")]
     ]] = None
 
     def validate(self) -> None:

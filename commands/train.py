@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
@@ -19,6 +19,12 @@ from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import MAX_TRAIN_SEED, TrainArgs
 from experiments.training.distil import DistilArgs
+from experiments.training.kinds import ALLOCATOR_KINDS
+
+if TYPE_CHECKING:
+    AllocatorExperiment = str
+else:  # the kinds that continue a learned allocator (experiments/training/kinds.py)
+    AllocatorExperiment = Literal[ALLOCATOR_KINDS]
 
 POPULATION = "population"  # arms-race --seat-otherwise: each scenario's own seat policy
 MAX_DISCOUNT_SEEDS = 100_000
@@ -198,7 +204,7 @@ class ArmsRace:
     """write into an --out folder that already holds files"""
     round1_lr: float = 1e-3
     """the bluffer's learning rate (a best response from a uniform start: docs/negotiation.md)"""
-    round2_experiment: Literal["allocator_ppo", "allocator_mixed", "allocator_curriculum"] = "allocator_mixed"
+    round2_experiment: AllocatorExperiment = "allocator_mixed"
     """how the allocator continues: on --scenario alone, or on every tier (the main job's experiment)"""
     train: Annotated[TrainArgs, tyro.conf.arg(name="train")] = field(default_factory=TrainArgs)
     """training settings of both rounds (--train.seat-codec, --train.num-envs-per-env-runner, ...; experiment,

@@ -10,6 +10,7 @@ from pettingzoo.utils import parallel_to_aec
 from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 
 from commons_arena.arena import ArenaEnv, EpisodeStateError
+from commons_arena.batched import VectorArenaEnv
 from commons_arena.scenario import ScenarioConfig, ScenarioError, list_scenarios, load_scenario
 from commons_arena.spaces import action_layout, observation_layout
 from commons_arena.version import ENV_NAME, __version__
@@ -30,6 +31,12 @@ def env(scenario: str | ScenarioConfig = "standard", render_mode: str | None = N
     return parallel_to_aec(parallel_env(scenario=scenario, render_mode=render_mode))
 
 
+def vector_env(scenario: str | ScenarioConfig = "standard", num_envs: int = 1) -> VectorArenaEnv:
+    """``num_envs`` arenas of the game stepped at once (the batched core): PettingZoo's dicts with
+    every value stacked over the arenas, ended arenas reset in place (docs/environment.md)."""
+    return VectorArenaEnv(scenario=scenario, num_envs=num_envs)
+
+
 make = parallel_env
 
 __all__ = [
@@ -38,6 +45,7 @@ __all__ = [
     "EpisodeStateError",
     "ScenarioConfig",
     "ScenarioError",
+    "VectorArenaEnv",
     "__version__",
     "action_layout",
     "env",
@@ -47,4 +55,5 @@ __all__ = [
     "observation_layout",
     "parallel_env",
     "raw_env",
+    "vector_env",
 ]

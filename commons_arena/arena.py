@@ -121,7 +121,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from commons_arena import rewards
@@ -132,7 +131,7 @@ from commons_arena.observations import ObservationBuilder
 from commons_arena.render import Dashboard, render_ansi
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import check_action, check_seed, make_action_space, make_observation_space, role_of
+from commons_arena.spaces import AgentSpaces, check_action, check_seed, role_of
 from commons_arena.state import ArenaState, initial_state
 from commons_arena.tick import IntentDecoder, TickReport, play_tick
 from commons_arena.version import ENV_NAME
@@ -150,7 +149,7 @@ class EpisodeStateError(RuntimeError, ValueError):
 RENDER_MODES = ("human", "ansi", "rgb_array")
 
 
-class ArenaEnv(ParallelEnv):
+class ArenaEnv(AgentSpaces, ParallelEnv):
     metadata = {"name": ENV_NAME, "render_modes": list(RENDER_MODES), "is_parallelizable": True}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", render_mode: str | None = None) -> None:
@@ -163,9 +162,7 @@ class ArenaEnv(ParallelEnv):
         self.agents: list[str] = []
         self.teams = self.config.team_names
         self._observe = ObservationBuilder(self.config)
-        self._observation_spaces = {a: make_observation_space(self.config, a) for a in self.possible_agents}
-        self._action_spaces = {a: make_action_space(self.config, a) for a in self.possible_agents}
-        self._nvec = {a: space.nvec for a, space in self._action_spaces.items()}
+        self.build_spaces(self.config)
         self._decode = IntentDecoder(self.rules)
         self._rubric = rewards.Rubric(self.config.rewards)
         self._term_names = {a: self._rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
@@ -175,18 +172,6 @@ class ArenaEnv(ParallelEnv):
         self.last_tick: TickReport | None = None
         """The report of the tick the last ``step()`` played (``None`` before the first step of an episode)."""
         self._dashboard: Dashboard | None = None
-
-    # ------------------------------------------------------------------ spaces
-    # Built once per instance: a space carries its own sampling generator.
-    def observation_space(self, agent: str) -> spaces.Box:
-        if agent not in self._observation_spaces:
-            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        return self._observation_spaces[agent]
-
-    def action_space(self, agent: str) -> spaces.MultiDiscrete:
-        if agent not in self._action_spaces:
-            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        return self._action_spaces[agent]
 
     # ------------------------------------------------------------------ api
     def reset(self, seed: int | None = None, options: dict | None = None):

@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -73,7 +73,9 @@ POPULATION_CHECKS: list[Callable[[ScenarioConfig], list[str]]] = []
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+    # each field's docstring is its meaning in the JSON schema: docs/scenario_reference.md is generated from it
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True)
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -83,29 +85,48 @@ class GpuTierConfig(_Frozen):
     """One GPU tier: owned capacity, hardware, and the broker's spot inventory of it."""
 
     name: Name
-    owned: Gpus  # GPUs the organisation owns
-    memory_gb: PosFloat  # memory per GPU
-    speed: PosFloat  # work units per GPU-tick
-    op_cost: NonNegFloat  # operating cost per granted GPU-tick
-    power_kw: NonNegFloat  # power draw of one busy GPU
-    spot_inventory: Gpus = 0  # GPUs the broker can sell per tick
-    spot_unit_cost: NonNegFloat = 0.0  # broker's cost per GPU-tick sold
-    max_price: PosFloat = 10.0  # top of the broker's price grid
+    """the tier's name (lower case, digits, underscores), used in actions and observations"""
+    owned: Gpus
+    """GPUs of this tier the organisation owns (online unless an incident takes some offline)"""
+    memory_gb: PosFloat
+    """memory per GPU; a job runs only on a tier whose memory fits its min_memory_gb"""
+    speed: PosFloat
+    """work units one GPU does per tick"""
+    op_cost: NonNegFloat
+    """operating cost the allocator pays per granted GPU-tick, used or not"""
+    power_kw: NonNegFloat
+    """power draw of one busy GPU (kW); times the grid intensity, kg CO2 per tick"""
+    spot_inventory: Gpus = 0
+    """GPUs of this tier the broker can sell per tick (0: no spot market for the tier)"""
+    spot_unit_cost: NonNegFloat = 0.0
+    """the broker's cost per GPU-tick it sells"""
+    max_price: PosFloat = 10.0
+    """top of the broker's price grid for this tier (its price levels run from 0 to this)"""
 
 
 class JobSpec(_Frozen):
     """A job known before the episode starts (part of a team's hidden truth)."""
 
     id: Name
-    gpus: PosGpus  # GPUs it needs at once, all on one tier
+    """the job's name, unique within its team (depends_on refers to it)"""
+    gpus: PosGpus
+    """GPUs it needs at once, all on one tier"""
     min_memory_gb: NonNegFloat = 0.0
-    work: PosFloat  # work units; progress per tick = gpus x tier speed
-    arrival: Tick  # first tick it may run
-    deadline: Tick  # last tick on which it may complete
-    value: NonNegFloat  # paid on completion
-    value_noise: NonNegFloat = 0.0  # value is drawn uniformly from value ± noise at reset
+    """memory per GPU it needs: it runs only on tiers with at least this much"""
+    work: PosFloat
+    """work units; progress per tick = gpus x tier speed"""
+    arrival: Tick
+    """first tick it may run"""
+    deadline: Tick
+    """last tick on which it may complete (not before arrival)"""
+    value: NonNegFloat
+    """paid to the team (and counted for the allocator) on completion"""
+    value_noise: NonNegFloat = 0.0
+    """value is drawn uniformly from value +- noise at reset (at most value)"""
     priority: Priority = 1
+    """higher runs first among a team's jobs with the same deadline"""
     depends_on: Annotated[tuple[Name, ...], Field(max_length=MAX_LIST)] = ()
+    """ids of this team's jobs that must complete before this one may run (no cycles)"""
 
     @model_validator(mode="after")
     def _deadline_after_arrival(self) -> JobSpec:
@@ -121,14 +142,23 @@ class JobGenerator(_Frozen):
     probability ``rate``; its fields are drawn uniformly from the given [lo, hi] ranges."""
 
     rate: Fraction
+    """probability that a job arrives on each tick of the window"""
     first_tick: Tick = 0
+    """first tick a generated job may arrive"""
     last_tick: Tick
+    """last tick a generated job may arrive (before max_ticks)"""
     gpus: tuple[PosGpus, PosGpus]
-    min_memory_gb: Annotated[tuple[NonNegFloat, ...], Field(max_length=MAX_LIST)] = (0.0,)  # choices
+    """[lo, hi] GPUs per job"""
+    min_memory_gb: Annotated[tuple[NonNegFloat, ...], Field(max_length=MAX_LIST)] = (0.0,)
+    """choices of memory per GPU a job needs (one is drawn per job)"""
     work: tuple[PosFloat, PosFloat]
-    slack: tuple[Tick, Tick]  # deadline = arrival + slack
+    """[lo, hi] work units per job"""
+    slack: tuple[Tick, Tick]
+    """[lo, hi] ticks from arrival to deadline (deadline = arrival + slack)"""
     value: tuple[NonNegFloat, NonNegFloat]
+    """[lo, hi] value paid on completion"""
     priority: tuple[Priority, Priority] = (1, 1)
+    """[lo, hi] priority"""
 
     @model_validator(mode="after")
     def _ranges_ordered(self) -> JobGenerator:
@@ -144,38 +174,65 @@ class JobGenerator(_Frozen):
 
 
 class TeamConfig(_Frozen):
+    """A product team: its seat, how its default policy plays, and its jobs (fixed and generated)."""
+
     name: Name
+    """the team's name: its seat id, and the name actions and observations use"""
     archetype: Literal[ARCHETYPES] = "truthful"  # type: ignore[valid-type]
-    board_pressure: Share = 1.0  # scales the cost of this team's justified escalations
+    """how the team's scripted policy declares and escalates when no [population] entry names another"""
+    board_pressure: Share = 1.0
+    """scales the allocator's cost of this team's justified escalations"""
     jobs: Annotated[tuple[JobSpec, ...], Field(max_length=MAX_JOBS)] = ()
+    """jobs known before the episode starts"""
     generator: JobGenerator | None = None
+    """a seeded stream of further jobs (none if absent)"""
 
 
 class UrgentJob(_Frozen):
     """The job a shock injects: arrives at the shock tick, deadline = tick + slack."""
 
     gpus: PosGpus
+    """GPUs it needs at once, all on one tier"""
     min_memory_gb: NonNegFloat = 0.0
+    """memory per GPU it needs"""
     work: PosFloat
+    """work units"""
     slack: Tick
+    """ticks from the shock to the deadline"""
     value: NonNegFloat
+    """paid on completion"""
     priority: Priority = 3
+    """higher runs first among the team's jobs with the same deadline"""
 
 
 class ShockSpec(_Frozen):
     """A shock fired at a fixed ``tick`` or, each tick, with probability ``rate``."""
 
     kind: Literal[tuple(k.label for k in ShockKind)]  # type: ignore[valid-type]
+    """what happens (docs/rules.md): an audit exposes bluffs, an escalation or incident injects an urgent job,
+    an incident also takes GPUs offline, a market crisis raises spot prices, a grid spike raises carbon intensity"""
     tick: Tick | None = None
+    """the tick it fires (exactly one of tick and rate)"""
     rate: Fraction | None = None
-    duration: Ticks = 1  # ticks the effect lasts (incident, crisis, spike)
-    team: Name | None = None  # target of injected jobs; default by kind
-    tier: Name | None = None  # production_incident: the tier that loses GPUs
-    gpus_offline: Gpus = 0  # production_incident
-    price_multiplier: Multiplier = 1.0  # market_crisis
-    inventory_factor: Fraction = 1.0  # market_crisis
-    intensity_multiplier: Multiplier = 1.0  # grid_spike
-    job: UrgentJob | None = None  # audit, customer_escalation, incident
+    """probability it fires on each tick (exactly one of tick and rate)"""
+    duration: Ticks = 1
+    """ticks the effect lasts (incident, crisis, spike)"""
+    team: Name | None = None
+    """the team its job goes to (shocks with a job); default: the kind's usual team (audit: safety, escalation:
+    search, incident: robotics) if the scenario has it, else the scenario's first team"""
+    tier: Name | None = None
+    """production_incident (required): the tier that loses GPUs"""
+    gpus_offline: Gpus = 0
+    """production_incident: GPUs of the tier offline while it lasts"""
+    price_multiplier: Multiplier = 1.0
+    """market_crisis: multiplies spot prices while it lasts"""
+    inventory_factor: Fraction = 1.0
+    """market_crisis: multiplies the broker's spot inventory while it lasts"""
+    intensity_multiplier: Multiplier = 1.0
+    """grid_spike (only): multiplies the grid's carbon intensity while it lasts"""
+    job: UrgentJob | None = None
+    """the urgent job it injects (compliance_audit and customer_escalation: required; production_incident:
+    optional)"""
 
     @model_validator(mode="after")
     def _exactly_one_trigger(self) -> ShockSpec:
@@ -192,16 +249,30 @@ class ShockSpec(_Frozen):
     def shock_kind(self) -> ShockKind:
         return ShockKind.from_label(self.kind)
 
-    @property
-    def target_team(self) -> str | None:
-        return self.team or DEFAULT_SHOCK_TEAM.get(self.shock_kind)
+    def target_team(self, teams: Sequence[str]) -> str | None:
+        """The team a job shock injects its job into: ``team`` when set; else the kind's usual team
+        (:data:`~commons_arena.enums.DEFAULT_SHOCK_TEAM`: audit -> safety, escalation -> search, incident ->
+        robotics) when the scenario has a team of that name; else the scenario's first team (so a cluster
+        with team names of its own needs no ``team``). None for a shock that injects no job."""
+        if self.job is None:
+            return None
+        if self.team is not None:
+            return self.team
+        usual = DEFAULT_SHOCK_TEAM.get(self.shock_kind)
+        return usual if usual in teams else (teams[0] if teams else None)
 
 
 class CarbonConfig(_Frozen):
-    cap_kg: PosFloat  # episode emission cap
+    """The episode's carbon cap and the grid's intensity profile."""
+
+    cap_kg: PosFloat
+    """kg CO2 the whole episode may emit"""
     mode: Literal["hard", "soft"] = "soft"
-    intensity: Annotated[tuple[NonNegFloat, ...], Field(max_length=MAX_LIST)]  # kg CO2/kWh per tick; last repeats
-    forecast_horizon: Annotated[int, Field(ge=1, le=MAX_FORECAST)] = 3  # ticks of intensity the allocator sees ahead
+    """hard: grants that would exceed the cap are cut before jobs run; soft: emissions over it are charged"""
+    intensity: Annotated[tuple[NonNegFloat, ...], Field(max_length=MAX_LIST)]
+    """kg CO2 per kWh on each tick, at least one value (the last repeats to the end)"""
+    forecast_horizon: Annotated[int, Field(ge=1, le=MAX_FORECAST)] = 3
+    """ticks of intensity the allocator sees ahead"""
 
     @property
     def carbon_mode(self) -> CarbonMode:
@@ -215,37 +286,66 @@ class CarbonConfig(_Frozen):
 
 
 class CredibilityConfig(_Frozen):
-    audit_tolerance: Share = 0.25  # declared total may exceed true need by this share
-    bluff_loss: Share = 0.2  # credibility lost per exposed bluff
+    """How audits and escalations cost a team credibility."""
+
+    audit_tolerance: Share = 0.25
+    """an audit exposes a declaration whose total exceeds true need by more than this share"""
+    bluff_loss: Share = 0.2
+    """credibility lost per exposed bluff"""
     unjustified_escalation_loss: Share = 0.1
+    """credibility lost per escalation by a team that was not starved"""
 
 
 class AllocatorWeights(_Frozen):
+    """The allocator's reward weights (docs/rules.md: each term's definition)."""
+
     job_value: Weight = 1.0
+    """per unit of value of every team's completed jobs"""
     spend: Weight = 1.0
+    """per unit of money spent (spot purchases plus operating cost)"""
     missed: Weight = 0.6
+    """per unit of value of jobs that missed their deadline"""
     idle: Weight = 0.5
+    """per granted GPU no job used"""
     carbon: Weight = 1.0
+    """per kg CO2 over a soft cap"""
     escalation: Weight = 2.0
+    """per justified escalation (times the team's board_pressure)"""
     fairness: Weight = 1.0
+    """times the fairness term: Jain's index of the teams' satisfaction minus 1 (a fair tick costs nothing)"""
     invalid: Weight = 1.0
+    """per unit the rules cut from the allocator's action"""
 
 
 class TeamWeights(_Frozen):
+    """A team's reward weights."""
+
     job_value: Weight = 1.0
+    """per unit of value of its completed jobs"""
     missed: Weight = 0.6
+    """per unit of value of its jobs that missed their deadline"""
     credibility: Weight = 10.0
+    """per unit of credibility it lost"""
 
 
 class BrokerWeights(_Frozen):
+    """The broker's reward weights."""
+
     profit: Weight = 1.0
+    """per unit of profit (sales minus its unit cost)"""
     invalid: Weight = 0.1
+    """per unit the rules cut from its offer"""
 
 
 class RewardWeights(_Frozen):
+    """Every role's reward weights."""
+
     allocator: AllocatorWeights = AllocatorWeights()
+    """the allocator's weights"""
     team: TeamWeights = TeamWeights()
+    """every team's weights"""
     broker: BrokerWeights = BrokerWeights()
+    """the broker's weights"""
 
 
 NOT_GAME = ("name", "description", "difficulty", "population")  # fields the environment never reads
@@ -255,22 +355,36 @@ class ScenarioConfig(_Frozen):
     """Everything that makes one scenario: the numbers the rules (docs/rules.md) leave to scenario files."""
 
     name: Name
+    """the scenario's name (lower case, digits, underscores)"""
     description: str = Field(min_length=1, max_length=MAX_TEXT)
+    """what the scenario is about, in words (shown on the play page and by scenarios list)"""
     difficulty: Literal[DIFFICULTIES] | None = None  # type: ignore[valid-type]
+    """the curriculum tier, if it is one"""
     max_ticks: Ticks
+    """episode length in ticks"""
     budget: NonNegFloat
+    """money the allocator has for the whole episode (spot purchases and operating cost)"""
     reveal_after: Ticks = 2
-    queue_slots: Annotated[int, Field(ge=1, le=MAX_QUEUE_SLOTS)] = 6  # jobs shown per team observation, most urgent first
-    price_levels: Annotated[int, Field(ge=2, le=101)] = 11  # broker's price grid size
+    """ticks a team must be starved in a row before its true need is revealed to the allocator for good"""
+    queue_slots: Annotated[int, Field(ge=1, le=MAX_QUEUE_SLOTS)] = 6
+    """jobs shown per team observation, most urgent first"""
+    price_levels: Annotated[int, Field(ge=2, le=101)] = 11
+    """size of the broker's price grid (0 to each tier's max_price)"""
     gpu_tiers: Annotated[tuple[GpuTierConfig, ...], Field(min_length=1, max_length=MAX_TIERS)]
+    """the GPU tiers ([[gpu_tiers]] tables)"""
     teams: Annotated[tuple[TeamConfig, ...], Field(min_length=2, max_length=MAX_TEAMS)]
+    """the product teams ([[teams]] tables); each is a seat"""
     carbon: CarbonConfig
+    """the carbon cap and the grid's intensity"""
     credibility: CredibilityConfig = CredibilityConfig()
+    """how teams lose credibility"""
     shocks: Annotated[tuple[ShockSpec, ...], Field(max_length=MAX_SHOCKS)] = ()
+    """scheduled and random shocks ([[shocks]] tables)"""
     rewards: RewardWeights = RewardWeights()
-    population: dict[str, Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
-        default_factory=dict
-    )  # agent -> default policy name (checked by the hooks in POPULATION_CHECKS)
+    """reward weights per role ([rewards.allocator], [rewards.team], [rewards.broker])"""
+    population: dict[str, Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=dict)
+    """agent -> the policy that plays it by default (a registered name, `name:key=value,...` or `learned:PATH`);
+    a seat not named plays its default (allocator: proportional, teams: their archetype, broker: demand_priced)"""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ScenarioConfig:
@@ -310,10 +424,10 @@ class ScenarioConfig(_Frozen):
             if shock.tier is not None and shock.tier not in tiers:
                 problems.append(f"{where}.tier: unknown tier {shock.tier!r}; tiers are {tiers}")
             if shock.job is not None:
-                target = shock.target_team
+                target = shock.target_team(teams)
                 if target not in teams:
                     problems.append(
-                        f"{where}.team: target team {target!r} is not in this scenario's teams {teams}; set 'team'"
+                        f"{where}.team: {target!r} is not one of this scenario's teams {teams}; name one of them"
                     )
                 problems += _job_fit_problems(where + ".job", shock.job.gpus, shock.job.min_memory_gb, self.gpu_tiers)
             if shock.tick is not None and shock.tick >= self.max_ticks:

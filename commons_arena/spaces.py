@@ -254,6 +254,28 @@ def make_action_space(config: ScenarioConfig, agent: str) -> spaces.MultiDiscret
     return spaces.MultiDiscrete((layout.high + 1).astype(np.int64))
 
 
+class AgentSpaces:
+    """Each agent's observation and action space, built once per env instance (a space carries
+    its own sampling generator): the spaces part of the reference env and of the batched one."""
+
+    possible_agents: list[str]
+
+    def build_spaces(self, config: ScenarioConfig) -> None:
+        self._observation_spaces = {a: make_observation_space(config, a) for a in config.agents}
+        self._action_spaces = {a: make_action_space(config, a) for a in config.agents}
+        self._nvec = {a: space.nvec for a, space in self._action_spaces.items()}
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        if agent not in self._observation_spaces:
+            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.MultiDiscrete:
+        if agent not in self._action_spaces:
+            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
+        return self._action_spaces[agent]
+
+
 def check_action(agent: str, action: object, nvec: np.ndarray) -> list[int]:
     """Return ``action`` as a list of ints or raise ValueError saying what is wrong.
 

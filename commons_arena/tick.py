@@ -194,13 +194,14 @@ def _start_shock(rules: Rules, s: ArenaState, spec: ShockSpec) -> Event:
     s.effects.append(shocks.Effect(spec=spec, tier_index=tier, until=t + spec.duration - 1))
     event: Event = {"tick": t, "kind": kind.label, "until": t + spec.duration - 1}
     if spec.job is not None:
-        assert spec.target_team is not None  # a job shock always has a team (scenario.py fills the default)
-        team = rules.team_index[spec.target_team]
+        target = spec.target_team(rules.config.team_names)
+        assert target is not None  # a job shock always has a team (ShockSpec.target_team's default)
+        team = rules.team_index[target]
         s.injected += 1
         job = jobs.urgent_job(spec.job, f"{kind.label}_{s.injected}", t, rules.config.gpu_tiers)
         s.jobs[team].append(job)
         s.orders[team] = jobs.edf_order(s.jobs[team])
-        event.update(team=spec.target_team, job=job.id)
+        event.update(team=target, job=job.id)
     if tier >= 0:
         event.update(tier=spec.tier, gpus_offline=spec.gpus_offline)
     return event

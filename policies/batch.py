@@ -11,6 +11,10 @@ resets that arena's policy state only.
 :class:`LoopBatchPolicy` is the reference and the fallback: N per-arena policies stepped in
 a Python loop. A batched policy is held to it bit for bit by the equivalence tests; a policy
 with no batched form plays through it, so every policy can act in a batch.
+
+:class:`BatchScripted` is the base of the batched scripted policies (``policies/batch_scripted.py``,
+``policies/batch_allocators.py``): built from one per-arena policy, whose parameters, layouts and
+bounds it plays. ``policies.registry.batch_policy`` gives a seat's batched form, or the loop.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from policies.base import Policy
+from policies.base import Policy, ScriptedPolicy
 
 
 @runtime_checkable
@@ -64,3 +68,48 @@ class LoopBatchPolicy:
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         return np.stack([np.asarray(p.act(o), dtype=np.int64) for p, o in zip(self.policies, observations, strict=True)])
+
+
+class BatchScripted:
+    """Base of the batched scripted policies: one per-arena :class:`~policies.base.ScriptedPolicy`
+    (its parameters, layouts and action bounds) played in ``num_envs`` arenas as arrays.
+
+    Subclasses implement :meth:`decide` (``(N, obs_dim)`` observations -> ``(N, act_dim)``
+    actions, clipped into the space by :meth:`act`, as ``ScriptedPolicy.act`` clips) and, when
+    they keep per-episode state, :meth:`clear` (those arenas' state forgotten) or, when they
+    draw random numbers, :meth:`reseed`.
+    """
+
+    def __init__(self, policy: ScriptedPolicy, num_envs: int) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        self.policy = policy  # the per-arena form: parameters, layouts, bounds
+        self.num_envs = num_envs
+        self.high = policy.high
+        self.obs_dim = policy.obs_layout.size
+        self.clear(np.arange(num_envs))
+
+    def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
+        arenas = reset_indices(self.num_envs, seeds, index)
+        self.reseed(arenas, seeds)
+        self.clear(arenas)
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        obs = np.asarray(observations)
+        if obs.shape != (self.num_envs, self.obs_dim):
+            raise ValueError(f"{self.policy.name!r} for {self.policy.agent!r} in {self.num_envs} arena(s) takes "
+                             f"observations of shape ({self.num_envs}, {self.obs_dim}), got {obs.shape}")
+        action = np.array(self.decide(obs), dtype=np.int64)
+        np.minimum(action, self.high, out=action)
+        np.maximum(action, 0, out=action)
+        return action
+
+    def clear(self, arenas: np.ndarray) -> None:
+        """Forget the per-episode state of ``arenas`` (called by ``__init__`` and ``reset``)."""
+
+    def reseed(self, arenas: np.ndarray, seeds: Sequence[int | None]) -> None:
+        """New generators for ``arenas`` (a deterministic policy has none)."""
+
+    def decide(self, obs: np.ndarray) -> np.ndarray:
+        """Every arena's action for its observation (clipped into the space by ``act``)."""
+        raise NotImplementedError

@@ -48,13 +48,14 @@ def cost_covering_levels(config: ScenarioConfig, margin: float) -> np.ndarray:
 
 
 def demand_levels(
-    base: np.ndarray, demand: np.ndarray, capacity: np.ndarray, gain: float, crisis: bool, crisis_levels: int, top: int
+    base: np.ndarray, demand: np.ndarray, capacity: np.ndarray, gain: float, crisis: bool | np.ndarray,
+    crisis_levels: int, top: int,
 ) -> np.ndarray:
     """The demand-priced rule: ``base + round(gain x min(demand / capacity, 2)) + crisis_levels
-    x crisis`` per tier, at most ``top`` (``demand_priced``; also the ``markup`` codec's)."""
+    x crisis`` per tier, at most ``top`` (``demand_priced``; also the ``markup`` codec's). Over a
+    batch, ``demand`` is ``(N, T)`` and ``crisis`` ``(N, 1)`` booleans."""
     level = base + np.rint(gain * np.minimum(demand / capacity, 2.0)).astype(np.int64)
-    if crisis:
-        level = level + crisis_levels
+    level = level + crisis_levels * np.asarray(crisis, dtype=np.int64)
     return np.minimum(level, top)
 
 

@@ -41,7 +41,8 @@ codec               role       the module chooses                        can exp
                                                                          ``demand_priced``
 ==================  =========  ========================================  ==============================
 
-Every codec decodes to an action that needs no repair. Allocator codecs: purchases are what
+Every codec also acts in N arenas at once, bit for bit per arena: ``policies.batch_codecs``
+(docs/codecs.md). Every codec decodes to an action that needs no repair. Allocator codecs: purchases are what
 the grants need beyond the online GPUs (cut to the offer, then to the budget, most expensive
 tier first, like the env), and grants above online + bought are scaled down with the env's
 own rule. Team codecs cut declarations to the action space; ``markup`` cuts price levels to

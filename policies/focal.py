@@ -209,12 +209,17 @@ def run_episode(
 ) -> dict[str, dict[str, float]]:
     """Play one episode of ``env`` from ``reset(seed=seed)``; return ``infos[agent]["episode"]`` per agent.
 
+    ``env`` is the arena, a wrapper of it, or a :class:`FocalEnv` (then its own arena: ``population`` plays
+    every seat, focal or not).
+
     ``population`` is a :class:`Population` (its policies are built for ``env``) or
     already-built policies by agent id (reused: each is ``reset`` here). Every seat is
     background in a :class:`FocalEnv`, so every policy is seeded by the one
     rule (:func:`policy_seed` of the episode seed and its seat) and the episode is a
     function of ``seed`` alone.
     """
+    if isinstance(env, FocalEnv):  # its focal/background split gives way to ``population``'s: every seat plays
+        env = env.env
     unwrapped = _arena_of(env)
     if isinstance(population, Population):
         population = population.build(unwrapped.config, env=unwrapped, strict=strict)

@@ -192,24 +192,9 @@ def save_universal_policy(checkpoint: str | Path, network: PolicyNetwork, traine
         "scenario_hash": trained_hash, "observation_shape": [universal.OBS_SIZE],
         "action_nvec": [n_actions] * universal.CELLS, "observation_scale": [],
         "action_codec": {"name": codec, "params": {}}, "history": 1, "input_size": universal.N_FEATURES,
-        "universal": {"max_teams": universal.MAX_TEAMS, "max_tiers": universal.MAX_TIERS,
-                      "features": universal.FEATURES_VERSION, "cell_features": universal.N_FEATURES},
+        "universal": universal.view_fields(),
     }
     return write_checkpoint(checkpoint, fields, network)
-
-
-def interface_for(config: ScenarioConfig, agent: str, scale: np.ndarray | None, codec: dict[str, Any] | str | None,
-                  history: int = 1, identity: tuple[int, int] | None = None, network: str = "mlp") -> Any:
-    """The interface a seat's module sees the game through: the scenario's own scaled view
-    (``network="mlp"``, :class:`ModuleInterface`) or the padded cell view of a shape-free
-    allocator (``"cells"``, :class:`policies.universal.UniversalInterface`)."""
-    if network == "cells":
-        from policies.universal import UniversalInterface
-
-        return UniversalInterface(config, agent, codec)
-    if scale is None:
-        scale = np.ones(make_observation_space(config, agent).shape, np.float32)
-    return ModuleInterface(config, agent, scale, codec, history, identity)
 
 
 def read_sidecar(checkpoint: str | Path) -> dict[str, Any]:
@@ -245,6 +230,28 @@ def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpo
         )
 
 
+class ObservationInterface(Protocol):
+    """What sits between a seat and its module, the same in training and play: the scenario's own scaled
+    view (:class:`ModuleInterface`) or the padded cell view of a shape-free allocator
+    (:class:`policies.universal.UniversalInterface`); ``experiments.training.networks`` picks one per network."""
+
+    @property
+    def codec(self) -> Codec | None: ...
+
+    @property
+    def input_size(self) -> int: ...
+
+    def observation_space(self) -> Any: ...
+
+    def action_space(self) -> Any: ...
+
+    def reset(self) -> None: ...
+
+    def observe(self, observation: np.ndarray) -> np.ndarray: ...
+
+    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray: ...
+
+
 class GreedyNetwork(Protocol):
     """What a :class:`LearnedPolicy` plays: a network's greedy action per (scaled) input."""
 
@@ -260,9 +267,9 @@ class LearnedPolicy:
     constructor: anything with ``reset()`` and ``greedy(obs) -> int64 array`` (a
     :class:`PolicyNetwork`; in training's held-out evaluation also a recurrent RLlib module
     behind ``experiments.training.rl_modules.ModuleActor``), behind the
-    :class:`ModuleInterface` it was trained with."""
+    :class:`ObservationInterface` it was trained with (:meth:`cells`: a shape-free allocator's)."""
 
-    def __init__(self, module: GreedyNetwork, interface: ModuleInterface) -> None:
+    def __init__(self, module: GreedyNetwork, interface: ObservationInterface) -> None:
         import torch
 
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
@@ -301,16 +308,22 @@ class LearnedPolicy:
         """A shape-free allocator (policies.universal): any scenario up to its maximum shape."""
         from policies import universal
 
-        u = meta["universal"]
-        ours = {"max_teams": universal.MAX_TEAMS, "max_tiers": universal.MAX_TIERS,
-                "features": universal.FEATURES_VERSION, "cell_features": universal.N_FEATURES}
+        u, ours = meta["universal"], universal.view_fields()
         if u != ours:
             raise CheckpointError(f"checkpoint {checkpoint}: its universal view {u} is not this commons_arena's {ours}")
         try:
-            interface = universal.UniversalInterface(config, agent, meta["action_codec"])
+            return cls.cells(network, config, agent, meta["action_codec"])
         except CheckpointError as err:
             raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
-        return cls(universal.CellNetwork(network, interface.zero), interface)  # type: ignore[arg-type]
+
+    @classmethod
+    def cells(cls, network: PolicyNetwork, config: ScenarioConfig, agent: str = ALLOCATOR,
+              codec: dict[str, Any] | str | None = "need") -> LearnedPolicy:
+        """A shape-free allocator: one cell's ``network`` played on every real cell of the padded view."""
+        from policies.universal import CellNetwork, UniversalInterface
+
+        interface = UniversalInterface(config, agent, codec)
+        return cls(CellNetwork(network, interface.zero), interface)
 
     def reset(self, seed: int | None = None) -> None:
         """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
@@ -342,10 +355,10 @@ __all__ = [
     "GreedyNetwork",
     "LearnedPolicy",
     "ModuleInterface",
+    "ObservationInterface",
     "PolicyNetwork",
     "RelativeAllocatorCodec",
     "check_fits",
-    "interface_for",
     "sidecar_codec",
     "observation_scale",
     "read_sidecar",

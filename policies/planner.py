@@ -53,6 +53,7 @@ once its pace would exceed the cap; a hard cap it does not yet pace over the epi
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,8 @@ from commons_arena.enums import ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
 from policies.base import ScriptedPolicy
+from policies.batch import reset_indices
+from policies.batch_limits import BatchLimitReader, fit_action_batch
 from policies.limits import LimitReader, fit_action
 from policies.teams import ARCHETYPE_PROFILES
 
@@ -273,10 +276,15 @@ class PlannerAllocator(ScriptedPolicy):
         tops = top.tolist()
         for i, g in enumerate(np.argmax(log_w, axis=1).tolist()):
             if not revealed[i]:
-                bluff = 1.0 + (1.0 - self.margin) * (float(BLUFF_GRID[g]) - 1.0)
-                estimate[i] = [_deflate(d, bluff, c) for d, c in zip(declared[i].tolist(), tops, strict=True)]
+                estimate[i] = self.estimate_need(declared[i].tolist(), float(BLUFF_GRID[g]), tops)
         self.last_estimate = estimate
         return estimate
+
+    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
+        """A team's need per tier from its declaration and its most likely inflation ``factor``:
+        undone with all but ``margin`` of the inflation (``fair_planner``: another headroom)."""
+        bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
+        return [_deflate(d, bluff, c) for d, c in zip(declared, ceilings, strict=True)]
 
     # ------------------------------------------------------------------ plan
     def decide(self, obs: np.ndarray) -> list[int]:
@@ -374,4 +382,327 @@ class PlannerAllocator(ScriptedPolicy):
         return [self._w.carbon * p * intensity for p in self._power]
 
 
-__all__ = ["BLUFF_GRID", "InflationBelief", "PlannerAllocator", "deflate", "inflate", "reachable_by"]
+# ---------------------------------------------------------------------- N arenas at once
+
+DEFLATE_TABLE_WIDTH = 4096  # declared counts per tier the batched planner keeps undone in a table
+
+
+INFLATE_TABLE_LIMIT = 1 << 16  # GPUs: the largest need the inflation table grows to (one row per count)
+
+
+class BatchPlanner:
+    """``planner`` in ``num_envs`` arenas of one scenario at once (a :class:`~policies.batch.BatchPolicy`).
+
+    Row *i* of :meth:`act` is bit for bit the action a :class:`PlannerAllocator` returns for
+    row *i*'s observations since that arena's last reset, and :attr:`last_estimate` row *i*
+    its need estimate (tests/policies/test_batch_planner.py). The per-arena state is arrays
+    with a leading arena axis: the teams' log-weights ``(N, teams, factors)`` and what the
+    last observation showed. Every float is made by the same operations in the same order as
+    the per-arena planner (element-wise, so each row rounds as one arena does); the loops run
+    over the small fixed axes only (teams, tiers, a tier's larger tiers).
+
+    Undoing a declaration (:func:`deflate`), too branchy to copy exactly, is looked up in a
+    table per (factor, tier, declared count) filled on first use by :func:`deflate` itself
+    (counts above ``DEFLATE_TABLE_WIDTH`` are computed one by one). Fitting the plan within
+    the observed limits (:func:`~policies.limits.fit_action`) is the scripted allocators'
+    batched fit step (``policies/batch_limits.py``'s ``fit_action_batch``).
+
+    The planner's parameters (``pacing``, ``gpu_tick_value``, ``prior_sigma``, ``margin``) are
+    :class:`PlannerAllocator`'s; one per-arena planner is kept in :attr:`planner` for its
+    checked parameters and scenario tables.
+    """
+
+    def __init__(self, config: ScenarioConfig, num_envs: int, agent: str = "allocator", **params: Any) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        self.num_envs = num_envs
+        self.planner = PlannerAllocator(config, agent, **params)
+        self._limits = BatchLimitReader(config, self.planner.obs_layout)
+        P = self.planner
+        self.config, self.agent = config, agent
+        self.n_teams, self.n_tiers = P.n_teams, P.n_tiers
+        N, T, G = self.n_teams, self.n_tiers, len(BLUFF_GRID)
+        self._fields = {f.name: (P.obs_layout.slices[f.name], f.shape) for f in P.obs_layout.fields}
+        self._prior = P._log_w.copy()  # the teams' log-weights at the start of an episode
+        self.log_w = np.repeat(self._prior[None], num_envs, axis=0)  # (arenas, teams, factors)
+        # what each arena's last observation showed (the evidence of the next one)
+        self._has_prev = np.zeros(num_envs, dtype=bool)
+        self._prev_declared = np.zeros((num_envs, N, T), dtype=np.int64)
+        self._prev_revealed = np.zeros((num_envs, N), dtype=bool)
+        self._prev_revealed_need = np.zeros((num_envs, N, T), dtype=np.int64)
+        self._prev_credibility = np.zeros((num_envs, N), dtype=np.float64)
+        self._prev_audits = np.zeros(num_envs, dtype=np.float64)
+        self.last_estimate = np.zeros((num_envs, N, T), dtype=np.int64)
+        # per factor of the grid: the deflation the planner applies (its own expression, to the bit)
+        self._deflation = [1.0 + (1.0 - P.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
+        # (factor, tier, column) -> deflate(...); column 0: nothing declared, else 1 + min(declared, ceiling)
+        width = min(int(P._ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
+        self._deflated = np.full((G, T, width), -1, dtype=np.int64)
+        self._deflated[:, :, 0] = 0
+        self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
+        self._tiers = np.arange(T)
+        self._board = np.array(P._board, dtype=np.float64)
+        self._rank = np.array([P._rank[k] for k in range(T)], dtype=np.int64)
+        self._fits = [np.array(P._fits[k], dtype=np.int64) for k in range(T)]
+        self._op_cost = np.array(P._op_cost, dtype=np.float64)
+        self._carbon_power = np.array([P._w.carbon * p for p in P._power], dtype=np.float64)  # w.carbon x power_kw
+
+    @classmethod
+    def of(cls, planner: PlannerAllocator, num_envs: int) -> BatchPlanner:
+        """``planner`` (its scenario, seat and parameters) in ``num_envs`` arenas."""
+        return cls(planner.config, num_envs, planner.agent, **planner.params)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.planner.params
+
+    def _field(self, obs: np.ndarray, name: str) -> np.ndarray:
+        sl, shape = self._fields[name]
+        return obs[:, sl].reshape((len(obs), *shape))
+
+    def _rows(self, obs: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+        rows = np.arange(self.num_envs) if index is None else np.asarray(index, dtype=np.int64).reshape(-1)
+        if index is not None and (len(np.unique(rows)) != len(rows) or (rows.size and not 0 <= rows.min() <= rows.max() < self.num_envs)):
+            raise ValueError(f"index must name distinct arenas of 0..{self.num_envs - 1}, got {rows.tolist()}")
+        if obs.ndim != 2 or len(obs) != len(rows) or obs.shape[1] != self.planner.obs_layout.size:
+            raise ValueError(f"planner observations must be (arenas, {self.planner.obs_layout.size}) with one row "
+                             f"per arena ({len(rows)}), got shape {obs.shape}")
+        return rows
+
+    # ------------------------------------------------------------------ protocol
+    def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
+        """New episodes in arenas ``index`` (all when None): their beliefs back to the prior."""
+        rows = reset_indices(self.num_envs, seeds, index)
+        self.log_w[rows] = self._prior
+        self._has_prev[rows] = False
+        self.last_estimate[rows] = 0
+
+    def act(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+        """Every arena's action (``index``: only these arenas, whose observations are the rows given)."""
+        obs = np.asarray(observations)
+        need = self.observe(obs, index)
+        return np.clip(self.plan(obs, need), 0, self.planner.high)
+
+    # ------------------------------------------------------------------ belief
+    def observe(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+        """Update the arenas' beliefs with their observations; their need estimates ``(arenas, teams, tiers)``.
+
+        The same additions in the same order as :meth:`PlannerAllocator.observe` (each
+        declaration's, tier by tier, then each revealed pair's, then an audit's), row by row."""
+        obs = np.asarray(observations)
+        rows = self._rows(obs, index)
+        P = self.planner
+        declared = self._field(obs, "declared").astype(np.int64)
+        revealed = self._field(obs, "revealed") > 0.5
+        revealed_need = self._field(obs, "revealed_need").astype(np.int64)
+        credibility = self._field(obs, "credibility").astype(np.float64)
+        audits = self._field(obs, "shocks_seen")[:, int(ShockKind.COMPLIANCE_AUDIT)].astype(np.float64)
+        has_prev = self._has_prev[rows]
+        log_w = self.log_w if index is None else self.log_w[rows]  # (a copy when some arenas: written back below)
+        top = P._ceiling
+        counts = np.minimum(declared, P._unreachable.shape[1] - 1)
+        for k in range(self.n_tiers):
+            log_w += P._unreachable[k][counts[:, :, k]]
+        # the revealed pairs: only a team revealed last tick receives anything but 0.0 (adding 0.0 to a
+        # log-weight, finite and negative, changes no bit, so the other teams are skipped)
+        arena, team = np.nonzero(has_prev[:, None] & self._prev_revealed[rows])
+        if arena.size:
+            need = self._prev_revealed_need[rows[arena], team]  # pairs x tiers
+            hit = np.minimum(self._inflated(need), top[:, None]) == declared[arena, team, :, None]
+            mismatch = np.where(hit, 0.0, MISMATCH)
+            sub = log_w[arena, team]
+            for k in range(self.n_tiers):
+                sub += mismatch[:, k]
+            log_w[arena, team] = sub
+        prev_credibility = self._prev_credibility[rows]
+        audited = np.flatnonzero(has_prev & (audits > self._prev_audits[rows]))
+        if audited.size:
+            before, now = prev_credibility[audited], credibility[audited]
+            total = self._prev_declared[rows[audited]].sum(axis=2)  # declared totals, arenas x teams
+            heard = (before >= P._bluff_loss) & (total > 0)  # InflationBelief.saw_audit's cases
+            exposed = before - now >= P._bluff_loss - 1e-6
+            exposed_if = total[..., None] / BLUFF_GRID * (1 + P._tolerance) < total[..., None] - 1e-9
+            sub = log_w[audited]
+            sub[heard] += np.where(exposed_if == exposed[..., None], 0.0, AUDIT)[heard]
+            log_w[audited] = sub
+        if index is not None:
+            self.log_w[rows] = log_w
+        self._has_prev[rows] = True
+        self._prev_declared[rows] = declared
+        self._prev_revealed[rows] = revealed
+        self._prev_revealed_need[rows] = revealed_need
+        self._prev_credibility[rows] = credibility
+        self._prev_audits[rows] = audits
+        estimate = np.where(revealed[..., None], revealed_need, self._deflate(declared, np.argmax(log_w, axis=2)))
+        self.last_estimate[rows] = estimate
+        return estimate
+
+    def _inflated(self, need: np.ndarray) -> np.ndarray:
+        """``inflate(need x factor, 1.0)`` for every factor of the grid (a last axis), from a table
+        of ``inflate(n x BLUFF_GRID, 1.0)`` rows grown to the largest need seen."""
+        top = int(need.max()) if need.size else 0
+        if need.size and (int(need.min()) < 0 or top >= INFLATE_TABLE_LIMIT):
+            # (no count is negative; a count past the table's limit, possible only far beyond any
+            # shipped cluster, is computed as the planner would rather than grow a table to it)
+            return inflate(need[..., None] * BLUFF_GRID, 1.0)
+        if top >= len(self._inflate_table):
+            size = min(max(top + 1, 2 * len(self._inflate_table)), INFLATE_TABLE_LIMIT)
+            self._inflate_table = inflate(np.arange(size)[:, None] * BLUFF_GRID, 1.0)
+        return self._inflate_table[need]
+
+    def _deflate(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        """:func:`deflate` of each declaration (arenas x teams x tiers) under the deflation of
+        ``factor`` (an index of ``BLUFF_GRID`` per arena and team), through the table."""
+        ceiling = self.planner._ceiling
+        column = np.where(declared <= 0, 0, np.minimum(declared, ceiling) + 1)
+        g = np.broadcast_to(factor[..., None], declared.shape)
+        k = np.broadcast_to(self._tiers, declared.shape)
+        table = self._deflated
+        inside = column < table.shape[2]
+        out = table[g, k, np.where(inside, column, 0)]
+        missing = (out < 0) | ~inside
+        if missing.any():
+            # deflate(d, b, c) depends on d only through min(d, c) when d > 0 (at the ceiling: a lower bound)
+            for gi, ki, ci in set(zip(g[missing].tolist(), k[missing].tolist(), column[missing].tolist(), strict=True)):
+                value = _deflate(max(ci - 1, 1), self._deflation[gi], int(ceiling[ki]))
+                if ci < table.shape[2]:
+                    table[gi, ki, ci] = value
+                out[missing & (g == gi) & (k == ki) & (column == ci)] = value
+        return out
+
+    # ------------------------------------------------------------------ plan
+    def plan(self, observations: np.ndarray, need: np.ndarray) -> np.ndarray:
+        """:meth:`PlannerAllocator.plan` of each row: the (unclipped) action for ``need``
+        ``(arenas, teams, tiers)``, fitted within the observed limits."""
+        obs = np.asarray(observations)
+        P = self.planner
+        n, N, T = len(obs), self.n_teams, self.n_tiers
+        ar = np.arange(n)
+        need = np.asarray(need, dtype=np.int64).reshape(n, N, T)
+        tick = self._field(obs, "tick")[:, 0].astype(np.int64)
+        online = self._field(obs, "online").astype(np.int64)
+        offer_qty = self._field(obs, "offer_qty").astype(np.int64)
+        offer_price = self._field(obs, "offer_price").astype(np.float64)
+        budget = self._field(obs, "budget")[:, 0].astype(np.float64)
+        pressure = self._field(obs, "pressure").astype(np.float64)
+        escalating = self._field(obs, "stance")[:, :, P._i_escalate] > 0.5
+        totals = need.sum(axis=2)
+        served = totals > 0
+        # urgency order; the teams without need last, in index order (the trim order's tail)
+        order = np.lexsort((np.broadcast_to(np.arange(N), (n, N)), np.where(served, totals, 0),
+                            np.where(served, -self._board, 0.0), served & ~escalating,
+                            np.where(served, -pressure, 0.0), ~served), axis=-1)
+        # the teams in that order (position p: the p-th team served), so the greedy below reads columns
+        served_at = np.arange(N)[None, :] < served.sum(axis=1)[:, None]
+        need_at = np.take_along_axis(need, order[:, :, None], axis=1)
+        grant_at = np.zeros((n, N, T), dtype=np.int64)
+        unmet = np.zeros((n, N, T), dtype=np.int64)  # 0 for a team not served (nothing below touches it)
+        left = online.copy()
+        # 1. own tier, large-memory tiers first
+        for k in reversed(P._by_memory):
+            for p in range(N):
+                wanted, on = need_at[:, p, k], served_at[:, p]
+                give = np.where(on, np.minimum(wanted, left[:, k]), 0)
+                grant_at[:, p, k] += give
+                left[:, k] -= give
+                unmet[:, p, k] = np.where(on, wanted - give, 0)
+        # 2. spill upward: whole onto the smallest larger tier with room, else split (the arenas with unmet need)
+        rows = np.flatnonzero((unmet > 0).any(axis=(1, 2)))
+        if rows.size:
+            grant_at[rows], left[rows], unmet[rows] = self._spill(grant_at[rows], left[rows], unmet[rows])
+        # 3. buy what is worth buying (the arenas with need still unmet)
+        buy = np.zeros((n, T), dtype=np.int64)
+        rows = np.flatnonzero((unmet > 0).any(axis=(1, 2)))
+        if rows.size:
+            pick = order[rows]
+            pressure_at = np.take_along_axis(pressure[rows], pick, axis=1)
+            escalating_at = np.take_along_axis(escalating[rows], pick, axis=1)
+            buy[rows], grant_at[rows] = self._buy(obs[rows], tick[rows], budget[rows], offer_qty[rows], offer_price[rows],
+                                                  pressure_at, escalating_at, unmet[rows], grant_at[rows])
+        grant = np.empty_like(grant_at)
+        grant[ar[:, None], order] = grant_at
+        # within every observed limit: teams it serves last give up first
+        buy, grant = self._fit(obs, buy, grant, order)
+        return np.concatenate([buy, grant.reshape(n, N * T)], axis=1)
+
+    def _spill(self, grant: np.ndarray, left: np.ndarray, unmet: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step 2 of the plan on teams in serving order: each unmet need whole onto the smallest
+        larger tier with room, else split upward, team by team, large-memory tiers first."""
+        ar = np.arange(len(grant))
+        for p in range(self.n_teams):
+            for k in reversed(self.planner._by_memory):
+                larger = self.planner._larger[k]
+                rest = unmet[:, p, k]
+                todo = rest > 0
+                if not larger or not todo.any():
+                    continue
+                whole = np.full(len(grant), -1, dtype=np.int64)
+                for j in larger:
+                    whole[todo & (whole < 0) & (left[:, j] >= rest)] = j
+                w = np.flatnonzero(whole >= 0)
+                grant[w, p, whole[w]] += rest[w]
+                left[w, whole[w]] -= rest[w]
+                split = todo & (whole < 0)
+                rest = np.where(whole >= 0, 0, rest)
+                if split.any():
+                    for j in larger:
+                        give = np.where(split, np.minimum(rest, left[:, j]), 0)
+                        grant[:, p, j] += give
+                        left[:, j] -= give
+                        rest = rest - give
+                unmet[ar, p, k] = rest
+        return grant, left, unmet
+
+    def _buy(self, obs: np.ndarray, tick: np.ndarray, budget: np.ndarray, offer_qty: np.ndarray, offer_price: np.ndarray,
+             pressure: np.ndarray, escalating: np.ndarray, unmet: np.ndarray, grant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step 3 of the plan on teams in serving order: what is still unmet is bought, cheapest
+        fitting offered tier first, while worth it and within the paced budget."""
+        P = self.planner
+        n, T = len(obs), self.n_tiers
+        buy = np.zeros((n, T), dtype=np.int64)
+        ticks_left = np.maximum(P._max_ticks - tick, 1)
+        money = np.maximum(budget * np.minimum(1.0, P.pacing / ticks_left) - SPEND_EPS, 0.0)
+        price = offer_price * PRICE_SLACK
+        cost = P._w.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
+        # per arena and tier: the tiers that fit, cheapest offer first (ties: smaller memory)
+        cheapest = [f[np.lexsort((np.broadcast_to(self._rank[f], (n, len(f))), offer_price[:, f]), axis=-1)]
+                    for f in self._fits]
+        for p in range(self.n_teams):
+            worth = P.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
+            for k in reversed(P._by_memory):
+                r = np.flatnonzero(unmet[:, p, k] > 0)  # the arenas where this team still lacks GPUs of this tier
+                if not r.size:
+                    continue
+                rest, left, value = unmet[r, p, k], money[r], worth[r]
+                for j in cheapest[k][r].T:
+                    avail = offer_qty[r, j] - buy[r, j]
+                    unit = price[r, j]
+                    free = unit <= 0
+                    afford = np.floor_divide(left, np.where(free, 1.0, unit))  # Python's money // price
+                    most = np.minimum(rest, avail)
+                    give = np.where(free, most, np.minimum(most.astype(np.float64), afford).astype(np.int64))
+                    ok = (rest > 0) & (avail > 0) & ~(cost[r, j] > value) & (give > 0)
+                    give = np.where(ok, give, 0)
+                    buy[r, j] += give
+                    grant[r, p, j] += give
+                    left = np.where(ok, left - give * unit, left)
+                    rest = rest - give
+                money[r] = left
+        return buy, grant
+
+    def _kg_cost(self, obs: np.ndarray, tick: np.ndarray) -> np.ndarray:
+        """:meth:`PlannerAllocator._kg_cost` per arena ``(arenas, tiers)``."""
+        used = self._field(obs, "carbon_used")[:, 0].astype(np.float64)
+        cap = self._field(obs, "carbon_cap")[:, 0].astype(np.float64)
+        intensity = self._field(obs, "intensity_forecast")[:, 0].astype(np.float64)
+        pace = used / np.maximum(tick, 1)
+        projected = used + pace * (self.planner._max_ticks - tick)
+        charged = ~(projected <= cap) & (self.planner._w.carbon != 0)
+        return np.where(charged[:, None], self._carbon_power * intensity[:, None], 0.0)
+
+    def _fit(self, obs: np.ndarray, buy: np.ndarray, grant: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`~policies.limits.fit_action` of every arena (the scripted allocators' batched fit step)."""
+        return fit_action_batch(self._limits(obs), np.maximum(buy, 0), np.maximum(grant, 0), order)
+
+
+__all__ = ["BLUFF_GRID", "BatchPlanner", "InflationBelief", "PlannerAllocator", "deflate", "inflate", "reachable_by"]

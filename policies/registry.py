@@ -19,6 +19,10 @@ max_min_fair, drf
 planner            allocator  :mod:`policies.planner` (observation + public
                               scenario parameters; estimates each team's
                               inflation from its history)
+credit,            allocator  :mod:`policies.mechanisms`: the reference
+uniform_rule,                 mechanisms of the literature (karma credits,
+fair_planner                  Sprumont's uniform rule, ``planner`` with a
+                              headroom that is a share of the deflated need)
 oracle             allocator  :mod:`policies.oracle` (reads ``env.hidden_state()``;
                               needs ``env=``)
 learned:<ckpt>     as trained :mod:`policies.learned` (a checkpoint of
@@ -31,6 +35,9 @@ fixed:<codec>:<c>  the        :class:`policies.codecs.CodedPolicy`: one fixed co
                               the benchmark's high anchor of a team / broker seat
 =================  =========  ===================================================
 
+``batch_policy(name, config, agent, num_envs, **params)`` is the same policy in ``num_envs``
+arenas at once (:mod:`policies.batch`): its batched form where :data:`BATCHED` has one, else a loop.
+
 ``params`` are the policy's keyword parameters (e.g. ``bluff=1.3`` for a team,
 ``level=4`` for ``fixed_price``, ``pacing=1.0`` for an allocator baseline); unknown
 parameters raise ``ValueError`` naming the accepted ones.
@@ -38,10 +45,12 @@ parameters raise ``ValueError`` naming the accepted ones.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from commons_arena import scenario as scenario_module
@@ -49,9 +58,22 @@ from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import Policy
+from policies.batch import BatchPolicy, LoopBatchPolicy
+from policies.batch_allocators import (
+    BatchBestFit,
+    BatchDrf,
+    BatchEdf,
+    BatchEqualSplit,
+    BatchFifo,
+    BatchMaxMinFair,
+    BatchProportional,
+    BatchRandom,
+)
+from policies.batch_scripted import BatchDemandPricedBroker, BatchFixedPriceBroker, BatchTeam
 from policies.brokers import DemandPricedBroker, FixedPriceBroker
+from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.oracle import OracleAllocator, make_oracle
-from policies.planner import PlannerAllocator
+from policies.planner import BatchPlanner, PlannerAllocator
 from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
@@ -99,6 +121,8 @@ for _broker in (DemandPricedBroker, FixedPriceBroker):
 for _name, _allocator in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", _allocator, _params_of(_allocator)))
 register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
+for _name, _mechanism in REFERENCE_MECHANISMS.items():
+    register(PolicySpec(_name, "allocator", _mechanism, _params_of(_mechanism)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
 
@@ -110,11 +134,20 @@ def available_policies(role: str | None = None) -> list[str]:
 
 
 def _learned_spec(name: str) -> PolicySpec:
+    from policies.checkpoint_format import CheckpointError
     from policies.learned import LEARNED_PREFIX, LearnedPolicy, read_sidecar
     from policies.policy_set import is_policy_set, member_for, set_roles
-    from policies.shipping import local_path
+    from policies.shipping import local_path, shipped_checkpoint, shipped_checkpoints
 
-    checkpoint = local_path(name.removeprefix(LEARNED_PREFIX))  # shipped to this node as bytes, or as written
+    # sent to this node as bytes, a checkpoint shipped with the package (learned:universal), or as written
+    checkpoint = local_path(name.removeprefix(LEARNED_PREFIX))
+    if not Path(checkpoint).exists():
+        base = Path(checkpoint).name
+        hint = (f"; the package ships {base!r}: write learned:{base} to play it from any folder"
+                if shipped_checkpoint(base) is not None else
+                f"; checkpoints shipped with the package: {', '.join(shipped_checkpoints()) or 'none'}")
+        raise CheckpointError(f"{checkpoint} is not a commons_arena policy checkpoint: no such folder (looked from "
+                              f"{Path.cwd()}){hint}")
     if is_policy_set(checkpoint):  # one policy per seat of a multi-seat run: any role it holds
         roles = set_roles(checkpoint)
 
@@ -217,6 +250,43 @@ INTEGER_PARAMETERS = frozenset({"level", "escalate_after", "crisis_levels", "hor
 FLAG_PARAMETERS = frozenset({"defer"})  # true or false; every other parameter is a number (never true)
 
 
+# The batched form of each policy that has one (policies/batch*.py): built from the per-arena policy
+# (its parameters and layouts) and the number of arenas. A policy not named here acts in a batch
+# through LoopBatchPolicy. One line per policy.
+BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
+    **{archetype: BatchTeam for archetype in ARCHETYPE_PROFILES},
+    "demand_priced": BatchDemandPricedBroker,
+    "fixed_price": BatchFixedPriceBroker,
+    "random": BatchRandom,
+    "equal_split": BatchEqualSplit,
+    "proportional": BatchProportional,
+    "fifo": BatchFifo,
+    "edf": BatchEdf,
+    "best_fit": BatchBestFit,
+    "max_min_fair": BatchMaxMinFair,
+    "drf": BatchDrf,
+    "planner": BatchPlanner.of,
+}
+
+
+def batch_policy(name: str, config: ScenarioConfig | str, agent: str, num_envs: int, **params: Any) -> BatchPolicy:
+    """Policy ``name`` playing ``agent`` of ``config`` in ``num_envs`` arenas (``policies.batch``): its
+    batched form when :data:`BATCHED` has one, else N per-arena policies in a loop. ``params`` are
+    checked as :func:`make_policy` checks them; every arena starts unseeded until ``reset(seeds)``."""
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ValueError(f"num_envs must be an integer of at least 1, got {num_envs!r}")
+    config = load_scenario(config)
+    if policy_spec(name).needs_env:
+        raise ValueError(f"policy {name!r} reads one env's hidden state, so it cannot act on a batch of "
+                         "observations; play it per arena")
+    make = functools.partial(make_policy, name, config, agent, **params)
+    prototype = make()  # checks name, role and parameters
+    batched = BATCHED.get(name)
+    if batched is None:
+        return LoopBatchPolicy(make, num_envs)
+    return batched(prototype, num_envs)
+
+
 def _plain_number(value: Any) -> bool:
     """A finite int, float or bool within :data:`MAX_PARAMETER` (never a list, string or NaN)."""
     return isinstance(value, int | float) and math.isfinite(value) and abs(value) <= MAX_PARAMETER
@@ -243,5 +313,5 @@ def _population_problems(config: ScenarioConfig) -> list[str]:
 scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
-__all__ = ["FIXED_PREFIX", "ROLES", "PolicySpec", "TeamPolicy", "available_policies", "fixed_code_name", "make_policy",
-           "policy_spec", "register"]
+__all__ = ["BATCHED", "FIXED_PREFIX", "ROLES", "PolicySpec", "TeamPolicy", "available_policies", "batch_policy",
+           "fixed_code_name", "make_policy", "policy_spec", "register"]

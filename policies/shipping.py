@@ -9,6 +9,11 @@ task's arguments); on the node :func:`install` checks the hash, writes the files
 node into a folder named by the hash, and makes ``learned:<the driver's path>`` resolve to
 that folder in this process (``policies.registry`` asks :func:`local_path`). Names that were
 never installed resolve as written, so a single machine needs none of this.
+
+Shipped checkpoints: a bare name (no ``/``) that names a checkpoint shipped with the package
+(``learned:universal``: ``checkpoints/universal`` of a checkout, ``policies/checkpoints/universal``
+inside the wheel) resolves to it from any folder (:func:`shipped_checkpoint`); write
+``learned:./NAME`` for a folder of that name in the working directory.
 """
 
 from __future__ import annotations
@@ -58,6 +63,33 @@ def digest(files: Iterable[tuple[str, bytes]]) -> str:
     return h.hexdigest()
 
 
+def _shipped_roots() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    # inside a wheel they ship as policies/checkpoints; in a checkout they sit at the top
+    return [d for d in (here / "checkpoints", here.parent / "checkpoints") if d.is_dir()]
+
+
+def shipped_checkpoints() -> list[str]:
+    """The names of the checkpoints shipped with the package (``learned:<name>`` plays each from any folder)."""
+    return sorted({d.name for root in _shipped_roots() for d in root.iterdir() if (d / SIDECAR).is_file()})
+
+
+def shipped_checkpoint(source: str) -> Path | None:
+    """The shipped checkpoint ``source`` names (a bare name such as ``universal``), or None."""
+    if not source or "/" in source or os.sep in source or source in (".", ".."):
+        return None
+    for root in _shipped_roots():
+        if (root / source / SIDECAR).is_file():
+            return root / source
+    return None
+
+
+def on_disk(source: str) -> str:
+    """The folder a ``learned:`` name points at on this machine: a shipped checkpoint's, else as written."""
+    shipped = shipped_checkpoint(source)
+    return str(shipped) if shipped is not None else source
+
+
 def pack(source: str) -> PackedCheckpoint:
     """The checkpoint folder ``source`` (a single policy or a policy set) as bytes.
 
@@ -65,7 +97,7 @@ def pack(source: str) -> PackedCheckpoint:
     symlink (to a file or a folder) is never followed, whatever it points at, and a file
     over :data:`MAX_FILE_BYTES` or a total over :data:`MAX_PACK_BYTES` is refused before it
     is read (the folder itself may be reached through a symlink, e.g. ``runs/latest/best``)."""
-    folder = Path(source)
+    folder = Path(on_disk(source))
     if not folder.is_dir():
         raise ShippingError(f"checkpoint {source}: not a folder on this machine (the driver packs what nodes play)")
     names = {SIDECAR, WEIGHTS}
@@ -178,7 +210,7 @@ def install(packed: Iterable[PackedCheckpoint]) -> dict[str, Path]:
 
 def local_path(source: str) -> str:
     """Where the checkpoint named ``learned:<source>`` is in this process."""
-    return str(_INSTALLED.get(source, source))
+    return str(_INSTALLED.get(source) or on_disk(source))
 
 
 def installed() -> Mapping[str, Path]:
@@ -186,4 +218,4 @@ def installed() -> Mapping[str, Path]:
 
 
 __all__ = ["PackedCheckpoint", "ShippingError", "cache_root", "digest", "install", "installed", "learned_sources",
-           "local_path", "pack", "pack_all", "unpack"]
+           "local_path", "on_disk", "pack", "pack_all", "shipped_checkpoint", "shipped_checkpoints", "unpack"]

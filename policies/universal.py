@@ -72,6 +72,11 @@ OBS_SIZE = CELLS * N_FEATURES + CELLS  # every cell's features (team-major), the
 GPU_COUNT_CAP = 8.0  # absolute GPU counts (the corrections are -2..+2 GPUs) are shown cut at this, / this
 
 
+def view_fields() -> dict[str, Any]:
+    """The padded view a universal checkpoint records (and a reader must compute alike)."""
+    return {"max_teams": MAX_TEAMS, "max_tiers": MAX_TIERS, "features": FEATURES_VERSION, "cell_features": N_FEATURES}
+
+
 def check_shape(config: ScenarioConfig, what: str = "the universal allocator") -> None:
     """CheckpointError unless ``config`` fits the padded view (at most MAX_TEAMS x MAX_TIERS)."""
     teams, tiers = len(config.teams), len(config.gpu_tiers)
@@ -264,5 +269,5 @@ class CellNetwork:
 __all__ = [
     "CELLS", "CELL_FEATURES", "FEATURES_VERSION", "FEATURE_NAMES", "GLOBAL_FEATURES", "MAX_TEAMS", "MAX_TIERS",
     "N_FEATURES", "OBS_SIZE", "SHAPE_FREE_CODECS", "TEAM_FEATURES", "TIER_FEATURES", "CellEncoder", "CellNetwork",
-    "UniversalInterface", "check_shape", "split_view",
+    "UniversalInterface", "check_shape", "split_view", "view_fields",
 ]

@@ -10,13 +10,14 @@ module, so a person, a program and a language model are told the same numbers:
 * :func:`placement`: the placement rule (docs/rules.md section 4) and, for a team, which
   tier each of its visible jobs runs on;
 * :func:`preview`: what the pending action would do this tick, before it is sent:
-  spend, carbon, idle GPUs and the reward terms they make, for the allocator; where each
+  spend, carbon, grants beyond the declarations and the reward terms they make, for the allocator; where each
   job would run and how many requested GPUs would sit idle, for a team; prices, cuts and
   profit if everything sells, for the broker.
 
 Everything here reads the seat's own observation and the scenario's public facts only
-(what the seat may know), never hidden state; so the allocator's idle figure is an
-estimate (declarations may be bluffs or out of date), said so where it is shown. Nothing
+(what the seat may know), never hidden state; so the allocator's preview gives no idle
+figure (which granted GPUs sit idle depends on the teams' true jobs: declarations lag a
+tick and may be bluffs), only the GPUs granted beyond a team's declaration. Nothing
 here runs on the WebSocket step path: a preview is computed when asked.
 """
 
@@ -188,11 +189,11 @@ def _preview_allocator(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.
     used, cap = float(obs["carbon_used"]), float(obs["carbon_cap"])
     over = max(0.0, used + carbon_max - cap) - max(0.0, used - cap)
     declared = np.asarray(obs["declared"], dtype=np.int64)
-    idle = int(np.maximum(grant - declared, 0).sum())
+    beyond = int(np.maximum(grant - declared, 0).sum())
     short = [cfg.team_names[i] for i in range(len(cfg.team_names)) if (grant[i] < declared[i]).any()]
     invalid = offer_cut + budget_cut + capacity_cut
     spend = float(buy_cost) + operating
-    terms = {"spend": -w.spend * spend, "idle": -w.idle * idle, "invalid": -w.invalid * invalid}
+    terms = {"spend": -w.spend * spend, "invalid": -w.invalid * invalid}  # idle is not known before the tick
     hard = cfg.carbon.mode == "hard"
     if not hard:
         terms["carbon"] = -w.carbon * over
@@ -201,7 +202,7 @@ def _preview_allocator(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.
         "bought": dict(zip(names, bought.tolist(), strict=True)),
         "granted": dict(zip(names, granted.tolist(), strict=True)),
         "carbon_kg_if_all_busy": round(carbon_max, 6), "carbon_over_cap_kg": round(over, 6), "carbon_mode": cfg.carbon.mode,
-        "intensity": intensity, "idle_estimate": idle, "short_of_declared": short,
+        "intensity": intensity, "beyond_declared": beyond, "idle_weight": w.idle, "short_of_declared": short,
         "declarations_yet": bool(declared.any()) or int(obs.get("tick", 0)) > 0,
         "invalid_units": {"over_offer": offer_cut, "over_budget": budget_cut, "over_capacity": capacity_cut},
         "reward_terms": {k: round(v, 6) + 0.0 for k, v in terms.items()},  # + 0.0: no -0
@@ -266,11 +267,13 @@ def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:
                  f"carbon at most {p['carbon_kg_if_all_busy']:.3g} kg (every granted GPU busy x power x published intensity "
                  f"{p['intensity']:.3g}; a grid spike raises it)" + (f", {p['carbon_over_cap_kg']:.3g} kg over the cap"
                                              if p["carbon_mode"] == "soft" else "; hard cap: grants over it are cut"),
-                 (f"idle about {p['idle_estimate']} GPU(s): granted beyond a team's declaration on that tier (if the "
-                  "declarations are true needs)" + (f"; below the declaration for {', '.join(p['short_of_declared'])}"
-                                                    if p["short_of_declared"] else "")
-                  if p["declarations_yet"] else "idle: no declaration yet at tick 0 (they arrive at tick 1); a granted "
-                  "GPU no job uses is idle")]
+                 (f"{p['beyond_declared']} GPU(s) granted beyond a team's declaration on that tier"
+                  + (" (likely idle)" if p["beyond_declared"] else "")
+                  + (f"; below the declaration for {', '.join(p['short_of_declared'])}" if p["short_of_declared"] else "")
+                  if p["declarations_yet"] else "no declaration yet at tick 0 (they arrive at tick 1)"),
+                 f"idle is known only after the tick (each idle GPU costs {p['idle_weight']:.3g}): a granted GPU sits "
+                 "idle when no job of that team fits it, and declarations lag a tick and may be bluffs, so no estimate "
+                 "is given here"]
         if cuts:
             lines.append("cut as invalid: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in cuts.items()))
         lines.append("reward terms from these: " + ", ".join(f"{k} {v:+.3g}" for k, v in p["reward_terms"].items()))

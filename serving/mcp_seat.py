@@ -15,7 +15,8 @@ tool               what it does
                    or a text with one JSON action in it; returns the reward, its non-zero
                    terms, events, and a compact next view: the observation and this tick's
                    numbers (tier costs, jobs' tiers); at the end the seat's own totals, the
-                   episode's, and the reference policies' returns on the same seed
+                   episode's, the reference policies' returns and reward terms on the same
+                   seed, and the term that lost the seat the most against each
 ``preview``        what an action would do this tick without playing it (spend, carbon,
                    idle; where each job runs; prices and profit), as text lines
 ``observe``        the observation now (``briefing: true`` repeats the briefing); after the
@@ -49,6 +50,7 @@ openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from typing import Annotated, Any
 
@@ -59,6 +61,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from starlette.types import Message, Receive, Scope, Send
 
+import commons_arena
 from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep, loads_json
 from serving.briefing import MAX_TEXT_CHARS, parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
@@ -76,7 +79,12 @@ INSTRUCTIONS = (
 INVALID_REQUEST = -32600  # JSON-RPC 2.0
 INVALID_PARAMS = -32602
 MAX_ERROR_CHARS = 500  # a tool error (and the SDK's log line of it) quotes at most this much of the request
-AFTER_ACTION_ERROR = " Nothing was played: call act again with a corrected action (preview checks one without playing)."
+AFTER_ACTION_ERROR = {
+    "act": " Nothing was played: call act again with a corrected action (preview checks one without playing).",
+    "preview": " Nothing was played or previewed: call preview again with a corrected action.",
+}
+UNUSED_METHODS = ("prompts/list", "prompts/get", "resources/list", "resources/read", "resources/templates/list")
+"""the SDK serves these (and so advertises prompts and resources) though this server has none: removed"""
 
 
 def _tool_error(err: ServeError, tool: str = "") -> ToolError:
@@ -93,8 +101,8 @@ def _tool_error(err: ServeError, tool: str = "") -> ToolError:
         text = f"seat must be one of {err.extra.get('allowed')} for this scenario; call start_episode again."
     elif err.code == "INVALID_REQUEST":
         text = err.message + "; call start_episode again with a corrected value."
-    elif tool in ("act", "preview"):
-        text = err.message.rstrip(".") + "." + AFTER_ACTION_ERROR
+    elif tool in AFTER_ACTION_ERROR:
+        text = err.message.rstrip(".") + "." + AFTER_ACTION_ERROR[tool]
     else:
         text = err.message
     text = f"{err.code}: {text}"
@@ -149,6 +157,10 @@ async def _end(session: Session) -> dict[str, Any]:
            "how_you_did": summary["text"]}
     if summary["references"]:
         out["references"] = short(summary["references"])
+        out["reference_terms"] = {name: short(terms) for name, terms in summary["reference_terms"].items()}
+        out["biggest_loss"] = {name: None if loss is None else {**loss, **short({k: loss[k] for k in
+                                                                                 ("yours", "theirs", "behind")})}
+                               for name, loss in summary["biggest_loss"].items()}
     return out
 
 
@@ -158,7 +170,10 @@ def _compact(value: dict[str, Any]) -> str:
 
 def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     """The MCP server of one app: its tools open and play sessions of ``store``."""
-    server = MCPServer(name="commons_arena", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = MCPServer(name="commons_arena", instructions=INSTRUCTIONS, version=commons_arena.__version__,
+                       log_level="WARNING")
+    for method in UNUSED_METHODS:  # no empty prompts/resources advertised (the SDK has no switch for it)
+        server._lowlevel_server._request_handlers.pop(method, None)
     scenarios = settings.allowed_scenarios()
     seats = sorted({a for name in scenarios for a in settings.config(name).agents},
                    key=lambda a: (a != "allocator", a == "broker", a))
@@ -198,7 +213,13 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             except Exception as err:  # unforeseen (a bug): logged within the cap, answered as a named error  # noqa: BLE001
                 raise ToolError(f"INTERNAL: {internal_error(err).message}") from None
 
-        return server.tool(structured_output=False)(guarded)
+        registered = server.tool(description=inspect.cleandoc(fn.__doc__ or ""), structured_output=False)(guarded)
+        # the arguments a call cannot do without are required in the schema a client reads; the tool keeps its
+        # default of None so a missing one is answered in one sentence (session_of, action_of), not a validation dump
+        needed = [name for name in ("session_id", "action") if name in signatures[fn.__name__]]
+        if needed:
+            server._tool_manager.get_tool(fn.__name__).parameters["required"] = needed  # type: ignore[union-attr]
+        return registered
 
     def session_of(session_id: Any, tool: str) -> Session:
         if not isinstance(session_id, str) or not session_id:
@@ -216,14 +237,14 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         if isinstance(action, str):
             if len(action) > MAX_TEXT_CHARS:  # the text action's limit, before any parse (every transport's rule)
                 raise _plain_error(f"{tool}: the action has {len(action)} characters, over the limit of {MAX_TEXT_CHARS}; "
-                                   "send one JSON object of the seat's action parts." + AFTER_ACTION_ERROR)
+                                   "send one JSON object of the seat's action parts." + AFTER_ACTION_ERROR.get(tool, ""))
             stripped = action.strip()
             if stripped.startswith("{"):  # a JSON object sent as a string: the one depth-limited parse
                 try:
                     value = loads_json(stripped, "the action")
                 except TooDeep:
                     raise _plain_error(f"{tool}: the action nests deeper than {MAX_DEPTH} levels; an action nests "
-                                       "3 deep." + AFTER_ACTION_ERROR) from None
+                                       "3 deep." + AFTER_ACTION_ERROR.get(tool, "")) from None
                 except InputError:
                     return {"text": action}
                 return value if isinstance(value, dict) else {"text": action}
@@ -305,8 +326,9 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
 
     @tool
     async def preview(session_id: Any = None, action: Any = None) -> str:
-        """What an action would do this tick, without playing it: spend, carbon, idle GPUs and the reward terms they
-        make (allocator), where each job would run (team), prices and profit (broker), with the formula."""
+        """What an action would do this tick, without playing it: spend, carbon, grants beyond the declarations and
+        the reward terms they make (allocator), where each job would run (team), prices and profit (broker), with
+        the formula."""
         session = session_of(session_id, "preview")
         request = action_of(action, "preview")
         return str(await session.run(_preview, session, request))  # off the event loop, in the session's turn

@@ -8,8 +8,13 @@ the episode's states agree). The references per role:
 
 * allocator: ``proportional``, ``planner`` and the ``oracle`` (it reads the hidden state and
   plans with a MILP per tick: the ceiling);
-* team: ``truthful`` and ``greedy_bluffer``;
+* team: ``truthful``, ``greedy_bluffer`` and ``declares_nothing`` (the seat sends all zeros every tick:
+  no declaration, no escalation; if it scores as much as ``truthful``, nothing the seat does mattered on
+  that seed, and the page says so);
 * broker: ``demand_priced`` and ``fixed_price``.
+
+Each reference's reward terms (``term/...``, the same keys as the seat's own totals) are kept beside its
+return, so an ended episode says which term lost the person the most against each reference.
 
 They are computed lazily (only when an ended episode asks) and cached per (scenario content,
 seed, seat, background), so nothing here touches the step path. One set is computed at a time
@@ -22,25 +27,28 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import commons_arena
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import role_of
-from policies.focal import run_episode
+from policies.focal import FocalEnv, run_episode
 from policies.population import Population
 from serving.briefing import split_totals
 from serving.session import ServeError, Session
 
 REFERENCES: dict[str, tuple[str, ...]] = {
     "allocator": ("proportional", "planner", "oracle"),
-    "team": ("truthful", "greedy_bluffer"),
+    "team": ("truthful", "greedy_bluffer", "declares_nothing"),
     "broker": ("demand_priced", "fixed_price"),
 }
+NOTHING = "declares_nothing"
+"""the team reference that is no policy: the seat plays all-zero actions (FocalEnv's no-op)"""
 MAX_CACHED = 512
 WAIT_SECONDS = 30.0
 """longest a request waits while another computes references (one computation at a time: the oracle is a solver)"""
-_cache: OrderedDict[tuple[str, int, str, str], dict[str, float]] = OrderedDict()
+_cache: OrderedDict[tuple[str, int, str, str], dict[str, dict[str, float]]] = OrderedDict()
 _lock = threading.Lock()  # the cache
 _computing = threading.Lock()  # one computation at a time, whatever clients ask
 
@@ -55,15 +63,21 @@ def _key(config: ScenarioConfig, seed: int, seat: str, population: Population) -
     return config.content_hash, int(seed), seat, background
 
 
-def seat_reference_returns(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
-                      ) -> dict[str, float]:
-    """Policy name -> the return it scores in ``seat`` on ``seed`` against ``population``'s other seats."""
+def _own(episode: Mapping[str, Any]) -> dict[str, float]:
+    """A seat's return and reward terms out of its episode summary (the rest is the whole episode's)."""
+    return {k: float(v) for k, v in episode.items() if k == "return" or k.startswith("term/")}
+
+
+def seat_reference_episodes(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
+                            ) -> dict[str, dict[str, float]]:
+    """Reference name -> its ``return`` and reward terms (``term/...``) in ``seat`` on ``seed`` against
+    ``population``'s other seats."""
     population = population or Population.default(config)
     key = _key(config, seed, seat, population)
     with _lock:
         if key in _cache:
             _cache.move_to_end(key)
-            return dict(_cache[key])
+            return {n: dict(e) for n, e in _cache[key].items()}
     if not _computing.acquire(timeout=WAIT_SECONDS):
         raise ReferencesBusy(f"the server is computing other references; ask again in a few seconds "
                              f"(it computes one set at a time, each well under {WAIT_SECONDS:g} s)")
@@ -71,20 +85,30 @@ def seat_reference_returns(config: ScenarioConfig, seed: int, seat: str, populat
         with _lock:
             cached = _cache.get(key)
         if cached is not None:  # computed while this request waited
-            return dict(cached)
+            return {n: dict(e) for n, e in cached.items()}
         role = role_of(config, seat)
-        out: dict[str, float] = {}
+        out: dict[str, dict[str, float]] = {}
         env = commons_arena.parallel_env(config)
         for name in REFERENCES[role]:
-            episode = run_episode(env, population.with_agent(seat, name), seed=seed, strict=False)
-            out[name] = float(episode[seat]["return"])
+            if name == NOTHING:  # the seat is focal and never acts: all zeros every tick
+                focal = FocalEnv(env, (seat,), population)
+                focal.reset(seed=seed)
+                out[name] = _own(focal.play_out()[seat]["episode"])
+            else:
+                out[name] = _own(run_episode(env, population.with_agent(seat, name), seed=seed, strict=False)[seat])
     finally:
         _computing.release()
     with _lock:
         _cache[key] = out
         while len(_cache) > MAX_CACHED:
             _cache.popitem(last=False)
-    return dict(out)
+    return {n: dict(e) for n, e in out.items()}
+
+
+def seat_reference_returns(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
+                           ) -> dict[str, float]:
+    """Policy name -> the return it scores in ``seat`` on ``seed`` against ``population``'s other seats."""
+    return {n: e["return"] for n, e in seat_reference_episodes(config, seed, seat, population).items()}
 
 
 def summary_args(session: Session) -> tuple[Any, ...]:
@@ -104,26 +128,57 @@ def summary_of(config: ScenarioConfig, seed: int, seat: str, own: float, populat
     references may play whole episodes). Busy references are a 503 ``REFERENCES_BUSY``."""
     totals = split_totals(episode)
     try:
-        refs = how_you_did(config, seed, seat, own, population)
+        refs = how_you_did(config, seed, seat, own, population, own_terms=totals["yours"])
     except ReferencesBusy as err:
         raise ServeError(503, "REFERENCES_BUSY", str(err), your_totals=totals["yours"],
                          episode_totals=totals["episode"]) from None
     return {**refs, "your_totals": totals["yours"], "episode_totals": totals["episode"]}
 
 
+def _term_name(key: str) -> str:
+    return key.removeprefix("term/").replace("_", " ")
+
+
+def biggest_losses(own_terms: Mapping[str, float], reference_terms: Mapping[str, Mapping[str, float]]
+                   ) -> dict[str, dict[str, Any] | None]:
+    """Per reference, the reward term on which the seat fell furthest below it (``term``, ``yours``, ``theirs``,
+    ``behind``), or None when the seat was at or above the reference on every term."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for name, theirs in reference_terms.items():
+        gaps = {t: float(own_terms.get(t, 0.0)) - float(v) for t, v in theirs.items() if t.startswith("term/")}
+        worst = min(gaps, key=lambda t: gaps[t], default=None)
+        out[name] = None if worst is None or gaps[worst] > -0.05 else {
+            "term": worst.removeprefix("term/"), "yours": float(own_terms.get(worst, 0.0)),
+            "theirs": float(theirs[worst]), "behind": -gaps[worst]}
+    return out
+
+
 def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
-                population: Population | None = None) -> dict[str, Any]:
-    """The seat's return beside the references', with one line of text saying where it stands."""
-    refs = seat_reference_returns(config, seed, seat, population)
+                population: Population | None = None, own_terms: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The seat's return beside the references', each reference's reward terms, the term that lost the seat the
+    most against each (when ``own_terms``, the seat's ``term/...`` totals, are given), and lines of text saying
+    where it stands."""
+    episodes = seat_reference_episodes(config, seed, seat, population)
+    refs = {n: e["return"] for n, e in episodes.items()}
+    terms = {n: {k: v for k, v in e.items() if k != "return"} for n, e in episodes.items()}
     best_name = max(refs, key=lambda n: refs[n])
     beaten = [n for n, r in refs.items() if own_return >= r - 1e-9]
     text = (f"Your return {own_return:.1f}; on the same seed in your seat "
             + ", ".join(f"{n} scored {r:.1f}" for n, r in refs.items())
             + (f". You matched or beat {', '.join(beaten)}." if beaten else ". You scored below every reference.")
             )
+    losses = biggest_losses(own_terms, terms) if own_terms is not None else {}
+    for name, loss in losses.items():
+        if loss is not None and refs[name] > own_return + 1e-9:
+            text += (f" Against {name} you lost most on {_term_name('term/' + loss['term'])}: yours "
+                     f"{loss['yours']:.1f}, {name}'s {loss['theirs']:.1f}.")
+    if NOTHING in refs and refs[NOTHING] >= max(r for n, r in refs.items() if n != NOTHING) - 1e-9:
+        text += (" Declaring nothing at all scored as much as every other reference on this seed: against this "
+                 "allocator, what this seat declares did not pay here (the allocator seat, or a scenario where teams "
+                 "compete for scarce GPUs, is where choices count).")
     return {"seat": seat, "seed": seed, "scenario": config.name, "return": own_return, "references": refs,
-            "best": best_name, "beaten": beaten, "text": text}
+            "reference_terms": terms, "biggest_loss": losses, "best": best_name, "beaten": beaten, "text": text}
 
 
-__all__ = ["REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "how_you_did", "seat_reference_returns", "summary_args",
-           "summary_of"]
+__all__ = ["NOTHING", "REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "biggest_losses", "how_you_did",
+           "seat_reference_episodes", "seat_reference_returns", "summary_args", "summary_of"]

@@ -38,6 +38,7 @@ from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode, jsonable
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
 from commons_arena.spaces import MAX_SEED, role_of
+from commons_arena.tick import TickReport
 from policies.base import Policy
 from policies.focal import FocalEnv
 from policies.population import Entry, Population, PopulationError
@@ -382,6 +383,8 @@ class Session:
             self.returns[seat] += rewards[seat]
         self.done = self.env.episode_over
         extra = {"terminated": any(terminations.values()), "truncated": any(truncations.values())}
+        report = self.env.arena.last_tick
+        infos = {seat: seat_tick_info(self.options.config, report, seat, info) for seat, info in infos.items()}
         return self._frame(rewards, infos, extra)
 
     def state(self) -> dict[str, Any]:
@@ -502,6 +505,42 @@ class SessionStore:
         return stale
 
 
+SEEN_BY_TEAMS = ("compliance_audit", "market_crisis")
+"""shocks every team is told of (an audit judges every team's declaration; a crisis moves the prices it sees);
+a team also hears of the job shocks aimed at it; the broker of market crises; the allocator of every shock"""
+
+
+def seat_tick_info(config: ScenarioConfig, report: TickReport | None, seat: str, info: Mapping[str, Any]
+                   ) -> dict[str, Any]:
+    """A seat's ``infos[seat]`` for a person or a client: the shocks of the tick that touch the seat (``events``,
+    each ``until`` no later than the episode's last tick) and, for a team that lost credibility, each cause
+    (``credibility_lost``: the amount and its causes in words). Reads the env's public ``last_tick`` report."""
+    if report is None:
+        return dict(info)
+    last, role = config.max_ticks - 1, role_of(config, seat)
+    if role == "allocator":
+        seen = list(report.events)
+    elif role == "team":
+        seen = [e for e in report.events if e.get("team") == seat or e["kind"] in SEEN_BY_TEAMS]
+    else:
+        seen = [e for e in report.events if e["kind"] == "market_crisis"]
+    out = {**info, "events": [{**e, "until": min(int(e["until"]), last)} for e in seen]} if seen else dict(info)
+    if role == "team":
+        i = config.team_names.index(seat)
+        lost = float(report.outcome.credibility_lost[i])
+        if lost > 0:
+            cred = config.credibility
+            causes = []
+            if report.exposed_bluffs[i]:
+                causes.append(f"a compliance audit exposed your declaration: it was above your true need by more "
+                              f"than {cred.audit_tolerance:.0%} (a bluff costs {cred.bluff_loss:g} credibility)")
+            if report.unjustified[i]:
+                causes.append(f"you escalated about last tick's grant though it did not starve you (costs "
+                              f"{cred.unjustified_escalation_loss:g} credibility)")
+            out["credibility_lost"] = {"amount": lost, "causes": causes}
+    return out
+
+
 def _info_json(info: Mapping[str, Any]) -> dict[str, Any]:
     """A seat's ``infos[seat]`` as JSON data; the per-tick parts by hand (this runs every step)."""
     out: dict[str, Any] = {}
@@ -512,6 +551,8 @@ def _info_json(info: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = {k: int(v) for k, v in value.items()}
         elif key == "events" and not value:
             out[key] = []
+        elif key == "credibility_lost":
+            out[key] = {"amount": float(value["amount"]), "causes": list(value["causes"])}
         else:
             out[key] = jsonable(value)
     return out
@@ -530,4 +571,5 @@ __all__ = [
     "SessionStore",
     "TablePool",
     "parse_options",
+    "seat_tick_info",
 ]

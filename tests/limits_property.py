@@ -10,7 +10,7 @@ doing unless a shock that fired in the same tick (§5 step 4, after the actions)
 * ``grant_over_carbon_cap``: avoidable unless a grid spike fired this tick.
 
 :func:`avoidable_units` counts them per tick, :func:`check` over scenarios x seeds x every
-scripted allocator and ``planner``; :func:`perturbed_scenarios` draws valid variants of the
+scripted allocator, ``planner`` and the reference mechanisms; :func:`perturbed_scenarios` draws valid variants of the
 shipped scenarios with the limits that bind (hard carbon caps, no budget, empty or huge spot
 markets, huge budgets, fewer teams or tiers, strong grid spikes). The full sweep::
 
@@ -35,9 +35,10 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig, scenario_from_dict
 from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.focal import FocalEnv
+from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.planner import PlannerAllocator
 
-ALLOCATORS = (*SCRIPTED_ALLOCATORS, "planner")
+ALLOCATORS = (*SCRIPTED_ALLOCATORS, "planner", *REFERENCE_MECHANISMS)
 
 
 def avoidable_units(repairs: Mapping[str, int], events: Iterable[Mapping[str, Any]]) -> int:
@@ -53,7 +54,9 @@ def avoidable_units(repairs: Mapping[str, int], events: Iterable[Mapping[str, An
 
 
 def make_allocator(name: str, config: ScenarioConfig) -> Any:
-    return PlannerAllocator(config) if name == "planner" else SCRIPTED_ALLOCATORS[name](config)
+    if name == "planner":
+        return PlannerAllocator(config)
+    return (REFERENCE_MECHANISMS | SCRIPTED_ALLOCATORS)[name](config)
 
 
 def episode_units(config: ScenarioConfig, allocator: str | Any, seed: int, env: FocalEnv | None = None) -> tuple[int, int]:

@@ -207,6 +207,8 @@ EPISODE_LOOP_ALLOWED = {
     "experiments.bench.scripted": "a benchmark of the substrate itself (FocalEnv's env and policy timers)",
     "experiments.bench.step_ab": "a benchmark of the substrate itself (step time, A/B)",
     "experiments.bench.serve": "a benchmark: the server against a local FocalEnv stepped the same way",
+    "experiments.bench.serve_profile": "a benchmark: the serving layer's per-message work against a local FocalEnv "
+                                       "stepped the same way",
     "experiments.bench.universal_shapes": "a benchmark of the shape-free networks (FocalEnv's observations only)",
     "serving.seat_references": "the server's references for an ended session: serving lies below experiments, so it "
                                "plays them with the substrate's run_episode",
@@ -238,6 +240,57 @@ def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
     assert loop_uses(source) == [3, 4]
 
 
+# ------------------------------------------------------------------ kinds and networks are objects
+
+def kind_flags() -> set[str]:
+    """The flags an experiment kind carries (its ClassVar bools): read by its own hooks only."""
+    from experiments.training.kinds import Kind
+
+    return {name for name, value in vars(Kind).items() if isinstance(value, bool)}
+
+
+def object_switches(path: Path, flags: set[str], names: set[str]) -> list[str]:
+    """Where ``path`` reads a kind's flag (``kind.<flag>``, ``args.kind.<flag>``, ``kind_of(x).<flag>``) or
+    compares a network by name (``network == "cells"``, ``args.network in (...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in flags:
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id in ("kind", "self")) or \
+                    (isinstance(owner, ast.Attribute) and owner.attr == "kind") or \
+                    (isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "kind_of"):
+                found.append(f"line {node.lineno}: reads the kind's {node.attr!r}")
+        elif isinstance(node, ast.Compare) and "network" in ast.unparse(node):
+            said = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)} & names
+            if said:
+                found.append(f"line {node.lineno}: compares the network with {sorted(said)}")
+    return found
+
+
+def test_kinds_and_networks_are_asked_not_switched_on() -> None:
+    """No kind flag is read outside kinds.py and no network name compared outside networks.py: code asks
+    the object (its hooks), and a new kind or network is one class in its registry."""
+    from experiments.training.args import TrainArgs
+    from experiments.training.networks import NETWORKS
+
+    flags, names = kind_flags(), set(NETWORKS)
+    assert {"shape_free", "league", "switches_populations"} <= flags
+    homes = {"experiments.training.kinds", "experiments.training.networks"}
+    wrong = sorted(f"{module} {where}" for module, path in module_files().items() if module not in homes
+                   for where in object_switches(path, flags, names))
+    assert not wrong, "ask the kind (experiments/training/kinds.py) or the network (networks.py): " + "; ".join(wrong)
+    assert not flags & set(dir(TrainArgs)), "TrainArgs forwards a kind flag: ask args.kind's hooks instead"
+
+
+def test_the_object_check_sees_flags_and_names(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("if args.kind.mixed:\n    pass\nx = kind.league\ny = setup.league\n"
+                      "z = args.network == 'cells'\nw = spec in ('cells', 'mlp')\n")
+    assert object_switches(source, {"mixed", "league"}, {"cells", "mlp"}) == [
+        "line 1: reads the kind's 'mixed'", "line 3: reads the kind's 'league'",
+        "line 5: compares the network with ['cells']"]
+
+
 # ------------------------------------------------------------------ one name per idea
 
 # the same public name defined in several modules, allowed only where it is one idea (with why)
@@ -248,6 +301,16 @@ SHARED_NAMES = {
     "judge_escalations": "a tick phase (tick.py) and the social rule it applies",
     "broker_profit": "the broker's profit (mechanics/market.py) and the reward term that reads it",
 }
+# the batched core (commons_arena/batched/) mirrors the reference's phases and rules one for one, under the
+# same names, so the two read side by side (docs/architecture.md): each name below is one idea in two forms,
+# the reference's and the batched one, held together by tests/commons_arena/test_batched.py
+BATCHED_MIRRORS = {
+    "Intents", "IntentDecoder", "Offer", "Purchase", "Grants", "JobsRun", "Queue",  # phase results
+    "take_requests", "buy_spot", "fire_shocks", "online_gpus", "grant_gpus", "run_jobs", "audit",  # tick phases
+    "track_starvation", "score", "advance", "play_tick",
+    "queue_at", "edf_key", "emissions", "repair_grants", "spot_inventory", "jain_index", "cut_for_hard_cap",  # rules
+    "dot", "numpy_sum",  # the exact sums
+}
 # module names used twice, allowed only where one mirrors the other (with why)
 SHARED_MODULE_NAMES = {
     "evaluate": "commands/evaluate.py is the command of experiments/evaluation/evaluate.py",
@@ -256,6 +319,9 @@ SHARED_MODULE_NAMES = {
     "tournament": "experiments/bench/tournament.py benchmarks experiments/evaluation/tournament.py",
     "env": "experiments/bench/env.py benchmarks the env; experiments/training/env.py is RLlib's env of it",
     "scripted": "experiments/bench/scripted.py benchmarks scripted seats; training/scripted.py plays them in RLlib",
+    "state": "commons_arena/batched/state.py is commons_arena/state.py's ArenaState with a batch axis",
+    "tick": "commons_arena/batched/tick.py is commons_arena/tick.py's phases, one for one, over a batch",
+    "observations": "commons_arena/batched/observations.py writes commons_arena/observations.py's values, stacked",
 }
 
 
@@ -271,7 +337,9 @@ def public_definitions() -> dict[str, list[str]]:
 
 def test_no_public_name_means_two_things() -> None:
     twice = {name: modules for name, modules in public_definitions().items() if len(modules) > 1}
-    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items() if name not in SHARED_NAMES)
+    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items() if name not in SHARED_NAMES
+                   and not (name in BATCHED_MIRRORS and len(modules) == 2
+                            and sum(m.startswith("commons_arena.batched.") for m in modules) == 1))
     assert not wrong, "one name per idea: rename one of " + "; ".join(wrong)
     stale = sorted(set(SHARED_NAMES) - set(twice))
     assert not stale, f"no longer defined twice (drop them from SHARED_NAMES): {stale}"

@@ -59,6 +59,22 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
              "len(f.load_split('broad-train')), len(f.load_split('broad-heldout')), len(f.heldout_hashes()))")
     assert subprocess.run([sys.executable, "-c", split], cwd=tmp_path, env=env, check=True, capture_output=True,
                           text=True).stdout.split() == ["('broad',)", "('broad-heldout',", "'broad-train')", "200", "64", "64"]
+    # the universal checkpoint is package data: learned:universal plays from any folder (the path form needs a checkout)
+    assert {"policies/checkpoints/universal/arena_policy.json",
+            "policies/checkpoints/universal/arena_policy.safetensors"} <= set(names)
+    play = ("import commons_arena as c; from policies.focal import run_episode; from policies.population import "
+            "Population; cfg = c.load_scenario('standard'); e = run_episode(c.parallel_env(cfg), "
+            "Population.default(cfg).with_agent('allocator', 'learned:universal'), seed=3); "
+            "print(round(e['allocator']['return'], 6))")
+    elsewhere = subprocess.run([sys.executable, "-c", play], cwd=tmp_path, env=env, check=True, capture_output=True,
+                               text=True).stdout
+    from policies.focal import run_episode
+    from policies.population import Population
+
+    cfg = commons_arena.load_scenario("standard")
+    here = run_episode(commons_arena.parallel_env(cfg),
+                       Population.default(cfg).with_agent("allocator", f"learned:{ROOT / 'checkpoints/universal'}"), seed=3)
+    assert float(elsewhere) == round(here["allocator"]["return"], 6)  # the shipped copy is the checkout's checkpoint
     listed = subprocess.run([sys.executable, "-m", "commands", "scenarios"], cwd=tmp_path, env=env, check=True,
                             capture_output=True, text=True).stdout
     assert [line.split()[0] for line in listed.splitlines() if line[:1].strip()] == commons_arena.list_scenarios()

@@ -32,7 +32,11 @@ class Args:
 
 
 def env_seconds(algo) -> float:
-    per_runner = foreach_sampling_runner(algo, lambda runner: sum(env.unwrapped.env_seconds for env in runner.env.envs))
+    def seconds(runner) -> float:  # a batched runner's env times its one batch; the stock one, each sub-env
+        batch = getattr(runner.env, "env_seconds", None)
+        return batch if batch is not None else sum(env.unwrapped.env_seconds for env in runner.env.envs)
+
+    per_runner = foreach_sampling_runner(algo, seconds)
     return float(sum(per_runner))
 
 

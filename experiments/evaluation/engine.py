@@ -62,7 +62,16 @@ from policies.shipping import PackedCheckpoint, install, pack_all
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x
 # 5 agents; the oracle solves a MILP each tick, ~12 ms; a learned module ~0.3 ms per call).
 SECONDS_PER_AGENT_TICK = 7e-5
-ORACLE_SECONDS_PER_TICK = 1.2e-2
+ORACLE_SECONDS_PER_TICK = 1.2e-2  # the oracle's floor per tick; larger clusters: oracle_episode_seconds
+# The oracle's MILP grows with the jobs it plans over and shrinks with the GPUs it may give them: one episode
+# costs about ORACLE_SIZE_SECONDS x jobs^2 x tiers^(2/3) / GPUs. The exponents: a log-linear least-squares fit,
+# rounded, on one oracle episode of each of the first 50 heldout-allocator scenarios (seed 500000: 0.08 .. 26 s
+# on the shared 2-core machine at a load average of ~9; correlation of the logs 0.77; the five slowest are the
+# five this ranks slowest but one, which is sixth); the constant: their median ratio (4.3e-3 loaded) divided by
+# 3.1, the slowest one's loaded / quiet time (26.3 s / 8.4 s, docs/benchmarks.md). It orders the work, so a
+# slow scenario's episodes start first and spread over the workers (batches); it underestimates the slowest.
+ORACLE_SIZE_SECONDS = 1.4e-3
+HEAVY_EPISODE_SECONDS = 0.5  # an episode estimated at this or more is a batch of its own (balance beats reuse)
 LEARNED_SECONDS_PER_AGENT_TICK = 4e-4
 RAY_MIN_SECONDS = 15.0  # below this much estimated work, Ray's start-up (4-15 s here) is not worth it
 FLUSH_SECONDS = 0.1  # a Ray worker hands on its finished episodes this often
@@ -240,15 +249,30 @@ def missing_groups(roster: Roster, done: set[tuple[Any, ...]]) -> list[Group]:
             for (s, b, p), keys in groups.items()]
 
 
+def expected_jobs(config: ScenarioConfig) -> float:
+    """Jobs an episode of ``config`` holds on average: the fixed ones, the generators' and the shocks' injected."""
+    generated = sum((g.last_tick - g.first_tick + 1) * g.rate for t in config.teams if (g := t.generator) is not None)
+    injected = sum(1.0 if s.tick is not None else (s.rate or 0.0) * config.max_ticks
+                   for s in config.shocks if s.job is not None)
+    return sum(len(t.jobs) for t in config.teams) + generated + injected
+
+
+def oracle_episode_seconds(config: ScenarioConfig) -> float:
+    """A single-core estimate of one oracle episode of ``config`` (see :data:`ORACLE_SIZE_SECONDS`)."""
+    jobs, gpus = expected_jobs(config), sum(t.owned for t in config.gpu_tiers) + 1
+    sized = ORACLE_SIZE_SECONDS * jobs ** 2 * len(config.gpu_tiers) ** (2 / 3) / gpus
+    return max(ORACLE_SECONDS_PER_TICK * config.max_ticks, sized)
+
+
 def episode_seconds(config: ScenarioConfig, seat: str, player: Player, background: Population) -> float:
-    """A rough single-core estimate of one episode's cost, to decide whether Ray pays off."""
+    """A rough single-core estimate of one episode's cost: whether Ray pays off, and how to balance its batches."""
     agents = focal_agents(seat, config)
     entries = focal_population(background, agents, player).resolve(config).values()
     policies = [e.policy for e in entries]
     learned = sum(1 for p in policies if p.startswith("learned:"))
-    return config.max_ticks * (len(config.agents) * SECONDS_PER_AGENT_TICK
-                               + ORACLE_SECONDS_PER_TICK * policies.count("oracle")
-                               + LEARNED_SECONDS_PER_AGENT_TICK * learned)
+    return (config.max_ticks * (len(config.agents) * SECONDS_PER_AGENT_TICK
+                                + LEARNED_SECONDS_PER_AGENT_TICK * learned)
+            + oracle_episode_seconds(config) * policies.count("oracle"))
 
 
 def group_seconds(group: Group) -> float:
@@ -256,13 +280,24 @@ def group_seconds(group: Group) -> float:
 
 
 def batches(groups: Sequence[Group], workers: int) -> list[list[Group]]:
-    """Split the work into about ``BATCHES_PER_WORKER x workers`` batches of similar estimated cost."""
+    """Split the work into batches of similar estimated cost, longest first.
+
+    About ``BATCHES_PER_WORKER x workers`` batches of the cheap episodes (consecutive seeds of one group stay
+    together, so its policies are built once); an episode estimated at :data:`HEAVY_EPISODE_SECONDS` or more (a
+    large cluster's oracle) is a batch of its own, so one slow scenario's seeds spread over every worker. The
+    batches are returned by estimated cost, longest first: Ray starts them in that order, and the cheap ones fill
+    the workers' ends (longest-processing-time first): the heavy episodes first (the estimate is rough where it
+    matters most, so they are ordered by their estimate and each is one task), then the other batches."""
     costs = [group_seconds(g) for g in groups]
     target = max(sum(costs) / (workers * BATCHES_PER_WORKER), 1e-9)
+    heavy: list[list[Group]] = []
     out: list[list[Group]] = [[]]
     load = 0.0
-    for group, cost in zip(groups, costs, strict=True):
+    for group, cost in sorted(zip(groups, costs, strict=True), key=lambda gc: -gc[1] / len(gc[0].keys)):
         per_episode = cost / len(group.keys)
+        if per_episode >= HEAVY_EPISODE_SECONDS:
+            heavy += [[Group(group.config, group.seat, group.background, group.player, (key,))] for key in group.keys]
+            continue
         keys = list(group.keys)
         while keys:
             room = max(1, round((target - load) / per_episode))
@@ -272,7 +307,8 @@ def batches(groups: Sequence[Group], workers: int) -> list[list[Group]]:
             if load >= target - per_episode / 2:  # closer to the target than one more episode would get
                 out.append([])
                 load = 0.0
-    return [b for b in out if b]
+    heavy.sort(key=lambda part: -group_seconds(part[0]))  # the slowest episodes start first
+    return heavy + sorted((b for b in out if b), key=lambda part: -sum(group_seconds(g) for g in part))
 
 
 # --------------------------------------------------------------------------- playing

@@ -55,6 +55,7 @@ from commons_arena.inputs import load_toml_file
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario, resolve_reference
 from experiments.seeds import MAX_SEED
 from policies.population import Entry, Population, PopulationError, check_entry
+from policies.shipping import local_path
 
 RANDOM_ANCHOR = "random"  # in a team or broker seat: uniformly random actions (no registered policy)
 UNIFORM_RANDOM = "<uniform random actions>"
@@ -329,7 +330,7 @@ def _check_checkpoint(roster: Roster, entry: Entry, config: ScenarioConfig, agen
     from policies.learned import check_fits, read_sidecar
     from policies.policy_set import is_policy_set, member_for
 
-    checkpoint = entry.policy.removeprefix("learned:")
+    checkpoint = local_path(entry.policy.removeprefix("learned:"))  # learned:universal: the shipped one
     try:
         # a multi-seat run's checkpoint is a policy set: the member that would play this seat must fit
         member = member_for(checkpoint, config, agent) if is_policy_set(checkpoint) else checkpoint
@@ -366,7 +367,7 @@ def _entries_hash(entries: Sequence[tuple[str, Entry]]) -> str:
     for key, entry in entries:
         item: dict[str, Any] = {"key": key, "policy": entry.policy, "params": dict(entry.params)}
         if entry.policy.startswith("learned:"):
-            item["checkpoint"] = checkpoint_hash(entry.policy.removeprefix("learned:"))
+            item["checkpoint"] = checkpoint_hash(local_path(entry.policy.removeprefix("learned:")))
             item["policy"] = "learned"  # the path may move; the content is what counts
         parts.append(item)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

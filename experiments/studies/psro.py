@@ -70,6 +70,7 @@ from experiments.studies.exploitability import (
 )
 from experiments.training.args import MAX_EVAL_SEEDS, MAX_FIRST_SEED, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import train_section
+from experiments.training.kinds import ALLOCATOR_KINDS
 from experiments.training.mixture import mixture_hash, mixture_text
 from experiments.training.warm_start import LEARNED_PREFIX
 
@@ -171,9 +172,9 @@ def psro_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PsroConfi
                             "per round); drop it")
     best = train_section(dict(model.best_response), f"psro file {source}: best_response")
     alloc = train_section(dict(model.allocator), f"psro file {source}: allocator")
-    if alloc.kind.name not in ("allocator_ppo", "allocator_mixed", "allocator_curriculum"):
-        raise PsroError(f"invalid psro file {source}: allocator.experiment must be allocator_ppo, allocator_mixed or "
-                        f"allocator_curriculum, got {alloc.experiment!r}")
+    if not alloc.kind.continues_allocator():
+        raise PsroError(f"invalid psro file {source}: allocator.experiment must be one of "
+                        f"{', '.join(ALLOCATOR_KINDS)}, got {alloc.experiment!r}")
     seeds = tuple(range(p.first_seed, p.first_seed + p.seeds))
     payoff = tuple(range(p.payoff_first_seed, p.payoff_first_seed + p.payoff_seeds))
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,9 +24,9 @@ from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from commons_arena.enums import ALLOCATOR
 from experiments.training.callbacks import RewardTermsCallback
-from experiments.training.env import ArenaRLlibEnv, Scenario
+from experiments.training.env import ArenaRLlibEnv
+from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, BackgroundMixture, Scenario
 from experiments.training.scripted import PolicyFactory, ScriptedRLModule, registered_policy, row_tagging_connector
 from experiments.training.seats import SeatPlan
 from experiments.training.setup import RunSetup
@@ -58,7 +59,7 @@ def build_algorithm_config(
     plan: SeatPlan,
     *,
     scripted: Mapping[str, PolicyFactory | str] | None,
-    env_config: Mapping[str, Any] | None = None,
+    env: ArenaEnvConfig | None = None,
     model_config: DefaultModelConfig | dict[str, Any] | None = None,
     algo_config: AlgorithmConfig | None = None,
     seed: int | None = None,
@@ -67,26 +68,20 @@ def build_algorithm_config(
     mapping_fn: Callable[..., str] | None = None,
     module_class: type | None = None,
 ) -> AlgorithmConfig:
-    """A config where the seats of ``plan`` train (one module per plan module) and every other
-    seat is background.
+    """A config where the seats of ``plan`` train (one module per plan module) and every other seat is background.
 
-    ``scripted`` maps each other seat to its Policy factory, run as a ScriptedRLModule
-    (seeded by the episode's seed and the seat, ``experiments.training.scripted``); ``None``
-    plays the background (``env_config["background"]``, default the scenario's own population)
-    inside the env, where RLlib sees only the learning seats. The env is built once here to
-    check that every seat is covered. ``algo_config`` defaults to ``PPOConfig()``; any new-stack
-    config (e.g. ``APPOConfig()``) works, as the learned modules' specs leave the module class
-    to the algorithm's default. ``extra_modules`` (never trained) and ``mapping_fn``
-    (replacing the plan's mapping) let a league map learning seats to opponents per episode
-    (experiments.training.league). ``module_class`` replaces the algorithm's default module for the
-    learning modules (the shape-free allocator's ``CellPPOModule``). Resources and learning settings are the caller's
-    (``.env_runners(...)``, ``.training(...)``).
-    """
+    ``scripted`` maps each other seat to its Policy factory, run as a ScriptedRLModule (seeded by the episode's
+    seed and the seat, ``experiments.training.scripted``); ``None`` plays the background (``env.background``,
+    default the scenario's own population) inside the env, where RLlib sees only the learning seats (the env is
+    built once here to check every seat is covered). ``algo_config``: default ``PPOConfig()``, or any new-stack
+    config. ``extra_modules`` (never trained) and ``mapping_fn`` (replacing the plan's) let a league map learning
+    seats to opponents per episode (experiments.training.league). ``module_class``: the learning modules' (a
+    network's, experiments.training.networks). Resources and learning settings are the caller's."""
     learning = plan.seats
-    env_config = {"scenario": scenario, **(env_config or {}), **plan.to_env_config()}
+    env = replace(env or ArenaEnvConfig(), scenario=scenario, seat_identity=dict(plan.identity))
     if scripted is None:  # the background plays inside the env; RLlib sees only the learning seats
-        env_config = {**env_config, "scripted_in_env": True, "learned_agents": learning}
-    probe = ArenaRLlibEnv(env_config)
+        env = replace(env, scripted_in_env=True, learned_agents=tuple(learning))
+    probe = ArenaRLlibEnv(env)
     agents: list[str] = [str(a) for a in probe.possible_agents]
     obs_spaces = {a: probe.get_observation_space(a) for a in agents}
     act_spaces = {a: probe.get_action_space(a) for a in agents}
@@ -107,28 +102,22 @@ def build_algorithm_config(
         for seat in seats[1:]:
             if obs_spaces[seat].shape != obs_spaces[first].shape or act_spaces[seat] != act_spaces[first]:
                 raise ValueError(f"module {module!r} cannot play both {first!r} and {seat!r}: their spaces differ")
-        specs[module] = RLModuleSpec(
-            module_class=module_class, observation_space=obs_spaces[first], action_space=act_spaces[first],
-            model_config=model_config,
-        )
+        specs[module] = RLModuleSpec(module_class=module_class, observation_space=obs_spaces[first],
+                                     action_space=act_spaces[first], model_config=model_config)
     for module_id, spec in (extra_modules or {}).items():
         options = spec.model_config if isinstance(spec.model_config, dict) else {}  # a DefaultModelConfig names no seat
         owner = options.get("agent_id")
         if spec.observation_space is None and owner in obs_spaces:
             spec.observation_space, spec.action_space = obs_spaces[owner], act_spaces[owner]
         specs[module_id] = spec
-    for aid in agents:
-        if aid not in learning:
-            specs[aid] = RLModuleSpec(
-                module_class=ScriptedRLModule,
-                observation_space=obs_spaces[aid],
-                action_space=act_spaces[aid],
-                model_config={"policy_factory": scripted[aid], "agent_id": aid, "seat_index": {aid: seat_index[aid]}},
-            )
+    for aid in (a for a in agents if a not in learning):  # a scripted seat: a never-trained module
+        specs[aid] = RLModuleSpec(module_class=ScriptedRLModule, observation_space=obs_spaces[aid],
+                                  action_space=act_spaces[aid], model_config={
+                                      "policy_factory": scripted[aid], "agent_id": aid, "seat_index": {aid: seat_index[aid]}})
 
     config = algo_config if algo_config is not None else PPOConfig()
     config = (
-        config.environment(ArenaRLlibEnv, env_config=env_config)
+        config.environment(ArenaRLlibEnv, env_config=env.for_rllib())
         # Replaces any env-to-module connector set before: scripted modules need it.
         .env_runners(env_to_module_connector=row_tagging_connector)
         # A remote learner would need its own CPU; on 2 cores the driver does the update.
@@ -165,46 +154,32 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     backgrounds = [setup.background, *([setup.mix_background] if setup.mix_background else [])]
     mixture = [] if setup.mixture is None else setup.mixture.populations(first)  # each roster's, or the scenario's own
     backgrounds += [b for b, roster in zip(mixture, setup.mixture.rosters if setup.mixture else (), strict=True) if roster]
-    env_config: dict[str, Any] = {
-        "observation_scale": {seat: np.asarray(setup.scales[seat]).tolist() for seat in plan.seats
-                              if seat in setup.scales},  # none for the shape-free allocator
-        "background": setup.background.to_dict(),
+    env = ArenaEnvConfig(
+        # none for the shape-free allocator
+        observation_scale={seat: np.asarray(setup.scales[seat]) for seat in plan.seats if seat in setup.scales},
+        background=setup.background.to_dict(),
         # its `learned:` checkpoints as bytes: env runners on other nodes cannot read the driver's paths
-        "checkpoints": pack_all(e.policy for c in setup.stages for b in backgrounds
-                                for e in b.resolve(c, strict=False).values()),
-        "action_codec": dict(setup.codecs),
-        "history": dict(setup.histories),
+        checkpoints=tuple(pack_all(e.policy for c in setup.stages for b in backgrounds
+                                   for e in b.resolve(c, strict=False).values())),
+        action_codec=dict(setup.codecs),
+        history=dict(setup.histories),
         # by scenario hash: lets the metrics callback report a normalised score per episode
-        "score_anchors": {c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
-        "network": {ALLOCATOR: "cells"} if args.shape_free else {},  # padded: the same view, another module
-    }
-    if args.mixed:
-        env_config["scenarios"] = list(setup.stages)
-    if setup.mix_background is not None:  # drawn per training episode (experiments.training.env)
-        env_config["background_mix"] = {"background": setup.mix_background.to_dict(), "share": args.mix_share}
-    if setup.mixture is not None:  # one entry drawn per training episode (experiments.training.env)
-        env_config["background_mixture"] = {
-            "names": list(setup.mixture.names), "weights": list(setup.mixture.weights),
-            "backgrounds": [b.to_dict() if roster else None
-                            for b, roster in zip(mixture, setup.mixture.rosters, strict=True)]}
-    kind_callbacks, kind_parts = args.kind.configure(setup, env_config, stage)  # a curriculum's, a league's
+        score_anchors={c.content_hash: setup.anchors[c.name] for c in setup.stages if c.name in setup.anchors},
+        network={seat: args.net for seat in plan.seats},
+        # drawn per training episode (experiments.training.env)
+        background_mix=None if setup.mix_background is None else BackgroundMix(setup.mix_background.to_dict(),
+                                                                                args.mix_share),
+        background_mixture=None if setup.mixture is None else BackgroundMixture(
+            tuple(setup.mixture.names), tuple(b.to_dict() if roster else None
+                                              for b, roster in zip(mixture, setup.mixture.rosters, strict=True)),
+            tuple(setup.mixture.weights)))
+    env, kind_callbacks, kind_parts = args.kind.configure(setup, env, stage)  # a curriculum's, a league's
     callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
-    model_config: DefaultModelConfig | dict[str, Any] = DefaultModelConfig(
-        fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=False, use_lstm=args.use_lstm,
-        lstm_cell_size=64, max_seq_len=16)
-    module_class = None
-    if args.network == "cells":
-        from experiments.training.cell_module import CellPPOModule
-        from policies.codecs import CODECS, ResidualPlannerCodec
-
-        codec = CODECS[setup.codecs[ALLOCATOR]]
-        assert issubclass(codec, ResidualPlannerCodec)
-        model_config = {"hidden": list(args.hidden), "n_actions": len(codec.DELTAS), "zero": codec.DELTAS.index(0)}
-        module_class = CellPPOModule
+    model_config, module_class, learner_class = args.net.module(setup)
     config = build_algorithm_config(
         first, plan,
         scripted=None if setup.scripted_in_env else scripted_factories(setup),
-        env_config=env_config,
+        env=env,
         model_config=model_config,
         module_class=module_class,
         algo_config=PPOConfig() if args.algo == "PPO" else APPOConfig(),
@@ -218,16 +193,21 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     # the universal runs and a fine-tune; docs/training.md). Waiting is what a local run wants.
     config = config.env_runners(num_env_runners=fit_num_env_runners(args.num_env_runners),
                                 num_envs_per_env_runner=args.num_envs_per_env_runner, sample_timeout_s=None)
+    if args.sampler == "batched":  # every sub-env of a runner in one call of the batched core
+        from experiments.training.batched_env import BatchedEnvRunner, unsupported_reason
+
+        why = unsupported_reason(config.env_config)
+        if why is not None:
+            raise ValueError(f"--sampler batched cannot play this run ({why}); use --sampler stock")
+        config = config.env_runners(env_runner_cls=BatchedEnvRunner)
     ppo_only: dict[str, Any] = {"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}  # APPO has none
     # typed as the base AlgorithmConfig, whose training() lacks PPO's and APPO's lambda_ and entropy_coeff
     config = config.training(  # type: ignore[call-arg]
         train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
         num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
         entropy_coeff=args.entropy_coeff, **ppo_only)
-    if module_class is not None and args.algo == "PPO":  # the shape-free allocator: PPO clipped per cell
-        from experiments.training.cell_module import CellPPOLearner
-
-        config = config.training(learner_class=CellPPOLearner)
+    if learner_class is not None and args.algo == "PPO":  # the shape-free allocator: PPO clipped per cell
+        config = config.training(learner_class=learner_class)
     return config
 
 

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Annotated, Literal, get_args, get_origin
 import tyro
 
 from experiments.seeds import first_seed
-from experiments.training.kinds import KINDS, SPLIT_PREFIX, Kind, kind_of
+from experiments.training.kinds import KINDS, Kind, kind_of
+from experiments.training.networks import NETWORKS, Network, network_of
 
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder
 if TYPE_CHECKING:
     ExperimentName = str
-else:  # tyro's choices and the experiment file's check: the kinds' names, in one place (kinds.KINDS)
-    ExperimentName = Literal[tuple(KINDS)]
+    NetworkName = str
+else:  # tyro's choices and the experiment file's check: the kinds' and networks' names, in one place each
+    ExperimentName, NetworkName = Literal[tuple(KINDS)], Literal[tuple(NETWORKS)]
 
 # Upper bounds of the numbers a run takes (docs/limits.md): refused up front, before anything is written.
 MAX_TRAIN_SEED = 2**31 - 1  # RLlib seeds numpy's generators (< 2**32) with seed + runner index
@@ -90,7 +92,7 @@ class TrainArgs:
     eval_scenarios: int = 6
     """allocator_family: scenarios of the training split (a fixed draw) its held-out-seed evaluations play;
     the held-out split is for `commons-arena benchmark`, never read by training"""
-    network: Literal["mlp", "cells", "padded"] = "mlp"
+    network: NetworkName = "mlp"
     """the allocator's network: mlp (RLlib's MLP over the scenario's own observation: one shape only) or cells
     (policies/universal.py: one MLP shared by every (team, tier) cell, plays any cluster up to 8 teams x 4
     tiers; needs --action-codec need or residual); padded (RLlib's MLP over the same padded view, weights per
@@ -157,6 +159,11 @@ class TrainArgs:
     """play the scripted population inside the env wrapper (faster sampling; a curriculum
     stage brings its own population); --no-scripted-in-env runs each scripted agent as an
     untrained RLlib module instead (allocator_ppo only)"""
+    sampler: Literal["stock", "batched"] = "stock"
+    """how env runners sample: 'stock' steps one focal env per sub-env (RLlib's own vector env);
+    'batched' steps all of a runner's sub-envs in one call of the batched core, the background and
+    the codec batched too (experiments/training/batched_env.py; the allocator-vs-scripted kinds:
+    one or mixed scenarios, a scripted background in the env; refused with the reason otherwise)"""
     hidden: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the allocator's policy and value networks"""
     eval_every: int = 5
@@ -201,8 +208,8 @@ class TrainArgs:
         literal = [f"--{f.name.replace('_', '-')} must be one of {list(get_args(hint))}, got {value!r:.60}"
                    for f in fields(TrainArgs) for hint in [_HINTS[f.name]] for value in [getattr(self, f.name)]
                    if get_origin(hint) is Literal and value not in get_args(hint)]
-        if literal:  # a run's record (--resume) is read without tyro: its names are checked here too
-            raise ValueError(literal[0])
+        for message in [*literal, *self.kind.problems(self)]:  # a run's record (--resume) is read without tyro too
+            raise ValueError(message)
         checks = [
             (math.isfinite(self.minutes) and self.minutes > 0, f"--minutes must be a positive number, got {self.minutes}"),
             (self.iterations is None or self.iterations >= 1, f"--iterations must be at least 1, got {self.iterations}"),
@@ -249,13 +256,7 @@ class TrainArgs:
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
             (math.isfinite(self.family_share) and 0 <= self.family_share < 1,
              f"--family-share must be at least 0 and below 1, got {self.family_share}"),
-            (not (self.family_scenarios or self.family_share) or self.experiment == "allocator_family",
-             "--family-scenarios and --family-share are for --experiment allocator_family"),
-            (self.family_share == 0 or bool(self.family_scenarios),
-             "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
-            (not self.kind.shape_free or self.shape_free,
-             f"{self.experiment} plays clusters of every shape: pass --network cells"),
-            (not self.shape_free or (self.action_codec in ("need", "residual") and self.history == 1
+            (not self.net.cell_view or (self.action_codec in ("need", "residual") and self.history == 1
                                      and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
              "one tick (--history 1, no --use-lstm)"),
@@ -293,14 +294,9 @@ class TrainArgs:
         return kind_of(self.experiment)
 
     @property
-    def shape_free(self) -> bool:
-        """The allocator sees the padded cell view (policies.universal), whatever the cluster's shape."""
-        return self.network in ("cells", "padded")
-
-    @property
-    def mixed(self) -> bool:
-        """Every episode draws its scenario from several (the tiers, or a family's split)."""
-        return self.kind.mixed
+    def net(self) -> Network:
+        """The allocator's network (experiments/training/networks.py)."""
+        return network_of(self.network)
 
     @property
     def favour_strength(self) -> float:
@@ -315,8 +311,7 @@ class TrainArgs:
     def name(self) -> str:
         if self.run_name:
             return self.run_name
-        what = self.stages[0].removeprefix(SPLIT_PREFIX) if len(self.stages) == 1 else \
-            "mixed" if self.mixed else "curriculum"
+        what = self.kind.label(self.stages)
         if what.endswith(".toml") or "/" in what or "\\" in what:  # a scenario file: its stem, not a path
             what = Path(what).stem
         return f"{self.experiment}-{what}-s{self.seed}"

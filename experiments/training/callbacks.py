@@ -9,18 +9,19 @@ switch of scenario (and any other message to the envs or the acting modules) goe
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from commons_arena.enums import ALLOCATOR
-from experiments.training.env import MIX_INFO, MIXTURE_INFO, Scenario
+from experiments.training.env import MIX_INFO, MIXTURE_INFO
+from experiments.training.env_config import ArenaEnvConfig, Scenario
 
 # Where the allocator's custom metrics land: result["env_runners"][<this>][<term>].
 REWARD_TERMS_KEY = "allocator_reward_terms"
 EPISODE_TOTALS_KEY = "allocator_episode"
+TERM_PREFIX = "term/"  # an episode total that is a reward term's sum (commons_arena.ledger)
 MIX_SHARE_KEY = "mix_background_share"  # share of the training episodes that played the mix background
 MIXTURE_SHARES_KEY = "mixture_shares"  # entry name -> share of the training episodes that played it
 
@@ -28,25 +29,19 @@ MIXTURE_SHARES_KEY = "mixture_shares"  # entry name -> share of the training epi
 class RewardTermsCallback(RLlibCallback):
     """Logs, per finished episode, the allocator's summed reward terms and episode totals.
 
-    Results: ``result["env_runners"]["allocator_reward_terms"][term]`` (sum over the episode
-    of ``infos["allocator"]["reward_terms"][term]``) and
+    Results: ``result["env_runners"]["allocator_reward_terms"][term]`` (the episode's sum of
+    ``infos["allocator"]["reward_terms"][term]``) and
     ``result["env_runners"]["allocator_episode"][key]`` (the final ``infos[...]["episode"]``),
     each a mean over the last ``metrics_num_episodes_for_smoothing`` episodes. TensorBoard
     shows them as ``env_runners/allocator_reward_terms/<term>``.
+
+    The term sums are the episode totals' ``term/<name>`` entries: the env's ledger adds the
+    same per-tick terms in the same order, so they equal the step-by-step sums to the bit, and
+    reading them once at the end costs no callback per step (one per step was a tenth of a
+    sampling step's time). The last step's infos hold them in whichever chunk the episode ends.
     """
 
     agent_id: str = ALLOCATOR
-
-    def on_episode_step(self, *, episode: Any, **kwargs: Any) -> None:
-        # Summed step by step into `custom_data`, which RLlib copies into the next chunk
-        # when an episode spans several `sample()` calls. Summing the chunks' infos at the
-        # end instead is wrong: with a local env runner the learner pipeline appends a
-        # duplicate last step to the already-returned chunks, in place.
-        info = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id)
-        if info:
-            sums = episode.custom_data.setdefault(REWARD_TERMS_KEY, defaultdict(float))
-            for term, value in info.get("reward_terms", {}).items():
-                sums[term] += float(value)
 
     def on_episode_end(
         self,
@@ -64,23 +59,24 @@ class RewardTermsCallback(RLlibCallback):
         if env_runner is not None:
             cfg = env_runner.config
             window = max(1, math.ceil(cfg.metrics_num_episodes_for_smoothing / (cfg.num_env_runners or 1)))
-        for term, total in episode.custom_data.get(REWARD_TERMS_KEY, {}).items():
-            metrics_logger.log_value((REWARD_TERMS_KEY, term), total, reduce="mean", window=window)
         final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
         totals = final.get("episode", {})
+        for key, total in totals.items():
+            if key.startswith(TERM_PREFIX):
+                metrics_logger.log_value((REWARD_TERMS_KEY, key[len(TERM_PREFIX):]), total, reduce="mean", window=window)
         if MIX_INFO in final:
             metrics_logger.log_value(MIX_SHARE_KEY, float(final[MIX_INFO]), reduce="mean", window=window)
         if MIXTURE_INFO in final and env_runner is not None:
-            for i, name in enumerate(env_runner.config.env_config["background_mixture"]["names"]):
+            mixture = ArenaEnvConfig.of(env_runner.config.env_config).background_mixture
+            for i, name in enumerate(mixture.names if mixture else ()):
                 metrics_logger.log_value((MIXTURE_SHARES_KEY, name), float(final[MIXTURE_INFO] == i), reduce="mean",
                                          window=window)
         for key, value in totals.items():
             metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
         # Normalised score of this training episode, against the random/oracle means of the
-        # held-out seeds (env_config["score_anchors"][scenario hash], set by experiments.training.algorithm).
-        anchors = (env_runner.config.env_config.get("score_anchors", {}) if env_runner is not None else {}).get(
-            final.get("scenario_hash")
-        )
+        # held-out seeds (ArenaEnvConfig.score_anchors[scenario hash], set by experiments.training.algorithm).
+        anchors = (ArenaEnvConfig.of(env_runner.config.env_config).score_anchors if env_runner is not None
+                   else {}).get(str(final.get("scenario_hash")))
         if anchors and "return" in totals:
             span = anchors["oracle"] - anchors["random"]
             if abs(span) > 1e-9:
@@ -94,26 +90,26 @@ class CurriculumCallback(RewardTermsCallback):
     ``promote_at``, at most once every ``min_iterations`` iterations (the smoothing window
     still holds the previous stage's episodes right after a switch).
 
-    ``env_config["curriculum"] = {"stages": [...], "promote_at": float, "min_iterations": int,
-    "stage": int}``; the current stage index is written to ``result["curriculum_stage"]``.
+    The env config's :class:`~experiments.training.env_config.Curriculum` says when; the current
+    stage index is written to ``result["curriculum_stage"]``.
     """
 
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
-        curriculum = algorithm.config.env_config.get("curriculum")
-        if not curriculum:
+        curriculum = ArenaEnvConfig.of(algorithm.config.env_config).curriculum
+        if curriculum is None:
             return
-        stage = getattr(algorithm, "_arena_stage", curriculum.get("stage", 0))
+        stage = getattr(algorithm, "_arena_stage", curriculum.stage)
         since = getattr(algorithm, "_arena_stage_iterations", 0) + 1
         score = result.get("env_runners", {}).get(EPISODE_TOTALS_KEY, {}).get("normalised_score")
         if (
             score is not None
-            and score >= curriculum["promote_at"]
-            and since >= curriculum.get("min_iterations", 5)
-            and stage + 1 < len(curriculum["stages"])
+            and score >= curriculum.promote_at
+            and since >= curriculum.min_iterations
+            and stage + 1 < len(curriculum.stages)
         ):
             stage += 1
             since = 0
-            set_scenario_everywhere(algorithm, curriculum["stages"][stage])
+            set_scenario_everywhere(algorithm, curriculum.stages[stage])
         algorithm._arena_stage = stage
         algorithm._arena_stage_iterations = since
         result["curriculum_stage"] = stage

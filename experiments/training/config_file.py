@@ -227,12 +227,13 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
     """The experiment file of ``args``: every field (but :data:`SESSION_FIELDS` and unset ones,
     which TOML cannot hold), the scenarios' hashes and the background's."""
     lines = [HEADER, "[train]"]
+    pinned = args.kind.file_defaults()  # the kind's defaults, pinned: a later default must not move a rerun
     for f in fields(TrainArgs):
         value = getattr(args, f.name)
         if f.name in SESSION_FIELDS:
             continue
-        if f.name == "zero_bias" and value is None:  # the experiment's default, pinned: a later default must not move a rerun
-            value = args.favour_strength
+        if value is None:
+            value = pinned.get(f.name)
         if value is None:
             lines.append(f"# {f.name}: not set")
             continue

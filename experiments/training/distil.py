@@ -226,15 +226,14 @@ def paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, int
     from experiments.evaluation.engine import play_returns
     from policies.learned import LearnedPolicy
     from policies.population import Population
-    from policies.universal import CellNetwork, UniversalInterface
 
-    config, seeds, network, zero, clip = job
+    config, seeds, network, _, clip = job  # the student's zero code: the need codec's (LearnedPolicy.cells)
     population = Population.default(config)
 
     def lineup(env: Any) -> dict[str, Any]:
         policies = population.build(env.config, env=env, strict=False)
-        policies[ALLOCATOR] = (DaggerAllocator(env, None, 1.0, clip, record=False) if network is None else LearnedPolicy(
-            CellNetwork(network, zero), UniversalInterface(config, ALLOCATOR, "need")))  # type: ignore[arg-type]
+        policies[ALLOCATOR] = (DaggerAllocator(env, None, 1.0, clip, record=False) if network is None
+                               else LearnedPolicy.cells(network, config))
         return policies
     mine = play_returns(config, lineup, seeds, ALLOCATOR)
     theirs = play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR)

@@ -1,7 +1,8 @@
 """The arena as an RLlib ``MultiAgentEnv``: :class:`ArenaRLlibEnv`.
 
-Learning seats see their observations through a :class:`policies.learned.ModuleInterface`
-(scale, codec features, stacked ticks, a shared module's seat identity) and act through it;
+Learning seats see their observations through their network's interface
+(:mod:`experiments.training.networks`: scale, codec features, stacked ticks, a shared module's
+seat identity; or the padded cell view) and act through it;
 the other seats are either exposed to RLlib (run there as ``ScriptedRLModule``s,
 ``experiments.training.scripted``) or played inside this env by the background population
 of a :class:`policies.focal.FocalEnv` (``scripted_in_env``: faster, and a curriculum switch or
@@ -11,7 +12,7 @@ a mix brings each scenario's own population).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -20,17 +21,12 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.utils.typing import MultiAgentDict
 
 import commons_arena
-from commons_arena.scenario import ScenarioConfig
 from experiments.seeds import SEED_RANGES
+from experiments.training.env_config import ArenaEnvConfig, Scenario
 from experiments.training.mixture import draw, thresholds
 from policies.focal import FocalEnv
-from policies.learned import interface_for
 from policies.population import Population
 from policies.shipping import install
-
-# A scenario as the env config carries it: parsed once by the run's setup (a ScenarioConfig,
-# pickled to the env runners as data) or a shipped scenario's name (tests, stand-in envs).
-Scenario = ScenarioConfig | str
 
 
 def resolve_obj(obj: Any) -> Any:
@@ -58,34 +54,19 @@ TRAINING_SEEDS = (SEED_RANGES["training"].first, SEED_RANGES["training"].stop)
 
 
 class ArenaRLlibEnv(MultiAgentEnv):
-    """The commons_arena ``ParallelEnv`` as an RLlib ``MultiAgentEnv``.
+    """The commons_arena ``ParallelEnv`` as an RLlib ``MultiAgentEnv``, configured by one
+    :class:`~experiments.training.env_config.ArenaEnvConfig` (its fields say what each part does).
 
     Written instead of RLlib's ``ParallelPettingZooEnv`` because that one orders
     ``possible_agents`` arbitrarily (from a set), never updates ``agents``, and decides the
     episode end with ``all()`` per flag dict, so a last step where some agents are
     terminated and others truncated never sets ``__all__`` and RLlib steps a finished env.
 
-    ``config`` keys: ``scenario`` (a ScenarioConfig or name, default ``"standard"``),
-    optional ``env_kwargs`` (extra keyword arguments for the factory) and optional
-    ``env_factory`` (a callable or ``"module:attr"`` string with the signature of
-    ``commons_arena.parallel_env``; used for stand-in envs in tests). ``scenarios`` (a list)
-    samples one of them per episode instead (mixed-tier training; their spaces must match), every one
-    alike or at ``scenario_weights`` (one per scenario: a family run's extra scenarios at their share).
-    ``scripted_in_env`` + ``learned_agents``: the background (``background``, a
-    ``Population.to_dict()``; default each scenario's own) plays every other seat in here. Learned agents named in
-    ``observation_scale`` (agent -> per-dimension scale) or ``action_codec`` (agent -> codec
-    name) see their observation through a :class:`policies.learned.ModuleInterface` (scale,
-    codec, ``network`` agent -> "cells" for the shape-free allocator (policies.universal: its spaces are the
-    same in every scenario, so a mix may change shapes), ``history`` agent -> stacked ticks, and for seats of a shared module
-    ``seat_identity`` agent -> [index, size] of their appended one-hot identity, see
-    ``experiments.training.seats``), built per scenario because codecs read the scenario's
-    public parameters. ``background_mix`` (``{"background": Population.to_dict(), "share": p}``)
-    replaces the background by that one in a share ``p`` of episodes, drawn per episode
-    (:attr:`mix_background_played`, and ``infos[seat]["mix_background"]`` 1.0 / 0.0 so a
-    callback can count them). ``background_mixture`` (``{"names": [...], "backgrounds": [a
-    Population.to_dict() or None: each scenario's own, ...], "weights": [...]}``, a mixture file,
-    :mod:`experiments.training.mixture`) plays entry ``i`` instead, drawn per episode with
-    probability ``weights[i] / sum(weights)`` (:attr:`mixture_entry`, ``infos[seat]["mixture_entry"]``).
+    Learned seats see their observation through their network's interface (scale, codec, history,
+    identity; or the padded cell view, whose spaces are the same in every scenario, so a mix may
+    change shapes), built per scenario because codecs read the scenario's public parameters.
+    A background mix or mixture is drawn per episode (:attr:`mix_background_played`,
+    :attr:`mixture_entry`, tagged in every seat's infos so a callback can count them).
 
     Episode seeds: a seeded ``reset`` reseeds a generator; every episode's seed (and, with
     ``scenarios``, its scenario) is drawn from it and handed to the focal env, whose one
@@ -95,60 +76,28 @@ class ArenaRLlibEnv(MultiAgentEnv):
     7000..) are held out by construction.
     """
 
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, config: ArenaEnvConfig | Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        cfg = dict(config or {})  # RLlib passes an EnvContext (a dict subclass)
-        self._make: Callable[..., Any] = resolve_obj(cfg.get("env_factory") or commons_arena.parallel_env)
-        self._env_kwargs = dict(cfg.get("env_kwargs", {}))
-        self._mix = list(cfg.get("scenarios") or [])
-        weights = cfg.get("scenario_weights")  # the draw's weights per scenario of the mix (None: alike)
-        if weights is not None and len(weights) != len(self._mix):
-            raise ValueError(f"scenario_weights has {len(weights)} weights for {len(self._mix)} scenarios")
-        if weights is not None and not (min(weights) >= 0 and sum(weights) > 0):
-            raise ValueError(f"scenario_weights must be non-negative with a positive sum, got {list(weights)[:5]}")
+        self.arena_config = cfg = ArenaEnvConfig.of(config)  # RLlib passes an EnvContext: {"arena": the config}
+        self._mix = list(cfg.scenarios)
         # drawn as a mixture's entries are (experiments.training.mixture.draw)
-        self._scenario_thresholds = None if weights is None else thresholds(weights)
-        # Learned agents see observations through a ModuleInterface (the trained policy
-        # applies the same one at inference): scale, codec features, stacked history; the
-        # codec turns the module's action into an env action using the raw observation.
-        self._scale = {a: np.asarray(v, dtype=np.float32) for a, v in cfg.get("observation_scale", {}).items()}
-        self._codec_names: dict[str, str] = dict(cfg.get("action_codec", {}))
-        self._history: dict[str, int] = {a: int(k) for a, k in cfg.get("history", {}).items()}
-        self._network: dict[str, str] = dict(cfg.get("network", {}))
-        self._identity = {a: (int(i), int(n)) for a, (i, n) in cfg.get("seat_identity", {}).items()}
-        # agent -> scenario hash -> factor on its training reward (a family's scenarios brought to one
-        # scale: experiments.training.references.reward_scales); the episode's own totals are unscaled
-        self._reward_scale: dict[str, dict[str, float]] = {
-            a: {h: float(f) for h, f in by_hash.items()} for a, by_hash in cfg.get("reward_scale", {}).items()}
+        self._scenario_thresholds = None if cfg.scenario_weights is None else thresholds(cfg.scenario_weights)
         self._raw_obs: MultiAgentDict = {}
-        # Optionally a background population plays every agent but the learned ones *inside*
-        # this env (policies.focal.FocalEnv, the one substrate) instead of as RLModules:
-        # RLlib then sees only the learned agents and skips its per-agent module pipeline for
-        # the others (faster), and a curriculum switch or a mix brings each scenario's
-        # population along (RLModules keep the first). ``background`` is a Population as a
-        # dict (``Population.to_dict()``); default: the scenario's own population.
-        # `learned:` background checkpoints arrive as bytes (policies.shipping): this runner's
-        # node may not see the driver's disk; installed before any policy is built
-        install(cfg.get("checkpoints", ()))
-        self._learned = list(cfg.get("learned_agents", []))
-        self._in_env = bool(cfg.get("scripted_in_env", False))
-        self._background = cfg.get("background")
+        # `learned:` background checkpoints arrive as bytes: installed before any policy is built
+        install(cfg.checkpoints)
         # the backgrounds a training episode may play (0: `background`) and the draw between them:
         # index `drawn[draw(seeds, thresholds)]` (experiments.training.mixture.draw); none without a mix
-        self._backgrounds: list[Any] = [self._background]
+        self._backgrounds: list[Any] = [cfg.background]
         self._thresholds: list[float] = []
         self._drawn: list[int] = []
-        mix, mixture = cfg.get("background_mix"), cfg.get("background_mixture")
-        if mix and mixture:
-            raise ValueError("background_mix and background_mixture both replace the background: give one")
-        if mix:  # the mix background when u < share (index 1), else `background`
-            self._backgrounds.append(mix["background"])
-            self._thresholds, self._drawn = [float(mix["share"])], [1, 0]
-        elif mixture:
-            self._backgrounds += list(mixture["backgrounds"])
-            self._thresholds = thresholds(mixture["weights"])
-            self._drawn = list(range(1, len(mixture["weights"]) + 1))
-        self._mixture = bool(mixture)
+        if cfg.background_mix is not None:  # the mix background when u < share (index 1), else `background`
+            self._backgrounds.append(cfg.background_mix.background)
+            self._thresholds, self._drawn = [float(cfg.background_mix.share)], [1, 0]
+        elif cfg.background_mixture is not None:
+            self._backgrounds += list(cfg.background_mixture.backgrounds)
+            self._thresholds = thresholds(cfg.background_mixture.weights)
+            self._drawn = list(range(1, len(cfg.background_mixture.weights) + 1))
+        self._mixture = cfg.background_mixture is not None
         self.mix_background_played = False  # this episode plays the mix background
         self.mixture_entry: int | None = None  # the mixture's entry this episode plays
         self._episode_tag: dict[str, Any] = {}  # what _tag adds to every seat's infos this episode (a mix's draw)
@@ -158,7 +107,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
         self._envs: dict[tuple[str, int], tuple[Any, Any, dict[str, Any]]] = {}
         self._evicted_seconds = 0.0  # env_seconds of the envs MAX_BUILT let go
         self._next_scenario: Scenario | None = None
-        self._use(self._mix[0] if self._mix else cfg.get("scenario", "standard"))
+        self._use(self._mix[0] if self._mix else cfg.scenario)
         if not self._shape_free:
             for other in self._mix[1:]:
                 self._check_same_spaces(other)
@@ -182,25 +131,24 @@ class ArenaRLlibEnv(MultiAgentEnv):
         """Play ``scenario`` (with background ``background``: 0 the run's, else a mix's) from now on
         (its arena, focal env and interfaces are built once)."""
         self._scenario = scenario
+        cfg = self.arena_config
         scenario_hash = scenario_key(scenario)  # this scenario's reward factors, looked up once, not every step
-        self._scenario_reward_scale = {a: by_hash[scenario_hash] for a, by_hash in self._reward_scale.items()
+        self._scenario_reward_scale = {a: by_hash[scenario_hash] for a, by_hash in cfg.reward_scale.items()
                                        if scenario_hash in by_hash}
         key = (scenario_hash, background)
         if key not in self._envs:
-            par_env = self._make(scenario=scenario, **self._env_kwargs)
-            if self._in_env:
-                config = par_env.config
+            par_env = commons_arena.parallel_env(scenario)
+            if cfg.scripted_in_env:
                 chosen = self._backgrounds[background]
-                seats = FocalEnv(par_env, self._learned,
-                                 Population.from_dict(chosen) if chosen else Population.default(config))
+                seats = FocalEnv(par_env, list(cfg.learned_agents),
+                                 Population.from_dict(chosen) if chosen else Population.default(par_env.config))
             else:
                 seats = FocalEnv(par_env, par_env.possible_agents, {})
             interfaces = {
-                agent: interface_for(
-                    par_env.config, agent, self._scale.get(agent), self._codec_names.get(agent),
-                    self._history.get(agent, 1), self._identity.get(agent), self._network.get(agent, "mlp"),
-                )
-                for agent in set(self._scale) | set(self._codec_names) | set(self._identity) | set(self._network)
+                agent: cfg.network_of(agent).interface(
+                    par_env.config, agent, cfg.observation_scale.get(agent), cfg.action_codec.get(agent),
+                    cfg.history.get(agent, 1), cfg.seat_identity.get(agent))
+                for agent in cfg.viewed_seats
             }
             if len(self._envs) >= MAX_BUILT:  # the least recently used goes (dicts keep insertion order)
                 _, evicted, _ = self._envs.pop(next(iter(self._envs)))
@@ -214,7 +162,9 @@ class ArenaRLlibEnv(MultiAgentEnv):
     @property
     def _shape_free(self) -> bool:
         """Every seat RLlib sees acts through a shape-free interface (the other seats play inside)."""
-        return self._in_env and bool(self._learned) and all(self._network.get(a) == "cells" for a in self._learned)
+        cfg = self.arena_config
+        return cfg.scripted_in_env and bool(cfg.learned_agents) and all(
+            cfg.network_of(a).cell_view for a in cfg.learned_agents)
 
     @property
     def env_seconds(self) -> float:
@@ -224,7 +174,7 @@ class ArenaRLlibEnv(MultiAgentEnv):
     def _check_same_spaces(self, scenario: Scenario) -> None:
         if self._shape_free:
             return
-        probe = self._make(scenario=scenario, **self._env_kwargs)
+        probe = commons_arena.parallel_env(scenario)
         for agent in self.par_env.possible_agents:
             old, new = self.par_env.observation_space(agent).shape, probe.observation_space(agent).shape
             if old != new or not np.array_equal(self.par_env.action_space(agent).nvec, probe.action_space(agent).nvec):

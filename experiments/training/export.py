@@ -3,9 +3,11 @@
 Each learning seat's module becomes the data-only greedy network of
 ``policies.checkpoint_format`` (a shared team module's identity folded in per seat,
 ``seats.fold_identity``) behind the seat's ``ModuleInterface``: what the checkpoint stores is
-what is evaluated. One learning allocator is saved as ``learned:<checkpoint>``; several
+what is evaluated. One learning allocator is saved as its network stores it (``learned:<checkpoint>``); several
 learning seats as a policy set (``policies/<seat>/``, see :mod:`policies.policy_set`), so
-``learned:<run>/checkpoint`` plays any of their roles.
+``learned:<run>/checkpoint`` plays any of their roles. A ``setup`` here is the run's
+:class:`~experiments.training.setup.RunSetup` (not imported: the setup imports the experiment
+kinds, and a league's kind saves its snapshots here).
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ from commons_arena.scenario import ScenarioConfig
 from experiments.training.cell_module import CellPPOModule, network_from_cell_module
 from experiments.training.rl_modules import ModuleActor, network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
-from experiments.training.setup import RunSetup
-from policies.checkpoint_format import PolicyNetwork
-from policies.learned import save_policy, save_universal_policy
+from policies.learned import save_policy
 from policies.policy_set import SET_DIR
 
 
@@ -46,7 +46,7 @@ def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
     return out
 
 
-def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], setup: RunSetup,
+def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], setup: Any,
                     config: ScenarioConfig) -> None:
     """RLlib's full state (pickles: only ``--resume`` reads them) plus the data-only files
     ``learned:`` reads; ``config`` names a scenario whose spaces the networks fit."""
@@ -54,27 +54,18 @@ def save_checkpoint(algo: Any, checkpoint: Path, networks: Mapping[str, Any], se
     save_policies(checkpoint, networks, setup, config)
 
 
-def save_policies(folder: Path, networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> None:
+def save_policies(folder: Path, networks: Mapping[str, Any], setup: Any, config: ScenarioConfig) -> None:
     """The data-only files ``learned:<folder>`` reads: one allocator as a single policy, several
     learning seats as a policy set (``<folder>/policies/<seat>/``)."""
     if setup.plan.seats != [ALLOCATOR]:
         for seat, network in networks.items():
             save_policy(folder / SET_DIR / seat, network, config, seat, setup.scales[seat],
                         codec=setup.codecs.get(seat), history=setup.histories.get(seat, 1))
-    elif setup.args.network == "padded":
-        print("  (--network padded is a measurement: no learned:<dir> files written)")
-    elif setup.args.network == "cells":
-        trained_on = "+".join(setup.args.stages)
-        save_universal_policy(folder, networks[ALLOCATOR], trained_on,
-                              config.content_hash if len(setup.stages) == 1 else "", codec=setup.codecs[ALLOCATOR])
-    elif isinstance(networks[ALLOCATOR], PolicyNetwork):
-        save_policy(folder, networks[ALLOCATOR], config, ALLOCATOR, setup.scales[ALLOCATOR],
-                    codec=setup.codecs.get(ALLOCATOR), history=setup.histories.get(ALLOCATOR, 1))
-    else:
-        print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
+    else:  # the allocator alone: as its network stores it
+        setup.args.net.save(folder, networks[ALLOCATOR], setup, config)
 
 
-def save_untrained(algo: Any, setup: RunSetup, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
+def save_untrained(algo: Any, setup: Any, folder: Path, config: ScenarioConfig) -> dict[str, Any]:
     """``<run>/iteration_0/``: every learning seat's data-only policy before the first update
     (the untrained reference ``analyze`` and the learning curve compare with); returns the networks."""
     networks = seat_networks(algo, setup.plan)
@@ -82,7 +73,7 @@ def save_untrained(algo: Any, setup: RunSetup, folder: Path, config: ScenarioCon
     return networks
 
 
-def save_snapshot(algo: Any, setup: RunSetup, module_id: str, folder: Path, config: ScenarioConfig) -> None:
+def save_snapshot(algo: Any, setup: Any, module_id: str, folder: Path, config: ScenarioConfig) -> None:
     """A league snapshot (a frozen copy of the shared team module) as a policy set, one
     identity-folded policy per team seat: ``learned:<folder>/policies/<team>`` plays it."""
     snapshot_plan = SeatPlan({seat: module_id for seat in setup.plan.seats}, setup.plan.identity,

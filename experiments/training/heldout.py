@@ -23,10 +23,10 @@ from experiments.evaluation.evaluate import (
 )
 from experiments.evaluation.traces import declared_to_need, traced
 from experiments.statistics import paired_difference
+from experiments.training.networks import MLP
 from experiments.training.setup import RunSetup
-from policies.learned import LearnedPolicy, ModuleInterface
+from policies.learned import LearnedPolicy
 from policies.population import Population
-from policies.universal import CellNetwork, UniversalInterface
 
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
@@ -37,16 +37,8 @@ def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:
     """Each seat's (identity-folded) network behind the seat's ModuleInterface, as in its checkpoint."""
-    if setup.args.shape_free:  # the shape-free allocator, as learned: plays its checkpoint
-        interface = UniversalInterface(config, ALLOCATOR, setup.codecs[ALLOCATOR])
-        network = networks[ALLOCATOR]  # padded: an MLP over the whole view, one code per cell slot
-        cells = CellNetwork(network, interface.zero) if setup.args.network == "cells" else network
-        return {ALLOCATOR: LearnedPolicy(cells, interface)}  # type: ignore[arg-type]
-    return {
-        seat: LearnedPolicy(network, ModuleInterface(config, seat, setup.scales[seat], setup.codecs.get(seat),
-                                                     setup.histories.get(seat, 1)))
-        for seat, network in networks.items()
-    }
+    return {seat: (setup.args.net if seat == ALLOCATOR else MLP).policy(network, setup, seat, config)
+            for seat, network in networks.items()}
 
 
 def held_out_report(returns: list[float], references: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """Experiment kinds: what ``commons-arena train --experiment NAME`` trains, one class per kind.
 
-A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays
-(:meth:`Kind.stages`; whether the allocator is among them, :meth:`Kind.allocator_learns`), how strongly a learning seat starts on its codec's zero code (or at which code, :meth:`Kind.start_code`), whether
-it switches populations during a run (its scripted seats then play inside the env), what it
-adds to the RLlib env config and callbacks (:meth:`Kind.configure`), what a resume needs
-before the checkpoint loads (:meth:`Kind.before_restore`) and what it reports after training
-(:meth:`Kind.after_training`). ``train.py``, ``setup.py``, ``algorithm.py`` and ``args.py``
-ask the kind and never its name; a new experiment is one class here, added to :data:`KINDS`.
+A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays (:meth:`Kind.stages`)
+and is judged on (:meth:`Kind.judged`), what is wrong with its arguments (:meth:`Kind.problems`), where
+learning starts (:meth:`Kind.start_weights`, ``zero_bias``), whether its scripted seats play inside the env,
+its codecs and observation scales, what it adds to the RLlib env config and callbacks
+(:meth:`Kind.configure`), its work before and after each iteration (:meth:`Kind.start`,
+:meth:`Kind.after_iteration`: a curriculum's promotion, a league's snapshots), what a resume needs
+(:meth:`Kind.before_restore`) and what it reports (:meth:`Kind.after_training`). Its flags are read
+here only (``tests/test_layout.py``): the rest of the code asks the kind, never its name or its flags,
+and a new experiment is one class here, added to :data:`KINDS`.
 
 Light on purpose (``args.py`` and the command line import it): RLlib and the reports are
 imported inside the hooks that need them. A hook's ``setup`` is the run's
@@ -16,12 +18,17 @@ imported inside the hooks that need them. A hook's ``setup`` is the run's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
+
+import numpy as np
 
 from commons_arena.enums import ALLOCATOR, TIERS
 from commons_arena.scenario import ScenarioConfig
-from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules
+from experiments.training.env_config import ArenaEnvConfig, Curriculum, LeagueSettings
+from experiments.training.seats import ALL_ROLES, SeatPlan, TeamModules, exact_scale
+from policies.learned import observation_scale
 
 ZERO_BIAS = 3.0  # the allocator starts at its codec's base policy (planner), ~0.93 per sub-action
 # In self-play the other seats move as well and the allocator's gradient is noisier: at 3.0 its
@@ -33,16 +40,8 @@ SELFPLAY_ZERO_BIAS = 1.0
 # at 0 (with lr 1e-3) it reached +23.2 ± 7.0 in 13 (docs/negotiation.md).
 BEST_RESPONSE_ZERO_BIAS = 0.0
 SPLIT_PREFIX = "split:"  # a stage naming a scenario family's split (allocator_family) instead of one scenario
-
-
-class StartCode(NamedTuple):
-    """Where a learning seat starts: ``code`` of its codec (sub-action sizes ``nvec``) favoured by a logit
-    advantage of ``strength`` (:func:`experiments.training.weights.favour_code`)."""
-
-    seat: str
-    nvec: tuple[int, ...]
-    code: tuple[int, ...]
-    strength: float
+# allocator_family evaluates on a fixed draw of its training split's scenarios (the same for every run seed)
+EVAL_SCENARIO_STREAM = 0xE5A1
 
 
 class Kind:
@@ -51,7 +50,6 @@ class Kind:
     name: ClassVar[str] = "allocator_ppo"
     zero_bias: ClassVar[float] = ZERO_BIAS  # the default of --zero-bias
     switches_populations: ClassVar[bool] = False  # a curriculum, a mix or a league: scripted seats play in the env
-    mixed: ClassVar[bool] = False  # each episode one of the stages
     league: ClassVar[bool] = False  # team seats shared by learned and scripted members: exact scales, league codecs
     chooses_learners: ClassVar[bool] = False  # --learners names the learning seats
     shape_free: ClassVar[bool] = False  # plays clusters of every shape: needs --network cells
@@ -75,15 +73,81 @@ class Kind:
         with the scripted allocators), without a scenario to plan on."""
         return ALLOCATOR in learners if self.chooses_learners else True
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
-        """Add this kind's part of the env config; returns its callbacks class (None: the default
-        metrics) and extra arguments of ``build_algorithm_config`` (modules, mapping)."""
-        return None, {}
+    def problems(self, args: Any) -> list[str]:
+        """What is wrong with ``args`` for this kind (``TrainArgs.validate`` raises the first)."""
+        if args.family_scenarios or args.family_share:
+            return [f"--family-scenarios and --family-share are for --experiment {AllocatorFamily.name}"]
+        return []
 
-    def start_code(self, setup: Any, run: Path) -> StartCode | None:
-        """The code a new run's learning seat starts at, if this kind decides it (None: every learning
-        seat at its codec's zero code, ``--zero-bias``)."""
-        return None
+    def continues_allocator(self) -> bool:
+        """The allocator learns alone (the kind keeps the default :meth:`plan`) through each scenario's own view:
+        a PSRO allocator step or the arms race's second round may continue a learned allocator in this kind."""
+        return type(self).plan is Kind.plan and not self.shape_free
+
+    def scripted_in_env(self, args: Any) -> bool:
+        """The background plays inside the env: asked for, or this kind switches populations (a curriculum,
+        a mix, a league: its scripted seats must follow each scenario or member)."""
+        return bool(args.scripted_in_env) or self.switches_populations
+
+    def seat_codecs(self, config: ScenarioConfig, plan: SeatPlan, args: Any) -> dict[str, str]:
+        """Learning seat -> its action codec (a league's teams share theirs with scripted members)."""
+        from experiments.training.seat_codecs import seat_codecs
+
+        return seat_codecs(config, plan, args.codec, args.seat_codec, league=self.league)
+
+    def fit_scale(self, samples: np.ndarray) -> np.ndarray:
+        """A learning seat's observation scale from its sample observations (a league's: exact powers of two,
+        shared by learned and scripted members)."""
+        scale = observation_scale(samples)
+        return exact_scale(scale) if self.league else scale
+
+    def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
+        """The scenarios a held-out evaluation plays: at curriculum stage ``stage``, or over the whole run
+        (None: its final scores and references); a mix is judged on all of them (a family: a fixed draw) either way."""
+        return tuple(setup.stages) if stage is None else (setup.stages[stage],)
+
+    def judged_as(self, scenarios: Sequence[ScenarioConfig]) -> str:
+        """The ``scenario`` of a held-out evaluation's history row (a mix's: ``mixed``)."""
+        return scenarios[0].name
+
+    def label(self, stages: Sequence[str]) -> str:
+        """What a run's default name says it played (one stage's name; several: ``curriculum``)."""
+        return stages[0].removeprefix(SPLIT_PREFIX) if len(stages) == 1 else "curriculum"
+
+    def describe(self, setup: Any, stage: int) -> str:
+        """What the run's first line says it trains on."""
+        return str(setup.args.stages[stage])
+
+    def file_defaults(self) -> dict[str, Any]:
+        """What an experiment file writes for fields left unset whose default this kind decides (pinned: a later
+        default must not move a rerun)."""
+        return {"zero_bias": self.zero_bias}
+
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
+        """``env`` with this kind's part of the env config, its callbacks class (None: the default
+        metrics) and extra arguments of ``build_algorithm_config`` (modules, mapping)."""
+        return env, None, {}
+
+    def start(self, algo: Any, setup: Any, stage: int) -> None:
+        """Before a session's first iteration: every env plays the current stage (a mix draws its own)."""
+        from experiments.training.callbacks import set_scenario_everywhere
+
+        set_scenario_everywhere(algo, setup.stages[stage])
+
+    def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
+        """This kind's work after each training iteration (a curriculum's promotion, a league's snapshot)."""
+
+    def start_weights(self, algo: Any, setup: Any, run: Path) -> None:
+        """Where a new run's learning starts: every coded module at its codec's base policy (the allocator's
+        ``need``: the planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced), its
+        zero code ``--zero-bias`` more logit, as its network places it. A module's seats share one codec."""
+        from policies.codecs import make_codec
+
+        for module, seats in setup.plan.modules.items():
+            codec_name = setup.codecs.get(seats[0])
+            if codec_name and setup.args.favour_strength != 0:
+                setup.args.net.favour_zero(algo, module, make_codec(codec_name, setup.stages[0], seats[0]),
+                                           setup.args.favour_strength)
 
     def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
         """What must exist in ``algo`` before a resumed run's checkpoint loads into it."""
@@ -101,13 +165,17 @@ class AllocatorCurriculum(Kind):
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         from experiments.training.callbacks import CurriculumCallback
 
         args = setup.args
-        env_config["curriculum"] = {"stages": list(setup.stages), "promote_at": args.promote_at,
-                                    "min_iterations": args.promote_after, "stage": stage}
-        return CurriculumCallback, {}
+        curriculum = Curriculum(tuple(setup.stages), args.promote_at, args.promote_after, stage)
+        return replace(env, curriculum=curriculum), CurriculumCallback, {}
+
+    def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
+        if result.get("curriculum_stage", state.stage) != state.stage:  # its callback promoted every env
+            state.stage = result["curriculum_stage"]
+            print(f"  promoted to {setup.args.stages[state.stage]}")
 
 
 class AllocatorMixed(Kind):
@@ -115,10 +183,27 @@ class AllocatorMixed(Kind):
 
     name = "allocator_mixed"
     switches_populations = True
-    mixed = True
 
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS
+
+    def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
+        return tuple(setup.stages)
+
+    def judged_as(self, scenarios: Sequence[ScenarioConfig]) -> str:
+        return "mixed"
+
+    def label(self, stages: Sequence[str]) -> str:
+        return super().label(stages) if len(stages) == 1 else "mixed"
+
+    def describe(self, setup: Any, stage: int) -> str:
+        return f"{len(setup.stages)} scenarios of {'+'.join(setup.args.stages)}"
+
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
+        return replace(env, scenarios=tuple(setup.stages)), None, {}  # each episode draws one
+
+    def start(self, algo: Any, setup: Any, stage: int) -> None:
+        """Every episode draws its scenario: nothing to set."""
 
 
 class AllocatorFamily(AllocatorMixed):
@@ -131,19 +216,41 @@ class AllocatorFamily(AllocatorMixed):
     def stages(self, args: Any) -> tuple[str, ...]:
         return (SPLIT_PREFIX + args.split, *args.family_scenarios)
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+    def problems(self, args: Any) -> list[str]:
+        return [message for ok, message in (
+            (args.net.cell_view, f"{self.name} plays clusters of every shape: pass --network cells"),
+            (args.family_share == 0 or bool(args.family_scenarios),
+             "--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"),
+        ) if not ok]
+
+    def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
+        """A fixed draw of ``--eval-scenarios`` of its scenarios (the same for every run seed)."""
+        stages, n = tuple(setup.stages), setup.args.eval_scenarios
+        order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[:n]
+        return stages if len(stages) <= n else tuple(stages[i] for i in sorted(order.tolist()))
+
+    def after_training(self, setup: Any, run: Path) -> None:
+        learned = setup.args.net.learned(run)
+        if learned is not None:  # training never reads the held-out split: the benchmark does
+            print(f"held-out split: commons-arena benchmark {learned} --suite heldout-allocator")
+
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         """The family's scenarios' returns differ by 100x: the allocator's training reward is brought to one
         scale per scenario (experiments.training.references.reward_scales), so no scenario's scale
         dominates the gradient or the value function; evaluations and reports stay unscaled. With
         ``--family-share`` the ``--family-scenarios`` (the last stages) play that share of the episodes."""
-        from commons_arena.enums import ALLOCATOR
         from experiments.training.references import reward_scales
 
-        env_config["reward_scale"] = {ALLOCATOR: reward_scales(setup.stages, setup.args.seed)}
-        if setup.args.family_share > 0:
-            env_config["scenario_weights"] = scenario_weights(len(setup.stages), len(setup.args.family_scenarios),
-                                                              setup.args.family_share)
-        return None, {}
+        env, _, _ = super().configure(setup, env, stage)
+        return replace(env, reward_scale={ALLOCATOR: reward_scales(setup.stages, setup.args.seed)},
+                       scenario_weights=self.draw_weights(setup.args, len(setup.stages))), None, {}
+
+    def draw_weights(self, args: Any, n_stages: int) -> tuple[float, ...] | None:
+        """Each stage's weight in the draw of a training episode's scenario: ``--family-scenarios`` (the last
+        stages, :meth:`stages`) share ``--family-share`` of the episodes, the split the rest (None: all alike)."""
+        if args.family_share == 0:
+            return None
+        return tuple(scenario_weights(n_stages, len(args.family_scenarios), args.family_share))
 
 
 def scenario_weights(n_stages: int, n_extra: int, share: float) -> list[float]:
@@ -189,17 +296,24 @@ class League(Kind):
     def allocator_learns(self, learners: Sequence[str]) -> bool:
         return False
 
-    def configure(self, setup: Any, env_config: dict[str, Any], stage: int) -> tuple[Any, dict[str, Any]]:
+    def configure(self, setup: Any, env: ArenaEnvConfig, stage: int) -> tuple[ArenaEnvConfig, Any, dict[str, Any]]:
         from experiments.training import league
 
         args, teams, first = setup.args, setup.plan.seats, setup.stages[0]
-        pool = [league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted)]
-        env_config["league"] = {"pool": pool, "team_seats": teams, "margin": args.snapshot_margin,
-                                "gap": args.snapshot_gap}
+        pool = (league.LEARNER, *(f"{league.SCRIPTED_PREFIX}{name}" for name in args.league_scripted))
+        settings = LeagueSettings(pool, tuple(teams), args.snapshot_margin, args.snapshot_gap)
         parts = {"extra_modules": league.scripted_member_specs(args.league_scripted, first, teams,
                                                                setup.scales[teams[0]]),
-                 "mapping_fn": league.mapping_for(pool, teams)}
-        return league.LeagueCallback, parts
+                 "mapping_fn": league.mapping_for(list(pool), teams)}
+        return replace(env, league=settings), league.LeagueCallback, parts
+
+    def after_iteration(self, algo: Any, setup: Any, run: Path, result: dict[str, Any], state: Any) -> None:
+        from experiments.training import league
+        from experiments.training.export import save_snapshot
+
+        snapshot = result.get("league", {}).get("snapshot")
+        if snapshot:  # a frozen copy of the learner joined the mix: learned: plays it from here
+            save_snapshot(algo, setup, snapshot, run / league.SNAPSHOTS / snapshot, setup.stages[0])
 
     def before_restore(self, algo: Any, setup: Any, run: Path, iterations: int) -> None:
         from experiments.training import league
@@ -234,18 +348,19 @@ class BestResponse(Kind):
     def allocator_learns(self, learners: Sequence[str]) -> bool:
         return False  # its one learner is a team or the broker
 
-    def start_code(self, setup: Any, run: Path) -> StartCode | None:
+    def start_weights(self, algo: Any, setup: Any, run: Path) -> None:
         """The learner starts at its codec's best fixed code (experiments/evaluation/best_code.py), searched on
-        the report's selection seeds; not with ``--best-code-bias 0`` or a seat without a codec."""
+        the report's selection seeds; with ``--best-code-bias 0`` or a seat without a codec, as every kind."""
         from experiments.evaluation.best_code import cached_search
         from experiments.evaluation.best_response import refine_seeds, selection_seeds
         from experiments.evaluation.fixed_codes import Arena
+        from experiments.training.weights import favour_code
         from policies.codecs import make_codec
 
         args, seat = setup.args, setup.plan.seats[0]
         codec_name = setup.codecs.get(seat)
         if args.best_code_bias == 0 or not codec_name:
-            return None
+            return super().start_weights(algo, setup, run)
         config = setup.stages[0]
         codec = make_codec(codec_name, config, seat)
         found = cached_search(run, Arena(config, None, seat, setup.background), codec,  # the report's seeds too
@@ -253,7 +368,7 @@ class BestResponse(Kind):
         print(f"  search: best fixed {found.codec} code of {found.codes_tried} on {len(found.seeds)} selection "
               f"seeds: {found.description} (mean return {found.selection_mean:.2f}); learning starts there "
               f"(logit advantage {args.best_code_bias:g})")
-        return StartCode(seat, tuple(int(n) for n in codec.nvec), tuple(int(c) for c in found.code), args.best_code_bias)
+        favour_code(algo, setup.plan.module_of[seat], np.asarray(codec.nvec), np.asarray(found.code), args.best_code_bias)
 
     def after_training(self, setup: Any, run: Path) -> None:
         from experiments.evaluation.best_response import refine_seeds, selection_seeds, write_report
@@ -268,6 +383,9 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (Kind(), AllocatorCurricul
                                                        SeatsPPO(), SelfPlay(), League(), BestResponse())}
 
 
+ALLOCATOR_KINDS = tuple(name for name, kind in KINDS.items() if kind.continues_allocator())
+
+
 def kind_of(name: str) -> Kind:
     """The kind named ``name`` (``--experiment``)."""
     if name not in KINDS:
@@ -280,4 +398,4 @@ def plan_for(experiment: str, config: ScenarioConfig, learners: Sequence[str], t
     return kind_of(experiment).seat_plan(config, learners, team_modules)
 
 
-__all__ = ["KINDS", "SPLIT_PREFIX", "Kind", "StartCode", "kind_of", "plan_for"]
+__all__ = ["ALLOCATOR_KINDS", "KINDS", "SPLIT_PREFIX", "Kind", "kind_of", "plan_for"]

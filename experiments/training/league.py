@@ -57,6 +57,7 @@ from commons_arena.files import write_file
 from commons_arena.inputs import loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.callbacks import RewardTermsCallback, foreach_sampling_runner
+from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.scripted import ScriptedRLModule, registered_policy
 
 LEARNER = "team"
@@ -175,7 +176,7 @@ SEAT_RETURN_KEY = "league_seat_return"  # result["env_runners"][<this>][member]:
 class LeagueCallback(RewardTermsCallback):
     """Adds a snapshot of the learner when it beats the current mix (module docstring).
 
-    ``env_config["league"] = {"pool": [...], "team_seats": [...], "margin": float, "gap": int}``;
+    The env config's :class:`~experiments.training.env_config.LeagueSettings` say who and when;
     ``result["league"]`` reports the mix, the comparison and whether a snapshot was added.
     """
 
@@ -191,27 +192,27 @@ class LeagueCallback(RewardTermsCallback):
     def on_episode_end(self, *, episode: Any, env_runner: Any = None, metrics_logger: Any = None,
                        **kwargs: Any) -> None:
         super().on_episode_end(episode=episode, env_runner=env_runner, metrics_logger=metrics_logger, **kwargs)
-        league = env_runner.config.env_config.get("league") if env_runner is not None else None
+        league = ArenaEnvConfig.of(env_runner.config.env_config).league if env_runner is not None else None
         if metrics_logger is None or not league:
             return
         window = env_runner.config.metrics_num_episodes_for_smoothing
         chunks = kwargs.get("prev_episode_chunks") or ()
-        for member, values in seat_returns(episode, chunks, league["team_seats"]).items():
+        for member, values in seat_returns(episode, chunks, list(league.team_seats)).items():
             for value in values:
                 metrics_logger.log_value((SEAT_RETURN_KEY, member), value, reduce="mean", window=window)
 
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
-        league = algorithm.config.env_config.get("league")
-        if not league:
+        league = ArenaEnvConfig.of(algorithm.config.env_config).league
+        if league is None:
             return
-        pool = getattr(algorithm, "_league_pool", list(league["pool"]))
+        pool = getattr(algorithm, "_league_pool", list(league.pool))
         since = getattr(algorithm, "_league_since", 0) + 1
         returns = result.get("env_runners", {}).get(SEAT_RETURN_KEY, {})
-        beats, learner, mix = learner_beats_mix({m: float(v) for m, v in returns.items() if m in pool}, league["margin"])
+        beats, learner, mix = learner_beats_mix({m: float(v) for m, v in returns.items() if m in pool}, league.margin)
         added = None
-        if beats and since >= league["gap"]:
+        if beats and since >= league.gap:
             added = f"{SNAPSHOT_PREFIX}{sum(m.startswith(SNAPSHOT_PREFIX) for m in pool) + 1}"
-            add_snapshot(algorithm, added, pool, league["team_seats"])
+            add_snapshot(algorithm, added, pool, list(league.team_seats))
             pool = [*pool, added]
             since = 0
         algorithm._league_pool = pool

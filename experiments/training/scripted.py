@@ -19,7 +19,8 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModule
 
-from experiments.training.env import Scenario, resolve_obj
+from experiments.training.env import resolve_obj
+from experiments.training.env_config import Scenario
 from policies.base import Policy
 from policies.focal import policy_seed
 from policies.registry import make_policy

@@ -98,9 +98,6 @@ class SeatPlan:
     def describe(self) -> str:
         return ", ".join(f"{m} ({'+'.join(s)})" for m, s in self.modules.items())
 
-    def to_env_config(self) -> dict[str, Any]:
-        return {"seat_identity": {s: list(v) for s, v in self.identity.items()}}
-
     def mapping_fn(self) -> Any:
         """A picklable ``policy_mapping_fn``: learning seats to their module, others to themselves."""
         return functools.partial(module_for_seat, dict(self.module_of))

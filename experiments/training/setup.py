@@ -27,19 +27,15 @@ from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
 from experiments.training.mixture import Mixture, load_mixture
+from experiments.training.networks import check_warm_start
 from experiments.training.references import References, anchor_means, cached_reference_returns
-from experiments.training.seat_codecs import seat_codecs
-from experiments.training.seats import SeatPlan, exact_scale, module_scales
-from experiments.training.warm_start import check_warm_start, warm_scale
-from policies.learned import observation_scale
+from experiments.training.seats import SeatPlan, module_scales
 from policies.population import Population
 
 SCALE_EPISODES = 8  # episodes per (scenario, allocator) that observation scales are fitted on
 # Observation scales are fitted on episodes of their own seed stream: seeds drawn from
 # SeedSequence([SCALE_STREAM, run seed]), distinct from training's and the held-out seeds' rules.
 SCALE_STREAM = 0x5CA1E
-# allocator_family evaluates on a fixed draw of its training split's scenarios (the same for every run seed)
-EVAL_SCENARIO_STREAM = 0xE5A1
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,6 @@ class RunSetup:
     codecs: Mapping[str, str]  # learning seat -> action codec (raw seats absent; seat_codecs.py)
     histories: Mapping[str, int]  # learning seat -> ticks of observation its module sees
     eval_seeds: tuple[int, ...]  # held-out: never trained on
-    eval_stages: tuple[ScenarioConfig, ...] = ()  # the scenarios a mix is evaluated on (its tiers, a draw of its split)
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
     mixture: Mixture | None = None  # replaces `background` in training episodes: one entry drawn per episode
@@ -77,16 +72,7 @@ def resolve(args: TrainArgs) -> RunSetup:
     refuse_heldout_stages(stages)
     kind = args.kind
     plan = kind.seat_plan(stages[0], args.learners, args.team_modules)  # names a bad learner
-    if args.shape_free:
-        if plan.seats != [ALLOCATOR]:
-            raise ValueError(f"--network {args.network} is the allocator learning alone; {args.experiment} trains "
-                             f"{plan.seats}")
-        from policies.universal import check_shape
-
-        for config in stages:
-            check_shape(config, f"--network {args.network}")
-        if args.init_from is not None and args.network == "padded":
-            raise ValueError("--init-from starts a cells or mlp network, not padded")
+    args.net.check_run(plan.seats, stages, args.init_from)
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
@@ -94,7 +80,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         if plan.seats != [ALLOCATOR] or args.use_lstm:
             raise ValueError(f"--init-from starts the allocator learning alone (no LSTM); {args.experiment} trains "
                              f"{plan.seats}")
-        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden, args.network)
+        check_warm_start(args.init_from, stages, args.codec, args.history, args.hidden, args.net)
     if args.mix_background is not None and not args.scripted_in_env:
         raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
     if args.mixture is not None and not args.scripted_in_env:
@@ -106,11 +92,10 @@ def resolve(args: TrainArgs) -> RunSetup:
         background=background_population(args.background, stages[0]),  # a bad population file says what is wrong
         mix_background=None if args.mix_background is None else background_population(args.mix_background, stages[0]),
         # a curriculum, a mix or a league switches populations (or members): those play in the env
-        scripted_in_env=args.scripted_in_env or kind.switches_populations,
-        codecs=seat_codecs(stages[0], plan, args.codec, args.seat_codec, league=kind.league),
+        scripted_in_env=kind.scripted_in_env(args),
+        codecs=kind.seat_codecs(stages[0], plan, args),
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
-        eval_stages=evaluation_stages(args, stages),
         mixture=None if args.mixture is None else load_mixture(args.mixture, stages),  # every roster on every stage
     )
 
@@ -134,17 +119,6 @@ def refuse_heldout_stages(stages: Sequence[ScenarioConfig]) -> None:
     from commons_arena.family import refuse_heldout
 
     refuse_heldout(stages, "training")
-
-
-def evaluation_stages(args: TrainArgs, stages: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
-    """What a mix is judged on: its tiers, or (allocator_family) a fixed draw of ``eval_scenarios`` of its
-    split; a single scenario or a curriculum is judged stage by stage (empty here)."""
-    if not args.mixed:
-        return ()
-    if not args.kind.shape_free or len(stages) <= args.eval_scenarios:
-        return stages
-    order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[: args.eval_scenarios]
-    return tuple(stages[i] for i in sorted(order.tolist()))
 
 
 def background_population(path: Path | None, config: ScenarioConfig) -> Population:
@@ -181,19 +155,17 @@ class Observations(Observer):
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     """Learning seat -> observation scale, fitted per module on every seat it plays."""
-    if setup.args.shape_free:  # cell features are normalised by each scenario's public parameters
+    if setup.args.net.cell_view:  # cell features are normalised by each scenario's public parameters
         return {}
     samples = sample_observations(setup.stages, setup.args.seed)
-    # a league shares team seats between learned and scripted members: exact (power-of-two) scales
-    fit = (lambda x: exact_scale(observation_scale(x))) if setup.args.kind.league else observation_scale
-    return module_scales(setup.plan, samples, fit)
+    return module_scales(setup.plan, samples, setup.args.kind.fit_scale)
 
 
 def with_unit_scales(setup: RunSetup) -> RunSetup:
     """``setup`` with scale 1 for every learning seat (benchmarks and tests of the wiring,
     where the learning signal does not matter)."""
     env = commons_arena.parallel_env(setup.stages[0])
-    if setup.args.shape_free:
+    if setup.args.net.cell_view:
         return replace(setup, scales={})
     return replace(setup, scales={s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats})
 
@@ -208,20 +180,19 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
                   for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
         scales = fit_scales(setup)
-        if setup.args.init_from is not None and setup.args.network == "mlp":  # its weights were trained on its scale
-            scales[ALLOCATOR] = warm_scale(setup.args.init_from)
+        if (start := setup.args.net.start_scale(setup.args.init_from)) is not None:  # its weights were trained on it
+            scales[ALLOCATOR] = start
         write_file(scale_path, json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
     if references_path.is_file():
         references = load_json(references_path, "saved record", allow_nan=True, own=True)
     else:
         cache = setup.args.out / ".references"
-        judged = setup.eval_stages if setup.args.mixed else setup.stages
-        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in judged}
+        references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in setup.args.kind.judged(setup)}
         write_file(references_path, json.dumps(references, indent=1))
     return replace(setup, scales=scales, references=references)
 
 
-__all__ = ["RunSetup", "background_population", "evaluation_stages", "fit_scales", "load_stages", "measure",
+__all__ = ["RunSetup", "background_population", "fit_scales", "load_stages", "measure",
            "refuse_heldout_stages", "resolve", "sample_observations", "scale_sample_seeds",
            "with_unit_scales"]

@@ -56,18 +56,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, write_file
 from commons_arena.inputs import load_json
 from experiments.cluster import start_ray
-from experiments.training import league
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
-from experiments.training.callbacks import MIX_SHARE_KEY, MIXTURE_SHARES_KEY, set_scenario_everywhere
-from experiments.training.export import keep_best, save_checkpoint, save_snapshot, save_untrained, seat_networks
+from experiments.training.callbacks import MIX_SHARE_KEY, MIXTURE_SHARES_KEY
+from experiments.training.export import keep_best, save_checkpoint, save_untrained, seat_networks
 from experiments.training.heldout import allocator_reports, describe, held_out_evaluation
 from experiments.training.reporting import Reporter, plot, scalars
 from experiments.training.runs import RunState, open_run, run_args, save_state
@@ -75,7 +73,6 @@ from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
 from experiments.training.weight_sync import push_learner_weights
-from experiments.training.weights import favour_code, favour_zero_code
 
 
 def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
@@ -105,17 +102,12 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
     else:
         if args.init_from is not None:  # the allocator continues a checkpoint's policy (warm_start.py)
             load_warm_start(algo, setup.plan.module_of[ALLOCATOR], args.init_from)
-        elif (begin := args.kind.start_code(setup, run)) is not None:  # a best response: its best fixed code
-            favour_code(algo, setup.plan.module_of[begin.seat], np.asarray(begin.nvec), np.asarray(begin.code),
-                        begin.strength)
-        else:
-            favour_zero_code(algo, setup)
+        else:  # its codec's zero code (a best response: its best fixed code)
+            args.kind.start_weights(algo, setup, run)
         keep_untrained(algo, setup, run)
-    if not args.mixed:
-        set_scenario_everywhere(algo, setup.stages[state.stage])
+    args.kind.start(algo, setup, state.stage)  # every env on the current stage (a mix draws its own)
     reporter = Reporter(run, args.quiet)
-    on = f"{len(setup.stages)} scenarios of {args.stages[0]}" if args.kind.shape_free else args.stages[state.stage]
-    print(f"run {run}: {args.experiment} on {on}, {args.algo}, "
+    print(f"run {run}: {args.experiment} on {args.kind.describe(setup, state.stage)}, {args.algo}, "
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
 
     # ---- train; evaluate on held-out seeds and checkpoint every eval_every iterations
@@ -132,12 +124,7 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
         state.iterations += 1
         session_iterations += 1
         state.env_steps = int(result.get("num_env_steps_sampled_lifetime", state.env_steps))
-        if result.get("curriculum_stage", state.stage) != state.stage:
-            state.stage = result["curriculum_stage"]
-            print(f"  promoted to {args.stages[state.stage]}")
-        snapshot = result.get("league", {}).get("snapshot")
-        if snapshot:  # a frozen copy of the learner joined the mix: learned: plays it from here
-            save_snapshot(algo, setup, snapshot, run / league.SNAPSHOTS / snapshot, setup.stages[0])
+        args.kind.after_iteration(algo, setup, run, result, state)  # a curriculum's promotion, a league's snapshot
         values = scalars(result)
         reporter.iteration(state, result, values, elapsed / 60)
         due = state.iterations % args.eval_every == 0
@@ -148,8 +135,7 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
 
     # ---- the allocator's final scores on every stage or tier (a run to the budget, or several stages)
     if setup.allocator_learns and (len(setup.stages) > 1 or args.iterations is None):
-        final = allocator_reports(setup, seat_networks(algo, setup.plan)[ALLOCATOR],
-                                  setup.eval_stages if args.mixed else setup.stages)
+        final = allocator_reports(setup, seat_networks(algo, setup.plan)[ALLOCATOR], args.kind.judged(setup))
         for name, report in final.items():
             print(f"final on {name}: {describe(report)}")
         write_file(run / "final_scores.json", json.dumps(final, indent=1))
@@ -157,10 +143,8 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
     algo.stop()
     args.kind.after_training(setup, run)  # a best response's report, a league's payoff matrix
     print(f"checkpoints: {checkpoint} (latest), {run / 'best'} (best held-out score {state.best_score:.3f})")
-    if args.network != "padded":  # a measurement: no learned: files
-        print(f"use one as: learned:{run / 'best'}")
-    if args.kind.shape_free and args.network == "cells":  # training never reads the held-out split: the benchmark does
-        print(f"held-out split: commons-arena benchmark learned:{run / 'best'} --suite heldout-allocator")
+    if (learned := args.net.learned(run)) is not None:  # --network padded is a measurement: no learned: files
+        print(f"use one as: {learned}")
     return checkpoint
 
 
@@ -171,11 +155,10 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     """``<run>/iteration_0/``: the learning seats' data-only policies before the first update
     and their held-out evaluation (``heldout.json``, a history row at 0 env steps): the
     untrained reference of the learning curve and of ``commons-arena analyze``."""
-    scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[0],)
+    scenarios = setup.args.kind.judged(setup, 0)
     networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
     results, _ = held_out_evaluation(setup, networks, scenarios)
-    row = {"iteration": 0, "env_steps": 0, "scenario": "mixed" if setup.args.mixed else scenarios[0].name,
-           **results}
+    row = {"iteration": 0, "env_steps": 0, "scenario": setup.args.kind.judged_as(scenarios), **results}
     make_folder(run / UNTRAINED)  # an LSTM module writes no data-only policy there
     write_file(run / UNTRAINED / "heldout.json", json.dumps(row, indent=1))
     print(f"  untrained (iteration 0) on held-out seeds: return {row['eval_return']:.2f}, "
@@ -202,14 +185,14 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
     when the score is the best on this stage), the run's state and its learning curve.
     ``train_return`` is None while no training episode has finished (kept as null, not NaN)."""
     # a mix is judged on every tier (its score: the mean), a stage on itself
-    scenarios = setup.eval_stages if setup.args.mixed else (setup.stages[state.stage],)
+    scenarios = setup.args.kind.judged(setup, state.stage)
     networks = seat_networks(algo, setup.plan)  # what the checkpoint stores is what is evaluated
     results, reports = held_out_evaluation(setup, networks, scenarios)
     if "returns" in results:
         reporter.seats(scenarios[0].name, len(setup.eval_seeds), results["returns"], state.env_steps)
     reporter.allocator(reports, len(setup.eval_seeds))
     state.seconds = time.perf_counter() - start
-    scenario = "mixed" if setup.args.mixed else scenarios[0].name
+    scenario = setup.args.kind.judged_as(scenarios)
     row = {"iteration": state.iterations, "env_steps": state.env_steps, "scenario": scenario,
            "train_return": train_return, **({"league": result["league"]} if "league" in result else {}),
            **mix_share(result),

@@ -1,4 +1,4 @@
-"""Weight surgery on a built algorithm: start each coded learning seat at its codec's zero code.
+"""Weight surgery on a built algorithm: start a learning module at a code of its codec.
 
 The learner's module is changed and its weights are pushed to every env runner
 (:func:`push_learner_weights`, which waits until each runner holds them).
@@ -11,30 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.training.setup import RunSetup
 from experiments.training.weight_sync import push_learner_weights
-from policies.codecs import make_codec
-from policies.universal import CELLS
-
-
-def favour_zero_code(algo: Any, setup: RunSetup) -> None:
-    """Start every coded module from its codec's base policy (the allocator's ``need``: the
-    planner; a team's ``bluff``: truthful; the broker's ``markup``: demand_priced): its zero
-    code gets ``zero_bias`` more logit. A module's seats share one codec (``seat_codecs``)."""
-    if setup.args.favour_strength == 0:
-        return
-    for module, seats in setup.plan.modules.items():
-        codec_name = setup.codecs.get(seats[0])
-        if not codec_name:
-            continue
-        codec = make_codec(codec_name, setup.stages[0], seats[0])
-        if setup.args.network == "padded":  # the zero code on every padded cell slot
-            favour_code(algo, module, np.full(CELLS, codec.nvec[0]), np.full(CELLS, codec.zero_code[0]),  # type: ignore[index]
-                        setup.args.favour_strength)
-        elif setup.args.network == "cells":  # one cell's code: the same bias on every cell
-            favour_cells(algo, module, int(codec.zero_code[0]), setup.args.favour_strength)  # type: ignore[index]
-        elif codec.zero_code is not None:
-            favour_code(algo, module, codec.nvec, codec.zero_code, setup.args.favour_strength)
 
 
 def favour_cells(algo: Any, module_id: str, code: int, strength: float) -> None:
@@ -71,4 +48,4 @@ def favour_code(algo: Any, agent: str, nvec: Any, code: Any, strength: float) ->
     push_learner_weights(algo)
 
 
-__all__ = ["favour_cells", "favour_code", "favour_zero_code"]
+__all__ = ["favour_cells", "favour_code"]

@@ -203,10 +203,13 @@ def heatmap(matrix: Sequence[Sequence[float]], rows: Sequence[str], columns: Seq
 
 
 def welfare_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],
-                           title: str = "Welfare and exploitability of each allocator") -> Path:
+                           title: str = "Welfare and exploitability of each allocator",
+                           frontiers: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> Path:
     """One panel per ``scenario``; each row a point at (``welfare``, ``exploitability``) with
     ``welfare_ci95`` / ``exploitability_ci95`` error bars, labelled with its ``allocator``
-    (:func:`draw_welfare_exploitability`). Rows without a finite exploitability are left out."""
+    (:func:`draw_welfare_exploitability`). Rows without a finite exploitability are left out.
+    ``frontiers``: per scenario, the (welfare, exploitability) points of a frontier, drawn as a line
+    (experiments/studies/frontier.py)."""
     scenarios = list(dict.fromkeys(str(r["scenario"]) for r in rows))
     if not scenarios:
         raise ValueError("welfare_exploitability: no rows to plot")
@@ -215,6 +218,10 @@ def welfare_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.Pat
     for i, scenario in enumerate(scenarios):
         ax = fig.add_subplot(1, len(scenarios), i + 1)
         draw_welfare_exploitability(ax, [r for r in rows if str(r["scenario"]) == scenario])
+        line = (frontiers or {}).get(scenario)
+        if line:
+            ax.plot([x for x, _ in line], [y for _, y in line], "--", color="black", linewidth=1.4, zorder=5,
+                    label="scripted frontier")
         ax.set_title(scenario)
     fig.suptitle(title)
     fig.tight_layout()

@@ -57,11 +57,24 @@ function fillSeats() {
   if (!select.value) select.value = scenario.seats[0];
 }
 
+// Before an episode: every scenario this server offers, each with what it is about.
+function drawScenarioList() {
+  const list = el("ul", {id: "scenario-list"});
+  for (const s of state.meta.scenarios) {
+    const item = el("li", {"data-scenario": s.name});
+    item.append(el("strong", {}, s.name), document.createTextNode(`: ${s.description || "no description"} ` +
+      `(${s.max_ticks} ticks; teams ${s.teams.join(", ")})`));
+    list.appendChild(item);
+  }
+  $("guide").append(el("h3", {}, "the scenarios on this server"), list);
+}
+
 async function init() {
   state.meta = await api("GET", "/info");
   for (const s of state.meta.scenarios) $("scenario").appendChild(el("option", {value: s.name, title: s.description}, s.name));
   $("scenario").value = state.meta.default_scenario;
   fillSeats();
+  drawScenarioList();
   $("scenario").addEventListener("change", fillSeats);
   $("setup").addEventListener("submit", (ev) => { ev.preventDefault(); start().catch((e) => showError(e.message)); });
   $("action-form").addEventListener("submit", (ev) => { ev.preventDefault(); playTick().catch((e) => showError(e.message)); });
@@ -72,6 +85,7 @@ async function init() {
   window.addEventListener("pagehide", closeSession);
   $("action-fields").addEventListener("input", () => {
     if (state.observation) limitEntries(state.observation);
+    if ($("error").textContent) showError(rangeProblem());  // the line says what is wrong now, or goes
     schedulePreview();
   });
   $("action-fields").addEventListener("change", schedulePreview);
@@ -106,8 +120,9 @@ async function start() {
   $("setup-box").open = false;
   buildForm(state.spec);
   drawGuide(state.spec);
-  $("title").textContent = `commons_arena: you are ${seat} (${state.spec.role})`;
-  $("role-badge").textContent = `${seat} · ${state.spec.role}`;
+  $("title").textContent = seat === state.spec.role ? `commons_arena: you are the ${seat}` :
+    `commons_arena: you are ${seat} (a ${state.spec.role})`;
+  $("role-badge").textContent = seat === state.spec.role ? seat : `${seat} · ${state.spec.role}`;
   const info = state.meta.scenarios.find((s) => s.name === scenario);
   $("meta").textContent = `scenario ${scenario} (hash ${info.hash}) · seed ${seed} · ${info.max_ticks} ticks · ` +
     `teams ${info.teams.join(", ")} · tiers ${info.tiers.join(", ")} · every other seat is played by the server`;
@@ -122,7 +137,8 @@ async function start() {
 // ------------------------------------------------------------------ what the seat is for
 function drawGuide(spec) {
   const guide = spec.guide, box = $("guide");
-  $("guide-title").textContent = `your seat: ${spec.seat} (${spec.role}): what it is for, what things cost, how you are scored`;
+  $("guide-title").textContent = `your seat: ${spec.seat === spec.role ? spec.seat : `${spec.seat} (a ${spec.role})`}: ` +
+    "what it is for, what things cost, how you are scored";
   box.replaceChildren(el("p", {}, guide.purpose));
   box.appendChild(el("p", {class: "muted", id: "description"}, "About this scenario: " + guide.description));
   const tiers = el("table", {id: "tier-table"}), top = el("tr");
@@ -170,7 +186,8 @@ function drawGuide(spec) {
 // Each tick the form starts from a default a person can play as is (stated on the page), not from last tick's entries.
 const DEFAULT_RULES = {
   allocator: "Each tick the entries start from: buy 0; grant = what each team declared for this tick, scaled down " +
-    "to the GPUs online where a tier is asked for more than it has.",
+    "to the GPUs online where a tier is asked for more than it has. At tick 0 no team has declared yet, so the " +
+    "default grants nothing (as proportional and planner do); a grant then is a guess at needs you cannot see.",
   team: "Each tick the entries start from: request = your true need this tick (a truthful declaration); stance accept.",
   broker: "Each tick the entries start from: quantity = your whole inventory; price level = the middle of the grid.",
 };
@@ -241,12 +258,16 @@ function warnOverGrant(obs) {
   const box = document.querySelector('fieldset[data-part="grant"]');
   if (!box || state.spec.role !== "allocator") return;
   const part = state.spec.action.find((p) => p.name === "grant"), tiers = part.shape[1];
-  const totals = new Array(tiers).fill(0);
-  for (const input of inputsOf("grant")) totals[Number(input.dataset.index) % tiers] += Number(input.value) || 0;
+  const totals = new Array(tiers).fill(0), refused = new Array(tiers).fill(false);
+  for (const input of inputsOf("grant")) {
+    const t = Number(input.dataset.index) % tiers, value = Number(input.value) || 0;
+    totals[t] += value;
+    refused[t] = refused[t] || value > Number(input.dataset.high);  // the entry's own range error speaks for it
+  }
   const lines = [];
   totals.forEach((total, t) => {
     const buy = Number(inputsOf("buy")[t].value) || 0, have = obs.online[t] + buy;
-    if (total > have) {
+    if (total > have && !refused[t]) {
       lines.push(`${part.labels[1][t]}: ${total} granted, ${have} available (online ${fmt(obs.online[t])} + bought ` +
         `${buy}); the rules cut ${total - have} and charge them as invalid`);
     }
@@ -581,9 +602,16 @@ function drawLog(frame) {
     return;
   }
   box.appendChild(el("div", {}, `reward ${fmt(frame.reward)} on tick ${frame.observation.metadata.tick - 1}`));
+  const last = state.meta.scenarios.find((s) => s.name === state.spec.scenario).max_ticks - 1;
   for (const event of info.events || []) {
     box.appendChild(el("div", {class: "event"}, `shock: ${String(event.kind).replace(/_/g, " ")}` +
-      (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") + `, until tick ${event.until}`));
+      (event.team ? ` → ${event.team}` : "") + (event.tier ? ` on ${event.tier}` : "") +
+      (event.until >= last ? ", until the episode ends" : `, until tick ${event.until}`)));
+  }
+  if (info.credibility_lost) {  // each cause in words: which rule took it
+    const lost = el("div", {class: "event", id: "credibility-lost"},
+      `credibility lost ${fmt(info.credibility_lost.amount)}: ` + info.credibility_lost.causes.join("; "));
+    box.appendChild(lost);
   }
   const repairs = Object.entries(info.repairs || {}).filter(([, v]) => v);
   if (repairs.length) box.appendChild(el("div", {}, "cut as invalid: " + repairs.map(([k, v]) => `${k} ${v}`).join(", ")));
@@ -616,27 +644,72 @@ function drawSummary(frame) {
 function drawReferences(box, summary) {
   box.replaceChildren(el("p", {id: "how-you-did"}, summary.text));
   const rows = [["you", summary.return], ...Object.entries(summary.references)];
-  const values = rows.map(([, v]) => v), lo = Math.min(0, ...values), hi = Math.max(...values, lo + 1);
+  const values = rows.map(([, v]) => v), lo = Math.min(0, ...values), hi = Math.max(0, ...values, lo + 1);
+  const x = (v) => Math.round(120 * (v - lo) / (hi - lo));  // one axis for every bar, zero included
   const table = el("table", {id: "references"}), head = el("tr");
   for (const label of ["in your seat, same seed", "return", ""]) head.appendChild(el("th", {}, label));
   table.appendChild(head);
   for (const [name, value] of rows) {
     const tr = el("tr", {"data-ref": name});
-    tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, name === "you" ? "you" : name));
+    tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, name));
     tr.appendChild(el("td", name === "you" ? {class: "you"} : {}, fmt(value)));
-    const bar = el("td"), span = el("span", {class: name === "you" ? "refbar you" : "refbar"});
-    span.style.width = `${Math.round(120 * (value - lo) / (hi - lo))}px`;
-    bar.appendChild(span);
+    const bar = el("td"), axis = el("div", {class: "refaxis"});
+    const span = el("span", {class: name === "you" ? "refbar you" : "refbar"});
+    span.style.left = `${Math.min(x(0), x(value))}px`;  // a negative return grows left of zero, a positive right
+    span.style.width = `${Math.abs(x(value) - x(0))}px`;
+    const zero = el("span", {class: "refzero"});
+    zero.style.left = `${x(0)}px`;
+    axis.append(span, zero);
+    bar.appendChild(axis);
     tr.appendChild(bar);
     table.appendChild(tr);
   }
   box.appendChild(table);
+  drawTermComparison(box, summary);
   box.appendChild(el("h3", {}, "your totals (your return and your reward terms, weighted)"));
   box.appendChild(keyValueTable(Object.entries(summary.your_totals), statKind, statMeaning, true));
   box.appendChild(el("h3", {}, state.spec.role === "team" ?
     "the whole episode (every team and seat, not just yours)" : "the whole episode (every seat)"));
   box.appendChild(keyValueTable(Object.entries(summary.episode_totals), statKind, statMeaning));
   document.body.dataset.summary = "1";
+}
+
+// Where the return went: each reward term, yours beside every reference's on the same seed, and per reference the
+// term that cost you the most against it.
+function drawTermComparison(box, summary) {
+  const refs = Object.keys(summary.reference_terms || {});
+  if (!refs.length) return;
+  const terms = [...new Set([...Object.keys(summary.your_totals).filter((k) => k.startsWith("term/")),
+    ...refs.flatMap((name) => Object.keys(summary.reference_terms[name]))])];
+  box.appendChild(el("h3", {}, "where the return went: each reward term, yours beside the references'"));
+  const wrap = el("div", {class: "scroll-x"}), table = el("table", {id: "term-comparison"}), head = el("tr");
+  for (const label of ["term", "you", ...refs]) head.appendChild(el("th", label === "you" ? {class: "you"} : {}, label));
+  table.appendChild(head);
+  for (const key of terms) {
+    const tr = el("tr", {"data-term": key.slice(5)});
+    tr.appendChild(el("td", {}, key.slice(5).replace(/_/g, " ")));
+    const yours = summary.your_totals[key] || 0;
+    tr.appendChild(el("td", {class: "you"}, fmt(yours)));
+    for (const name of refs) {
+      const theirs = summary.reference_terms[name][key] || 0;
+      const loss = (summary.biggest_loss || {})[name];
+      const worst = loss && loss.term === key.slice(5);
+      tr.appendChild(el("td", worst ? {class: "lost-most", title: `you lost the most against ${name} here`} : {},
+        fmt(theirs)));
+    }
+    table.appendChild(tr);
+  }
+  wrap.appendChild(table);
+  box.appendChild(wrap);
+  const list = el("ul", {id: "biggest-loss"});
+  for (const name of refs) {
+    const loss = (summary.biggest_loss || {})[name];
+    list.appendChild(el("li", {"data-ref": name}, loss ?
+      `against ${name}: you lost the most on ${loss.term.replace(/_/g, " ")} (yours ${fmt(loss.yours)}, ` +
+      `${name}'s ${fmt(loss.theirs)}: ${fmt(loss.behind)} behind)` :
+      `against ${name}: you were at or above it on every term`));
+  }
+  box.appendChild(list);
 }
 
 function show(frame) {

@@ -16,6 +16,7 @@ import pytest
 
 import commons_arena
 from commons_arena import ScenarioError, load_scenario
+from commons_arena.arena import ArenaEnv
 from commons_arena.state import ArenaState
 
 # --------------------------------------------------------------------------- helpers
@@ -293,11 +294,21 @@ def test_unknown_shock_kind(tiny, write_scenario) -> None:
     _expect(write_scenario(tiny), "shocks.0.kind", "alien_invasion")
 
 
-def test_shock_for_a_missing_default_team(tiny, write_scenario) -> None:
-    # an audit injects into "safety" by default; this scenario has no such team
-    tiny["shocks"] = [{"kind": "compliance_audit", "tick": 1, "job": {"gpus": 1, "work": 1.0, "slack": 1,
-                                                                       "value": 1.0}}]
-    _expect(write_scenario(tiny), "shocks[0] (compliance_audit).team", "'safety'", "set 'team'")
+def test_a_job_shock_in_a_cluster_of_its_own_names_targets_its_first_team(tiny, write_scenario) -> None:
+    """An audit injects into "safety" by default; a scenario with team names of its own needs no 'team': the job goes
+    to its first team. A 'team' it does not have is refused, naming the teams it has."""
+    audit = {"kind": "compliance_audit", "tick": 1, "job": {"gpus": 1, "work": 1.0, "slack": 1, "value": 1.0}}
+    tiny["shocks"] = [audit]
+    config = load_scenario(write_scenario(tiny))
+    teams = config.team_names
+    assert "safety" not in teams and config.shocks[0].target_team(teams) == teams[0]
+    env = ArenaEnv(scenario=config)
+    env.reset(seed=0)
+    env.step({a: env.action_space(a).sample() * 0 for a in env.agents})
+    env.step({a: env.action_space(a).sample() * 0 for a in env.agents})
+    assert [e["team"] for e in env.last_tick.events] == [teams[0]]
+    tiny["shocks"] = [{**audit, "team": "safety"}]
+    _expect(write_scenario(tiny), "shocks[0] (compliance_audit).team", "'safety' is not one of this scenario's teams")
 
 
 def test_missing_required_key(tiny, write_scenario) -> None:

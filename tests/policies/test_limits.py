@@ -150,7 +150,7 @@ def test_no_avoidable_invalid_unit_on_perturbed_scenarios() -> None:
     assert not bad, bad
 
 
-@pytest.mark.slow  # 40 scenarios x 2 seeds x 9 allocators
+@pytest.mark.slow  # 40 scenarios x 2 seeds x 12 allocators
 def test_no_avoidable_invalid_unit_on_more_perturbed_scenarios() -> None:  # slow (tests/conftest.py)
     configs = perturbed_scenarios(40, seed=2028)
     assert sum(c.carbon.mode == "hard" for c in configs) >= 20

@@ -128,3 +128,25 @@ def test_oracle_is_deterministic():
     env = commons_arena.parallel_env("crisis")
     population = Population(agents={"allocator": "oracle"})
     assert run_episode(env, population, 3) == run_episode(env, population, 3)
+
+
+def test_a_dependent_job_runs_only_in_a_tick_after_its_predecessor_completed(tiny, make_env):
+    """One chain on one 2-GPU tier: ``second`` (worth 10) may run only once ``first`` has completed, so
+    the two cannot share tick 1: ``first`` must run at tick 0 (one GPU), which leaves ``wide`` (2 GPUs, worth 5,
+    due at tick 0) out. A plan that let a job run in its predecessor's tick would play ``wide`` and lose ``second``."""
+    tiny["max_ticks"] = 3
+    tiny["gpu_tiers"] = [{"name": "only", "owned": 2, "memory_gb": 16.0, "speed": 1.0, "op_cost": 0.1,
+                          "power_kw": 0.1, "spot_inventory": 0, "spot_unit_cost": 1.0, "max_price": 10.0}]
+    tiny["teams"][0]["jobs"] = [
+        {"id": "first", "gpus": 1, "work": 1.0, "arrival": 0, "deadline": 1, "value": 2.0},
+        {"id": "second", "gpus": 1, "work": 1.0, "arrival": 0, "deadline": 1, "value": 10.0, "depends_on": ["first"]},
+        {"id": "wide", "gpus": 2, "work": 2.0, "arrival": 0, "deadline": 0, "value": 5.0},
+    ]
+    tiny["teams"][1]["jobs"] = []
+    env = make_env(tiny)
+    observations, _ = env.reset(seed=0)
+    oracle = OracleAllocator(env)
+    oracle.reset(seed=0)
+    assert oracle.act(observations["allocator"]).tolist() == [0, 1, 0]  # buy nothing; search 1 GPU, robotics 0
+    stats = run_episode(env, Population(agents={"allocator": "oracle"}), seed=0)["allocator"]
+    assert (stats["completed_value"], stats["missed_value"]) == (12.0, 5.0)

@@ -168,3 +168,89 @@ def test_planner_params_are_checked():
         with pytest.raises(ValueError, match=next(iter(bad))):
             make_policy("planner", config, ALLOCATOR, **bad)
     assert set(BLUFF_GRID.tolist()) >= {a.bluff for a in ARCHETYPE_PROFILES.values()}
+
+
+# ---------------------------------------------------------------- one test per planning rule
+# The recorded decisions (test_planner_identical.py) say *that* a change differs; these say *which* rule broke.
+SEARCH, ROBOTICS, SAFETY = 0, 1, 2  # standard's teams: growth (1.5), reliability (1.25), safety_first (1.1)
+
+
+def escalating(*teams: int) -> np.ndarray:
+    stance = np.zeros((3, 3), dtype=np.float32)
+    stance[:, 0] = 1.0  # accept
+    for i in teams:
+        stance[i] = [0.0, 0.0, 1.0]  # escalate
+    return stance
+
+
+def revealed(needs: dict[int, list[int]]) -> dict[str, np.ndarray]:
+    """Observation fields where each team in ``needs`` has its true need revealed (the planner plans on it)."""
+    flags, need = np.zeros(3, np.float32), np.zeros((3, 3), np.float32)
+    for i, row in needs.items():
+        flags[i], need[i] = 1.0, row
+    return {"revealed": flags, "revealed_need": need}
+
+
+def planned(config, **fields) -> tuple[np.ndarray, np.ndarray]:
+    return split(config, make_policy("planner", config, ALLOCATOR).act(observation(config, **fields)))
+
+
+def test_a_team_is_estimated_at_its_revealed_need_else_its_declaration_less_the_kept_margin():
+    config = commons_arena.load_scenario("standard")
+    # search (growth, 1.5) declared 6 small: fully deflated 4, half the inflation kept 5 (1.25), none deflated 6
+    for margin, small in ((0.0, 4), (0.5, 5), (1.0, 6)):
+        planner = PlannerAllocator(config, margin=margin)
+        estimate = planner.observe(observation(config, declared=[[6, 0, 0], [0, 0, 0], [0, 0, 1]],
+                                               **revealed({SAFETY: [0, 0, 3]})))
+        assert estimate[SEARCH].tolist() == [small, 0, 0]
+        assert estimate[SAFETY].tolist() == [0, 0, 3]  # revealed: taken as it is, whatever it declared
+
+
+def test_the_most_urgent_team_is_served_first_when_gpus_are_scarce():
+    config = commons_arena.load_scenario("standard")
+    both = revealed({SEARCH: [0, 0, 1], ROBOTICS: [0, 0, 1]})  # one large GPU online, nothing offered
+    _, grant = planned(config, **both)
+    assert grant[:, 2].tolist() == [0, 1, 0]  # calm: the larger board pressure (robotics 1.2 > search 1.0)
+    _, grant = planned(config, stance=escalating(SEARCH), **both)
+    assert grant[:, 2].tolist() == [1, 0, 0]  # an escalating stance goes before board pressure
+    _, grant = planned(config, pressure=[0.5, 0, 0], stance=escalating(ROBOTICS), **both)
+    assert grant[:, 2].tolist() == [1, 0, 0]  # and pressure before an escalating stance
+
+
+def test_urgency_raises_what_a_gpu_tick_is_worth_to_buy_it():
+    """worth = gpu_tick_value x (1 + pressure / 2 + escalating / 2); one large GPU at 6.5 (+1.0 operating) costs 7.5."""
+    config = commons_arena.load_scenario("standard")
+    shortfall = {"offer_qty": [0, 0, 1], "offer_price": [0, 0, 6.5], "tick": 10, **revealed({SAFETY: [0, 0, 2]})}
+    assert planned(config, **shortfall)[0].tolist() == [0, 0, 0]  # worth 6 < 7.5
+    assert planned(config, stance=escalating(SAFETY), **shortfall)[0].tolist() == [0, 0, 1]  # worth 9
+    assert planned(config, pressure=[0, 0, 1.0], **shortfall)[0].tolist() == [0, 0, 1]  # worth 9
+    assert planned(config, pressure=[0, 0, 0.3], **shortfall)[0].tolist() == [0, 0, 0]  # worth 6.9
+
+
+def test_purchases_are_paced_over_the_ticks_left():
+    """At most budget x min(1, pacing / ticks_left) is spent in a tick: 60 x 2/12 = 10 at tick 0, one GPU at 5.0."""
+    config = commons_arena.load_scenario("standard")  # 12 ticks, budget 60; 2 small GPUs may be bought a tick
+    shortfall = {"online": [4, 0, 0], "offer_qty": [2, 0, 0], "offer_price": [5.0, 0, 0],
+                 **revealed({SEARCH: [10, 0, 0]})}  # 6 small GPUs short
+    assert planned(config, tick=0, **shortfall)[0].tolist() == [1, 0, 0]
+    assert planned(config, tick=6, **shortfall)[0].tolist() == [2, 0, 0]  # 60 x 2/6 = 20
+    paced = make_policy("planner", config, ALLOCATOR, pacing=4.0)  # 60 x 4/12 = 20
+    assert split(config, paced.act(observation(config, tick=0, **shortfall)))[0].tolist() == [2, 0, 0]
+
+
+def test_the_cheapest_tier_that_fits_is_bought_first():
+    config = commons_arena.load_scenario("standard")
+    short = {"online": [0, 0, 0], "tick": 10, **revealed({SEARCH: [1, 0, 0]})}  # a small job, nothing online
+    assert planned(config, offer_qty=[1, 1, 0], offer_price=[4.0, 2.0, 0], **short)[0].tolist() == [0, 1, 0]
+    assert planned(config, offer_qty=[1, 1, 0], offer_price=[2.0, 4.0, 0], **short)[0].tolist() == [1, 0, 0]
+    medium = {"online": [0, 0, 0], "tick": 10, **revealed({SEARCH: [0, 1, 0]})}  # small GPUs do not fit it
+    assert planned(config, offer_qty=[1, 1, 0], offer_price=[1.0, 4.0, 0], **medium)[0].tolist() == [0, 1, 0]
+
+
+def test_carbon_is_priced_once_the_pace_would_pass_a_soft_cap():
+    """Large: 4.4 + 1.0 operating = 5.4 < 6; past the cap's pace each GPU-tick adds 0.7 kW x 1.0 x intensity 1.0."""
+    config = commons_arena.load_scenario("standard")  # soft cap 20 kg, carbon weight 1.0
+    shortfall = {"offer_qty": [0, 0, 1], "offer_price": [0, 0, 4.4], "tick": 6, "carbon_cap": 20.0,
+                 "intensity_forecast": [1.0, 1.0, 1.0], **revealed({SAFETY: [0, 0, 2]})}
+    assert planned(config, carbon_used=9.0, **shortfall)[0].tolist() == [0, 0, 1]  # 9 + 9 = 18 kg projected
+    assert planned(config, carbon_used=11.0, **shortfall)[0].tolist() == [0, 0, 0]  # 22 kg: 6.1 > 6

@@ -38,6 +38,9 @@ ALLOCATOR_POLICIES = [
     "max_min_fair",
     "drf",
     "planner",
+    "credit",
+    "uniform_rule",
+    "fair_planner",
     "oracle",
 ]
 

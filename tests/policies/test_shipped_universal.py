@@ -61,6 +61,27 @@ def test_it_plays_every_kind_of_cluster_zero_shot_and_reproducibly(name: str) ->
     assert np.isfinite(first).all() and first == again
 
 
+def test_learned_universal_names_the_shipped_checkpoint_from_any_folder(tmp_path, monkeypatch) -> None:
+    """``learned:universal`` is the shipped checkpoint wherever the process runs; the path form keeps working from
+    the checkout; a path that is not there names the shipped name to use instead."""
+    from policies.shipping import local_path, pack, shipped_checkpoints
+
+    config = commons_arena.load_scenario("standard")
+    by_path = make_policy(f"learned:{SHIPPED}", config, ALLOCATOR)
+    monkeypatch.chdir(tmp_path)
+    assert "universal" in shipped_checkpoints() and Path(local_path("universal")) == SHIPPED
+    by_name = make_policy("learned:universal", config, ALLOCATOR)
+    lineup = Population.default(config).build(config, strict=False)
+    assert play_returns(config, lineup | {ALLOCATOR: by_name}, [3], ALLOCATOR) == \
+        play_returns(config, lineup | {ALLOCATOR: by_path}, [3], ALLOCATOR)
+    assert pack("universal").sha256 == pack(str(SHIPPED)).sha256  # Ray workers get the same bytes
+    with pytest.raises(CheckpointError, match="write learned:universal to play it from any folder"):
+        make_policy("learned:checkpoints/universal", config, ALLOCATOR)  # tmp_path has no checkpoints/
+    (tmp_path / "universal").mkdir()
+    with pytest.raises(CheckpointError, match="arena_policy.json is missing"):  # ./NAME is the folder here
+        make_policy("learned:./universal", config, ALLOCATOR)
+
+
 def test_it_is_trained_it_beats_planner_on_crisis() -> None:
     """Measured +7 .. +76 over planner per tier on 100 seeds (checkpoints/universal/README.md); on
     crisis, where the margin is widest, 12 seeds of the held-out range show it (paired)."""

@@ -286,7 +286,9 @@ def test_the_arguments_of_a_shape_free_run_are_checked():
     with pytest.raises(ValueError, match="--history 1"):
         TrainArgs(network="cells", history=2).validate()
     family = TrainArgs(experiment="allocator_family", network="cells")
-    assert family.stages == ("split:broad-train",) and family.mixed and family.name == "allocator_family-broad-train-s0"
+    assert family.stages == ("split:broad-train",) and family.name == "allocator_family-broad-train-s0"
+    beside = TrainArgs(experiment="allocator_family", network="cells", family_scenarios=("standard",))
+    assert beside.name == "allocator_family-mixed-s0"  # each episode one of several: a mix
     assert TrainArgs(scenario="some/where/own.toml").name == "allocator_ppo-own-s0"  # a file's stem, not a path
 
 

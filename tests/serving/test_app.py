@@ -7,8 +7,6 @@ Everything here goes over the wire: the project's client for full episodes, and 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import httpx
@@ -383,33 +381,15 @@ def test_remote_policy_in_a_population(tmp_path):
 
 # ------------------------------------------------------------------ the command line
 @pytest.mark.slow
-def test_serve_command_starts_a_server(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "commands", "serve", "--port", "0", "--seats", "broker", "--max-sessions", "3",
-         "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        line = process.stdout.readline()
-        assert "commons-arena serve: http://127.0.0.1:" in line, line
-        base = line.split()[2]
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                info = httpx.get(base + "/info", timeout=5).json()
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+def test_serve_command_starts_a_server(serve_command):
+    with serve_command("--seats", "broker", "--max-sessions", "3") as (base, _):
+        info = httpx.get(base + "/info", timeout=5).json()
         assert info["limits"]["max_sessions"] == 3
         with ArenaClient(base) as client:
             first = client.reset(seed=1)
             assert first.metadata["seats"] == ["broker"]
             assert decode_observation(seat_spec(commons_arena.load_scenario("standard"), "broker"),
                                       first.observation).dtype == np.float32
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -40,25 +39,10 @@ def url():
 
 
 @pytest.fixture(scope="module")
-def served():
+def served(serve_command):
     """A server in its own process, as deployed: its event loop shares no interpreter lock with the test."""
-    process = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0", "--max-sessions",
-                                str(LIMITS.max_sessions), "--log-level", "warning"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        base = process.stdout.readline().split()[2]
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(base + "/health", timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
+    with serve_command("--max-sessions", str(LIMITS.max_sessions)) as (base, process):
         yield base, process.pid
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -98,19 +82,24 @@ def test_a_hostile_text_does_not_stall_health(served):
     url, pid = served
     http = httpx.Client(base_url=url, timeout=20)
     sid = reset(http, seats="search", text=True)
-    slowest, costs, done = [], [], threading.Event()
+    slowest, costs, failures, done = [], [], [], threading.Event()
 
     def watch():
         with httpx.Client(base_url=url, timeout=20) as watcher:
             while not done.is_set():
                 started = time.perf_counter()
-                watcher.get("/health")
+                try:
+                    watcher.get("/health").raise_for_status()
+                except httpx.HTTPError as err:  # reported by the test: an error here must not stop it waiting
+                    failures.append(f"{type(err).__name__}: {err}")
+                    return
                 slowest.append(time.perf_counter() - started)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
+    deadline = time.monotonic() + 120
     try:
-        while len(slowest) < 20:
+        while len(slowest) < 20 and watcher.is_alive() and time.monotonic() < deadline:
             payload = ("```{" * 16000)[:MAX_TEXT_CHARS + len(slowest) % 2]  # at the cap and just over it
             cpu = _cpu_seconds(pid)
             response = http.post("/step", json={"session_id": sid, "action": {"text": payload}})
@@ -119,8 +108,9 @@ def test_a_hostile_text_does_not_stall_health(served):
                                                                                        "UNPARSEABLE_TEXT")
     finally:
         done.set()
-        watcher.join()
+        watcher.join(timeout=30)
         http.post("/close", json={"session_id": sid})
+    assert not failures and len(slowest) >= 20, f"/health: {failures[:1]}, {len(slowest)} answers in time"
     # the server's CPU per hostile request bounds how long /health can wait behind it; wall time also counts
     # the machine's load, so it is only bounded loosely: a stall of the event loop, not a busy machine
     assert max(costs) < 0.05, f"a text action cost the server {max(costs) * 1000:.0f} ms of CPU"
@@ -326,7 +316,7 @@ class HealthWatch:
 
     def __exit__(self, *exc) -> None:
         self.done.set()
-        self.thread.join()
+        self.thread.join(timeout=30)  # each request is bounded by the client's timeout
 
 
 def test_fuzz_http_and_ws(served):
@@ -478,7 +468,8 @@ def test_eight_concurrent_calls_on_one_session_play_the_in_process_episode(url):
             for thread in threads:
                 thread.start()
             for thread in threads:
-                thread.join()
+                thread.join(timeout=120)  # an episode is a few ticks; each request is bounded by its timeout
+            assert not any(thread.is_alive() for thread in threads), "a stepping thread never saw the episode end"
             client.post("/close", json={"session_id": sid})
             return seen
 

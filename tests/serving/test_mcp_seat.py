@@ -100,6 +100,30 @@ def test_a_bad_action_is_a_tool_error_and_changes_nothing(url):
     assert httpx.get(url + "/info").json()["sessions"] == 0
 
 
+def test_the_servers_metadata_is_what_a_client_reads(url):
+    """serverInfo carries the package version; no prompts or resources are advertised (there are none); tool
+    descriptions are plain text, not docstring indentation; the arguments a tool cannot do without are required;
+    a refused preview names preview, not act, as the call to make again."""
+    async def look():
+        async with Client(url + "/mcp") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            _, first = await call(client, "start_episode", seat="search", seed=5)
+            error, text = await call(client, "preview", session_id=first["session_id"], action={"request": {"small": 99}})
+            await call(client, "end_episode", session_id=first["session_id"])
+            return client.server_info, client.server_capabilities, tools, error, text
+
+    info, capabilities, tools, error, text = asyncio.run(look())
+    assert info.name == "commons_arena" and info.version == commons_arena.__version__
+    assert capabilities.tools is not None and capabilities.prompts is None and capabilities.resources is None
+    for name, tool in tools.items():
+        assert "\n " not in tool.description and tool.description == tool.description.strip(), name
+        needed = {"session_id"} if name != "start_episode" else set()
+        if name in ("act", "preview"):
+            needed.add("action")
+        assert set(tool.input_schema.get("required", [])) == needed, name
+    assert error and "call preview again" in text and "call act again" not in text
+
+
 def test_non_jsonrpc_post_gets_a_jsonrpc_error(url):
     """openenv validate's probe: POST /mcp {} → 200 and a JSON-RPC 2.0 error object."""
     response = httpx.post(url + "/mcp", json={})
@@ -164,6 +188,15 @@ def test_a_client_that_reads_only_the_text_plays_an_episode(url):
     assert view["your_totals"]["return"] == pytest.approx(sum(rewards), abs=1e-2)
     # the references are the server's: the oracle, computed with the same engine and seed, tops the allocators
     assert view["references"]["oracle"] >= max(view["references"].values()) - 1e-9
+    # each reference's reward terms beside the seat's, and per reference the term the seat lost the most on
+    for name, terms in view["reference_terms"].items():
+        assert sum(terms.values()) == pytest.approx(view["references"][name], abs=1e-2)
+        gaps = {t[5:]: view["your_totals"].get(t, 0.0) - v for t, v in terms.items()}
+        loss = view["biggest_loss"][name]
+        if loss is None:
+            assert min(gaps.values()) > -0.06
+        else:
+            assert gaps[loss["term"]] == pytest.approx(min(gaps.values()), abs=1e-3) and loss["behind"] > 0
 
 
 def test_a_team_that_declares_its_need_scores_what_truthful_scores(url):
@@ -186,7 +219,7 @@ def test_a_team_that_declares_its_need_scores_what_truthful_scores(url):
             return view, seen
 
     view, seen = asyncio.run(play())
-    assert set(view["references"]) == {"truthful", "greedy_bluffer"} and seen["references"] == view["references"]
+    assert set(view["references"]) == {"truthful", "greedy_bluffer", "declares_nothing"} and seen["references"] == view["references"]
     assert view["your_totals"]["return"] == pytest.approx(view["references"]["truthful"], abs=1e-3)
     assert "term/credibility" in view["your_totals"] and "completed" in view["episode_totals"]
     assert not set(view["your_totals"]) & set(view["episode_totals"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import httpx
 import jsonschema
@@ -47,27 +46,11 @@ def url():
         yield base
 
 
-def test_openenv_validate_passes_against_the_serve_command():
+def test_openenv_validate_passes_against_the_serve_command(serve_command):
     """``openenv validate --url`` (openenv's CLI, as a user runs it) against ``commons-arena serve``."""
-    server = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0", "--log-level",
-                               "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        line = server.stdout.readline()
-        assert "commons-arena serve: http://127.0.0.1:" in line, line
-        base = line.split()[2]
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(base + "/health", timeout=5).raise_for_status()
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the server did not answer"
-                time.sleep(0.1)
+    with serve_command() as (base, _):
         run = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", "--url", base],
                              capture_output=True, text=True, timeout=120)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     report = json.loads(run.stdout[run.stdout.index("{"):])
     failed = [c for c in report["criteria"] if not c["passed"]]
     assert report["passed"] is True and failed == [], failed

@@ -77,6 +77,12 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     chrome.get_log("performance")
     chrome.get(server + "/play")
     wait(chrome, "return document.getElementById('scenario').options.length > 0")
+    # before a start: every scenario offered, each with what it is about
+    offered = httpx.get(server + "/info").json()["scenarios"]
+    listed = chrome.execute_script("return [...document.querySelectorAll('#scenario-list li')].map((e) => "
+                                   "[e.dataset.scenario, e.textContent])")
+    assert [name for name, _ in listed] == [s["name"] for s in offered]
+    assert all(" ".join(s["description"].split()[:4]) in text for s, (_, text) in zip(offered, listed, strict=True))
     Select(chrome.find_element(By.ID, "seat")).select_by_value("search")
     seed = chrome.find_element(By.ID, "seed")
     seed.clear()
@@ -113,6 +119,12 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     chrome.find_element(By.ID, "play-tick").click()
     wait(chrome, "return document.getElementById('error').textContent.includes('two')")
     assert chrome.find_element(By.ID, "error").text == 'request.small must be a whole number in [0, 6], got "two"'
+    set_value(chrome, "request.small", 7)  # the line follows the entry: now what is wrong with 7...
+    chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+    assert chrome.find_element(By.ID, "error").text.startswith("request.small = 7 is outside")
+    set_value(chrome, "request.small", 1)  # ...and goes once the entry is fixed
+    chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+    assert chrome.find_element(By.ID, "error").text == ""
     assert chrome.execute_script("return document.body.dataset.tick") == "0"
     assert_tables_fit(chrome)
 
@@ -134,7 +146,7 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     assert "return" in chrome.find_element(By.ID, "summary").text
     assert "the whole episode (every team and seat, not just yours)" in chrome.find_element(By.ID, "summary").text
     refs = chrome.execute_script("return [...document.querySelectorAll('#references tr[data-ref]')].map((r) => r.dataset.ref)")
-    assert refs == ["you", "truthful", "greedy_bluffer"]
+    assert refs == ["you", "truthful", "greedy_bluffer", "declares_nothing"]
 
     # the recording: downloaded by the link, the episode just played
     link = chrome.find_element(By.ID, "download")
@@ -269,22 +281,34 @@ def click(chrome, element_id):
     element.click()
 
 
+def resize(chrome, width, height):
+    """The window as a laptop's or a phone's (mobile below 600 px)."""
+    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+
+
+def start_seat(chrome, server, seat, seed):
+    """Open the page, choose the seat and the seed, and start."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    chrome.get(server + "/play")
+    wait(chrome, "return document.getElementById('scenario').options.length > 0")
+    Select(chrome.find_element(By.ID, "seat")).select_by_value(seat)
+    chrome.execute_script(f"document.getElementById('seed').value = '{seed}'")
+    chrome.find_element(By.ID, "start").click()
+
+
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 def test_the_page_is_laid_out_for_play(chrome, server, width, height):
     """At a laptop's and a phone's size: a slim header, what decides the move beside (or right above) the form, a
     live preview from the server, the guide folded after the first tick, every jobs column on screen, the chart
     redrawn on resize, and the references at the end."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
-    chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    resize(chrome, width, height)
     try:
-        chrome.get(server + "/play")
-        wait(chrome, "return document.getElementById('scenario').options.length > 0")
-        Select(chrome.find_element(By.ID, "seat")).select_by_value("search")
-        chrome.execute_script("document.getElementById('seed').value = '7'")
-        chrome.find_element(By.ID, "start").click()
+        start_seat(chrome, server, "search", 7)
         wait(chrome, "return document.body.dataset.preview === '0'")
         header = chrome.execute_script("return document.querySelector('header').getBoundingClientRect().height")
         assert header <= 0.10 * height, header
@@ -321,12 +345,10 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         assert_tables_fit(chrome)
         # the chart follows the window
         before = chrome.execute_script("return document.getElementById('rewards').width")
-        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": width - 100, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+        resize(chrome, width - 100, height)
         chrome.execute_script("window.dispatchEvent(new Event('resize'))")
         wait(chrome, f"return document.getElementById('rewards').width < {before}")
-        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+        resize(chrome, width, height)
         while chrome.execute_script("return document.body.dataset.done") != "1":
             tick = int(chrome.execute_script("return document.body.dataset.tick"))
             click(chrome, "play-tick")
@@ -338,3 +360,72 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         assert chrome.execute_script("return window.__errors") == []
     finally:
         chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_the_end_screen_says_which_term_lost_the_most_against_each_reference(chrome, server, width, height):
+    """The issue's lesson: an allocator that buys spot GPUs it does not need reads, at the end, its reward terms
+    beside every reference's and, per reference, the term it lost the most on (here spend), at both sizes, with
+    nothing clipped."""
+    from selenium.webdriver.common.by import By
+
+    resize(chrome, width, height)
+    try:
+        start_seat(chrome, server, "allocator", 3)
+        wait(chrome, "return document.body.dataset.tick === '0'")
+        tick = 0
+        while chrome.execute_script("return document.body.dataset.done") != "1":
+            chrome.execute_script(  # buy every spot GPU on offer: the spend no reference makes
+                "for (const e of document.querySelectorAll('#action-fields input[name^=\"buy.\"]')) e.value = e.dataset.high;"
+                "document.getElementById('action-fields').dispatchEvent(new Event('input'))")
+            click(chrome, "play-tick")
+            tick += 1
+            wait(chrome, f"return document.body.dataset.tick === '{tick}'")
+        wait(chrome, "return document.body.dataset.summary === '1'")
+        summary = httpx.get(f"{server}/sessions/{chrome.execute_script('return state.session')}/summary").json()
+        cells = chrome.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#term-comparison tr[data-term]')].map((r) => "
+            "[r.dataset.term, [...r.children].slice(1).map((c) => Number(c.textContent))]))")
+        heads = chrome.execute_script("return [...document.querySelectorAll('#term-comparison th')].map((e) => e.textContent)")
+        assert heads == ["term", "you", "proportional", "planner", "oracle"]
+        assert set(cells) >= {"job_value", "spend", "idle", "missed"}
+        planner = heads.index("planner") - 1
+        assert cells["spend"][0] < cells["spend"][planner] - 10  # the overspending shows, term by term
+        gaps = {term: row[0] - row[planner] for term, row in cells.items()}
+        worst = min(gaps, key=lambda t: gaps[t])  # what the table shows decides the term the page names
+        assert summary["biggest_loss"]["planner"]["term"] == worst and gaps[worst] < 0
+        lines = {li.get_attribute("data-ref"): li.text for li in chrome.find_elements(By.CSS_SELECTOR, "#biggest-loss li")}
+        assert set(lines) == {"proportional", "planner", "oracle"}
+        named = worst.replace("_", " ")
+        assert lines["planner"].startswith(f"against planner: you lost the most on {named}")
+        assert f"Against planner you lost most on {named}" in chrome.find_element(By.ID, "how-you-did").text
+        marked = chrome.execute_script("return document.querySelector('#term-comparison td.lost-most')"
+                                       ".parentElement.dataset.term")
+        assert marked in {loss["term"] for loss in summary["biggest_loss"].values() if loss}
+        # the whole comparison on screen: its right edge inside the window, nothing clipped
+        right = chrome.execute_script("return document.getElementById('term-comparison').getBoundingClientRect().right")
+        assert right <= width, right
+        assert chrome.execute_script("return document.documentElement.scrollWidth") <= width
+        assert_tables_fit(chrome)
+        assert chrome.execute_script("return window.__errors") == []
+    finally:
+        chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_a_teams_last_tick_names_the_audit_and_why_credibility_was_lost(chrome, server):
+    """standard, seed 1: an audit fires on tick 2. A search team declaring the most it may every tick is exposed; its
+    "last tick" panel names the shock and the cause of the credibility it lost, in words."""
+    from selenium.webdriver.common.by import By
+
+    start_seat(chrome, server, "search", 1)
+    wait(chrome, "return document.body.dataset.tick === '0'")
+    for tick in range(3):
+        chrome.execute_script(  # ask for every GPU the form allows: a bluff
+            "for (const e of document.querySelectorAll('#action-fields input[name^=\"request.\"]')) e.value = e.dataset.high;")
+        click(chrome, "play-tick")
+        wait(chrome, f"return document.body.dataset.tick === '{tick + 1}'")
+    log = chrome.find_element(By.ID, "log").text
+    assert "shock: compliance audit" in log and "until tick 2" in log
+    lost = chrome.find_element(By.ID, "credibility-lost").text
+    assert lost.startswith("credibility lost 0.20: a compliance audit exposed your declaration"), lost
+    assert chrome.execute_script("return window.__errors") == []

@@ -14,7 +14,14 @@ from policies.population import Population
 from policies.registry import make_policy
 from serving.briefing import render_briefing, seat_guide, split_totals
 from serving.explain import fitting_tier, placement, preview, tier_costs
-from serving.seat_references import REFERENCES, how_you_did, seat_reference_returns
+from serving.seat_references import (
+    NOTHING,
+    REFERENCES,
+    biggest_losses,
+    how_you_did,
+    seat_reference_episodes,
+    seat_reference_returns,
+)
 from serving.wire import ActionError, encode_action, encode_observation, seat_spec
 from tests.sweeps import swept
 
@@ -110,9 +117,45 @@ def test_references_are_the_engines_on_the_same_seed_and_cached():
     assert refs["oracle"] == max(refs.values())
     assert seat_reference_returns(CONFIG, 7, "allocator") == refs  # the cache answers
     team = how_you_did(CONFIG, 7, "search", 10.0)
-    assert set(team["references"]) == {"truthful", "greedy_bluffer"} and team["text"].startswith("Your return 10.0")
+    assert set(team["references"]) == {"truthful", "greedy_bluffer", NOTHING} and team["text"].startswith("Your return 10.0")
     broker = seat_reference_returns(CONFIG, 7, "broker", Population.default(CONFIG))
     assert set(broker) == {"demand_priced", "fixed_price"}
+
+
+def test_each_reference_keeps_its_reward_terms_and_the_term_you_lost_most_on_is_named():
+    """The issue's case: an allocator that completed every job but overspent learns that spend, not job value, is
+    where it fell behind planner; the references' terms are the engine's and sum to their returns."""
+    episodes = seat_reference_episodes(CONFIG, 3, "allocator")
+    planner = run_episode(commons_arena.parallel_env(CONFIG), Population.default(CONFIG).with_agent("allocator", "planner"),
+                          seed=3)["allocator"]
+    assert episodes["planner"] == {k: v for k, v in planner.items() if k == "return" or k.startswith("term/")}
+    for terms in episodes.values():
+        assert sum(v for k, v in terms.items() if k.startswith("term/")) == pytest.approx(terms["return"])
+    own = {**{k: v for k, v in episodes["planner"].items() if k != "return"}, "term/spend": -80.2}
+    own_return = sum(own.values())
+    done = how_you_did(CONFIG, 3, "allocator", own_return, own_terms=own)
+    assert done["biggest_loss"]["planner"]["term"] == "spend"
+    assert done["biggest_loss"]["planner"]["behind"] == pytest.approx(80.2 + planner["term/spend"])
+    assert "Against planner you lost most on spend" in done["text"]
+    assert done["reference_terms"]["oracle"] == {k: v for k, v in episodes["oracle"].items() if k != "return"}
+    # at or above a reference on every term: nothing to name
+    assert biggest_losses({"term/a": 2.0, "term/b": 0.0}, {"r": {"term/a": 1.0, "term/b": 0.0}}) == {"r": None}
+    assert biggest_losses({"term/a": 2.0}, {"r": {"term/a": 1.0, "term/b": 3.0}})["r"] == {
+        "term": "b", "yours": 0.0, "theirs": 3.0, "behind": 3.0}
+
+
+def test_a_team_seat_is_compared_with_declaring_nothing():
+    """declares_nothing is the seat playing all zeros (FocalEnv's no-op) against the same background; when it scores
+    as much as every other reference, the text says that the seat's declarations did not pay on that seed."""
+    env = commons_arena.parallel_env(CONFIG)
+    for seed in range(6):
+        refs = seat_reference_returns(CONFIG, seed, "search")
+        focal = FocalEnv(env, ("search",), Population.default(CONFIG))
+        focal.reset(seed=seed)
+        assert refs[NOTHING] == focal.play_out()["search"]["episode"]["return"]
+        text = how_you_did(CONFIG, seed, "search", 0.0, own_terms={})["text"]
+        nothing_pays = refs[NOTHING] >= max(v for k, v in refs.items() if k != NOTHING) - 1e-9
+        assert ("Declaring nothing at all scored as much" in text) == nothing_pays
 
 
 def test_a_summary_separates_the_seats_totals_from_the_episodes():

@@ -59,3 +59,42 @@ def test_everything_that_touches_a_session_runs_on_the_event_loop():
     assert {t.name for t in tools} == {"start_episode", "observe", "act", "preview", "episode_state", "end_episode"}
     server = build_mcp(ServeSettings(), SessionStore(ServeSettings()))
     assert all(server._tool_manager.get_tool(t.name).is_async for t in tools)
+
+
+def test_every_seats_last_tick_names_the_shocks_that_touch_it_and_each_credibility_loss():
+    """A team hears of audits, market crises and the job shocks aimed at it; the broker of crises; the allocator of
+    every shock; no event runs past the episode's last tick; every credibility loss carries its causes in words."""
+    import commons_arena
+    from policies.focal import FocalEnv
+    from policies.population import Population
+    from serving.session import SEEN_BY_TEAMS, seat_tick_info
+    from serving.wire import decode_action, seat_spec
+
+    config = commons_arena.load_scenario("standard")
+    causes_seen: set[str] = set()
+    for seed in range(4):
+        env = FocalEnv(commons_arena.parallel_env(config), ("search",), Population.default(config))
+        env.reset(seed=seed)
+        escalate = decode_action(seat_spec(config, "search"), {"stance": "escalate"})  # escalates when not starved too
+        while not env.episode_over:
+            env.step({"search": escalate})
+            report = env.arena.last_tick
+            for seat in config.agents:
+                info = seat_tick_info(config, report, seat, {"reward_terms": {}})
+                events = info.get("events", [])
+                assert all(e["until"] <= config.max_ticks - 1 for e in events)
+                kinds = [e["kind"] for e in events]
+                if seat == "allocator":
+                    assert kinds == [e["kind"] for e in report.events]
+                elif seat == "broker":
+                    assert set(kinds) <= {"market_crisis"}
+                else:
+                    assert all(k in SEEN_BY_TEAMS or e.get("team") == seat for k, e in zip(kinds, events, strict=True))
+                    assert len(events) == sum(e.get("team") == seat or e["kind"] in SEEN_BY_TEAMS for e in report.events)
+                    i = config.team_names.index(seat)
+                    lost = info.get("credibility_lost")
+                    assert (lost is not None) == (report.outcome.credibility_lost[i] > 0)
+                    if lost:
+                        assert len(lost["causes"]) == report.exposed_bluffs[i] + report.unjustified[i] >= 1
+                        causes_seen.update(c.split(" ")[1] for c in lost["causes"])
+    assert causes_seen == {"compliance", "escalated"}  # both causes met on these seeds

@@ -204,6 +204,46 @@ def test_small_tournaments_stay_in_process():
     assert choose_workers(groups, 2, None, 0.0)[0] == 2
 
 
+def test_heavy_episodes_are_tasks_of_their_own_and_start_first(monkeypatch):
+    """An episode estimated at HEAVY_EPISODE_SECONDS or more (here: the oracle's, with the threshold lowered) is one
+    batch, so one slow scenario's seeds spread over every worker; those batches come first, the slowest first, and
+    the cheap episodes follow in batches of consecutive seeds; every episode is in exactly one batch."""
+    import experiments.evaluation.engine as engine
+
+    roster = flag_roster(["standard", "cost_pressure"], ["edf"], list(range(4)))  # random, oracle, edf x 2 x 4
+    groups = missing_groups(roster, set())
+    oracle = [g for g in groups if not g.player.uniform_random and g.player.entry.policy == "oracle"]
+    per_episode = {g.config.name: group_seconds(g) / len(g.keys) for g in oracle}
+    monkeypatch.setattr(engine, "HEAVY_EPISODE_SECONDS", min(per_episode.values()) * 0.99)
+    parts = batches(groups, 2)
+    keys = [k.as_tuple() for part in parts for g in part for k in g.keys]
+    assert sorted(keys) == sorted(k.as_tuple() for g in groups for k in g.keys)
+    heavy = parts[:len(oracle) * 4]
+    assert all(len(part) == 1 and len(part[0].keys) == 1 and part[0].player.entry.policy == "oracle" for part in heavy)
+    costs = [group_seconds(part[0]) for part in heavy]
+    assert costs == sorted(costs, reverse=True)
+    assert [part[0].config.name for part in heavy[:4]] == [max(per_episode, key=per_episode.get)] * 4
+    assert not any(not g.player.uniform_random and g.player.entry.policy == "oracle"
+                   for part in parts[len(heavy):] for g in part)
+
+
+def test_the_oracles_estimate_grows_with_a_clusters_jobs_and_shrinks_with_its_gpus():
+    import experiments.evaluation.engine as engine
+
+    config = commons_arena.load_scenario("standard")
+    floor = engine.ORACLE_SECONDS_PER_TICK * config.max_ticks
+    assert engine.oracle_episode_seconds(config) >= floor
+    jobs = engine.expected_jobs(config)
+    assert jobs == sum(len(t.jobs) for t in config.teams) + sum(
+        (g.last_tick - g.first_tick + 1) * g.rate for t in config.teams if (g := t.generator)) + sum(
+        1.0 if s.tick is not None else s.rate * config.max_ticks for s in config.shocks if s.job is not None)
+    more_gpus = config.model_copy(update={"gpu_tiers": tuple(t.model_copy(update={"owned": t.owned * 10})
+                                                            for t in config.gpu_tiers)})
+    busy = config.model_copy(update={"teams": tuple(t.model_copy(update={"jobs": t.jobs * 4}) for t in config.teams)})
+    assert engine.oracle_episode_seconds(busy) > engine.oracle_episode_seconds(config) >= \
+        engine.oracle_episode_seconds(more_gpus)
+
+
 @pytest.mark.slow
 def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
     roster, _, _ = allocator_run
@@ -336,7 +376,7 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_rows(uninterrupted, t
                 continue
     assert proc.poll() is None, f"the run ended before the kill: {proc.stderr.read().decode()[-2000:]}"
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)
     at_kill = len(stored(db))
     assert target <= at_kill < total
     rerun = subprocess.run([*cmd, "--workers", "1"], env=env, capture_output=True, text=True, timeout=300)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,8 +25,9 @@ from experiments.studies.arms_race import (
     warm_start_settings,
 )
 from experiments.training.args import TrainArgs
+from experiments.training.networks import check_warm_start
 from experiments.training.runs import saved_args
-from experiments.training.warm_start import check_warm_start, expected_linears
+from experiments.training.warm_start import expected_linears
 from policies.checkpoint_format import NetworkSpec, PolicyNetwork
 from policies.learned import ModuleInterface, read_sidecar, save_policy
 from policies.population import Population
@@ -156,10 +158,11 @@ def test_init_from_is_refused_without_a_checkpoint_or_outside_an_allocator_run(t
 @pytest.mark.rllib
 def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_path):
     from experiments.training.env import MIX_INFO, ArenaRLlibEnv
+    from experiments.training.env_config import ArenaEnvConfig, BackgroundMix
 
     mix = Population(agents={"search": {"policy": "truthful", "bluff": 3.7}})  # a bluff no default plays
-    env = ArenaRLlibEnv({"scenario": "crisis", "scripted_in_env": True, "learned_agents": [ALLOCATOR],
-                         "background_mix": {"background": mix.to_dict(), "share": 0.3}})
+    crisis = ArenaEnvConfig(scenario="crisis", scripted_in_env=True, learned_agents=(ALLOCATOR,))
+    env = ArenaRLlibEnv(replace(crisis, background_mix=BackgroundMix(mix.to_dict(), 0.3)))
     played = []
     for seed in range(200):
         _, infos = env.reset(seed=seed)
@@ -169,8 +172,7 @@ def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_pat
         assert env.seats.background["robotics"].bluff != 3.7  # the other seats: the scenario's own
     assert 0.2 < np.mean(played) < 0.4
     # with a per-episode mix of tiers (allocator_mixed) both draws happen: every tier meets the mix background
-    tiers = ArenaRLlibEnv({"scenarios": ["standard", "crisis"], "scripted_in_env": True, "learned_agents": [ALLOCATOR],
-                           "background_mix": {"background": mix.to_dict(), "share": 0.5}})
+    tiers = ArenaRLlibEnv(replace(crisis, scenarios=("standard", "crisis"), background_mix=BackgroundMix(mix.to_dict(), 0.5)))
     met = set()
     for seed in range(60):
         tiers.reset(seed=seed)
@@ -178,8 +180,7 @@ def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_pat
         assert (tiers.seats.background["search"].bluff == 3.7) == tiers.mix_background_played
     assert met == {("standard", True), ("standard", False), ("crisis", True), ("crisis", False)}
     # without a mix nothing is drawn: the episode seeds are those of an env that never heard of it
-    plain = ArenaRLlibEnv({"scenario": "crisis", "scripted_in_env": True, "learned_agents": [ALLOCATOR]})
-    again = ArenaRLlibEnv({"scenario": "crisis", "scripted_in_env": True, "learned_agents": [ALLOCATOR]})
+    plain, again = ArenaRLlibEnv(crisis), ArenaRLlibEnv(crisis)
     for seed in range(3):
         _, infos = plain.reset(seed=seed)
         again.reset(seed=seed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -99,11 +100,12 @@ def test_a_mixture_file_in_an_experiment_file_is_hashed_with_its_rosters(tmp_pat
 @pytest.mark.rllib
 def test_the_env_plays_each_mixture_entry_in_its_share_and_the_single_mix_as_before():
     from experiments.training.env import MIX_INFO, MIXTURE_INFO, TRAINING_SEEDS, ArenaRLlibEnv
+    from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, BackgroundMixture
 
     a = Population(agents={"search": {"policy": "truthful", "bluff": 3.7}}).to_dict()
     b = Population(agents={"robotics": {"policy": "truthful", "bluff": 2.9}}).to_dict()
-    config = {"scenario": "crisis", "scripted_in_env": True, "learned_agents": [ALLOCATOR],
-              "background_mixture": {"names": [OWN, "a", "b"], "backgrounds": [None, a, b], "weights": [2, 1, 1]}}
+    crisis = ArenaEnvConfig(scenario="crisis", scripted_in_env=True, learned_agents=(ALLOCATOR,))
+    config = replace(crisis, background_mixture=BackgroundMixture((OWN, "a", "b"), (None, a, b), (2, 1, 1)))
     env, twin = ArenaRLlibEnv(config), ArenaRLlibEnv(config)
     entries = []
     for i in range(400):
@@ -117,8 +119,7 @@ def test_the_env_plays_each_mixture_entry_in_its_share_and_the_single_mix_as_bef
     shares = np.bincount(entries, minlength=3) / len(entries)
     assert np.allclose(shares, [0.5, 0.25, 0.25], atol=0.08)  # ~3.5 standard errors at 400 episodes
     # --mix-background: the draws and episode seeds of the rule it always had (u < share, then the seed)
-    mix = ArenaRLlibEnv({"scenario": "crisis", "scripted_in_env": True, "learned_agents": [ALLOCATOR],
-                         "background_mix": {"background": a, "share": 0.3}})
+    mix = ArenaRLlibEnv(replace(crisis, background_mix=BackgroundMix(a, 0.3)))
     rule = np.random.default_rng(9)
     for i in range(50):
         mix.reset(seed=9 if i == 0 else None)

@@ -130,15 +130,16 @@ MIX_ROSTER = 'name = "bluffing search"\n\n[agents]\nsearch = { policy = "truthfu
 @pytest.mark.rllib
 @pytest.mark.ray
 @pytest.mark.parametrize(
-    "experiment, runners, mix",
-    [("allocator_mixed", 0, False), ("selfplay", 0, False),
-     # the main job's settings (experiments/configs/main.toml: two remote env runners) with half its episodes
-     # against another background (--mix-background); the same without the mix adds nothing this one misses
-     ("allocator_mixed", 2, True)],
+    "experiment, runners, mix, sampler",
+    [# the main job's sampler (experiments/configs/main.toml: the batched core, in the driver)
+     ("allocator_mixed", 0, False, "batched"), ("selfplay", 0, False, "stock"),
+     # two remote env runners with half the episodes against another background (--mix-background)
+     ("allocator_mixed", 2, True, "stock")],
 )
-def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment, runners, mix):
-    """Two runs of one experiment file (the main job's experiment, sampled in the driver or by
-    two remote env runners side by side, with or without a background mix; self-play, five
+def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_session, tmp_path, experiment, runners, mix,
+                                                                      sampler):
+    """Two runs of one experiment file (the main job's experiment, sampled in the driver by the
+    batched core or by two remote env runners side by side with a background mix; self-play, five
     RLlib modules drawing from one torch generator in RLlib's set order of agents), each in its
     own Python process started with another string-hash seed, give the same weights bit for bit
     (training pins the hash seed: experiments/hash_seed.py; the start weights reach
@@ -151,7 +152,7 @@ def test_same_file_and_seed_give_identical_weights_in_fresh_processes(ray_sessio
         (tmp_path / "mix.toml").write_text(MIX_ROSTER)
         extra = {"mix_background": tmp_path / "mix.toml", "mix_share": 0.5}
     path.write_text(experiment_text(TrainArgs(experiment=experiment, out=tmp_path,
-                                              **{**TINY, "num_env_runners": runners, **extra})))
+                                              **{**TINY, "num_env_runners": runners, "sampler": sampler, **extra})))
     root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}

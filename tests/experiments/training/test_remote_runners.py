@@ -9,6 +9,7 @@ reach the runners that hold the envs, not that anything learns.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,6 @@ from experiments.training.algorithm import build_algorithm
 from experiments.training.callbacks import foreach_sampling_runner, set_scenario_everywhere
 from experiments.training.setup import resolve, with_unit_scales
 from experiments.training.train import TrainArgs, train
-from experiments.training.weights import favour_zero_code
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(600)]  # remote env runners on the session's Ray
 
@@ -93,7 +93,7 @@ def wait_for_cpus(count: float, seconds: float = 60.0) -> None:
 
 
 def test_the_start_weights_reach_every_remote_runner_before_it_samples(ray_session):
-    """favour_zero_code right after build_algo(): RLlib's fire-and-forget sync_weights dropped this
+    """The kind's start weights right after build_algo(): RLlib's fire-and-forget sync_weights dropped this
     push while the one Algorithm.setup sent was still in flight, so whether a runner sampled its
     first iteration from the start weights or the initial ones was a matter of timing (two runs of
     one seed with a background mix on two remote runners differed)."""
@@ -101,7 +101,7 @@ def test_the_start_weights_reach_every_remote_runner_before_it_samples(ray_sessi
     setup = with_unit_scales(resolve(TrainArgs(experiment="allocator_mixed", **{**TINY, "num_env_runners": 2})))
     algo = build_algorithm(setup)
     try:
-        favour_zero_code(algo, setup)
+        setup.args.kind.start_weights(algo, setup, Path("unused"))  # the zero code: no search, no file
         learner = algo.learner_group.get_state(components="learner/rl_module", inference_only=True)
         start = learner["learner"]["rl_module"]
         held = foreach_sampling_runner(algo, lambda runner: runner.module.get_state(inference_only=True))

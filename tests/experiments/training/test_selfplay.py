@@ -180,16 +180,17 @@ def test_seat_plan_and_mixed_tiers_share_one_interface_per_seat():
     """A shared team module's identity and the allocator's codec + history all go through the
     seat's ModuleInterface, in every tier of a mix."""
     from experiments.training.env import TRAINING_SEEDS, ArenaRLlibEnv
+    from experiments.training.env_config import ArenaEnvConfig
 
     config = commons_arena.load_scenario("standard")
     plan = SeatPlan.build(config, ["allocator", "team"], "shared")
     raw = commons_arena.parallel_env(scenario="standard")
     learning = plan.seats
-    env = ArenaRLlibEnv({
-        "scenarios": ["standard", "elevated", "crisis"], "scripted_in_env": True, "learned_agents": learning,
-        "observation_scale": {s: np.ones(raw.observation_space(s).shape, np.float32).tolist() for s in learning},
-        "action_codec": {ALLOCATOR: "residual"}, "history": {ALLOCATOR: 2}, **plan.to_env_config(),
-    })
+    env = ArenaRLlibEnv(ArenaEnvConfig(
+        scenarios=("standard", "elevated", "crisis"), scripted_in_env=True, learned_agents=tuple(learning),
+        observation_scale={s: np.ones(raw.observation_space(s).shape, np.float32) for s in learning},
+        action_codec={ALLOCATOR: "residual"}, history={ALLOCATOR: 2}, seat_identity=dict(plan.identity),
+    ))
     for team in TEAMS:
         assert env.observation_spaces[team].shape == (raw.observation_space(team).shape[0] + 3,)
     scenarios = set()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from contextlib import redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import scenario_from_dict
 from experiments.training.env import ArenaRLlibEnv
+from experiments.training.env_config import ArenaEnvConfig
+from experiments.training.networks import NETWORKS
 from experiments.training.references import reward_scale
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import load_network
@@ -38,8 +41,8 @@ def _no_nan(text: str) -> object:
 
 def test_an_env_mixing_cluster_shapes_keeps_one_space():
     configs = [SHAPES["duo_one_tier_hard"], SHAPES["octet_four_tiers"], SHAPES["standard"]]
-    env = ArenaRLlibEnv({"scenarios": configs, "scripted_in_env": True, "learned_agents": [ALLOCATOR],
-                         "action_codec": {ALLOCATOR: "need"}, "network": {ALLOCATOR: "cells"}})
+    env = ArenaRLlibEnv(ArenaEnvConfig(scenarios=tuple(configs), scripted_in_env=True, learned_agents=(ALLOCATOR,),
+                                       action_codec={ALLOCATOR: "need"}, network={ALLOCATOR: NETWORKS["cells"]}))
     obs_space, act_space = env.get_observation_space(ALLOCATOR), env.get_action_space(ALLOCATOR)
     shapes = set()
     obs, _ = env.reset(seed=0)
@@ -64,11 +67,11 @@ def test_a_family_reward_scale_is_100_over_planners_gap_to_random_floored_by_ran
 def test_the_training_reward_is_scaled_per_scenario_and_the_episode_totals_are_not():
     configs = [SHAPES["duo_one_tier_hard"], SHAPES["standard"]]
     scale = {configs[0].content_hash: 0.5, configs[1].content_hash: 3.0}
-    base = {"scripted_in_env": True, "learned_agents": [ALLOCATOR], "action_codec": {ALLOCATOR: "need"},
-            "network": {ALLOCATOR: "cells"}}
+    base = ArenaEnvConfig(scripted_in_env=True, learned_agents=(ALLOCATOR,), action_codec={ALLOCATOR: "need"},
+                          network={ALLOCATOR: NETWORKS["cells"]})
     for config in configs:
-        plain = ArenaRLlibEnv({**base, "scenario": config})
-        scaled = ArenaRLlibEnv({**base, "scenario": config, "reward_scale": {ALLOCATOR: scale}})
+        plain = ArenaRLlibEnv(replace(base, scenario=config))
+        scaled = ArenaRLlibEnv(replace(base, scenario=config, reward_scale={ALLOCATOR: scale}))
         plain.reset(seed=3), scaled.reset(seed=3)
         zero = plain.get_action_space(ALLOCATOR).sample() * 0 + 2  # the need codec's zero correction
         rewards = []

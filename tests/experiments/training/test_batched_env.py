@@ -1,0 +1,136 @@
+"""The batched sampler (experiments/training/batched_env.py): every arena of the batch is the focal
+env RLlib would otherwise step one by one (the same observations, rewards, flags and infos), runs it
+cannot play are refused with the reason, and a run sampled by it trains and is reproducible."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from experiments.training.batched_env import BatchedFocalEnv, split_arenas, unsupported_reason
+from experiments.training.env import ArenaRLlibEnv
+from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, Curriculum
+from experiments.training.networks import MLP, NETWORKS
+from experiments.training.train import TrainArgs, train
+from policies.focal import FocalEnv
+
+pytestmark = [pytest.mark.slow, pytest.mark.rllib]
+
+ALLOCATOR = "allocator"
+SEARCH = "search"
+
+
+def config(scenario: str = "crisis", codec: str | None = "need", **extra) -> ArenaEnvConfig:
+    return ArenaEnvConfig(**{"scenario": scenario, "scripted_in_env": True, "learned_agents": (ALLOCATOR,),
+                             "action_codec": {} if codec is None else {ALLOCATOR: codec}, **extra})
+
+
+def team_config(scenario: str = "crisis", allocator: str = "proportional") -> ArenaEnvConfig:
+    """A best response's env: the search team learns (``bluff`` codec) against a scripted allocator."""
+    return ArenaEnvConfig(scenario=scenario, scripted_in_env=True, learned_agents=(SEARCH,),
+                          action_codec={SEARCH: "bluff"}, background={"agents": {ALLOCATOR: allocator}})
+
+
+def play_first_episodes(cfg, n, seed=100, action_seed=0):
+    """Step a batch and n stock envs with the same module actions until every first episode ended;
+    assert every output equal; return the batch (its arenas have just restarted or will at the next step)."""
+    seat = cfg.learned_agents[0]
+    batch = BatchedFocalEnv(cfg, n)
+    stock = [ArenaRLlibEnv(cfg) for _ in range(n)]
+    obs, infos = batch.reset(seed=seed)
+    for i, env in enumerate(stock):
+        o, info = env.reset(seed=seed + i)
+        assert np.array_equal(obs[i][seat], o[seat])
+        assert infos[i][seat]["episode_seed"] == info[seat]["episode_seed"]
+    rng = np.random.default_rng(action_seed)
+    nvec = batch.single_action_spaces[seat].nvec
+    done = [False] * n
+    while not all(done):
+        actions = [{seat: rng.integers(0, nvec)} for _ in range(n)]
+        o, r, t, tr, info = batch.step(actions)
+        for i, env in enumerate(stock):
+            if done[i]:
+                continue
+            so, sr, st, strunc, sinfo = env.step(actions[i])
+            assert np.array_equal(o[i][seat], so[seat])
+            assert r[i] == sr and t[i] == st and tr[i] == strunc
+            assert info[i][seat]["reward_terms"] == sinfo[seat]["reward_terms"]
+            if st["__all__"] or strunc["__all__"]:
+                assert info[i][seat]["episode"] == sinfo[seat]["episode"]
+                done[i] = True
+    return batch
+
+
+@pytest.mark.parametrize("scenario, codec", [("crisis", "need"), ("standard", "residual"), ("elevated", None),
+                                             ("market_baseline", "need")])
+def test_every_arena_plays_the_stock_focal_env(scenario, codec):
+    play_first_episodes(config(scenario, codec), n=6)
+
+
+@pytest.mark.parametrize("allocator", ["proportional", "planner"])
+def test_a_best_responses_team_seat_plays_the_stock_focal_env(allocator):
+    play_first_episodes(team_config("crisis", allocator), n=5)
+
+
+def test_a_restarted_arena_plays_the_cores_next_seed_from_a_clean_start():
+    n = 5
+    batch = play_first_episodes(config("standard", "need"), n)
+    first = [view.episode_seed for view in batch.envs]
+    restarting = np.flatnonzero(batch.groups[0].ended).tolist()  # the arenas whose episode ended last step
+    assert restarting
+    zeros = np.zeros(len(batch.single_action_spaces[ALLOCATOR].nvec), dtype=np.int64)
+    obs, rewards, terminateds, _, infos = batch.step([{ALLOCATOR: zeros} for _ in range(n)])
+    for i in restarting:  # NEXT_STEP: these reset now, their actions ignored
+        seed = infos[i][ALLOCATOR]["episode_seed"]
+        assert seed == first[i] + n and rewards[i] == {ALLOCATOR: 0.0} and not terminateds[i]["__all__"]
+        focal = FocalEnv.from_scenario("standard", focal=[ALLOCATOR])
+        interface = MLP.interface(focal.config, ALLOCATOR, None, "need")
+        raw, _ = focal.reset(seed=seed)
+        interface.reset()
+        assert np.array_equal(obs[i][ALLOCATOR], interface.observe(raw[ALLOCATOR]))
+
+
+def test_mixed_scenarios_split_the_arenas_and_keep_each_arenas_scenario():
+    assert split_arenas(32, [1, 1, 1]) == [11, 11, 10]
+    assert split_arenas(10, [0.9, 0.05, 0.05]) == [8, 1, 1]
+    with pytest.raises(ValueError, match="at least one each"):
+        split_arenas(2, [1, 1, 1])
+    batch = BatchedFocalEnv(config(scenarios=("standard", "elevated", "crisis")), 6)
+    _, infos = batch.reset(seed=3)
+    assert [info[ALLOCATOR]["scenario"] for info in infos] == ["standard"] * 2 + ["elevated"] * 2 + ["crisis"] * 2
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ({"background_mix": BackgroundMix({"agents": {"search": "greedy_bluffer"}}, 0.5)}, "background_mix"),
+    ({"curriculum": Curriculum(("standard", "crisis"), promote_at=0.6)}, "curriculum"),
+    ({"scripted_in_env": False}, "scripted_in_env"),
+    ({"network": {ALLOCATOR: NETWORKS["cells"]}}, "cells"),
+])
+def test_runs_it_cannot_play_are_refused_with_the_reason(extra, reason):
+    cfg = replace(config(), **extra)
+    assert reason in (unsupported_reason(cfg) or "")
+    with pytest.raises(ValueError, match="--sampler stock"):
+        BatchedFocalEnv(cfg, 4)
+
+
+def test_a_privileged_background_is_refused():
+    BatchedFocalEnv(config(background={"agents": {"search": "truthful"}}), 2)  # scripted: fine
+    with pytest.raises(ValueError, match="hidden state"):
+        BatchedFocalEnv(config("standard", None, learned_agents=("search",),
+                               background={"agents": {ALLOCATOR: "oracle"}}), 2)
+
+
+TINY = dict(eval_every=1, eval_seeds=2, train_batch_size=128, minibatch_size=64, num_epochs=1,
+            num_envs_per_env_runner=8, hidden=(8, 8), quiet=True, iterations=2, sampler="batched")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_the_main_jobs_kind_trains_on_the_batched_sampler_reproducibly(ray_session, tmp_path):
+    weights = [(train(TrainArgs(out=tmp_path, run_name=name, experiment="allocator_mixed", **TINY))
+                / "arena_policy.safetensors").read_bytes() for name in ("a", "b")]
+    assert weights[0] == weights[1]  # same file and seed: identical weights
+    with pytest.raises(ValueError, match="--sampler stock"):  # refused before Ray builds anything
+        train(TrainArgs(out=tmp_path, run_name="c", experiment="allocator_curriculum", **TINY))

@@ -1,0 +1,57 @@
+"""The network as an object (experiments/training/networks.py) and RLlib's env config as one typed value
+(experiments/training/env_config.py): no RLlib needed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from experiments.training.args import TrainArgs
+from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, BackgroundMixture
+from experiments.training.networks import MLP, NETWORKS, network_of
+from policies.learned import ModuleInterface
+from policies.universal import OBS_SIZE, UniversalInterface
+
+
+def test_every_network_is_one_registered_object_the_flag_names() -> None:
+    assert list(NETWORKS) == ["mlp", "cells", "padded"]
+    assert all(TrainArgs(network=name).net is NETWORKS[name] for name in NETWORKS)
+    assert TrainArgs().net is MLP
+    with pytest.raises(ValueError, match=r"--network must be one of \['mlp', 'cells', 'padded'\], got 'convolutional'"):
+        TrainArgs(network="convolutional").validate()
+    with pytest.raises(ValueError, match="--network must be one of"):
+        network_of("convolutional")
+
+
+def test_a_network_picks_its_seats_view() -> None:
+    config = commons_arena.load_scenario("crisis")
+    own = MLP.interface(config, ALLOCATOR, codec="need")
+    assert isinstance(own, ModuleInterface) and np.all(own.scale == 1)  # no scale: 1 on every dimension
+    for name in ("cells", "padded"):  # the padded cell view, the same size in every scenario
+        view = NETWORKS[name].interface(config, ALLOCATOR, codec="need")
+        assert isinstance(view, UniversalInterface) and view.observation_space().shape == (OBS_SIZE,)
+
+
+def test_a_cell_network_refuses_what_it_cannot_play() -> None:
+    crisis = commons_arena.load_scenario("crisis")
+    with pytest.raises(ValueError, match="--network cells is the allocator learning alone"):
+        NETWORKS["cells"].check_run(["allocator", "search"], [crisis], None)
+    with pytest.raises(ValueError, match="--init-from starts a cells or mlp network, not padded"):
+        NETWORKS["padded"].check_run(["allocator"], [crisis], "learned:somewhere")
+    NETWORKS["cells"].check_run(["allocator"], [crisis], None)
+    MLP.check_run(["allocator", "search"], [crisis], None)  # the mlp plays any seats
+
+
+def test_the_env_config_is_one_typed_value_and_refuses_an_untyped_dict() -> None:
+    config = ArenaEnvConfig(scenario="crisis", learned_agents=(ALLOCATOR,), network={ALLOCATOR: NETWORKS["cells"]})
+    assert ArenaEnvConfig.of(config.for_rllib()) is config  # what RLlib hands the env and the callbacks
+    assert ArenaEnvConfig.of(None) == ArenaEnvConfig.of({}) == ArenaEnvConfig()
+    assert config.network_of(ALLOCATOR).cell_view and config.network_of("search") is MLP
+    with pytest.raises(TypeError, match=r"takes an ArenaEnvConfig .* got \['scenario', 'scripted_in_env'\]"):
+        ArenaEnvConfig.of({"scenario": "crisis", "scripted_in_env": True})  # the old untyped keys
+    with pytest.raises(ValueError, match="give one"):
+        ArenaEnvConfig(background_mix=BackgroundMix({}, 0.5), background_mixture=BackgroundMixture(("a",), (None,), (1,)))
+    with pytest.raises(AttributeError):
+        config.scenario = "standard"  # type: ignore[misc]  # frozen

@@ -1,0 +1,99 @@
+"""The batched ``planner`` (policies/planner.py's :class:`BatchPlanner`) is bit for bit the
+per-arena planner, arena by arena (issue 40).
+
+Observations come from reference-env episodes of the allocator seat (uniform random actions,
+the planner itself, the ``need`` codec's random corrections) dealt to N arenas with
+episodes cut at random lengths, so arenas reset mid-batch (tests/policies/batch_streams.py).
+Per step the batch and N per-arena planners (:class:`~policies.batch.LoopBatchPolicy`) get the
+same resets and observations; their actions, need estimates and log-weights (to the byte) and
+the plans for randomly corrected needs (what the ``need`` codec asks for) must agree. The fast
+loop holds ``standard``, ``crisis``, a generated ``broad`` scenario and a one-tier hard-cap
+shape; the full run every shipped scenario, both unusual shapes and 30 generated ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import commons_arena
+from commons_arena.enums import ALLOCATOR
+from policies.batch import BatchPolicy, LoopBatchPolicy
+from policies.planner import BatchPlanner, PlannerAllocator
+from tests.policies.batch_streams import case_config, cases, episodes, mixed_actor, schedule
+
+
+def assert_planners_agree(config, num_envs: int, n_episodes: int, seed: int = 0, **params) -> int:
+    """Step the batch and the loop side by side over a schedule; returns how many steps ran."""
+    played = episodes(config, ALLOCATOR, range(seed, seed + n_episodes), mixed_actor(config, ALLOCATOR, "need", seed))
+    loop = LoopBatchPolicy(lambda: PlannerAllocator(config, **params), num_envs)
+    batch = BatchPlanner(config, num_envs, **params)
+    rng = np.random.default_rng(seed)
+    steps = 0
+    for index, seeds, obs in schedule(played, num_envs, seed):
+        loop.reset(seeds, index)
+        batch.reset(seeds, index)
+        expected = loop.act(obs)
+        got = batch.act(obs)
+        assert got.dtype == np.int64 and np.array_equal(got, expected), f"step {steps}: actions differ"
+        estimate = np.stack([p.last_estimate for p in loop.policies])
+        assert np.array_equal(batch.last_estimate, estimate), f"step {steps}: need estimates differ"
+        log_w = np.stack([np.stack([b.log_w for b in p.beliefs]) for p in loop.policies])
+        assert batch.log_w.tobytes() == log_w.tobytes(), f"step {steps}: beliefs differ"
+        need = np.maximum(estimate + rng.integers(-2, 3, estimate.shape), 0)
+        planned = np.stack([np.asarray(p.plan(o, n.tolist()), np.int64) for p, o, n in zip(loop.policies, obs, need, strict=True)])
+        assert np.array_equal(batch.plan(obs, need), planned), f"step {steps}: plans for corrected needs differ"
+        steps += 1
+    return steps
+
+
+@pytest.mark.parametrize("case", cases(broad=30))
+def test_the_batched_planner_is_the_planner_in_every_arena(case):
+    assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15) == 40
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["crisis", "elevated", "duo_one_tier_hard", "broad:3"])
+def test_the_batched_planner_with_other_parameters_and_many_arenas(case):
+    params = {"pacing": 1.0, "gpu_tick_value": 9.0, "prior_sigma": 0.3, "margin": 1.0}
+    assert assert_planners_agree(case_config(case), num_envs=24, n_episodes=60, seed=5, **params) == 40
+
+
+def test_a_batch_of_one_with_one_arena_reset_at_a_time_is_the_planner():
+    assert assert_planners_agree(commons_arena.load_scenario("standard"), num_envs=1, n_episodes=4, seed=2) == 40
+
+
+def test_it_is_a_batch_policy_and_refuses_bad_input():
+    config = commons_arena.load_scenario("standard")
+    batch = BatchPlanner(config, 3)
+    assert isinstance(batch, BatchPolicy)
+    assert batch.params == PlannerAllocator(config).params
+    tuned = BatchPlanner.of(PlannerAllocator(config, margin=0.8, pacing=1.5), 2)
+    assert tuned.params == {**batch.params, "margin": 0.8, "pacing": 1.5} and tuned.num_envs == 2
+    with pytest.raises(ValueError, match="one seed per arena"):
+        batch.reset([1, 2], np.array([0]))
+    with pytest.raises(ValueError, match="outside 0..2"):
+        batch.reset([1], np.array([3]))
+    with pytest.raises(ValueError, match=r"observations must be \(arenas, \d+\)"):
+        batch.act(np.zeros((2, batch.planner.obs_layout.size), dtype=np.float32))
+    with pytest.raises(ValueError, match="distinct arenas"):
+        batch.act(np.zeros((2, batch.planner.obs_layout.size), dtype=np.float32), np.array([1, 1]))
+    with pytest.raises(ValueError, match="num_envs must be at least 1"):
+        BatchPlanner(config, 0)
+    with pytest.raises(ValueError, match="margin must be in"):
+        BatchPlanner(config, 2, margin=2.0)
+
+
+def test_a_reset_forgets_only_the_arenas_it_names():
+    config = commons_arena.load_scenario("crisis")
+    played = episodes(config, ALLOCATOR, [3], mixed_actor(config, ALLOCATOR, "need", 1))
+    _, seen = played[0]
+    batch = BatchPlanner(config, 3)
+    batch.reset([0, 1, 2])
+    for obs in seen[:6]:
+        batch.act(np.stack([obs] * 3))
+    learned = batch.log_w.copy()
+    batch.reset([9], np.array([1]))
+    assert np.array_equal(batch.log_w[[0, 2]], learned[[0, 2]])
+    fresh = BatchPlanner(config, 1)
+    assert np.array_equal(batch.log_w[1], fresh.log_w[0]) and not np.array_equal(learned[1], fresh.log_w[0])
