@@ -38,6 +38,7 @@ from commands.play import Play, Replay, Scenarios, Verify
 from commands.serve import Serve, ServeCheck
 from commands.train import ArmsRace, ConvertCheckpoint, Distil, Exploit, Psro, Train, config_defaults
 from commons_arena.errors import one_line
+from commons_arena.inputs import forget_inputs
 from experiments.hash_seed import pin_hash_seed
 
 DEBUG_FLAG = "--debug"
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     debug = DEBUG_FLAG in args or os.environ.get("COMMONS_ARENA_DEBUG") == "1"
     args = [a for a in args if a != DEBUG_FLAG]
     np.set_printoptions(precision=3, suppress=True)
+    forget_inputs()  # this command's inputs are the files it reads from here on (commons_arena.files)
     try:
         train_defaults = config_defaults(args)
     except DOMAIN_ERRORS as exc:

@@ -34,11 +34,15 @@ def refuse_overwrite(path: Path, force: bool, inputs: Iterable[Path] = (), what:
 
     Never one of the command's ``inputs`` (by file identity, with or without ``--force``); an
     existing file, or a folder that holds anything, only with ``--force``; an output file's
-    folder must exist (nothing creates it silently); a folder output is a folder."""
+    folder must exist (nothing creates it silently); a folder output is a folder; never a symlink. Each file
+    is then written by :func:`commons_arena.files.write_file`, which holds the same rules file by file."""
     for source in inputs:
         if same_file(path, Path(source)):
             raise UsageError(f"{path} is also the input {source}: writing there would destroy it; choose another "
                              "output")
+    if path.is_symlink():
+        raise UsageError(f"{path} is a symlink: a command never writes through one (commons_arena.files); remove it or "
+                         "choose another output")
     if what == "file":
         if path.is_dir():
             raise UsageError(f"{path} is a folder; give a file name")

@@ -202,7 +202,7 @@ class Analyze:
     """overwrite an earlier analysis in the output folder"""
 
     def validate(self) -> None:
-        from experiments.outputs import check_outputs
+        from commons_arena.files import check_outputs
         from experiments.studies.analysis import OUTPUTS, read_run
 
         seed_list(self.first_seed, self.seeds)

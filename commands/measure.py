@@ -265,7 +265,7 @@ class SeedReport:
     """replace the report already in PARENT"""
 
     def validate(self) -> None:
-        from experiments.outputs import check_outputs
+        from commons_arena.files import check_outputs
         from experiments.studies.seed_report import OUTPUTS, seed_runs
 
         if not self.parent.is_dir():

@@ -49,9 +49,18 @@ class Serve:
         if unknown or not self.seats:
             raise UsageError(f"--seats must name seats of scenario {config.name!r}: {list(config.agents)}; got {list(self.seats)}")
         if self.population is not None:
+            from commons_arena.arena import ArenaEnv
             from policies.population import Population
+            from serving.session import ServeSettings
 
-            Population.from_toml(self.population, config)
+            population = Population.from_toml(self.population, config)
+            settings = ServeSettings(scenario=self.scenario, seats=self.seats, population=population)
+            for name in settings.allowed_scenarios():  # every table a client may open, built once now: a population
+                hosted = settings.config(name)  # the server cannot play (a parameter its policy refuses, a
+                try:  # checkpoint of another shape) is refused at start, not at every reset
+                    population.build(hosted, env=ArenaEnv(hosted), strict=False)
+                except (ValueError, KeyError, TypeError) as err:
+                    raise UsageError(f"--population {self.population} cannot play scenario {name!r}: {err}") from None
 
     def run(self) -> None:
         from policies.population import Population

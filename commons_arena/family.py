@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind
+from commons_arena.files import check_target, make_folder, remove_file, toml_text, toml_value, write_file
 from commons_arena.scenario import (
     ARCHETYPES,
     MAX_AMOUNT,
@@ -552,47 +553,6 @@ def generate_scenarios(family: str | Path | FamilyConfig, count: int, seed: int)
 # ------------------------------------------------------------------ TOML out
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"cannot write {value} to TOML")
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _is_table_list(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _toml_table(path: str, data: Mapping[str, Any], lines: list[str]) -> None:
-    """Keys first (a list of tables below the top level inline, as scenario files write ``jobs``),
-    then, in the order of ``data``, each nested table as ``[path.key]`` and (at the top level)
-    each list of tables as ``[[key]]``."""
-    top = not path
-    for key, value in data.items():
-        if not isinstance(value, dict) and not (top and _is_table_list(value)):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, value in data.items():
-        if isinstance(value, dict):
-            name = f"{path}.{key}" if path else key
-            lines.extend(["", f"[{name}]"])
-            _toml_table(name, value, lines)
-        elif top and _is_table_list(value):
-            for item in value:
-                lines.extend(["", f"[[{key}]]"])
-                _toml_table(key, item, lines)
-
-
 def scenario_to_toml(config: ScenarioConfig) -> str:
     """A scenario as a TOML file's text: ``scenario_from_dict(tomllib.loads(text))`` has the same
     content hash. Every top-level number is written; a job's or shock's defaults are left out."""
@@ -600,9 +560,7 @@ def scenario_to_toml(config: ScenarioConfig) -> str:
     for ti, team in enumerate(config.teams):
         data["teams"][ti]["jobs"] = [job.model_dump(mode="json", exclude_defaults=True) for job in team.jobs]
     data["shocks"] = [shock.model_dump(mode="json", exclude_defaults=True) for shock in config.shocks]
-    lines = [f"# {config.name}: content hash {config.content_hash}"]
-    _toml_table("", data, lines)
-    text = "\n".join(lines) + "\n"
+    text = toml_text(data, header=[f"{config.name}: content hash {config.content_hash}"])
     back = scenario_from_dict(tomllib.loads(text), source=f"{config.name} (written)")
     if back.content_hash != config.content_hash:  # a bug in this writer, never silent
         raise AssertionError(f"{config.name}: TOML round trip changed the content hash")
@@ -623,18 +581,20 @@ def write_scenarios(configs: Iterable[ScenarioConfig], out: Path, replace: bool 
     like these, and index.json), nothing else."""
     configs = tuple(configs)
     texts = [scenario_to_toml(c) for c in configs]  # every text before any file
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     if replace:
-        for old in out.iterdir():
-            if old.is_file() and (old.name == "index.json" or _WRITTEN.fullmatch(old.name)):
-                old.unlink()
+        olds = [old for old in out.iterdir() if old.name == "index.json" or _WRITTEN.fullmatch(old.name)]
+        for old in olds:  # all checked before any is removed: a link is removed as a link, an input never
+            if not old.is_symlink():
+                check_target(old)
+        for old in olds:
+            remove_file(old)
     written, index = [], []
     for i, config in enumerate(configs):
-        path = out / scenario_filename(i, config)
-        path.write_text(texts[i], encoding="utf-8")
+        path = write_file(out / scenario_filename(i, config), texts[i])
         written.append(path)
         index.append({"index": i, "name": config.name, "hash": config.content_hash, "file": path.name})
-    (out / "index.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    write_file(out / "index.json", json.dumps(index, indent=1) + "\n")
     return written
 
 
@@ -651,6 +611,15 @@ class SplitFile(_Frozen):
     heldout: bool
     hashes: Annotated[tuple[Annotated[str, Field(pattern=r"^[0-9a-f]{12}$")], ...], Field(min_length=1,
                                                                                          max_length=MAX_GENERATE)]
+    game_hashes: Annotated[tuple[Annotated[str, Field(pattern=r"^[0-9a-f]{12}$")], ...], Field(min_length=1,
+                                                                                              max_length=MAX_GENERATE)]
+    """each scenario's ``game_hash`` (name and description left out): what the held-out refusal compares"""
+
+    @model_validator(mode="after")
+    def _one_game_hash_per_scenario(self) -> SplitFile:
+        if len(self.game_hashes) != len(self.hashes):
+            raise ValueError(f"game_hashes: one per scenario ({len(self.hashes)}), got {len(self.game_hashes)}")
+        return self
 
 
 def list_splits() -> tuple[str, ...]:
@@ -685,11 +654,11 @@ def regenerate_split(split: SplitFile) -> tuple[ScenarioConfig, ...]:
                           f"but that family file now hashes to {family.content_hash}: the family changed; "
                           "restore it (a frozen split never changes) or make a new split")
     configs = generate_scenarios(family, len(split.hashes), split.seed)
-    for i, (config, expected) in enumerate(zip(configs, split.hashes, strict=True)):
-        if config.content_hash != expected:
-            raise FamilyError(f"split {name!r}: scenario {i} regenerates with hash {config.content_hash}, "
-                              f"the split lists {expected}: the generator drifted; restore it (a frozen split "
-                              "never changes) or make a new split")
+    for i, (config, expected, game) in enumerate(zip(configs, split.hashes, split.game_hashes, strict=True)):
+        if config.content_hash != expected or config.game_hash != game:
+            raise FamilyError(f"split {name!r}: scenario {i} regenerates with hashes {config.content_hash} / game "
+                              f"{config.game_hash}, the split lists {expected} / {game}: the generator drifted; restore "
+                              "it (a frozen split never changes) or make a new split")
     return configs
 
 
@@ -698,13 +667,20 @@ def heldout_hashes() -> frozenset[str]:
     return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).hashes)
 
 
+def heldout_game_hashes() -> frozenset[str]:
+    """The game hashes (``ScenarioConfig.game_hash``: no name, no description) of every held-out split."""
+    return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).game_hashes)
+
+
 def refuse_heldout(configs: Iterable[ScenarioConfig], what: str) -> None:
-    """Raise if any of ``configs`` is a held-out scenario: ``what`` (e.g. "training") must not read them."""
-    held = heldout_hashes()
-    bad = [c for c in configs if c.content_hash in held]
+    """Raise if any of ``configs`` is a held-out scenario's game: ``what`` (e.g. "training") must not read them.
+    Compared by game content (``game_hash``), so a renamed or re-described copy is refused too."""
+    held = heldout_game_hashes()
+    bad = [c for c in configs if c.game_hash in held]
     if bad:
-        names = ", ".join(f"{c.name} ({c.content_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
-        raise FamilyError(f"{what} must not read held-out scenarios, got {len(bad)}: {names}")
+        names = ", ".join(f"{c.name} (game {c.game_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        raise FamilyError(f"{what} must not read held-out scenarios (compared by game content, whatever the name), "
+                          f"got {len(bad)}: {names}")
 
 
 def split_to_toml(name: str, family: FamilyConfig, seed: int, count: int, heldout: bool) -> str:
@@ -716,13 +692,17 @@ def split_to_toml(name: str, family: FamilyConfig, seed: int, count: int, heldou
     lines = [
         f"# Split {name!r}: {count} scenarios of family {family.name!r}, regenerated and checked on load.",
         "# Frozen: never edit these hashes; make a new split instead." if heldout else "",
-        f"name = {json.dumps(name)}",
-        f"family = {json.dumps(family.name)}",
-        f"family_hash = {json.dumps(family.content_hash)}",
+        f"name = {toml_value(name)}",
+        f"family = {toml_value(family.name)}",
+        f"family_hash = {toml_value(family.content_hash)}",
         f"seed = {seed}",
         f"heldout = {'true' if heldout else 'false'}",
         "hashes = [",
         *(f'  "{h}",' for h in hashes),
+        "]",
+        "# the same scenarios' game hashes (name, description, difficulty and population left out): the held-out refusal",
+        "game_hashes = [",
+        *(f'  "{c.game_hash}",' for c in configs),
         "]",
     ]
     return "\n".join(line for line in lines if line) + "\n"
@@ -733,6 +713,7 @@ __all__ = [
     "FamilyConfig",
     "FamilyError",
     "generate_scenarios",
+    "heldout_game_hashes",
     "heldout_hashes",
     "list_families",
     "list_splits",

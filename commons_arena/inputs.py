@@ -11,6 +11,10 @@ experiment files, recordings, checkpoint sidecars, run folders' JSON) goes throu
   input is refused as one line, never a ``RecursionError``;
 * JSON is strict: no ``NaN`` or ``Infinity``.
 
+Every file read here is remembered by identity (:func:`is_input`): ``commons_arena.files``, the
+one way out, refuses to write over or remove a command's input. A record the command itself
+updates (a run's ``state.json``) is read with ``own=True`` and not remembered.
+
 Errors are :class:`InputError` (a ``ValueError``: the command line prints one line, exit 2).
 """
 
@@ -76,8 +80,42 @@ def check_regular(path: str | os.PathLike[str], what: str = "file", max_bytes: i
     return info
 
 
-def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """A regular file's bytes, refused by type before opening and by size before and while reading."""
+MAX_REMEMBERED = 100_000
+"""most input identities remembered (a server reading scenarios for days stays bounded)"""
+_INPUTS: set[tuple[int, int, int, int]] = set()
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns  # size, mtime: a recycled inode is another file
+
+
+def remember_input(path: str | os.PathLike[str]) -> None:
+    """Mark an existing file as one of this command's inputs (done for every file :func:`read_bytes`
+    reads; call it for a file another library opens, e.g. a database a command only reads)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and len(_INPUTS) < MAX_REMEMBERED:
+        _INPUTS.add(_identity(info))
+
+
+def forget_inputs() -> None:
+    """Start a new command: no file is an input yet (the command line calls it first; a test running
+    several commands in one process gets each command's own inputs)."""
+    _INPUTS.clear()
+
+
+def is_input(info: os.stat_result) -> bool:
+    """Whether the file with status ``info`` is one this process read as an input (by identity: any
+    name, a hard link or a path through ``..`` reaching it counts)."""
+    return _identity(info) in _INPUTS
+
+
+def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
+               own: bool = False) -> bytes:
+    """A regular file's bytes, refused by type before opening and by size before and while reading.
+    Remembered as an input (:func:`is_input`) unless ``own``: a record this command updates itself."""
     check_regular(path, what, max_bytes)
     # O_NONBLOCK: should the path become a FIFO between the check and the open, the open does not wait
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -85,14 +123,18 @@ def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int 
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise InputError(f"{what} {path}", "not a regular file; give a file")
         data = f.read(max_bytes + 1)
+        info = os.fstat(f.fileno())
     if len(data) > max_bytes:
         raise InputError(f"{what} {path}", f"over the limit of {max_bytes} bytes")
+    if not own and len(_INPUTS) < MAX_REMEMBERED:
+        _INPUTS.add(_identity(info))
     return data
 
 
-def read_text(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> str:
+def read_text(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
+              own: bool = False) -> str:
     """:func:`read_bytes` as UTF-8 text (another encoding is an :class:`InputError`)."""
-    data = read_bytes(path, what, max_bytes)
+    data = read_bytes(path, what, max_bytes, own)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -111,7 +153,7 @@ def loads_toml(text: str, what: str = "the TOML") -> dict[str, Any]:
     return data
 
 
-def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueError]) -> dict[str, Any]:
+def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueError], own: bool = False) -> dict[str, Any]:
     """A user's TOML file of format ``what`` (``roster``, ``population``, ``suite``) as data; ``error`` says
     what is wrong in one line naming the format and the file: ``<what> file not found: <path>``,
     ``<what> <path>: <reason>`` (a special file, too large, not UTF-8, too deep), ``<what> <path>: not valid
@@ -119,7 +161,7 @@ def load_toml_file(path: str | os.PathLike[str], what: str, error: type[ValueErr
     if not os.path.exists(path):
         raise error(f"{what} file not found: {path}")
     try:
-        return loads_toml(read_text(path, f"{what} file"))
+        return loads_toml(read_text(path, f"{what} file", own=own))
     except InputError as err:
         raise error(f"{what} {path}: {err.reason}") from None
     except tomllib.TOMLDecodeError as err:
@@ -158,18 +200,37 @@ def loads_json(text: str | bytes, what: str = "the JSON", allow_nan: bool = Fals
 
 
 def load_json(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
-              allow_nan: bool = False) -> Any:
+              allow_nan: bool = False, own: bool = False) -> Any:
     """A JSON file under every rule of this module."""
-    return loads_json(read_bytes(path, what, max_bytes), f"{what} {path}", allow_nan)
+    return loads_json(read_bytes(path, what, max_bytes, own), f"{what} {path}", allow_nan)
 
 
-def load_json_object(path: str | os.PathLike[str], what: str = "file", allow_nan: bool = False) -> dict[str, Any]:
+def load_json_object(path: str | os.PathLike[str], what: str = "file", allow_nan: bool = False,
+                     own: bool = False) -> dict[str, Any]:
     """:func:`load_json` of a file that must hold one JSON object."""
-    value = load_json(path, what, allow_nan=allow_nan)
+    value = load_json(path, what, allow_nan=allow_nan, own=own)
     if not isinstance(value, dict):
         raise InputError(f"{what} {path}", f"must hold a JSON object, got {type(value).__name__}")
     return value
 
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "load_json",
-           "load_json_object", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text", "too_deep"]
+def load_record(path: str | os.PathLike[str], model: Any, what: str, own: bool = False,
+                allow_nan: bool = False) -> Any:
+    """A record an earlier run wrote (a JSON file) read back into ``model`` (a pydantic ``TypeAdapter`` or model
+    class: types, bounds, no surprise keys), by :func:`load_json`; anything else is one :class:`InputError`
+    naming the file and the key. ``own``: the command rewrites it (not remembered as an input)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from commons_arena.errors import format_validation_error
+
+    data = load_json(path, what, allow_nan=allow_nan, own=own)
+    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as err:
+        raise InputError(f"{what} {path}", f"not the record this program writes: {format_validation_error(err)}") from None
+
+
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "forget_inputs", "is_input",
+           "load_json", "load_json_object", "load_record", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text",
+           "remember_input", "too_deep"]

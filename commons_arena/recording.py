@@ -49,20 +49,22 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from commons_arena.enums import Stance
-from commons_arena.inputs import MAX_DEPTH, MAX_RECORDING_BYTES, check_regular, too_deep
+from commons_arena.files import OutputStream, make_folder
+from commons_arena.inputs import MAX_RECORDING_BYTES, InputError, check_regular, loads_json, remember_input
 from commons_arena.mechanics.jobs import JobStatus
-from commons_arena.scenario import ScenarioConfig
+from commons_arena.scenario import MAX_TICKS, ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
 from commons_arena.state import ArenaState
 from commons_arena.tick import TickReport
 from commons_arena.version import ENV_NAME, __version__
 
+MAX_EPISODES = 10_000_000  # episodes of one recording (a header counts them from 0)
 FORMAT = "commons_arena.recording"
 FORMAT_VERSION = 1
 
@@ -222,7 +224,7 @@ class RecordEpisode(BaseParallelWrapper):
         super().__init__(env)
         self.path = Path(path)
         self.include_observations = include_observations
-        self._file: IO[str] | None = None
+        self._file: OutputStream | None = None
         self._episode: _Episode | None = None
         self._episodes = 0
 
@@ -288,8 +290,8 @@ class RecordEpisode(BaseParallelWrapper):
 
     def _write(self, record: Mapping[str, Any]) -> None:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
+            make_folder(self.path.parent)
+            self._file = OutputStream(self.path)  # temp file + rename at close: never through a link
         self._file.write(json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False) + "\n")
         self._file.flush()
 
@@ -301,31 +303,45 @@ def _numbered_lines(f: Any, path: Any) -> Any:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
+def _check_count(record: Mapping[str, Any], key: str, place: int, where: str, exact: bool = True) -> None:
+    """A header's ``episode`` (an integer in [0, MAX_EPISODES]) or a tick line's ``tick`` (its place in the episode,
+    below MAX_TICKS): a recording that says otherwise is not one this module wrote."""
+    value = record.get(key)
+    if key not in record and not exact:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= (MAX_TICKS - 1 if exact else MAX_EPISODES) \
+            or (exact and value != place):
+        wanted = f"{place} (its place in the episode)" if exact else f"an integer in [0, {MAX_EPISODES}]"
+        raise ValueError(f"{where}: not a recording line: {key} must be {wanted}, got {str(value)[:40]}")
+
+
 def read_recording(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Parse a recording into episodes: ``[{"header": ..., "ticks": [...], "summary": ... | None}]``."""
     episodes: list[dict[str, Any]] = []
     check_regular(path, "recording", MAX_RECORDING_BYTES)  # a FIFO or /dev/zero is refused before it is opened
+    remember_input(path)  # an input: never written over by this command (commons_arena.files)
     with Path(path).open(encoding="utf-8", errors="strict") as f:
         for number, line in _numbered_lines(f, path):
             line = line.strip()
             if not line:
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
-            except RecursionError:
-                raise ValueError(f"{path}:{number}: nested too deeply") from None
-            if too_deep(record):
-                raise ValueError(f"{path}:{number}: nested deeper than {MAX_DEPTH} levels")
+            try:  # the one strict, depth-limited JSON reader
+                record = loads_json(line, f"{path}:{number}")
+            except InputError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON line ({exc.reason})") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             kind = record.get("type")
             if kind == "header":
+                _check_count(record, "episode", len(episodes), f"{path}:{number}", exact=False)
                 episodes.append({"header": record, "ticks": [], "summary": None})
             elif not episodes:
                 raise ValueError(f"{path}:{number}: {kind!r} line before any header line")
             elif kind == "tick":
+                _check_count(record, "tick", len(episodes[-1]["ticks"]), f"{path}:{number}")
+                if "episode" in record and record["episode"] != episodes[-1]["header"].get("episode"):
+                    raise ValueError(f"{path}:{number}: not a recording line: episode must be its header's "
+                                     f"({episodes[-1]['header'].get('episode')!r:.20}), got {record['episode']!r:.40}")
                 episodes[-1]["ticks"].append(record)
             elif kind == "summary":
                 episodes[-1]["summary"] = record

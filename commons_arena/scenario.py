@@ -348,6 +348,9 @@ class RewardWeights(_Frozen):
     """the broker's weights"""
 
 
+NOT_GAME = ("name", "description", "difficulty", "population")  # fields the environment never reads
+
+
 class ScenarioConfig(_Frozen):
     """Everything that makes one scenario: the numbers the rules (docs/rules.md) leave to scenario files."""
 
@@ -464,6 +467,15 @@ class ScenarioConfig(_Frozen):
     def content_hash(self) -> str:
         """sha256 (first 12 hex) of the validated content: comments and layout don't count."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @cached_property
+    def game_hash(self) -> str:
+        """sha256 (first 12 hex) of the game alone: :data:`NOT_GAME` (the name, the description, the difficulty
+        label, the default background population) left out, so a renamed copy of a scenario has its game hash.
+        What guards the held-out splits (``commons_arena.family.refuse_heldout``)."""
+        canonical = json.dumps(self.model_dump(mode="json", exclude=set(NOT_GAME)), sort_keys=True,
+                               separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 

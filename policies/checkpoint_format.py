@@ -67,6 +67,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from commons_arena.errors import format_validation_error, one_line
+from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import InputError, loads_json, read_bytes
 
 SIDECAR = "arena_policy.json"
 WEIGHTS = "arena_policy.safetensors"
@@ -166,10 +168,6 @@ class Sidecar(_Strict):
 # ---------------------------------------------------------------------- reading
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def read_sidecar_model(checkpoint: str | Path) -> Sidecar:
     """The validated sidecar of ``checkpoint``; :class:`CheckpointError` naming the problem otherwise.
 
@@ -184,10 +182,10 @@ def read_sidecar_model(checkpoint: str | Path) -> Sidecar:
         )
     if path.stat().st_size > MAX_SIDECAR_BYTES:
         raise CheckpointError(f"{path} is larger than {MAX_SIDECAR_BYTES // 2**20} MiB: not a policy sidecar")
-    try:
-        raw = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {one_line(exc)}") from None
+    try:  # the one strict, depth-limited JSON reader; a checkpoint is rewritten by training, so not remembered
+        raw = loads_json(read_bytes(path, "sidecar", MAX_SIDECAR_BYTES, own=True), str(path))
+    except InputError as exc:
+        raise CheckpointError(f"{path}: {exc.reason}") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     version = raw.get("format_version")
@@ -404,17 +402,17 @@ def write_checkpoint(checkpoint: str | Path, sidecar_fields: dict[str, Any], net
     ``sidecar_fields``: every sidecar field but ``format``, ``format_version`` and ``network``.
     The result is read back and checked before this returns.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    folder = Path(checkpoint)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(network.tensors(), str(folder / WEIGHTS))
-    digest = hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest()
+    folder = make_folder(Path(checkpoint))
+    weights = save(network.tensors())
+    write_file(folder / WEIGHTS, weights)
+    digest = hashlib.sha256(weights).hexdigest()
     spec = network.spec.model_copy(update={"weights_sha256": digest})
     sidecar = Sidecar.model_validate(
         {"format": FORMAT, "format_version": FORMAT_VERSION, **sidecar_fields,
          "network": spec.model_dump(by_alias=True)}
     )
-    (folder / SIDECAR).write_text(sidecar.to_json())
+    write_file(folder / SIDECAR, sidecar.to_json())
     read_weights(folder, read_sidecar_model(folder))
     return folder / SIDECAR

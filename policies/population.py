@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from commons_arena.arena import ArenaEnv
+from commons_arena.files import toml_key, toml_value, write_file
 from commons_arena.inputs import load_toml_file
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
@@ -179,15 +180,15 @@ class Population:
         """The population as TOML text (written to ``path`` when given)."""
         lines = []
         if self.name:
-            lines.append(f"name = {_toml(self.name)}")
+            lines.append(f"name = {toml_value(self.name)}")
         for table in ("roles", "agents"):
             entries = getattr(self, table)
             if entries:
                 lines.append(f"\n[{table}]")
-                lines += [f"{key} = {_toml(e.to_toml_value())}" for key, e in entries.items()]
+                lines += [f"{toml_key(key)} = {toml_value(e.to_toml_value())}" for key, e in entries.items()]
         text = "\n".join(lines).lstrip("\n") + "\n"
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_file(path, text)
         return text
 
     # ------------------------------------------------------------------ use
@@ -233,20 +234,6 @@ class Population:
     def describe(self, config: ScenarioConfig | str) -> dict[str, str]:
         """Agent id → policy name, for reports."""
         return {agent: entry.policy for agent, entry in self.resolve(config, strict=False).items()}
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    raise PopulationError(f"cannot write {value!r} to a population file")
 
 
 __all__ = ["Entry", "Population", "PopulationError", "check_entry"]

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from commons_arena.files import make_folder, publish_folder, remove_file, remove_tree, write_file
 from policies.checkpoint_format import SIDECAR, WEIGHTS
 from policies.learned import LEARNED_PREFIX
 
@@ -161,19 +161,15 @@ def unpack(packed: PackedCheckpoint) -> Path:
     target = cache_root() / packed.sha256
     if _holds(target, packed):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".{packed.sha256[:12]}-", dir=target.parent))
     try:
         for rel, data in packed.files:
             path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        if target.is_symlink() or target.exists():  # planted or damaged: moved aside, then removed
-            aside = Path(tempfile.mkdtemp(prefix=f".{packed.sha256[:12]}-old-", dir=target.parent))
-            os.replace(target, aside / "old")
-            _remove(aside)
-        try:
-            staging.rename(target)  # atomic: another process unpacking the same hash either wins or finds it
+            make_folder(path.parent)
+            write_file(path, data)
+        try:  # planted or damaged: moved aside, then removed; atomic: another unpacking process wins or finds it
+            publish_folder(staging, target)
         except OSError:
             if not _holds(target, packed):
                 raise
@@ -200,9 +196,9 @@ def _holds(target: Path, packed: PackedCheckpoint) -> bool:
 
 def _remove(path: Path) -> None:
     if path.is_symlink():
-        path.unlink()
+        remove_file(path)
     elif path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
 
 
 def install(packed: Iterable[PackedCheckpoint]) -> dict[str, Path]:

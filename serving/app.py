@@ -54,11 +54,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import socket
 import threading
 import time
-import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -68,13 +66,14 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Red
 from starlette.routing import Route
 
 import commons_arena
-from commons_arena.inputs import MAX_DEPTH, too_deep
+from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
 from serving.explain import preview as explain_preview
 from serving.page_assets import SHARED_STYLE, shared_asset_path
 from serving.seat_references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore
+from serving.session import internal_error as _internal
 from serving.wire import (
     ActionError,
     action_schema,
@@ -129,7 +128,6 @@ OBSERVATION_EXTRAS = {
 }
 
 
-MAX_LOG_CHARS = 4_000  # longest server log entry about one request
 MAX_JSON_DEPTH = MAX_DEPTH  # deepest nesting of a body or message (an action nests 3 deep): every input's rule
 
 
@@ -137,34 +135,16 @@ def _error_response(err: ServeError) -> JSONResponse:
     return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status)
 
 
-def _internal(err: Exception) -> ServeError:
-    """What the client hears of an error the server did not foresee (a bug: the server log has the rest)."""
-    # bounded: a client's input can make a traceback long (a deep value's repeated frames)
-    text = "".join(traceback.format_exception(err))
-    if len(text) > MAX_LOG_CHARS:
-        text = text[:MAX_LOG_CHARS // 2] + f"\n... ({len(text) - MAX_LOG_CHARS} characters left out) ...\n" \
-            + text[-MAX_LOG_CHARS // 2:]
-    logging.getLogger("commons_arena.serve").error("unexpected error: %s", text)
-    return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
-                      "in the episode")
-
-
 def loads(raw: str | bytes, what: str = "the body") -> Any:
-    """Client JSON → data, or a 400: strict JSON (no NaN or Infinity), at most :data:`MAX_JSON_DEPTH` deep.
-
-    The depth walk runs only when the text has more brackets than the limit (a step's
-    action has a handful), so the common request pays one ``count`` per bracket kind."""
+    """Client JSON → data, or a 400: strict JSON (no NaN or Infinity), at most :data:`MAX_JSON_DEPTH` deep
+    (:func:`commons_arena.inputs.loads_json`, the one strict, depth-limited reader)."""
     try:
         value = strict_json(raw)
-    except RecursionError:
-        value, deep = None, True
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err}") from None
-    else:
-        brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
-        deep = brackets > MAX_JSON_DEPTH and too_deep(value, MAX_JSON_DEPTH)
-    if deep:
-        raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels", limit=MAX_JSON_DEPTH)
+    except TooDeep:
+        raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels",
+                         limit=MAX_JSON_DEPTH) from None
+    except InputError as err:
+        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err.reason}") from None
     return value
 
 
@@ -286,7 +266,7 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         session_id = data.pop("session_id", None)
         session = store.get(session_id) if session_id is not None else store.open("http")
         try:
-            frame = session.reset(data)
+            frame = await session.run(session.reset, data)  # off the event loop: it builds and checks policies
         except BaseException:
             if session_id is None:  # a session opened by a failed request is not left behind
                 store.close(session.id)
@@ -306,13 +286,16 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         if "session_id" not in data:
             raise ServeError(422, "INVALID_REQUEST", "the step body needs \"session_id\" (from /reset's response)",
                              field="session_id")
-        return store.get(data["session_id"]).step(data["action"])
+        session = store.get(data["session_id"])
+        return await session.run(session.step, data["action"])  # off the event loop: the background may be the oracle
 
     @app.get("/state")
     async def state(session_id: str | None = None) -> dict[str, Any]:
         if session_id is None:
             raise ServeError(422, "INVALID_REQUEST", "GET /state needs ?session_id=", field="session_id")
-        return store.get(session_id).state()
+        session = store.get(session_id)
+        async with session.turn:
+            return session.state()
 
     @app.post("/close")
     async def close(request: Request) -> dict[str, Any]:
@@ -323,14 +306,17 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
 
     @app.get("/sessions/{session_id}/recording")
     async def recording(session_id: str) -> Response:
-        text = store.get(session_id).recording_text()
+        session = store.get(session_id)
+        async with session.turn:
+            text = session.recording_text()
         return PlainTextResponse(text, media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
 
     @app.post("/preview")
     async def preview(request: Request) -> dict[str, Any]:
         data = _object(await read_json(request, limit), "the preview body")
-        return preview_of(store.get(data.get("session_id")), data.get("action"))
+        session = store.get(data.get("session_id"))
+        return await session.run(preview_of, session, data.get("action"))
 
     @app.get("/sessions/{session_id}/summary")
     async def summary(session_id: str) -> dict[str, Any]:
@@ -408,7 +394,7 @@ async def _serve_socket(ws: WebSocket, session: Session, store: SessionStore, li
                 return
             session.last_active = store.settings.clock()
             try:
-                reply = _handle_message(message.get("text"), session, limit)
+                reply = await session.run(_handle_message, message.get("text"), session, limit)  # off the loop
             except ServeError as err:
                 reply = {"type": "error", "data": err.to_dict()}
             except Exception as err:  # a bug must not drop the client's episode without a word  # noqa: BLE001

@@ -49,6 +49,7 @@ openenv-core's own ``/mcp``: HTTP 200 and a JSON-RPC error object.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from typing import Annotated, Any
@@ -61,12 +62,12 @@ from pydantic import Field
 from starlette.types import Message, Receive, Scope, Send
 
 import commons_arena
-from commons_arena.inputs import InputError, TooDeep, loads_json
-from serving.briefing import parse_text_action, render_briefing
+from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep, loads_json
+from serving.briefing import MAX_TEXT_CHARS, parse_text_action, render_briefing
 from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
 from serving.seat_references import summary_args, summary_of
-from serving.session import ServeError, ServeSettings, Session, SessionStore
+from serving.session import ServeError, ServeSettings, Session, SessionStore, internal_error, off_loop
 from serving.wire import ActionError, SeatSpec, encode_observation
 
 INSTRUCTIONS = (
@@ -201,8 +202,18 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     }
 
     def tool(fn: Any) -> Any:
-        fn.__annotations__ = {**signatures[fn.__name__], "return": str}
-        registered = server.tool(description=inspect.cleandoc(fn.__doc__ or ""), structured_output=False)(fn)
+        fn.__annotations__ = {**signatures[fn.__name__], "return": str}  # the SDK reads the wrapped signature
+
+        @functools.wraps(fn)
+        async def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except ToolError:
+                raise
+            except Exception as err:  # unforeseen (a bug): logged within the cap, answered as a named error  # noqa: BLE001
+                raise ToolError(f"INTERNAL: {internal_error(err).message}") from None
+
+        registered = server.tool(description=inspect.cleandoc(fn.__doc__ or ""), structured_output=False)(guarded)
         # the arguments a call cannot do without are required in the schema a client reads; the tool keeps its
         # default of None so a missing one is answered in one sentence (session_of, action_of), not a validation dump
         needed = [name for name in ("session_id", "action") if name in signatures[fn.__name__]]
@@ -224,11 +235,17 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             raise _plain_error(f"{tool} needs action: one JSON object of the seat's action parts (the briefing "
                                'lists them), e.g. {"grant": {"search": {"small": 2}}}, or a text holding one.')
         if isinstance(action, str):
+            if len(action) > MAX_TEXT_CHARS:  # the text action's limit, before any parse (every transport's rule)
+                raise _plain_error(f"{tool}: the action has {len(action)} characters, over the limit of {MAX_TEXT_CHARS}; "
+                                   "send one JSON object of the seat's action parts." + AFTER_ACTION_ERROR.get(tool, ""))
             stripped = action.strip()
-            if stripped.startswith("{"):  # a JSON object sent as a string
+            if stripped.startswith("{"):  # a JSON object sent as a string: the one depth-limited parse
                 try:
-                    value = json.loads(stripped)
-                except ValueError:
+                    value = loads_json(stripped, "the action")
+                except TooDeep:
+                    raise _plain_error(f"{tool}: the action nests deeper than {MAX_DEPTH} levels; an action nests "
+                                       "3 deep." + AFTER_ACTION_ERROR.get(tool, "")) from None
+                except InputError:
                     return {"text": action}
                 return value if isinstance(value, dict) else {"text": action}
             return {"text": action}
@@ -251,14 +268,15 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         request: dict[str, Any] = {"text": False, "scenario": scenario, "seed": seed}
         if seat is not None:
             request["seats"] = [seat]
-        try:
-            frame = session.reset({k: v for k, v in request.items() if v is not None})
-        except ServeError as err:
-            store.close(session.id)
-            raise _tool_error(err, "start_episode") from None
-        metadata = frame["observation"]["metadata"]
-        return _compact({"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
-                         "seed": metadata["seed"], **_view(session, briefing=True)})
+        async with session.turn:  # the reset off the event loop; the view of its observation before any other call
+            try:
+                frame = await off_loop(session.reset, {k: v for k, v in request.items() if v is not None})
+            except ServeError as err:
+                store.close(session.id)
+                raise _tool_error(err, "start_episode") from None
+            metadata = frame["observation"]["metadata"]
+            return _compact({"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
+                             "seed": metadata["seed"], **_view(session, briefing=True)})
 
     @tool
     async def observe(session_id: Any = None, briefing: Any = False) -> str:
@@ -267,12 +285,13 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         if not isinstance(briefing, bool):
             raise _plain_error(f"briefing must be true or false, got {briefing!r}; call observe again.")
         session = session_of(session_id, "observe")
-        if session.options is None:
-            raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
-        out = _view(session, briefing=briefing)
-        if session.done:
-            out.update(await _end(session))
-        return _compact(out)
+        async with session.turn:
+            if session.options is None:
+                raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
+            out = _view(session, briefing=briefing)
+            if session.done:
+                out.update(await _end(session))
+            return _compact(out)
 
     @tool
     async def act(session_id: Any = None, action: Any = None) -> str:
@@ -281,8 +300,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         scores. A refused action is an error naming the entry and its range; the episode does not move."""
         session = session_of(session_id, "act")
         request = action_of(action, "act")
+        async with session.turn:  # the step off the event loop (an oracle background); the view before any other call
+            return await _act(session, request)
+
+    async def _act(session: Session, request: Any) -> str:
         try:
-            frame = session.step(request)
+            frame = await off_loop(session.step, request)
         except ServeError as err:
             raise _tool_error(err, "act") from None
         metadata = frame["observation"]["metadata"]
@@ -307,9 +330,12 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         the reward terms they make (allocator), where each job would run (team), prices and profit (broker), with
         the formula."""
         session = session_of(session_id, "preview")
+        request = action_of(action, "preview")
+        return str(await session.run(_preview, session, request))  # off the event loop, in the session's turn
+
+    def _preview(session: Session, request: Any) -> str:
         if session.options is None or session.done:
             raise _tool_error(ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET", ""), "preview")
-        request = action_of(action, "preview")
         seat = session.options.seats[0]
         spec = session.specs[seat]
         try:
@@ -323,7 +349,9 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
     @tool
     async def episode_state(session_id: Any = None) -> str:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
-        return _compact(session_of(session_id, "episode_state").state())
+        session = session_of(session_id, "episode_state")
+        async with session.turn:
+            return _compact(session.state())
 
     @tool
     async def end_episode(session_id: Any = None) -> str:

@@ -17,10 +17,13 @@ everything afresh, and the pool keeps memory flat however many sessions come and
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import logging
 import secrets
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -271,7 +274,28 @@ def _names_learned(value: Any) -> bool:
     return False
 
 
+MAX_LOG_CHARS = 4_000  # longest server log entry about one request
+
+
+def internal_error(err: Exception) -> ServeError:
+    """What the client hears of an error the server did not foresee (a bug: the server log has the rest, at most
+    :data:`MAX_LOG_CHARS` of it: a client's input can make a traceback long, a deep value's repeated frames).
+    Every transport's last resort: HTTP, WebSocket and the MCP tools."""
+    text = "".join(traceback.format_exception(err))
+    if len(text) > MAX_LOG_CHARS:
+        text = text[:MAX_LOG_CHARS // 2] + f"\n... ({len(text) - MAX_LOG_CHARS} characters left out) ...\n" \
+            + text[-MAX_LOG_CHARS // 2:]
+    logging.getLogger("commons_arena.serve").error("unexpected error: %s", text)
+    return ServeError(500, "INTERNAL", f"the server failed on this request ({type(err).__name__}); nothing changed "
+                      "in the episode")
+
+
 # --------------------------------------------------------------------------- session
+async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread (the event loop stays free for /health and other sessions)."""
+    return await asyncio.to_thread(fn, *args)
+
+
 class Session:
     """One client's table (module docstring)."""
 
@@ -291,6 +315,16 @@ class Session:
         self.invalid: Counter[str] = Counter()
         self.last_invalid: dict[str, str] = {}
         self.recording: list[str] | None = None
+        self.turn = asyncio.Lock()  # one request at a time on this session, in arrival order (asyncio's Lock is FIFO)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, while this session's :attr:`turn` is held: a step (whose background may
+        solve the oracle's MILP) or a reset (which builds and checks policies) never runs on the server's event
+        loop, and concurrent requests on one session still play the sequential episode. A caller that reads the
+        session after (a view of the new observation) holds ``turn`` itself and calls ``fn`` through
+        :func:`off_loop`."""
+        async with self.turn:
+            return await off_loop(fn, *args)
 
     # ------------------------------------------------------------------ api
     def reset(self, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ for two axes) in layout order otherwise. The labels of each axis are in the sche
 from __future__ import annotations
 
 import functools
-import json
 import math
 import struct
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import ShockKind, Stance
+from commons_arena.inputs import loads_json
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import JOB_SLOT_FIELDS, Layout, action_layout, observation_layout, role_of
 
@@ -111,23 +111,10 @@ def _short(value: Any, limit: int = 80) -> Any:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400 reads as inf: no number of the game is that large
-        raise ValueError(f"{text[:40]} is out of range")
-    return value
-
-
-_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)  # built once: per call costs
-
-
 def strict_json(text: str | bytes) -> Any:
-    """JSON as the standard defines it (UTF-8; no NaN, Infinity or numbers that overflow to them), else ValueError."""
-    return _STRICT.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
+    """JSON as the standard defines it (UTF-8; no NaN, Infinity or numbers that overflow to them), at most
+    ``MAX_DEPTH`` deep: :func:`commons_arena.inputs.loads_json`, the one strict reader; else ValueError."""
+    return loads_json(text, "the JSON")
 
 
 def axis_labels(config: ScenarioConfig, seat: str, kind: str) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
+from commons_arena.files import make_folder, write_file
 from policies.focal import FocalEnv
 
 
@@ -223,8 +224,8 @@ def main(args: Args) -> dict:
             process.kill()
             process.wait()
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+        make_folder(args.out.parent)
+        write_file(args.out, json.dumps(results, indent=2))
     return results
 
 

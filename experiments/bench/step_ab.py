@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import tyro
 
+from commons_arena.files import write_file
+
 
 @dataclass
 class Args:
@@ -145,10 +147,10 @@ def main(args: Args) -> dict[str, float]:
     env = commons_arena.parallel_env(scenario=args.scenario)
     record = random_episodes if args.actions == "random" else scripted_episodes
     episodes = record(env, args.seed, args.rounds * args.chunk)
-    with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
-        pickle.dump(episodes, f)
+    scratch = tempfile.TemporaryDirectory(prefix="step_ab-")
+    episodes_file = write_file(Path(scratch.name) / "episodes.pkl", pickle.dumps(episodes))
     try:
-        a, b = worker(args.before, args.scenario, f.name), worker(args.after, args.scenario, f.name)
+        a, b = worker(args.before, args.scenario, str(episodes_file)), worker(args.after, args.scenario, str(episodes_file))
         ask(a, 200), ask(b, 200)  # warm-up (imports, first episode), not timed
         ratios, cpu_a, cpu_b = [], 0.0, 0.0
         for r in range(args.rounds):
@@ -163,7 +165,7 @@ def main(args: Args) -> dict[str, float]:
             proc.stdin.close()
             proc.wait()
     finally:
-        os.unlink(f.name)
+        scratch.cleanup()
     if digests[0] != digests[1]:
         raise SystemExit(f"the trees' rewards differ ({digests[0][:12]} vs {digests[1][:12]}): not the same game")
     steps = args.rounds * args.chunk

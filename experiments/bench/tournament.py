@@ -54,7 +54,7 @@ def scripted_roster(scenario: str, seeds: int) -> Roster:
 
 
 def _rows(path: Path) -> list[tuple]:
-    with sqlite3.connect(path) as conn:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:  # read only
         return conn.execute("SELECT player, seed, focal_return, episode FROM episodes ORDER BY player, seed").fetchall()
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, safe_join
 from experiments.evaluation.engine import DEFAULT_OPTIONS, PlayOptions, PlayReport, planned_keys, play_rosters
 from experiments.evaluation.roster import UNIFORM_RANDOM, Player, Roster, check_roster
 from experiments.evaluation.store import ResultStore
@@ -225,7 +226,8 @@ def label(policy: str) -> str:
 
 
 def report_folder(out: Path, suite: Suite, policy: str) -> Path:
-    return out / label(suite.name) / label(policy)
+    """``<out>/<suite>/<policy>``: each name checked (a suite named ``..`` never writes outside ``out``)."""
+    return safe_join(out, label(suite.name), label(policy))
 
 
 def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db: Path | None = None,
@@ -240,7 +242,7 @@ def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db
         rows, scores = score_tables(suite, policy, rosters, store, seeds)
     result = BenchmarkResult(suite, policy, list(seeds), report, selection, rows, summary_rows(suite, policy, scores))
     folder = report_folder(out, suite, policy)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, root=out)  # no level under out a symlink
     anchors = ("random 0, oracle 1" if suite.role == ALLOCATOR
                else "uniformly random actions 0, the best fixed code 1")
     preamble = (f"Suite `{suite.name}` ({suite.role} seat), policy `{policy}`, seeds {seeds[0]}..{seeds[-1]} "

@@ -25,10 +25,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, Strict, TypeAdapter
+from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
+from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_record
 from experiments.evaluation.fixed_codes import Arena, uniform_codes
 from policies.codecs import Codec, DescribesCodes
 
@@ -84,19 +88,31 @@ def search(arena: Arena, codec: Codec, seeds: Sequence[int], refine: Sequence[in
                       tuple(looked), len(codes))
 
 
+class _Search(TypedDict):
+    codec: str
+    code: list[Annotated[int, Strict(), Field(ge=0, le=2**31)]]
+    description: str
+    selection_mean: float
+    seeds: list[Annotated[int, Strict(), Field(ge=0)]]
+    codes_tried: Annotated[int, Strict(), Field(ge=0)]
+
+
+SEARCH_RECORD = TypeAdapter(_Search)  # the search file, read back by the one reader (commons_arena.inputs)
+
+
 def cached_search(folder: Path | None, arena: Arena, codec: Codec, seeds: Sequence[int],
                   refine: Sequence[int] = ()) -> CodeSearch:
     """:func:`search`, read from ``folder/fixed_code_search.json`` when it searched the same codec on
     the same seeds (written there otherwise; ``folder`` None: nothing is read or written)."""
     path = None if folder is None else folder / SEARCH_FILE
     if path is not None and path.is_file():
-        found = CodeSearch.from_json(json.loads(path.read_text()))
+        found = CodeSearch.from_json(load_record(path, SEARCH_RECORD, "fixed-code search", own=True, allow_nan=True))
         if found.codec == codec.name and list(found.seeds) == [*seeds, *refine]:
             return found
     found = search(arena, codec, seeds, refine)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(found.to_json(), indent=1))
+        make_folder(path.parent)
+        write_file(path, json.dumps(found.to_json(), indent=1))
     return found
 
 

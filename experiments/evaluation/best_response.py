@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import BROKER
+from commons_arena.files import write_file
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout, role_of
 from experiments.evaluation.best_code import CHOICE_FILE, LEARNING, CodeSearch, cached_search, choose
@@ -216,7 +217,7 @@ def final_choice(arena: Arena, learned: Policy, found: CodeSearch, per_seed: Per
               "selection_seeds": list(found.seeds), "fixed_selection_mean": found.selection_mean,
               "learned_selection_mean": learned_mean, "final_minus_fixed": diff, "final_minus_fixed_ci95": ci}
     if folder is not None:
-        (folder / CHOICE_FILE).write_text(json.dumps(choice, indent=1))
+        write_file(folder / CHOICE_FILE, json.dumps(choice, indent=1))
     return choice
 
 
@@ -285,8 +286,8 @@ def write_report(config: ScenarioConfig, seat: str, checkpoint: Path, background
     ``best_response_returns.json``) and printed."""
     rows, text, per_seed = best_response_report(config, seat, checkpoint, background, codec_name, seeds, selection, out,
                                                 refine)
-    (out / "best_response.md").write_text(text)
-    (out / RETURNS_FILE).write_text(json.dumps(per_seed))
+    write_file(out / "best_response.md", text)
+    write_file(out / RETURNS_FILE, json.dumps(per_seed))
     write_csv(rows, out / "best_response.csv")
     print(text)
     return rows

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from commons_arena.files import make_folder
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, evaluate
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.statistics import paired_difference
@@ -80,6 +81,6 @@ def checkpoint_report(checkpoint: Path, scenarios: tuple[str, ...], seeds: list[
     print(markdown_table(rows))
     for scenario, verdict in verdicts(rows).items():
         print(f"{scenario}: {verdict}")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     write_table(rows, out, "checkpoint_vs_scripted")
     return rows

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder
 from experiments.evaluation.engine import Group, play_episodes
 from experiments.evaluation.roster import Player
 from experiments.evaluation.store import EpisodeKey
@@ -252,7 +253,7 @@ def evaluate(
 
 def write_tables(result: EvaluationResult, out: Path, plot: bool = True) -> list[Path]:
     """CSV + markdown per table, and the score bars (per-episode scores, 95% CI) as PNG."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     written = []
     if plot and result.episode_scores:
         from experiments.viewing.plots import score_bars

@@ -29,6 +29,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Group, play_episodes
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, ORACLE, RANDOM, Episodes, score_rows
@@ -103,7 +104,7 @@ def check_scenario(scenario: str | Path | ScenarioConfig, seeds: Sequence[int],
 
 
 def write_check(result: CheckResult, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     written: list[Path] = []
     for name, rows in (("scores", result.scores), ("misreport", result.misreport), ("timing", result.timing)):
         written += write_table(rows, out, name)

@@ -25,7 +25,13 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+
+from commons_arena.errors import format_validation_error
+from commons_arena.files import check_target, make_folder
+from commons_arena.inputs import InputError, loads_json
 
 T = TypeVar("T")
 
@@ -76,7 +82,8 @@ class ResultStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent)
+        check_target(self.path, "the results store")  # SQLite owns the file: never through a link, never an input
         self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)  # explicit transactions
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
@@ -138,14 +145,56 @@ class ResultStore:
                 item = dict(row)
                 if wanted is not None and tuple(item[k] for k in KEY) not in wanted:
                     continue
-                item["episode"] = json.loads(item["episode"])
-                out.append(item)
+                out.append(_checked_row(item, self.path))
             return out
         finally:
             self.conn.row_factory = None
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0])
+
+
+_Text = Annotated[str, Strict(), Field(min_length=1, max_length=4_096)]
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class StoredRow(BaseModel):
+    """One ``episodes`` row as the tables use it: SQLite's column types are advisory, so a row another program wrote
+    (or a damaged file) is checked here, by the one reader, before any figure is computed from it."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Annotated[int, Strict(), Field(ge=0)]
+    seat: _Text
+    scenario: _Text
+    scenario_hash: _Text
+    background: _Text
+    background_hash: _Text
+    player: _Text
+    player_hash: _Text
+    policy: Annotated[str, Strict(), Field(max_length=1_000_000)]
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
+    focal_return: Annotated[float, Strict(), _Finite] | Annotated[int, Strict()]
+    episode: dict[str, dict[str, Any]]
+    wall_seconds: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] | Annotated[int, Strict(), Field(ge=0)]
+    finished_at: Annotated[str, Strict(), Field(max_length=64)]
+
+
+MAX_EPISODE_JSON = 4 * 2**20  # one row's ``episode`` column (every agent's totals: a few kB)
+
+
+def _checked_row(item: dict[str, Any], path: Path) -> dict[str, Any]:
+    where = f"results store {path}: row {item.get('id')!r:.20}"
+    text = item.get("episode")
+    if not isinstance(text, str) or len(text) > MAX_EPISODE_JSON:
+        raise ValueError(f"{where}: episode must be JSON text of at most {MAX_EPISODE_JSON} characters")
+    try:
+        item["episode"] = loads_json(text, f"{where}: episode", allow_nan=True)  # depth-limited (Python wrote NaN)
+        StoredRow.model_validate(item)
+    except InputError as err:
+        raise ValueError(str(err)) from None
+    except ValidationError as err:
+        raise ValueError(f"{where}: not a row this program stores: {format_validation_error(err)}") from None
+    return item
 
 
 def by_seed(rows: Iterable[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], T]
@@ -158,4 +207,4 @@ def by_seed(rows: Iterable[Mapping[str, Any]], value: Callable[[Mapping[str, Any
     return out
 
 
-__all__ = ["KEY", "ChangedError", "EpisodeKey", "ResultStore", "by_seed"]
+__all__ = ["KEY", "ChangedError", "EpisodeKey", "ResultStore", "StoredRow", "by_seed"]

@@ -10,10 +10,13 @@ other value (a string already formatted by its caller) as it is.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from commons_arena.files import write_file
 
 
 def format_cell(value: Any) -> str:
@@ -32,14 +35,19 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> Path:
-    """``rows`` as CSV at ``path``; columns: ``columns``, or every key in first-seen order."""
+def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """``rows`` as CSV text; columns: ``columns``, or every key in first-seen order."""
     fields = list(columns) if columns is not None else list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> Path:
+    """``rows`` as CSV at ``path`` (through :func:`commons_arena.files.write_file`)."""
+    return write_file(path, csv_text(rows, columns))
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: Path, name: str, preamble: str = "") -> list[Path]:
@@ -48,9 +56,8 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: Path, name: str, preambl
     if not rows:
         return []
     csv_path = write_csv(rows, out / f"{name}.csv")
-    md_path = out / f"{name}.md"
-    md_path.write_text(preamble + markdown_table(rows) + "\n")
+    md_path = write_file(out / f"{name}.md", preamble + markdown_table(rows) + "\n")
     return [csv_path, md_path]
 
 
-__all__ = ["format_cell", "markdown_table", "write_csv", "write_table"]
+__all__ = ["csv_text", "format_cell", "markdown_table", "write_csv", "write_table"]

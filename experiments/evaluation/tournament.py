@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, write_figure
 from experiments.evaluation.engine import DEFAULT_OPTIONS, PlayOptions, PlayReport, planned_keys, play_roster
 from experiments.evaluation.metagame import Aggregates, aggregate
 from experiments.evaluation.roster import Roster, RosterError, roster_from_dict
@@ -63,7 +64,7 @@ def write_reports(roster: Roster, agg: Aggregates, out: Path) -> list[Path]:
 
     from experiments.viewing.plots import heatmap, score_bars
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     written: list[Path] = []
     for name in ("scores", "standings", "win_matrix", "crossplay", "metagame"):
         written += write_table(getattr(agg, name), out, name)
@@ -83,7 +84,7 @@ def write_reports(roster: Roster, agg: Aggregates, out: Path) -> list[Path]:
     ax.set_title(f"{roster.seat} seat: standings ({rows[0]['matches']} matches)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "standings.png")
+    write_figure(out / "standings.png", fig)
     written.append(out / "standings.png")
     players = [r["player"] for r in agg.win_matrix]
     written.append(heatmap([[r[p] for p in players] for r in agg.win_matrix], players, players, out / "win_matrix.png",

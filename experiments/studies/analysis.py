@@ -47,6 +47,7 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import one_line
+from commons_arena.files import check_outputs, make_folder, write_figure, write_file
 from commons_arena.inputs import load_json_object
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import arena_for, play_all, play_returns
@@ -61,7 +62,6 @@ from experiments.evaluation.traces import (
     slope,
     traced,
 )
-from experiments.outputs import check_outputs, write_output
 from experiments.statistics import mean_ci95, paired_difference
 from experiments.training.runs import RECORD, HistoryRow, has_record, saved_args, saved_history
 from policies.population import Population
@@ -310,10 +310,10 @@ def write_analysis(report: dict[str, Any], out: Path, force: bool = False) -> li
     """The three files in ``out``: never through a symlink (the folder or a file), never over earlier
     ones without ``force`` (checked again here: the command checks before any work)."""
     check_outputs(out, OUTPUTS, force)
-    out.mkdir(parents=True, exist_ok=True)
-    write_output(out / "analysis.json", json.dumps(report, indent=1))
-    write_output(out / "analysis.md", summary_markdown(report))
-    write_output(out / "analysis.png", lambda tmp: analysis_figure(report, tmp))
+    make_folder(out)
+    write_file(out / "analysis.json", json.dumps(report, indent=1))
+    write_file(out / "analysis.md", summary_markdown(report))
+    analysis_figure(report, out / "analysis.png")
     return [out / "analysis.png", out / "analysis.md", out / "analysis.json"]
 
 
@@ -457,8 +457,7 @@ def analysis_figure(report: dict[str, Any], path: Path) -> Path:
             ax.set_title("broker: price vs demand")
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    return path
+    return write_figure(path, fig)
 
 
 __all__ = ["analyze", "code_usage", "credit", "learning_rows", "together_rows", "write_analysis"]

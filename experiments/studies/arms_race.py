@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, toml_text, write_file
 from experiments.evaluation.engine import QUIET, planned_keys
 from experiments.evaluation.roster import roster_from_dict
 from experiments.evaluation.store import ResultStore, by_seed
@@ -90,7 +91,7 @@ def continuation(args: TrainArgs, allocator: str) -> TrainArgs:
 
 def seat_roster(name: str, seat: str, policy: str) -> str:
     """A roster naming ``policy`` in ``seat``; every other seat its scenario's own population."""
-    return f"name = {json.dumps(name)}\n\n[agents]\n{seat} = {json.dumps(policy)}\n"
+    return toml_text({"name": name, "agents": {seat: policy}})
 
 
 def mix_roster(seat: str, bluffer: Path) -> str:
@@ -163,7 +164,8 @@ def write_arms_race_report(rows: list[dict[str, Any]], series: Mapping[str, Seri
     from experiments.viewing.plots import score_bars
 
     written = write_table(rows, out, "arms_race")
-    (out / "arms_race.md").write_text(
+    write_file(
+        out / "arms_race.md",
         "# The arms race, two rounds\n\n"
         f"A1 = `{meta['allocator']}`; B1 = `learned:{meta['bluffer']}` (best response in `{meta['seat']}` on "
         f"`{meta['scenario']}`, {meta['round1_iterations']} iterations); A2 = `learned:{meta['round2']}` (A1 "
@@ -175,8 +177,8 @@ def write_arms_race_report(rows: list[dict[str, Any]], series: Mapping[str, Seri
                               category="measure", group="scenario", reference_lines={},
                               title="Arms race: B1's gain against A1 and A2; A2 against planner and A1"))
     per_seed = {name: {" / ".join(key): values for key, values in s.items()} for name, s in series.items()}
-    (out / "arms_race.json").write_text(json.dumps({**meta, "bluffer": str(meta["bluffer"]),
-                                                    "round2": str(meta["round2"]), "per_seed": per_seed}, indent=1))
+    write_file(out / "arms_race.json", json.dumps({**meta, "bluffer": str(meta["bluffer"]),
+                                                  "round2": str(meta["round2"]), "per_seed": per_seed}, indent=1))
     return [*written, out / "arms_race.json"]
 
 
@@ -190,16 +192,16 @@ def arms_race(allocator: str, scenario: str, seat: str, seeds: Sequence[int], ro
 
     ``round1`` / ``round2`` carry each round's training settings and budget (``iterations``, ``minutes``);
     ``otherwise`` plays the seat in round 2's episodes without B1 (None: each scenario's own population)."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     print(f"== round 1: best response of {seat} against {allocator} on {scenario}")
     bluffer = train_best_response(Cell(scenario, allocator, seat), out / "round1", round1)
     mix = out / "round2" / MIX_FILE
-    mix.parent.mkdir(parents=True, exist_ok=True)
-    mix.write_text(mix_roster(seat, bluffer))
+    make_folder(mix.parent)
+    write_file(mix, mix_roster(seat, bluffer))
     background = None
     if otherwise is not None:
         background = out / "round2" / BACKGROUND_FILE
-        background.write_text(seat_roster(f"{otherwise} in {seat}", seat, otherwise))
+        write_file(background, seat_roster(f"{otherwise} in {seat}", seat, otherwise))
     args = round2_args(round2, allocator, scenario, mix, share, round2.iterations or 1, round2.minutes,
                        out / "round2", background)
     print(f"== round 2: {allocator} continued ({args.experiment}), B1 in {seat} in {share:.0%} of the episodes, "

@@ -53,6 +53,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, write_file
 from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.statistics import mean_ci95, paired_difference
@@ -124,9 +125,8 @@ def seat_cell(scenario: str, allocator: str, seat: str, seeds: Sequence[int], pa
 
 def store_cell(path: Path, key: Mapping[str, Any], cell: Mapping[str, Any]) -> Path:
     """The one writer of a seat cell (JSON: its key and its per-seed rows)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "cell": cell}))
-    return path
+    make_folder(path.parent)
+    return write_file(path, json.dumps({"key": key, "cell": cell}))
 
 
 def exploit_run(exploit_dir: Path | None, scenario: str, allocator: str, seat: str, seeds: Sequence[int]) -> Path | None:

@@ -41,19 +41,20 @@ Nash mixture the next allocator trained against.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, field_validator
+from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR, BROKER, TIERS
 from commons_arena.errors import format_validation_error
-from commons_arena.inputs import load_toml_file
+from commons_arena.files import make_folder, write_figure, write_file
+from commons_arena.inputs import load_json_object, load_toml_file
 from experiments.evaluation.metagame import zero_sum_nash
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.seeds import SEED_RANGES
@@ -67,7 +68,7 @@ from experiments.studies.exploitability import (
     move_aside,
     welfare,
 )
-from experiments.training.args import TrainArgs
+from experiments.training.args import MAX_EVAL_SEEDS, MAX_FIRST_SEED, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import train_section
 from experiments.training.kinds import ALLOCATOR_KINDS
 from experiments.training.mixture import mixture_hash, mixture_text
@@ -87,22 +88,40 @@ class PsroError(ValueError):
     """A psro file or folder that cannot be used; the message names what to fix."""
 
 
+_Name = Annotated[str, Field(min_length=1, max_length=1_000)]  # a scenario or policy: a name or a path
+_Seeds = Annotated[int, Field(ge=1, le=MAX_EVAL_SEEDS)]
+_FirstSeed = Annotated[int, Field(ge=0, le=MAX_FIRST_SEED)]
+_Iterations = Annotated[int, Field(ge=1, le=MAX_ITERATIONS)]
+MAX_PSRO_SEATS = 64
+MAX_PSRO_TIERS = 64
+
+
 class _Psro(BaseModel):
+    """The ``[psro]`` table: every number bounded here, every list bounded and without duplicates."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    scenario: str = "crisis"
-    allocator: str = "planner"
-    rounds: int = 2
-    seats: list[str] = []  # team seats; empty: every team seat
+    scenario: _Name = "crisis"
+    allocator: _Name = "planner"
+    rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS)] = 2
+    seats: Annotated[list[_Name], Field(max_length=MAX_PSRO_SEATS)] = []  # team seats; empty: every team seat
     broker: bool = False
-    tiers: list[str] = list(TIERS)
-    seeds: int = 100
-    first_seed: int = SEED_RANGES["psro"].first
-    payoff_seeds: int = 30
-    payoff_first_seed: int = SEED_RANGES["psro"].first + PAYOFF_OFFSET
-    own_share: float = 0.5
-    best_response_iterations: int = 20
-    allocator_iterations: int = 40
-    minutes: float = 30.0
+    tiers: Annotated[list[_Name], Field(min_length=1, max_length=MAX_PSRO_TIERS)] = list(TIERS)
+    seeds: Annotated[int, Field(ge=2, le=MAX_EVAL_SEEDS)] = 100  # at least 2: a paired CI
+    first_seed: _FirstSeed = SEED_RANGES["psro"].first
+    payoff_seeds: _Seeds = 30
+    payoff_first_seed: _FirstSeed = SEED_RANGES["psro"].first + PAYOFF_OFFSET
+    own_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.5  # the members need some weight
+    best_response_iterations: _Iterations = 20
+    allocator_iterations: _Iterations = 40
+    minutes: Annotated[float, Field(gt=0, le=MAX_MINUTES, allow_inf_nan=False)] = 30.0
+
+    @field_validator("seats", "tiers")
+    @classmethod
+    def _no_duplicates(cls, value: list[str]) -> list[str]:
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            raise ValueError(f"names {repeated[:3]} more than once")
+        return value
 
 
 class _File(BaseModel):
@@ -141,19 +160,11 @@ def psro_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PsroConfi
     except ValidationError as err:
         raise PsroError(f"invalid psro file {source}: {format_validation_error(err)}") from None
     p = model.psro
-    checks = [(1 <= p.rounds <= MAX_ROUNDS, f"psro.rounds must be between 1 and {MAX_ROUNDS}, got {p.rounds}"),
-              (p.seeds >= 2, f"psro.seeds must be at least 2 (a paired CI), got {p.seeds}"),
-              (p.payoff_seeds >= 1, f"psro.payoff_seeds must be at least 1, got {p.payoff_seeds}"),
-              (p.first_seed >= 0 and p.payoff_first_seed >= 0, "psro.first_seed and psro.payoff_first_seed must be >= 0"),
-              (math.isfinite(p.own_share) and 0 <= p.own_share < 1,
-               f"psro.own_share must be in [0, 1) (the members need some weight), got {p.own_share}"),
-              (p.best_response_iterations >= 1 and p.allocator_iterations >= 1,
-               "psro.best_response_iterations and psro.allocator_iterations must be at least 1"),
-              (math.isfinite(p.minutes) and p.minutes > 0, f"psro.minutes must be a positive number, got {p.minutes}"),
-              (bool(p.tiers), "psro.tiers: name at least one scenario")]
-    for ok, message in checks:
-        if not ok:
-            raise PsroError(f"invalid psro file {source}: {message}")
+    for first, count, name in ((p.first_seed, p.seeds, "first_seed"), (p.payoff_first_seed, p.payoff_seeds,
+                                                                     "payoff_first_seed")):
+        if first + count - 1 > MAX_FIRST_SEED:
+            raise PsroError(f"invalid psro file {source}: psro.{name} must be at most {MAX_FIRST_SEED - count + 1}, "
+                            f"got {first}")
     for section, table in (("best_response", model.best_response), ("allocator", model.allocator)):
         fixed = sorted(set(table) & set(SET_PER_STEP[section]))
         if fixed:
@@ -181,6 +192,11 @@ def psro_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PsroConfi
     best = replace(best, iterations=p.best_response_iterations, minutes=p.minutes, report_seeds=p.seeds,
                    report_first_seed=p.first_seed)
     alloc = replace(alloc, iterations=p.allocator_iterations, minutes=p.minutes)
+    for section, used in (("best_response", best), ("allocator", alloc)):  # the values the trainings use, checked
+        try:
+            used.validate()
+        except ValueError as err:
+            raise PsroError(f"invalid psro file {source}: {section} (with the psro table's budget): {err}") from None
     settings = json.loads(json.dumps({**model.model_dump(), "psro": {**p.model_dump(), "rounds": None}}))
     return PsroConfig(p.scenario, p.allocator, p.rounds, tuple(seats), tuple(p.tiers), seeds, payoff, p.own_share,
                       best, alloc, settings)
@@ -200,6 +216,74 @@ class Member:
     name: str
     seat: str
     policy: str
+
+
+# ------------------------------------------------------------------ the steps' records read back
+
+_Number = Annotated[float, Field(allow_inf_nan=True)] | Annotated[int, Strict()]
+
+
+class _Member(TypedDict):
+    name: _Name
+    seat: _Name
+    policy: _Name
+
+
+class _Game(TypedDict):
+    allocators: Annotated[dict[_Name, _Name], Field(max_length=MAX_ROUNDS + 1)]
+    members: Annotated[list[_Member], Field(max_length=(MAX_ROUNDS + 1) * MAX_PSRO_SEATS)]
+    gain: list[list[_Number]]
+    gain_ci95: list[list[_Number]]
+    member_mixture: dict[_Name, _Number]
+    allocator_mixture: dict[_Name, _Number]
+    equilibrium_gain: _Number
+
+
+class _Verdict(TypedDict):
+    allocator: str
+    seat: str
+    vs: str
+    discount_minus: _Number
+    discount_minus_ci95: _Number
+    generosity_minus: _Number
+    generosity_minus_ci95: _Number
+    verdict: str
+
+
+class _Learned(TypedDict):
+    rows: Annotated[list[dict[str, Any]], Field(max_length=10_000)]
+    verdicts: Annotated[list[_Verdict], Field(max_length=10_000)]
+
+
+GAME: TypeAdapter[_Game] = TypeAdapter(_Game)
+LEARNED: TypeAdapter[_Learned] = TypeAdapter(_Learned)
+
+
+def stored_step(path: Path, key: Mapping[str, Any], field: str, model: TypeAdapter[Any]) -> Any:
+    """A step's record (``{"key": ..., <field>: ...}``, written by this module) read back by the one reader: its
+    payload checked by ``model`` when its key is ``key``; None when made with another key. A file that is not such
+    a record is refused (PsroError naming it), never a traceback later."""
+    raw = load_json_object(path, "psro record", allow_nan=True, own=True)
+    if set(raw) != {"key", field}:
+        raise PsroError(f"{path} is not a record psro writes (keys key and {field}, got {sorted(raw)[:5]}); remove it "
+                        "to recompute that step")
+    if raw["key"] != json.loads(json.dumps(key, default=str)):
+        return None
+    try:
+        return model.validate_python(raw[field])
+    except ValidationError as err:
+        raise PsroError(f"{path}: {field}: {format_validation_error(err)}; remove it to recompute that step") from None
+
+
+def check_game(game: Mapping[str, Any], path: Path) -> None:
+    """A stored meta-game agrees with itself: a gain row per allocator, a column per member, a weight per name."""
+    members = [m["name"] for m in game["members"]]
+    shape = [len(game["allocators"]), len(members)]
+    for name in ("gain", "gain_ci95"):
+        if len(game[name]) != shape[0] or any(len(row) != shape[1] for row in game[name]):
+            raise PsroError(f"{path}: game.{name} must be {shape[0]} rows of {shape[1]}; remove it to recompute")
+    if set(game["member_mixture"]) != set(members) or set(game["allocator_mixture"]) != set(game["allocators"]):
+        raise PsroError(f"{path}: the game's mixtures must weigh its members and allocators; remove it to recompute")
 
 
 # ------------------------------------------------------------------ the steps
@@ -233,10 +317,11 @@ def metagame(k: int, allocators: Sequence[str], members: Sequence[Member], cfg: 
            "seeds": list(cfg.payoff_seeds), "scenario_hash": commons_arena.load_scenario(cfg.scenario).content_hash}
     path = folder / METAGAME_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored["key"] == json.loads(json.dumps(key)):
+        stored = stored_step(path, key, "game", GAME)
+        if stored is not None:
+            check_game(stored, path)
             print(f"== round {k}: meta-game stored, skipped")
-            return dict(stored["game"])
+            return dict(stored)
     print(f"== round {k}: payoff matrix of {len(members)} members x {len(allocators)} allocators "
           f"({len(cfg.payoff_seeds)} seeds)")
     names = [f"A{i}" for i in range(len(allocators))]
@@ -259,8 +344,8 @@ def metagame(k: int, allocators: Sequence[str], members: Sequence[Member], cfg: 
             "gain": gain.tolist(), "gain_ci95": ci.tolist(), "member_mixture": dict(zip([m.name for m in members],
                                                                                         q.tolist(), strict=True)),
             "allocator_mixture": dict(zip(names, rows.tolist(), strict=True)), "equilibrium_gain": -value}
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "game": game}, indent=1))
+    make_folder(folder)
+    write_file(path, json.dumps({"key": key, "game": game}, indent=1))
     return game
 
 
@@ -268,15 +353,15 @@ def write_mixture(k: int, game: Mapping[str, Any], cfg: PsroConfig, out: Path) -
     """The round's training mixture: the scenario's own population (``own_share``) and every member in its
     seat with ``(1 - own_share)`` times its Nash weight (``round-<k>/mixture.toml``, its rosters beside it)."""
     folder = out / f"round-{k}"
-    (folder / "rosters").mkdir(parents=True, exist_ok=True)
+    make_folder(folder / "rosters")
     entries: list[tuple[str, str | None, float]] = [(OWN, None, cfg.own_share)]
     for member in game["members"]:
         roster = folder / "rosters" / f"{member['name']}.toml"
-        roster.write_text(seat_roster(f"{member['name']} in {member['seat']}", member["seat"], member["policy"]))
+        write_file(roster, seat_roster(f"{member['name']} in {member['seat']}", member["seat"], member["policy"]))
         entries.append((member["name"], f"rosters/{roster.name}",
                         (1 - cfg.own_share) * float(game["member_mixture"][member["name"]])))
     path = folder / MIXTURE_FILE
-    path.write_text(mixture_text(entries))
+    write_file(path, mixture_text(entries))
     return path
 
 
@@ -293,18 +378,18 @@ def continue_allocator(k: int, allocator: str, mixture: Path, cfg: PsroConfig, o
                                           default=str))}
     path = folder / ALLOCATOR_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored["key"] != key:
+        stored = stored_step(path, key, "allocator", TypeAdapter(_Name))
+        if stored is None:
             raise PsroError(f"{path} holds an allocator made with other settings; rerun with the same file, or "
                             "choose another --out")
         print(f"== round {k}: allocator stored, skipped")
-        return str(stored["allocator"])
+        return str(stored)
     print(f"== round {k}: {allocator} continued ({args.experiment}, {args.iterations} iterations) against "
           f"{mixture}")
     move_aside(folder / ALLOCATOR)
     checkpoint = train(args)  # the run's last checkpoint, as in the arms race
     continued = f"{LEARNED_PREFIX}{checkpoint}"
-    path.write_text(json.dumps({"key": key, "allocator": continued}, indent=1))
+    write_file(path, json.dumps({"key": key, "allocator": continued}, indent=1))
     return continued
 
 
@@ -321,17 +406,17 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
            "seeds": list(cfg.seeds), "scenario": cfg.scenario}
     path = out / DISCOUNTING_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored["key"] == json.loads(json.dumps(key)):
+        stored = stored_step(path, key, "learned", LEARNED)
+        if stored is not None:
             print("== what the allocators learned: stored, skipped")
-            return dict(stored["learned"])
+            return dict(stored)
     print(f"== what A{', A'.join(str(k) for k in rounds)} learned: a x3 bluffer and a truthful team in "
           f"{', '.join(teams)} ({len(cfg.seeds)} seeds)")
     measured, verdicts = seat_verdicts(cfg.scenario, {f"A{k}": allocators[k] for k in (0, *rounds)}, "A0", teams,
                                        cfg.seeds)
     rows = [{c: v for c, v in row.items() if c != "per_seed"} for by_seat in measured.values() for row in by_seat.values()]
     learned = {"rows": rows, "verdicts": verdicts}
-    path.write_text(json.dumps({"key": key, "learned": learned}, indent=1))
+    write_file(path, json.dumps({"key": key, "learned": learned}, indent=1))
     return learned
 
 
@@ -359,15 +444,15 @@ def check_folder(out: Path, cfg: PsroConfig) -> None:
     ones resumes, with others is refused."""
     path = out / PSRO_FILE
     if path.is_file():
-        stored = json.loads(path.read_text())
+        stored = load_json_object(path, "psro settings", allow_nan=True, own=True)
         if stored != cfg.settings:
             changed = sorted(k for section in set(stored) | set(cfg.settings)
                              for k in [section] if stored.get(section) != cfg.settings.get(section))
             raise PsroError(f"{out} holds a psro run made with other settings ({', '.join(changed)}); rerun with the "
                             "same file (more rounds may be added), or choose another --out")
         return
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cfg.settings, indent=1))
+    make_folder(out)
+    write_file(path, json.dumps(cfg.settings, indent=1))
 
 
 def is_psro_folder(out: Path) -> bool:
@@ -442,10 +527,10 @@ def write_psro_report(measured: Sequence[Mapping[str, Any]], games: Sequence[Map
                 f"{cfg.payoff_seeds[-1]}.\n\n")
     write_table(rows, out, "psro", preamble)
     md = out / "psro.md"
-    md.write_text(md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1))
-                  + ("\n" + learned_markdown(learned) if learned else ""))
-    (out / "psro.json").write_text(json.dumps({"rows": rows, "rounds": [dict(g) for g in games],
-                                               **({"learned": dict(learned)} if learned else {})}, indent=1))
+    write_file(md, md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1))
+               + ("\n" + learned_markdown(learned) if learned else ""))
+    write_file(out / "psro.json", json.dumps({"rows": rows, "rounds": [dict(g) for g in games],
+                                            **({"learned": dict(learned)} if learned else {})}, indent=1))
     if rows:
         psro_figure(rows, cfg, out / "psro.png")
     return rows
@@ -480,7 +565,7 @@ def psro_figure(rows: Sequence[Mapping[str, Any]], cfg: PsroConfig, path: Path) 
         ax.set_xticks(x, [str(r["allocator"]) for r in rows])
         ax.set_xlabel("allocator (round)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_figure(path, fig, dpi=120)
     plt.close(fig)
     return path
 

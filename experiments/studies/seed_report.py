@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.files import check_outputs, write_file
 from commons_arena.inputs import load_json_object
 from experiments.evaluation.tables import markdown_table, write_csv
-from experiments.outputs import check_outputs, write_output
 from experiments.seeds import first_seed
 from experiments.statistics import bootstrap_ci, iqm, iqm_of
 from experiments.training.args import TrainArgs
@@ -215,14 +215,14 @@ def write_seed_report(parent: Path, compare_seeds: int = 100, progress: bool = F
         checkpoints = {f"s{r.seed}": r.folder / "best" for r in runs}
         episodes = list(range(COMPARE_FIRST_SEED, COMPARE_FIRST_SEED + compare_seeds))
         rows = compare_many(checkpoints, tiers(runs[0]), episodes, progress=progress)
-        write_output(parent / "vs_scripted.csv", lambda tmp: write_csv(rows, tmp))
+        write_csv(rows, parent / "vs_scripted.csv")
         pooled = pooled_comparison(rows, [r.seed for r in runs])
-    write_output(parent / "learning_curves.png", lambda tmp: learning_curve(
-        curve_rows(runs), None, tmp, y="score", x="iteration", title="held-out normalised score over training seeds"))
-    write_output(parent / "aggregate.json", json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
-                                                        "vs_scripted": pooled}, indent=1))
+    learning_curve(curve_rows(runs), None, parent / "learning_curves.png", y="score", x="iteration",
+                   title="held-out normalised score over training seeds")
+    write_file(parent / "aggregate.json", json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
+                                                      "vs_scripted": pooled}, indent=1))
     text = seed_report_markdown(runs, scores, pooled, compare_seeds)
-    path = write_output(parent / "aggregate.md", text)
+    path = write_file(parent / "aggregate.md", text)
     print(text)
     return path
 

@@ -18,6 +18,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from commons_arena.files import make_folder, write_file
 from experiments.training.args import TrainArgs
 from experiments.training.config_file import write_experiment
 from experiments.training.runs import SEEDS_PARENT
@@ -72,9 +73,9 @@ def train_seeds(args: TrainArgs, seeds: tuple[int, ...], compare_seeds: int = 10
     for seed in seeds:  # refuse bad arguments before the first seed trains
         resolve(seed_args(args, args.out, seed))
     parent = parent_folder(args, seeds)
-    parent.mkdir(parents=True)
+    make_folder(parent, new=True)
     write_experiment(parent / "experiment.toml", replace(args, seed=seeds[0]))
-    (parent / SEEDS_PARENT).write_text(json.dumps({"train_seeds": list(seeds)}))
+    write_file(parent / SEEDS_PARENT, json.dumps({"train_seeds": list(seeds)}))
     print(f"{len(seeds)} training seeds, in turn, under {parent}")
     start_local_ray(args)
     for seed in seeds:

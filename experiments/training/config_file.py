@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_mode
 
 import commons_arena
 from commons_arena.errors import format_validation_error
+from commons_arena.files import write_file
 from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
@@ -173,9 +174,10 @@ def args_from_dict(data: dict[str, Any], source: str = "<dict>", *, current: boo
     return args
 
 
-def read_experiment(path: str | Path) -> dict[str, Any]:
-    """An experiment file's TOML as a dict (one line naming the file when it cannot be read)."""
-    return load_toml_file(path, "experiment", ExperimentFileError)
+def read_experiment(path: str | Path, own: bool = False) -> dict[str, Any]:
+    """An experiment file's TOML as a dict (one line naming the file when it cannot be read); ``own``: a run's
+    record, which the run rewrites (not remembered as an input: ``commons_arena.inputs``)."""
+    return load_toml_file(path, "experiment", ExperimentFileError, own=own)
 
 
 def train_section(data: dict[str, Any], source: str) -> TrainArgs:
@@ -194,10 +196,10 @@ def train_section(data: dict[str, Any], source: str) -> TrainArgs:
 
 
 def load_experiment(path: str | Path, *, missing: Mapping[str, Any] | None = None, current: bool = True,
-                    configs: Sequence[ScenarioConfig] | None = None) -> TrainArgs:
+                    configs: Sequence[ScenarioConfig] | None = None, own: bool = False) -> TrainArgs:
     """Read and check an experiment file (:func:`args_from_dict`). ``missing``: the values of ``[train]`` keys
     the file leaves out (a run's record: the value it trained with, not today's default)."""
-    data = read_experiment(path)
+    data = read_experiment(path, own)
     if missing and isinstance(data.get("train"), dict):
         data = {**data, "train": {**missing, **data["train"]}}
     return args_from_dict(data, str(path), current=current, configs=configs)
@@ -246,7 +248,12 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
 
 
 def write_experiment(path: Path, args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> Path:
-    path.write_text(experiment_text(args, configs))
+    """``path`` holding :func:`experiment_text` (left as it is when it holds that already: a resumed run's record,
+    perhaps also this session's ``--config``, an input never written over)."""
+    text = experiment_text(args, configs)
+    if path.is_file() and not path.is_symlink() and read_bytes(path, "experiment file", own=True) == text.encode():
+        return path
+    write_file(path, text)
     return path
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, write_arrays, write_file
 from experiments.seeds import SEED_RANGES
 
 if TYPE_CHECKING:  # the command line imports DistilArgs; the rest loads when a run starts
@@ -59,6 +60,11 @@ DISTIL_FILE = "distil.json"
 ROWS_FILE = "rows.npz"  # every round's (features, teacher code) rows so far: what the last fit read
 COLLECT_FIRST_SEED = SEED_RANGES["training"].first  # the episodes it learns from are training episodes
 CHECK_FIRST_SEED = SEED_RANGES["distil_check"].first  # never played while collecting
+MAX_DISTIL_ROUNDS = 1_000
+MAX_DISTIL_SCENARIOS = 100_000
+MAX_CLIP = 64  # a correction of more GPUs than any tier holds asks nothing new
+MAX_LR = 10.0
+MAX_COLLECT_EPISODES = 1_000_000  # rounds x seeds: the training seed range's block per scenario
 
 
 @dataclass(frozen=True)
@@ -99,16 +105,35 @@ class DistilArgs:
     """folder of the universal checkpoint (learned:<out>), distil.json and rows.npz"""
 
     def validate(self) -> None:
-        checks = [(self.rounds >= 1, "--rounds must be at least 1"), (self.limit >= 0, "--limit must be 0 (all) or more"),
-                  (self.seeds >= 1, "--seeds must be at least 1"),
-                  (0.0 <= self.teacher_share <= 1.0, "--teacher-share must be in [0, 1]"),
-                  (self.epochs >= 1, "--epochs must be at least 1"),
-                  (math.isfinite(self.lr) and self.lr > 0, "--lr must be a positive number"),
-                  (self.batch >= 1, "--batch must be at least 1"), (self.workers >= 1, "--workers must be at least 1"),
-                  (self.clip >= 1, "--clip must be at least 1"),
-                  (self.check_scenarios >= 1, "--check-scenarios must be at least 1"),
-                  (self.check_seeds >= 1, "--check-seeds must be at least 1"),
-                  (len(self.hidden) >= 1 and min(self.hidden) >= 1, "--hidden needs at least one layer of at least 1 unit")]
+        """Every number bounded on both sides (the training limits of ``experiments.training.args``)."""
+        from experiments.training.args import (
+            MAX_BATCH,
+            MAX_EPOCHS,
+            MAX_EVAL_SEEDS,
+            MAX_HIDDEN,
+            MAX_LAYERS,
+            MAX_RUNNERS,
+            MAX_TRAIN_SEED,
+        )
+
+        bounded = [("--rounds", self.rounds, 1, MAX_DISTIL_ROUNDS), ("--limit", self.limit, 0, MAX_DISTIL_SCENARIOS),
+                   ("--seeds", self.seeds, 1, MAX_EVAL_SEEDS), ("--epochs", self.epochs, 1, MAX_EPOCHS),
+                   ("--batch", self.batch, 1, MAX_BATCH), ("--workers", self.workers, 1, MAX_RUNNERS),
+                   ("--clip", self.clip, 1, MAX_CLIP), ("--check-scenarios", self.check_scenarios, 1, MAX_DISTIL_SCENARIOS),
+                   ("--check-seeds", self.check_seeds, 1, MAX_EVAL_SEEDS), ("--seed", self.seed, 0, MAX_TRAIN_SEED)]
+        for flag, value, low, high in bounded:
+            if not low <= value <= high:
+                raise ValueError(f"{flag} must be in [{low}, {high}], got {value}")
+        checks = [(math.isfinite(self.teacher_share) and 0.0 <= self.teacher_share <= 1.0,
+                   f"--teacher-share must be in [0, 1], got {self.teacher_share}"),
+                  (math.isfinite(self.lr) and 0 < self.lr <= MAX_LR, f"--lr must be in (0, {MAX_LR}], got {self.lr}"),
+                  (1 <= len(self.hidden) <= MAX_LAYERS and min(self.hidden) >= 1 and max(self.hidden) <= MAX_HIDDEN,
+                   f"--hidden needs 1 to {MAX_LAYERS} layers of 1 to {MAX_HIDDEN} units, got {list(self.hidden)[:10]}"),
+                  (self.rounds * self.seeds <= MAX_COLLECT_EPISODES,
+                   f"--rounds x --seeds must be at most {MAX_COLLECT_EPISODES} episodes per scenario, got "
+                   f"{self.rounds * self.seeds}"),
+                  (len(self.scenarios) == len(set(self.scenarios)),
+                   f"--scenarios names a scenario more than once: {list(self.scenarios)[:10]}")]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
@@ -285,7 +310,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     n_actions, zero = probe.n_actions, probe.zero
     check = configs[: args.check_scenarios]
     check_seeds = list(range(CHECK_FIRST_SEED, CHECK_FIRST_SEED + args.check_seeds))
-    args.out.mkdir(parents=True, exist_ok=True)
+    make_folder(args.out)
     features: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     groups: list[np.ndarray] = []  # per row: which (round, scenario) collection it came from
@@ -313,7 +338,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
             labels += [y for _, y in played]
             groups += [np.full(len(y), len(groups) + j, dtype=np.int64) for j, (_, y) in enumerate(played)]
             rows_x, rows_y, rows_g = np.concatenate(features), np.concatenate(labels), np.concatenate(groups)
-            np.savez_compressed(args.out / ROWS_FILE, features=rows_x, labels=rows_y, groups=rows_g)
+            write_arrays(args.out / ROWS_FILE, features=rows_x, labels=rows_y, groups=rows_g)
             net, accuracy = fit_student(rows_x, rows_y, args, n_actions, zero, net, rows_g)
             network = network_from_cell_mlp(net, n_actions)
             save_universal_policy(args.out, network, trained_on, "", codec="need")
@@ -326,7 +351,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
                   f"{mean:+.1f} ± {half:.1f} on {episodes} episodes ({row['seconds']} s)", flush=True)
             report = {"args": {**asdict(args), "out": str(args.out)},
                       "teacher_minus_planner": teacher, "teacher_ci95": teacher_half, "rounds": rounds}
-            (args.out / DISTIL_FILE).write_text(json.dumps(report, indent=1))
+            write_file(args.out / DISTIL_FILE, json.dumps(report, indent=1))
     return report
 
 

@@ -12,12 +12,12 @@ kinds, and a league's kind saves its snapshots here).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import copy_folder
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.cell_module import CellPPOModule, network_from_cell_module
 from experiments.training.rl_modules import ModuleActor, network_from_rl_module
@@ -82,8 +82,7 @@ def save_snapshot(algo: Any, setup: Any, module_id: str, folder: Path, config: S
 
 
 def keep_best(checkpoint: Path, best: Path) -> None:
-    shutil.rmtree(best, ignore_errors=True)
-    shutil.copytree(checkpoint, best)
+    copy_folder(checkpoint, best)  # regular files only; the earlier best removed first
 
 
 __all__ = ["keep_best", "save_checkpoint", "save_policies", "save_snapshot", "save_untrained", "seat_networks"]

@@ -53,6 +53,8 @@ from typing import Any
 import numpy as np
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from commons_arena.files import write_file
+from commons_arena.inputs import loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.callbacks import RewardTermsCallback, foreach_sampling_runner
 from experiments.training.env_config import ArenaEnvConfig
@@ -237,7 +239,8 @@ def last_mix(run: Path, iterations: int) -> tuple[list[str], int]:
     """The mix after iteration ``iterations`` (the checkpoint's) and the iterations since its
     last snapshot, from ``<run>/league.json`` (a killed session may have logged later ones)."""
     path = run / "league.json"
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    text = read_text(path, "league log", 256 * 2**20, own=True) if path.is_file() else ""  # checked on resume
+    rows = [loads_json(line, f"{path}", allow_nan=True) for line in text.splitlines() if line.strip()]
     rows = list({row["iteration"]: row for row in rows if row["iteration"] <= iterations}.values())
     if not rows:
         return [], 0
@@ -277,7 +280,7 @@ def payoff_matrix(run: Path, config: ScenarioConfig, seeds: Sequence[int], focal
     report = {"scenario": config.name, "focal_seat": focal, "seeds": [int(seeds[0]), int(seeds[-1])],
               "snapshots": snapshots, "payoff": payoff.tolist(),
               "nash": {s: float(w) for s, w in zip(snapshots, mixture, strict=True)}}
-    (run / "league_payoff.json").write_text(json.dumps(report, indent=1))
+    write_file(run / "league_payoff.json", json.dumps(report, indent=1))
     return report
 
 

@@ -28,7 +28,6 @@ Light (the CLI imports it through ``config_file``): pydantic and the population,
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from commons_arena.errors import format_validation_error
+from commons_arena.files import toml_text
 from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
 from policies.population import Population
@@ -146,12 +146,10 @@ def mixture_hash(path: Path) -> str:
 
 def mixture_text(entries: Sequence[tuple[str, str | None, float]]) -> str:
     """A mixture file's text from (name, roster path or None, weight) entries."""
-    lines = ["# a weighted mixture of backgrounds: one drawn per training episode (experiments/training/mixture.py)"]
-    for name, roster, weight in entries:
-        lines += ["", f"[backgrounds.{json.dumps(name)}]", f"weight = {float(weight)!r}"]
-        if roster is not None:
-            lines.append(f"roster = {json.dumps(str(roster))}")
-    return "\n".join(lines) + "\n"
+    backgrounds = {name: {"weight": float(weight), **({"roster": str(roster)} if roster is not None else {})}
+                   for name, roster, weight in entries}
+    return toml_text({"backgrounds": backgrounds},
+                     header=["a weighted mixture of backgrounds: one drawn per training episode (experiments/training/mixture.py)"])
 
 
 __all__ = ["Mixture", "MixtureError", "draw", "thresholds", "load_mixture", "mixture_from_dict", "mixture_hash", "mixture_text"]

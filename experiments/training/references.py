@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_record
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, allocator_returns, play_many
 
@@ -32,10 +34,10 @@ def cached_reference_returns(cache: Path, config: ScenarioConfig, seeds: Sequenc
     key = f"{config.content_hash}-{seeds[0]}-{len(seeds)}-{'-'.join(BASELINE_ALLOCATORS)}"
     path = cache / f"{key}.json"
     if path.is_file() and len(seeds) == seeds[-1] - seeds[0] + 1:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
+        return load_record(path, References, "reference cache", own=True, allow_nan=True)  # type: ignore[no-any-return]
     references = reference_returns(config, seeds)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(references))
+    make_folder(path.parent)
+    write_file(path, json.dumps(references))
     return references
 
 

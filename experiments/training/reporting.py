@@ -12,6 +12,7 @@ import numpy as np
 from tensorboardX import SummaryWriter
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import append_line, write_figure
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, normalised_score
 from experiments.training.heldout import describe
 from experiments.training.runs import RunState
@@ -70,8 +71,7 @@ class Reporter:
     def iteration(self, state: RunState, result: Mapping[str, Any], values: Mapping[str, float], minutes: float) -> None:
         league = result.get("league")
         if league:
-            with (self.run / "league.json").open("a", encoding="utf-8") as log:  # one line per iteration
-                log.write(json.dumps({"iteration": state.iterations, **league}) + "\n")
+            append_line(self.run / "league.json", json.dumps({"iteration": state.iterations, **league}))  # one per iteration
             if league.get("snapshot"):
                 print(f"  snapshot {league['snapshot']} joins the mix: learner {league['learner_return']:.2f}"
                       f" vs mix {league['mix_return']:.2f}")
@@ -154,7 +154,7 @@ def seats_figure(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path)
+    write_figure(path, fig)
     return path
 
 

@@ -140,7 +140,7 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{checkpoint} has no {SIDECAR}: not a commons_arena checkpoint")
     try:  # the sidecar is checked (type, size, depth, fields) before anything is unpickled
-        old = load_json_object(path, "sidecar")
+        old = load_json_object(path, "sidecar", own=True)  # converted in place, on purpose: not an input kept
         old_format = "format_version" not in old
         fields = {k: old[k] for k in ("agent", "scenario", "scenario_hash", "observation_shape", "action_nvec",
                                       "observation_scale")} if old_format else {}

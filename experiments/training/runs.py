@@ -15,7 +15,7 @@ checked the way they always were.
 from __future__ import annotations
 
 import json
-import os
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -24,9 +24,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
+from commons_arena.files import make_folder, point_link, write_file
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
-from experiments.training.args import LATEST, TrainArgs
+from experiments.training.args import LATEST, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import SESSION_FIELDS, load_experiment, write_experiment
 
 RECORD = "experiment.toml"  # a run's arguments (config_file.py): `train --config` reruns it, --resume reads it
@@ -38,6 +39,9 @@ BUDGET = ("minutes", "iterations")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
 VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
+MAX_HISTORY_ROWS = 1_000_000
+MAX_STAGES = 100_000  # curriculum stages / scenarios of a run (a state's stage indexes them)
+MAX_ENV_STEPS = 2**62  # environment steps of one run (a results row stores int64)
 
 
 @dataclass
@@ -87,10 +91,7 @@ def point_latest(run: Path) -> None:
     link = run.parent / LATEST
     if link.exists() and not link.is_symlink():
         return
-    tmp = run.parent / f".{LATEST}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    os.symlink(run.name, tmp)
-    os.replace(tmp, link)
+    point_link(link, run.name)
 
 
 def has_record(run: Path) -> bool:
@@ -132,8 +133,15 @@ def run_args(args: TrainArgs) -> TrainArgs:
         replace(resumed, resume=None, run_name=None).validate()
     except (TypeError, ValueError) as err:
         raise ValueError(f"cannot resume {run}: {err}") from None
+    if not (run / RECORD).is_file():  # a legacy record: a key it lacks would be today's default, not the run's
+        lacking = [f.name for f in fields(TrainArgs) if f.name not in saved and f.name not in VALUE_BEFORE_FLAG
+                   and f.name not in SESSION_FIELDS and f.name not in BUDGET]
+        if lacking:
+            raise ValueError(f"cannot resume {run}: its {LEGACY_RECORD} lacks {lacking[:6]}"
+                             f"{' ...' if len(lacking) > 6 else ''}: the values the run trained with are unknown "
+                             "(today's defaults may not fit its checkpoint); add them, or start a new run")
     check_saved_files(run)
-    done = saved_state(run).iterations
+    done = saved_state(run, len(resumed.stages)).iterations
     if resumed.iterations is not None and done >= resumed.iterations:
         raise ValueError(f"cannot resume {run}: it has trained {done} of its {resumed.iterations} iterations; pass "
                          f"--iterations with a larger total to train on")
@@ -155,31 +163,62 @@ def check_saved_files(run: Path) -> None:
         path = run / name
         if path.exists():
             try:
-                adapter.validate_python(load_json(path, "run file", allow_nan=True), strict=False)
+                adapter.validate_python(load_json(path, "run file", allow_nan=True, own=True), strict=False)
             except ValidationError as err:
                 raise ValueError(f"{path}: not the file a run writes: {format_validation_error(err)}") from None
     league = run / "league.json"
     if league.exists():
-        for number, line in enumerate(read_text(league, "league log", MAX_LOG_BYTES).splitlines(), 1):
+        for number, line in enumerate(read_text(league, "league log", MAX_LOG_BYTES, own=True).splitlines(), 1):
             row = loads_json(line, f"{league}:{number}", allow_nan=True) if line.strip() else {}
             if line.strip() and (not isinstance(row, dict) or isinstance(row.get("iteration"), bool)
                                  or not isinstance(row.get("iteration"), int) or not isinstance(row.get("mix", []), list)):
                 raise ValueError(f"{league}:{number}: not a league log row (iteration, mix, snapshot)")
 
 
-def saved_state(run: Path) -> RunState:
-    """A run folder's ``state.json`` (a fresh state if it was killed before the first evaluation), checked."""
+class SavedState(BaseModel):
+    """``state.json`` as a resumed run may use it: every number bounded, read before Ray starts."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage: Annotated[int, Strict(), Field(ge=0, le=MAX_STAGES)] = 0
+    iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_ITERATIONS)] = 0
+    env_steps: Annotated[int, Strict(), Field(ge=0, le=MAX_ENV_STEPS)] = 0
+    seconds: Annotated[float, Field(ge=0, le=MAX_MINUTES * 60 * 1000, allow_inf_nan=False)] = 0.0
+    best_score: Annotated[float, Field(allow_inf_nan=True)] = float("-inf")  # -inf: no evaluation yet
+    history: Annotated[list[dict[str, Any]], Field(max_length=MAX_HISTORY_ROWS)] = []
+
+    @model_validator(mode="after")
+    def _agrees(self) -> SavedState:
+        if math.isnan(self.best_score) or self.best_score == math.inf:
+            raise ValueError(f"best_score must be a number or -inf (none yet), got {self.best_score}")
+        for i, row in enumerate(self.history):
+            try:
+                HistoryRow.model_validate(row)
+            except ValidationError as err:
+                raise ValueError(f"history row {i}: {format_validation_error(err)}") from None
+        done = [row["iteration"] for row in self.history]
+        if done != sorted(set(done)) or (done and done[-1] > self.iterations):
+            raise ValueError(f"history's iterations must rise and end at most at iterations ({self.iterations}), "
+                             f"got {done[-5:]}")
+        return self
+
+
+def saved_state(run: Path, stages: int | None = None) -> RunState:
+    """A run folder's ``state.json`` (a fresh state if it was killed before the first evaluation), read by the
+    one reader into :class:`SavedState` (bounded numbers, no unknown key) and checked against the run: its
+    ``stage`` must be one of the run's ``stages`` (a count) when given. Refused (ValueError, one line naming
+    the file) before anything is written or Ray starts."""
     path = run / "state.json"
     if not path.exists():
         return RunState()
-    data = load_json_object(path, "run state", allow_nan=True)
-    known = {f.name for f in fields(RunState)}
-    if set(data) - known or not isinstance(data.get("iterations", 0), int) or not isinstance(data.get("history", []), list):
-        raise ValueError(f"{path} is not the state of a `commons-arena train` run (keys {sorted(known)})")
+    data = load_json_object(path, "run state", allow_nan=True, own=True)  # the run rewrites it: its own record
     try:
-        return RunState(**data)
-    except TypeError as err:
-        raise ValueError(f"{path} is not the state of a `commons-arena train` run: {err}") from None
+        state = SavedState.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"{path} is not the state of a `commons-arena train` run: "
+                         f"{format_validation_error(err)}") from None
+    if stages is not None and state.stage >= stages:
+        raise ValueError(f"{path}: stage {state.stage} is not one of this run's {stages} stage(s) (0 .. {stages - 1})")
+    return RunState(**state.model_dump())
 
 
 def saved_args(run: Path) -> dict[str, Any]:
@@ -189,7 +228,7 @@ def saved_args(run: Path) -> dict[str, Any]:
     file and key) before anything is written."""
     run = Path(run)
     if (run / RECORD).is_file() or not (run / LEGACY_RECORD).is_file():
-        args = load_experiment(run / RECORD, missing=VALUE_BEFORE_FLAG, current=False)
+        args = load_experiment(run / RECORD, missing=VALUE_BEFORE_FLAG, current=False, own=True)
         return {f.name: getattr(args, f.name) for f in fields(TrainArgs) if f.name not in SESSION_FIELDS}
     return legacy_args(run / LEGACY_RECORD)
 
@@ -240,7 +279,6 @@ class HistoryRow(BaseModel):
         return self
 
 
-MAX_HISTORY_ROWS = 1_000_000
 MAX_LOG_BYTES = 256 * 2**20  # league.json: one line per iteration
 
 
@@ -251,7 +289,7 @@ def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
     path = Path(run) / "history.json"
     if not path.exists() and not required:
         return []
-    rows = load_json(path, "run history", MAX_LOG_BYTES, allow_nan=True)  # Python's json wrote it (NaN allowed)
+    rows = load_json(path, "run history", MAX_LOG_BYTES, allow_nan=True, own=True)  # Python's json wrote it (NaN allowed)
     if not isinstance(rows, list) or len(rows) > MAX_HISTORY_ROWS:
         raise ValueError(f"{path} is not a run's history: a JSON list of evaluation rows")
     checked = []
@@ -276,23 +314,23 @@ def open_run(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -
     state = RunState()
     if args.resume is not None:
         if (run / RECORD).is_file():
-            load_experiment(run / RECORD, missing=VALUE_BEFORE_FLAG, configs=configs)
-        state = saved_state(run)  # a fresh state if killed before the first evaluation
+            load_experiment(run / RECORD, missing=VALUE_BEFORE_FLAG, configs=configs, own=True)
+        state = saved_state(run, len(args.stages))  # a fresh state if killed before the first evaluation
     else:
         if run.name != args.name:
             print(f"{args.out / args.name} holds an earlier run (kept); this run writes to {run}")
         args = replace(args, run_name=run.name)
-        run.mkdir(parents=True, exist_ok=False)
+        make_folder(run, new=True)
     write_experiment(run / RECORD, args, configs)  # `train --config <run>/experiment.toml` reruns it
     point_latest(run)
     return run, args, state
 
 
 def save_state(run: Path, state: RunState) -> None:
-    (run / "state.json").write_text(json.dumps(asdict(state), indent=1))
-    (run / "history.json").write_text(json.dumps(state.history, indent=1))
+    write_file(run / "state.json", json.dumps(asdict(state), indent=1))
+    write_file(run / "history.json", json.dumps(state.history, indent=1))
 
 
-__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "check_saved_files", "has_record",
+__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "SavedState", "check_saved_files", "has_record",
            "legacy_args", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state",
            "saved_args", "saved_history", "saved_state"]

@@ -20,6 +20,8 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import write_file
+from commons_arena.inputs import load_json
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import Observer, Tick, play_all
 from experiments.training.args import TrainArgs
@@ -173,21 +175,21 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
     when it has them (a resumed run), else computed and written there."""
     scale_path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
     if scale_path.is_file():
-        saved = json.loads(scale_path.read_text())
+        saved = load_json(scale_path, "saved record", allow_nan=True, own=True)
         scales = {s: np.asarray(v, dtype=np.float32)
                   for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
     else:
         scales = fit_scales(setup)
         if (start := setup.args.net.start_scale(setup.args.init_from)) is not None:  # its weights were trained on it
             scales[ALLOCATOR] = start
-        scale_path.write_text(json.dumps({s: v.tolist() for s, v in scales.items()}))
+        write_file(scale_path, json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
     if references_path.is_file():
-        references = json.loads(references_path.read_text())
+        references = load_json(references_path, "saved record", allow_nan=True, own=True)
     else:
         cache = setup.args.out / ".references"
         references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in setup.args.kind.judged(setup)}
-        references_path.write_text(json.dumps(references, indent=1))
+        write_file(references_path, json.dumps(references, indent=1))
     return replace(setup, scales=scales, references=references)
 
 

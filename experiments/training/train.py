@@ -59,6 +59,8 @@ from typing import Any
 import torch
 
 from commons_arena.enums import ALLOCATOR
+from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_json
 from experiments.cluster import start_ray
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
@@ -136,7 +138,7 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
         final = allocator_reports(setup, seat_networks(algo, setup.plan)[ALLOCATOR], args.kind.judged(setup))
         for name, report in final.items():
             print(f"final on {name}: {describe(report)}")
-        (run / "final_scores.json").write_text(json.dumps(final, indent=1))
+        write_file(run / "final_scores.json", json.dumps(final, indent=1))
     reporter.close()
     algo.stop()
     args.kind.after_training(setup, run)  # a best response's report, a league's payoff matrix
@@ -157,8 +159,8 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
     results, _ = held_out_evaluation(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": setup.args.kind.judged_as(scenarios), **results}
-    (run / UNTRAINED).mkdir(parents=True, exist_ok=True)  # an LSTM module writes no data-only policy there
-    (run / UNTRAINED / "heldout.json").write_text(json.dumps(row, indent=1))
+    make_folder(run / UNTRAINED)  # an LSTM module writes no data-only policy there
+    write_file(run / UNTRAINED / "heldout.json", json.dumps(row, indent=1))
     print(f"  untrained (iteration 0) on held-out seeds: return {row['eval_return']:.2f}, "
           f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))
 
@@ -174,7 +176,7 @@ def mix_share(result: dict[str, Any]) -> dict[str, Any]:
 
 def untrained_row(run: Path) -> dict[str, Any] | None:
     path = run / UNTRAINED / "heldout.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return load_json(path, "saved record", allow_nan=True, own=True) if path.is_file() else None
 
 
 def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, result: dict[str, Any],

@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from commons_arena.files import make_folder, write_figure
 from experiments.statistics import mean_ci
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -257,7 +258,7 @@ def _number(value: Any, default: float = math.nan) -> float:
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
+    make_folder(out.parent)
+    write_figure(out, fig, format="png")
     fig.clear()
     return out

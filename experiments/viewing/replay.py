@@ -36,6 +36,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from commons_arena.files import make_folder, write_file
 from commons_arena.recording import jsonable, read_recording
 from serving.page_assets import SHARED_STYLE, shared_asset_text
 
@@ -54,8 +55,8 @@ def write_replay(jsonl_path: str | os.PathLike[str], html_path: str | os.PathLik
     title = f"commons_arena replay: {episodes[0]['header'].get('scenario', '?')} ({Path(jsonl_path).name})"
     page = render_page(episodes, title=title, source=Path(jsonl_path).name)
     out = Path(html_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    make_folder(out.parent)
+    write_file(out, page)
     return out
 
 

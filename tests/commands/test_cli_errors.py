@@ -201,7 +201,7 @@ def test_paired_comparisons_need_two_seeds_and_a_valid_first_seed(capsys, tmp_pa
 
 
 @pytest.mark.parametrize(("argv", "match"), [
-    (("--rounds", "0"), "--rounds must be at least 1"),
+    (("--rounds", "0"), "--rounds must be in [1, 1000], got 0"),
     (("--teacher-share", "2"), "--teacher-share must be in [0, 1]"),
     (("--split", "nosuch"), "no split named 'nosuch'"),
     (("--split", "broad-heldout", "--limit", "1"), "distil must not read held-out scenarios"),

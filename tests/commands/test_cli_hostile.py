@@ -163,12 +163,23 @@ def _train_run(tmp_path: Path, args_json: str) -> Path:
     ('{"experiment": "allocator_ppo", "hidden": 5}', "hidden must be a list"),
     ('{"experiment": "allocator_ppo", "lr": "fast"}', "lr must be a float"),
     ('{"experiment": "allocator_ppo", "gamma": 7}', "--gamma must be in (0, 1]"),
-    ('{"experiment": "allocator_ppo", "scenario": "nope"}', "no scenario named 'nope'"),
     ('{"experiment": "allocator_ppo", "backdoor": 1}', "unknown key(s) ['backdoor']"),
 ])
 def test_train_resume_refuses_a_bad_args_json_before_writing(capsys, tmp_path, args_json, match):
     run = _train_run(tmp_path, args_json)
     assert_one_line_error(capsys, "train", "--resume", str(run), match=match)
+    assert sorted(p.name for p in run.iterdir()) == ["args.json"] and (run / "args.json").read_text() == args_json
+    assert os.readlink(tmp_path / "runs" / "latest") == "elsewhere"
+
+
+def test_train_resume_checks_a_full_legacy_record_scenario(capsys, tmp_path):
+    from dataclasses import asdict
+
+    from experiments.training.args import TrainArgs
+
+    args_json = json.dumps({**asdict(TrainArgs()), "scenario": "nope"}, default=str)
+    run = _train_run(tmp_path, args_json)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="no scenario named 'nope'")
     assert sorted(p.name for p in run.iterdir()) == ["args.json"] and (run / "args.json").read_text() == args_json
     assert os.readlink(tmp_path / "runs" / "latest") == "elsewhere"
 
@@ -317,6 +328,12 @@ def test_train_resume_revalidates_the_saved_arguments(capsys, tmp_path, args_jso
 @pytest.mark.parametrize(("name", "content", "match"), [
     ("state.json", "[1]", "must hold a JSON object"),
     ("state.json", '{"iterations": "2"}', "not the state of"),
+    ("state.json", '{"iterations": -5}', "iterations: Input should be greater than or equal to 0"),
+    ("state.json", '{"stage": 99}', "stage 99 is not one of this run's 1 stage"),
+    ("state.json", '{"iterations": 1, "seconds": 1e30}', "seconds: Input should be less than or equal"),
+    ("state.json", '{"iterations": 1, "history": [{"iteration": 7, "scenario": "standard", "score": 0.1}]}',
+     "end at most at iterations"),
+    ("state.json", '{"iterations": 1, "extra": 1}', "Extra inputs are not permitted"),
     ("observation_scale.json", '{"allocator": ["x"]}', "observation_scale.json: not the file a run writes"),
     ("references.json", "[]", "references.json: not the file a run writes"),
     ("league.json", '{"iteration": "1"}\n', "not a league log row"),
@@ -331,6 +348,21 @@ def test_train_resume_checks_the_run_folder_before_writing(capsys, tmp_path, nam
     before = snapshot(tmp_path)
     assert_one_line_error(capsys, "train", "--resume", str(run), match=match)
     assert snapshot(tmp_path) == before
+
+
+def test_train_resume_refuses_a_legacy_record_lacking_arguments(capsys, tmp_path):
+    """A legacy args.json without, say, ``hidden`` would resume with today's default and fail on the checkpoint
+    after rewriting experiment.toml: refused first, nothing written, ``latest`` unmoved."""
+    from dataclasses import asdict
+
+    from experiments.training.args import TrainArgs
+
+    saved = asdict(TrainArgs())
+    del saved["hidden"]
+    run = _train_run(tmp_path, json.dumps(saved, default=str))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="args.json lacks ['hidden']")
+    assert snapshot(tmp_path) == before and os.readlink(tmp_path / "runs" / "latest") == "elsewhere"
 
 
 def test_resume_keeps_the_runs_recorded_budget(tmp_path):
@@ -586,3 +618,14 @@ def test_analyze_reads_a_mixed_run_on_its_hardest_tier(tmp_path):
     (run / "history.json").write_text(json.dumps([{"iteration": 5, "env_steps": 10, "scenario": "mixed",
                                                    "score": 0.5, "score/standard": 0.4, "score/crisis": 0.6}]))
     assert read_run(run).scenario == "crisis"
+
+
+@pytest.mark.parametrize(("entry", "match"), [
+    ('broker = { policy = "fixed_price", level = 999 }', "cannot play scenario 'standard': level must be in [0, 10]"),
+    ('broker = { policy = "fixed_price", nonsense = 1 }', "nonsense"),
+])
+def test_serve_refuses_at_start_a_population_it_cannot_play(capsys, tmp_path, entry, match):
+    """Issue 44: a population whose policy refuses its parameters started a server whose every reset failed."""
+    population = tmp_path / "population.toml"
+    population.write_text(f"[roles]\n{entry}\n")
+    assert_one_line_error(capsys, "serve", "--population", str(population), "--port", "0", match=match)

@@ -180,10 +180,14 @@ def test_the_shipped_splits(broad):
 
 def test_a_split_refuses_to_load_when_the_generator_or_family_drifted(monkeypatch):
     split = split_file("broad-heldout")
-    short = split.model_copy(update={"hashes": split.hashes[:3]})
+    short = split.model_copy(update={"hashes": split.hashes[:3], "game_hashes": split.game_hashes[:3]})
     assert [c.content_hash for c in regenerate_split(short)] == list(split.hashes[:3])
+    assert [c.game_hash for c in regenerate_split(short)] == list(split.game_hashes[:3])
     tampered = short.model_copy(update={"hashes": (split.hashes[0], "0" * 12, split.hashes[2])})
-    with pytest.raises(FamilyError, match="scenario 1 regenerates with hash .* the generator drifted"):
+    with pytest.raises(FamilyError, match="scenario 1 regenerates with hashes .* the generator drifted"):
+        regenerate_split(tampered)
+    tampered = short.model_copy(update={"game_hashes": (split.game_hashes[0], "0" * 12, split.game_hashes[2])})
+    with pytest.raises(FamilyError, match="scenario 1 regenerates with hashes .* the generator drifted"):
         regenerate_split(tampered)
     with pytest.raises(FamilyError, match="the family changed"):
         regenerate_split(short.model_copy(update={"family_hash": "0" * 12}))
@@ -197,8 +201,38 @@ def test_refuse_heldout_guards_training():
     held = load_split("broad-heldout")
     refuse_heldout(load_split("broad-train")[:5], "training")  # fine
     refuse_heldout([commons_arena.load_scenario("standard")], "training")
-    with pytest.raises(FamilyError, match=r"training must not read held-out scenarios, got 1: broad_1001_7 \("):
+    with pytest.raises(FamilyError, match=r"training must not read held-out scenarios .*, got 1: broad_1001_7 \("):
         refuse_heldout([load_split("broad-train")[0], held[7]], "training")
+
+
+@pytest.mark.parametrize("edit", [
+    {"name": "innocent"}, {"description": "a scenario of my own"}, {"difficulty": "crisis"},
+    {"name": "x", "description": "y", "population": {}},
+])
+def test_a_renamed_heldout_scenario_is_still_refused(edit):
+    """Issue 44: the held-out refusal compares the game, not the name or the description."""
+    held = load_split("broad-heldout")[3]
+    copy = scenario_from_dict({**tomllib.loads(scenario_to_toml(held)), **edit})
+    assert copy.content_hash != held.content_hash or edit == {"difficulty": held.difficulty}
+    assert copy.game_hash == held.game_hash
+    with pytest.raises(FamilyError, match="held-out"):
+        refuse_heldout([copy], "training")
+
+
+def test_the_game_hash_sees_every_rule_change():
+    held = load_split("broad-heldout")[3]
+    data = tomllib.loads(scenario_to_toml(held))
+    changed = scenario_from_dict({**data, "budget": data["budget"] + 1.0})
+    assert changed.game_hash != held.game_hash
+    refuse_heldout([changed], "training")  # another game: fine
+
+
+def test_the_split_files_list_one_game_hash_per_scenario():
+    for name in list_splits():
+        split = split_file(name)
+        assert len(split.game_hashes) == len(split.hashes) == len(set(split.game_hashes))
+    train = set(split_file("broad-train").game_hashes)
+    assert train.isdisjoint(split_file("broad-heldout").game_hashes)
 
 
 def test_unknown_split():

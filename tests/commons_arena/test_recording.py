@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test
 
 import commons_arena
@@ -180,3 +183,39 @@ def test_read_recording_rejects_bad_files(tmp_path):
     bad.write_text("")
     with pytest.raises(ValueError, match="no episodes"):
         read_recording(bad)
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("tick", 1e30, "tick must be 1 (its place in the episode), got 1e+30"),
+    ("tick", 5, "tick must be 1"), ("tick", True, "tick must be 1"), ("tick", -1, "tick must be 1"),
+    ("episode", 7, "episode must be its header's (0)"),
+])
+def test_a_tick_line_out_of_place_is_not_a_recording(tmp_path, key, value, match):
+    """Issue 44: verify said "differs" for ``tick: 1e30``; a line a recording never holds is refused as such."""
+    path = tmp_path / "run.jsonl"
+    env = RecordEpisode(commons_arena.parallel_env("standard"), path)
+    _play(env, seed=3)
+    env.close()
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[2])
+    record[key] = value
+    lines[2] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=re.escape(match)):
+        read_recording(path)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.one_of(st.text(max_size=60), st.binary(max_size=60).map(lambda b: b.decode("latin-1")),
+                      st.builds(lambda n: "[" * n + "]" * n, st.integers(0, 3000)),
+                      st.dictionaries(st.sampled_from(["type", "tick", "episode", "seed"]),
+                                      st.one_of(st.sampled_from(["header", "tick", "summary"]), st.integers(),
+                                                st.floats(), st.none()), max_size=4).map(json.dumps)))
+def test_any_line_is_read_or_refused_in_one_line(tmp_path, line):
+    """A property of the recording format: whatever a line holds, reading is a list of episodes or a ValueError."""
+    path = tmp_path / "any.jsonl"
+    path.write_text('{"type": "header", "episode": 0}\n' + line.replace("\n", " ") + "\n", encoding="utf-8")
+    try:
+        read_recording(path)
+    except ValueError as err:
+        assert "\n" not in str(err).strip()

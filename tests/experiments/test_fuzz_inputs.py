@@ -82,15 +82,21 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fmt", ["experiment", "roster", "population", "scenario"])
+@pytest.mark.parametrize("fmt", ["experiment", "roster", "population", "scenario", "psro", "suite", "family",
+                                 "mixture"])
 def test_toml_files_answer_in_one_line(tmp_path, fmt):
+    from commons_arena.family import load_family
     from commons_arena.scenario import load_scenario
     from experiments.evaluation.roster import load_roster
+    from experiments.evaluation.suite import load_suite
+    from experiments.studies.psro import load_psro
     from experiments.training.config_file import load_experiment
+    from experiments.training.mixture import load_mixture
     from policies.population import Population
 
     read = {"experiment": load_experiment, "roster": load_roster, "population": Population.from_toml,
-            "scenario": load_scenario}[fmt]
+            "scenario": load_scenario, "psro": load_psro, "suite": load_suite, "family": load_family,
+            "mixture": load_mixture}[fmt]
 
     @FAST
     @given(TOML)
@@ -173,5 +179,37 @@ def test_run_folders_answer_in_one_line(tmp_path, name):
         _write(run, name, text)
         holds(seed_runs, run.parent)
         holds(lambda folder: run_args(TrainArgs(resume=folder)), run)
+
+    fuzz()
+
+
+@pytest.mark.parametrize("name", ["metagame.json", "allocator.json", "discounting.json", "psro_settings.json"])
+def test_psro_records_answer_in_one_line(tmp_path, name):
+    """psro's step records (issue 44: five tracebacks came from them) read back by the one reader."""
+    from experiments.studies.psro import GAME, LEARNED, check_folder, check_game, psro_from_dict, stored_step
+    from tests.experiments.studies.test_psro import tiny_file
+
+    cfg = psro_from_dict(tiny_file())
+    model = {"metagame.json": ("game", GAME), "discounting.json": ("learned", LEARNED)}
+
+    def read(path: Path) -> None:
+        if name == "psro_settings.json":
+            check_folder(path.parent, cfg)
+        elif name == "allocator.json":
+            from pydantic import TypeAdapter
+
+            stored_step(path, {"k": 1}, "allocator", TypeAdapter(str))
+        else:
+            record_field, adapter = model[name]
+            found = stored_step(path, {"k": 1}, record_field, adapter)
+            if found is not None and name == "metagame.json":
+                check_game(found, path)
+
+    field = {"metagame.json": "game", "discounting.json": "learned", "allocator.json": "allocator"}.get(name, "x")
+
+    @FAST
+    @given(JSON_TEXT | VALUE.map(lambda v: json.dumps({"key": {"k": 1}, field: v})))
+    def fuzz(text):
+        holds(read, _write(tmp_path, name, text))
 
     fuzz()

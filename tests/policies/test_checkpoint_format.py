@@ -151,7 +151,7 @@ def edit_sidecar(folder: Path, change) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda m: m["observation_scale"].__setitem__(0, float("nan")), "not a number JSON allows"),
+        (lambda m: m["observation_scale"].__setitem__(0, float("nan")), "NaN is not a JSON number"),
         (lambda m: m["observation_scale"].__setitem__(0, -1.0), "observation_scale.0"),
         (lambda m: m["network"]["layers"].__setitem__(0, {"type": "linear", "in": 166, "out": 10**9}), "out"),
         (lambda m: m["network"]["layers"].__setitem__(1, {"type": "eval"}), "layers.1"),

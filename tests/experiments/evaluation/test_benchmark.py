@@ -279,3 +279,16 @@ def test_a_training_run_on_a_scenario_file_is_named_by_its_stem():
 
     assert TrainArgs(scenario="docs/examples/own_cluster.toml").name == "allocator_ppo-own_cluster-s0"
     assert TrainArgs(scenario="crisis").name == "allocator_ppo-crisis-s0"
+
+
+@pytest.mark.parametrize("name", ["..", ".", "x" * 300])
+def test_a_suite_name_never_leaves_the_output_folder(tmp_path, name):
+    """Issue 44: a suite named ``..`` wrote its report to ``OUT/../``."""
+    from types import SimpleNamespace
+
+    from commons_arena.files import OutputError
+    from experiments.evaluation.benchmark import report_folder
+
+    with pytest.raises(OutputError):
+        report_folder(tmp_path, SimpleNamespace(name=name), "planner")  # type: ignore[arg-type]
+    assert report_folder(tmp_path, SimpleNamespace(name="tiers"), "learned:runs/x") == tmp_path / "tiers" / "learned_runs_x"  # type: ignore[arg-type]

@@ -280,6 +280,23 @@ def test_store_never_doubles_an_episode(tmp_path):
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.parametrize(("column", "value", "match"), [
+    ("focal_return", "'abc'", "focal_return"), ("seed", "-5", "seed: Input should be greater than or equal to 0"),
+    ("seed", "'seven'", "seed"), ("episode", "'[' || printf('%.3000c', '[')", "nests deeper than 32"),
+    ("episode", "'not json'", "not valid JSON"), ("episode", "'[1]'", "episode: Input should be a valid dictionary"),
+    ("wall_seconds", "-1.0", "wall_seconds"), ("player", "''", "player"),
+])
+def test_a_tampered_store_row_is_refused_by_the_one_reader(tmp_path, column, value, match):
+    """Issue 44: SQLite's column types are advisory; rows are read back into a checked model, never trusted."""
+    key = EpisodeKey("allocator", "standard", "h", "default", "b", "edf", "p", 1)
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        store.append(key, "edf", 1.0, {"allocator": {"return": 1.0}}, 0.1)
+        store.conn.execute(f"UPDATE episodes SET {column} = {value}")
+        with pytest.raises(ValueError, match=match) as err:
+            store.rows()
+    assert "results store" in str(err.value) and "\n" not in str(err.value)
+
+
 @pytest.mark.slow
 def test_rerun_plays_only_missing_rows(allocator_run, tmp_path):
     roster, result, _ = allocator_run

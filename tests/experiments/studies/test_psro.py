@@ -144,9 +144,18 @@ def tiny_file(**psro) -> dict:
 
 
 @pytest.mark.parametrize("edit, message", [
-    ({"rounds": 0}, "psro.rounds must be between 1 and 50"),
-    ({"own_share": 1.0}, "psro.own_share must be in [0, 1)"),
-    ({"seeds": 1}, "psro.seeds must be at least 2"),
+    ({"rounds": 0}, "psro.rounds: Input should be greater than or equal to 1"),
+    ({"rounds": 51}, "psro.rounds: Input should be less than or equal to 50"),
+    ({"own_share": 1.0}, "psro.own_share: Input should be less than 1"),
+    ({"seeds": 1}, "psro.seeds: Input should be greater than or equal to 2"),
+    ({"minutes": 1e300}, "psro.minutes: Input should be less than or equal to 1000000"),
+    ({"minutes": float("inf")}, "psro.minutes"),
+    ({"best_response_iterations": 10**12}, "psro.best_response_iterations: Input should be less than or equal to"),
+    ({"allocator_iterations": 10**12}, "psro.allocator_iterations: Input should be less than or equal to"),
+    ({"first_seed": 2**63 - 2}, "psro.first_seed must be at most"),
+    ({"tiers": ["crisis"] * 100_000}, "psro.tiers: List should have at most 64 items"),
+    ({"tiers": ["crisis", "crisis"]}, "psro.tiers: names ['crisis'] more than once"),
+    ({"seats": ["search", "search"]}, "psro.seats: names ['search'] more than once"),
     ({"seats": ["nobody"]}, "seat(s) ['nobody']"),
     ({"seats": ["broker"]}, "set psro.broker = true instead"),
     ({"allocator": "no_such_allocator"}, "no_such_allocator"),
@@ -284,5 +293,48 @@ def test_a_bad_psro_file_on_the_command_line_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["psro", "--config", str(path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "psro.rounds must be between 1 and 50" in err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "psro.rounds: Input should be greater than or equal to 1" in err
     assert not (tmp_path / "out").exists()
+
+
+GOOD_GAME = {"allocators": {"A0": "planner"}, "members": [{"name": "r1-search", "seat": "search", "policy": "x"}],
+             "gain": [[1.5]], "gain_ci95": [[0.5]], "member_mixture": {"r1-search": 1.0},
+             "allocator_mixture": {"A0": 1.0}, "equilibrium_gain": 1.5}
+
+
+@pytest.mark.parametrize(("record", "match"), [
+    ([1, 2], "must hold a JSON object"),
+    ({"key": {"k": 1}}, "not a record psro writes"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain": "x"}}, "game: gain: Input should be a valid list"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain": [[1.0, 2.0]]}}, "game.gain must be 1 rows of 1"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "member_mixture": {}}}, "mixtures must weigh"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "members": [{"name": "r1-search"}]}}, "members.0.seat: Field required"),
+])
+def test_a_tampered_step_record_is_refused_naming_the_file(tmp_path, record, match):
+    """Issue 44: psro's stored steps are read back into checked models (five tracebacks came from them)."""
+    from experiments.studies.psro import GAME, check_game, stored_step
+
+    path = tmp_path / "metagame.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=match) as err:
+        check_game(stored_step(path, {"k": 1}, "game", GAME), path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_good_step_record_reads_back_and_another_key_is_none(tmp_path):
+    from experiments.studies.psro import GAME, check_game, stored_step
+
+    path = tmp_path / "metagame.json"
+    path.write_text(json.dumps({"key": {"k": 1}, "game": GOOD_GAME}))
+    game = stored_step(path, {"k": 1}, "game", GAME)
+    check_game(game, path)
+    assert game == GOOD_GAME and stored_step(path, {"k": 2}, "game", GAME) is None
+
+
+def test_tampered_psro_settings_are_refused(tmp_path):
+    from experiments.studies.psro import PSRO_FILE, check_folder
+
+    cfg = psro_from_dict(tiny_file())
+    (tmp_path / PSRO_FILE).write_text("[1]")
+    with pytest.raises(ValueError, match="must hold a JSON object"):
+        check_folder(tmp_path, cfg)

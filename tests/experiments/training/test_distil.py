@@ -108,6 +108,11 @@ def test_the_fit_holds_out_whole_collections_not_single_rows() -> None:
 @pytest.mark.parametrize("bad, message", [
     ({"rounds": 0}, "--rounds"), ({"seeds": 0}, "--seeds"), ({"teacher_share": 1.5}, "--teacher-share"),
     ({"lr": float("nan")}, "--lr"), ({"hidden": ()}, "--hidden"), ({"limit": -1}, "--limit"),
+    ({"rounds": 10**12}, "--rounds"), ({"seeds": 10**9}, "--seeds"), ({"epochs": 10**9}, "--epochs"),
+    ({"batch": 10**12}, "--batch"), ({"workers": 10**6}, "--workers"), ({"clip": 10**9}, "--clip"),
+    ({"lr": 1e300}, "--lr"), ({"hidden": (2**20,)}, "--hidden"), ({"hidden": (8,) * 100}, "--hidden"),
+    ({"check_seeds": 10**9}, "--check-seeds"), ({"seed": -1}, "--seed"), ({"rounds": 1000, "seeds": 10_000}, "--rounds x"),
+    ({"scenarios": ("standard", "standard")}, "more than once"),
 ])
 def test_bad_settings_are_refused_naming_the_flag(bad, message) -> None:
     with pytest.raises(ValueError, match=message):
