@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from commons_arena.batched.tick import repair_grants
 from commons_arena.enums import ALLOCATOR, BROKER, Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
@@ -140,25 +141,8 @@ def within_budget_rows(buy: np.ndarray, price: np.ndarray, budget: np.ndarray) -
 
 def repair_grants_rows(grants: np.ndarray, available: np.ndarray) -> np.ndarray:
     """:func:`commons_arena.mechanics.grants.repair_grants` of each row: grants ``(N, teams,
-    tiers)`` scaled per tier to ``available`` ``(N, tiers)``, floors then the largest
-    remainders (ties: the earlier team), in exact integers."""
-    fixed = grants.astype(np.int64)
-    n, teams, _ = fixed.shape
-    ar = np.arange(n)[:, None]
-    team = np.broadcast_to(np.arange(teams), (n, teams))
-    for k in range(fixed.shape[2]):
-        column, cap = fixed[:, :, k], available[:, k].astype(np.int64)
-        total = column.sum(axis=1)
-        over = np.flatnonzero(total > cap)
-        if not over.size:
-            continue
-        r, c, t = column[over], cap[over, None], total[over, None]
-        kept = r * c // t
-        leftover = c[:, 0] - kept.sum(axis=1)
-        first = np.lexsort((team[over], -(r * c % t)), axis=-1)  # largest remainder first, earlier team on ties
-        rank = np.empty_like(first)
-        rank[ar[: len(over)], first] = np.arange(teams)
-        fixed[over, :, k] = kept + (rank < leftover[:, None])
+    tiers)`` scaled per tier to ``available`` ``(N, tiers)`` (the batched core's own repair)."""
+    fixed, _ = repair_grants(grants.astype(np.int64), np.asarray(available).astype(np.int64))
     return fixed
 
 
