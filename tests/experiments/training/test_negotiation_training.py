@@ -209,4 +209,5 @@ def test_exploit_runs_end_to_end_on_one_allocator(ray_session, tmp_path, capsys)
     main(argv)
     assert "crisis-proportional-search: stored, skipped" in capsys.readouterr().out
     with (out / "exploit.csv").open() as handle:
-        assert list(csv.DictReader(handle)) == rows
+        again = list(csv.DictReader(handle))
+    assert again == rows, {k: (rows[0].get(k), again[0].get(k)) for k in rows[0] if rows[0].get(k) != again[0].get(k)}
