@@ -9,7 +9,7 @@ resets, then features, then random module outputs (some rows the zero code) to d
 and then decode comes without features first, or twice on one observation (the ``need`` and
 ``residual`` codecs' planner sees each observation once; ``bluff`` keeps what it declared).
 The fast loop holds ``crisis`` and a generated ``broad`` scenario for every codec; the full run
-every shipped scenario, both unusual shapes and 20 generated ones.
+every shipped scenario, both unusual shapes and 8 generated ones (20 passed once, 2026-12-05).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def assert_codecs_agree(config, name: str, num_envs: int = 5, n_episodes: int = 
 
 
 @pytest.mark.parametrize("name", sorted(BATCH_CODECS))
-@pytest.mark.parametrize("case", cases(broad=20, fast=("crisis", "broad:1")))
+@pytest.mark.parametrize("case", cases(broad=8, fast=("crisis", "broad:1")))
 def test_a_batched_codec_is_the_codec_in_every_arena(case, name):
     assert_codecs_agree(case_config(case), name)
 

@@ -8,7 +8,7 @@ Per step the batch and N per-arena planners (:class:`~policies.batch.LoopBatchPo
 same resets and observations; their actions, need estimates and log-weights (to the byte) and
 the plans for randomly corrected needs (what the ``need`` codec asks for) must agree. The fast
 loop holds ``standard``, ``crisis``, a generated ``broad`` scenario and a one-tier hard-cap
-shape; the full run every shipped scenario, both unusual shapes and 30 generated ones.
+shape; the full run every shipped scenario, both unusual shapes and 10 generated ones (30 passed once, 2026-12-05).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def assert_planners_agree(config, num_envs: int, n_episodes: int, seed: int = 0,
     return steps
 
 
-@pytest.mark.parametrize("case", cases(broad=30))
+@pytest.mark.parametrize("case", cases(broad=10))
 def test_the_batched_planner_is_the_planner_in_every_arena(case):
     assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15) == 40
 

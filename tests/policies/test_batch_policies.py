@@ -3,8 +3,8 @@
 * on recorded reference-env episodes (tests/policies/batch_cases.py) of ``standard`` and the hard-cap
   cluster (the carbon fit step cuts there), every batched team,
   broker and allocator, with overridden parameters too, gives every arena the action of its own
-  per-arena policy, through partial resets; every shipped scenario, 16 generated ``broad`` ones and
-  15 perturbed shipped scenarios with binding limits are the slow sweep;
+  per-arena policy, through partial resets; every shipped scenario, 8 generated ``broad`` ones and
+  8 perturbed shipped scenarios with binding limits are the slow sweep;
 * on random observations within the observation space (hypothesis), the same;
 * ``batch_policy`` gives the batched form where one exists and the loop otherwise, and refuses
   bad input with a message naming what to fix.
@@ -50,8 +50,8 @@ def episodes(key: str) -> dict[str, list[np.ndarray]]:
     return record_episodes(scenario(key), episodes=6, seed=7)
 
 
-SLOW = [*(s for s in commons_arena.list_scenarios() if s != "standard"), *(f"broad_{i}" for i in range(16)),
-        *(f"perturbed:{i}" for i in range(15))]
+SLOW = [*(s for s in commons_arena.list_scenarios() if s != "standard"), *(f"broad_{i}" for i in range(8)),
+        *(f"perturbed:{i}" for i in range(8))]
 
 
 def _check_all_seats(key: str, name: str, params: dict) -> None:
