@@ -130,6 +130,7 @@ class BatchInterface:
         params = {} if codec is None or isinstance(codec, str) else dict(codec.get("params", {}))
         self.codec = None if spec is None else make_batch_codec(spec, config, num_envs, seat, **params)
         self.frames = np.zeros((num_envs, self.history, self.frame_size), dtype=np.float32)
+        self.no_action = np.zeros(one.action_space().shape, dtype=np.int64)  # what an arena RLlib did not act in plays
 
     def reset(self, index: np.ndarray) -> None:
         self.frames[index] = 0.0
@@ -153,9 +154,9 @@ class BatchInterface:
 class _Group:
     """The arenas of one scenario: its batched core, background seats and learning seats' interfaces."""
 
-    def __init__(self, config: ScenarioConfig, size: int, learned: list[str], background: Population,
+    def __init__(self, config: ScenarioConfig, size: int, offset: int, learned: list[str], background: Population,
                  cfg: ArenaEnvConfig) -> None:
-        self.config, self.size = config, size
+        self.config, self.size, self.offset = config, size, offset  # its arenas are the batch's offset .. + size
         self.core = commons_arena.vector_env(scenario=config, num_envs=size)
         seats = list(config.agents)
         self.seat_index = {a: i for i, a in enumerate(seats)}
@@ -206,9 +207,11 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         background = cfg.background
         self.num_envs = num_envs
         self.groups: list[_Group] = []
+        offset = 0
         for config, size in zip(scenarios, split_arenas(num_envs, weights), strict=True):
             chosen = Population.from_dict(background) if background else Population.default(config)
-            self.groups.append(_Group(config, size, self.learned, chosen, cfg))
+            self.groups.append(_Group(config, size, offset, self.learned, chosen, cfg))
+            offset += size
         first = self.groups[0]
         obs_spaces = {a: first.interfaces[a].one.observation_space() for a in self.learned}
         act_spaces = {a: first.interfaces[a].one.action_space() for a in self.learned}
@@ -226,20 +229,13 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.render_mode = None
         self.env_seconds = 0.0
 
-    def _spans(self) -> list[tuple[_Group, int]]:
-        """Each group with the index of its first arena in the batch."""
-        spans, start = [], 0
-        for group in self.groups:
-            spans.append((group, start))
-            start += group.size
-        return spans
-
     # ------------------------------------------------------------------ api
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
         base = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
         observations: list[dict[str, np.ndarray]] = []
         infos: list[dict[str, Any]] = []
-        for group, start in self._spans():
+        for group in self.groups:
+            start = group.offset
             # arena i's first episode seed is the one sub-env i of the stock path draws first
             seeds = None if base is None else [int(np.random.default_rng(base[start + i]).integers(*TRAINING_SEEDS))
                                                for i in range(group.size)]
@@ -266,8 +262,9 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
 
     def step(self, actions: Any):  # RLlib's ArrayType: one dict of module actions per sub-env
         columns: list[list[Any]] = [[], [], [], [], []]  # observations, rewards, terminateds, truncateds, infos
-        for group, start in self._spans():
-            for column, part in zip(columns, self._step_group(group, actions[start:start + group.size]), strict=True):
+        for group in self.groups:
+            part_of = self._step_group(group, actions[group.offset:group.offset + group.size])
+            for column, part in zip(columns, part_of, strict=True):
                 column.extend(part)
         observations, *rest = columns
         return (observations, *(np.array(column, dtype=object) for column in rest))
@@ -277,8 +274,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         joint: dict[str, np.ndarray] = {}
         for seat in self.learned:
             interface, raw = group.interfaces[seat], group.raw[seat]
-            codes = np.stack([np.asarray(a[seat], dtype=np.int64) if seat in a else
-                              np.asarray(interface.one.action_space().nvec * 0, dtype=np.int64) for a in actions])
+            # an arena whose episode ended at the last step gets no action from RLlib (its NEXT_STEP reset ignores it)
+            codes = np.stack([np.asarray(a[seat], dtype=np.int64) if seat in a else interface.no_action for a in actions])
             joint[seat] = interface.act(raw, codes)
         for seat, policy in group.background.items():
             joint[seat] = policy.act(group.raw[seat])
@@ -293,37 +290,39 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         ended = terminated[focal] | truncated[focal]
         group.ended = ended
         restarted = set(restarting.tolist())
+        # every value as Python lists once (RLlib wants plain floats and bools per arena; list indexing is cheap)
+        rewards_of = {a: reward[a].tolist() for a in self.learned}
+        terminated_of = {a: terminated[a].tolist() for a in self.learned}
+        truncated_of = {a: truncated[a].tolist() for a in self.learned}
+        terms_of = {a: {k: v.tolist() for k, v in info[a]["reward_terms"].items()} for a in self.learned}
         episode = {a: info[a].get("episode") for a in self.learned}
+        ended_list = ended.tolist()
         out: tuple[list[Any], ...] = ([], [], [], [], [])
         for i in range(group.size):
             observations, rewards, terminateds, truncateds, infos = out
             observations.append({a: views[a][i] for a in self.learned})
             if i in restarted:
-                self._view(self._index(group) + i, group, i)
+                self._view(group.offset + i, group, i)
                 rewards.append(dict.fromkeys(self.learned, 0.0))
                 terminateds.append({**dict.fromkeys(self.learned, False), "__all__": False})
                 truncateds.append({**dict.fromkeys(self.learned, False), "__all__": False})
                 infos.append(self._reset_info(group, i))
                 continue
             scale = group.reward_scale
-            rewards.append({a: float(reward[a][i]) * scale[a] if a in scale else float(reward[a][i])
-                            for a in self.learned})
-            all_terminated = bool(terminated[focal][i])
-            terminateds.append({**{a: bool(terminated[a][i]) for a in self.learned}, "__all__": all_terminated})
-            truncateds.append({**{a: bool(truncated[a][i]) for a in self.learned},
-                               "__all__": bool(ended[i]) and not all_terminated})
+            rewards.append({a: rewards_of[a][i] * scale[a] if a in scale else rewards_of[a][i] for a in self.learned})
+            all_terminated = terminated_of[focal][i]
+            terminateds.append({**{a: terminated_of[a][i] for a in self.learned}, "__all__": all_terminated})
+            truncateds.append({**{a: truncated_of[a][i] for a in self.learned},
+                               "__all__": ended_list[i] and not all_terminated})
             seat_infos = {}
             for a in self.learned:
-                seat_info: dict[str, Any] = {"reward_terms": {k: float(v[i]) for k, v in info[a]["reward_terms"].items()},
+                seat_info: dict[str, Any] = {"reward_terms": {k: v[i] for k, v in terms_of[a].items()},
                                              "scenario_hash": group.config.content_hash}
-                if ended[i] and episode[a] is not None:
+                if ended_list[i] and episode[a] is not None:
                     seat_info["episode"] = {k: float(v[i]) for k, v in episode[a].items()}
                 seat_infos[a] = seat_info
             infos.append(seat_infos)
         return out
-
-    def _index(self, group: _Group) -> int:
-        return next(start for g, start in self._spans() if g is group)
 
     def close_extras(self, **kwargs: Any) -> None:
         for group in getattr(self, "groups", ()):  # (a refused config never built them)
