@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commons_arena.batched.tick import left_to_right_sum
 from commons_arena.mechanics import carbon
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import Layout
@@ -34,15 +35,6 @@ class BatchLimits:
     online: np.ndarray  # (N, T) int64
     headroom_kg: np.ndarray | None  # (N,) carbon left under a hard cap (margin kept back); None: soft cap
     kg_per_gpu: np.ndarray  # (N, T): the most one granted GPU may emit this tick (zeros under a soft cap)
-
-
-def left_to_right_sum(terms: np.ndarray) -> np.ndarray:
-    """Sums over the last axis added left to right from 0.0, as :func:`commons_arena.numerics.numpy_sum`
-    adds fewer than 8 values (a scenario has at most 6 tiers)."""
-    total = np.zeros(terms.shape[:-1], dtype=np.float64)
-    for j in range(terms.shape[-1]):
-        total = total + terms[..., j]
-    return total
 
 
 class BatchLimitReader:
@@ -187,4 +179,4 @@ def fit_action_batch(
 
 
 __all__ = ["BatchLimitReader", "BatchLimits", "fit_action_batch", "fit_buy_batch", "fit_carbon_batch",
-           "fit_grants_batch", "left_to_right_sum"]
+           "fit_grants_batch"]

@@ -27,15 +27,19 @@ TOLERANCE = 1e-9  # the reference's float slack in budget, hard-cap and completi
 
 
 # ---------------------------------------------------------------------------- exact sums
-def numpy_sum(x: np.ndarray) -> np.ndarray:
-    """:func:`commons_arena.numerics.numpy_sum` of each row (last axis) of ``x``, to the bit."""
-    n = x.shape[-1]
-    if n >= 8:
-        return np.sum(x, axis=-1)  # numpy's pairwise sum, as the reference calls it (per row the same)
+def left_to_right_sum(x: np.ndarray) -> np.ndarray:
+    """Each row (last axis) of ``x`` added left to right from 0.0, as Python's ``sum`` of a list adds."""
     acc = np.zeros(x.shape[:-1])
-    for k in range(n):
+    for k in range(x.shape[-1]):
         acc = acc + x[..., k]
     return acc
+
+
+def numpy_sum(x: np.ndarray) -> np.ndarray:
+    """:func:`commons_arena.numerics.numpy_sum` of each row (last axis) of ``x``, to the bit."""
+    if x.shape[-1] >= 8:
+        return np.sum(x, axis=-1)  # numpy's pairwise sum, as the reference calls it (per row the same)
+    return left_to_right_sum(x)  # below 8 values numpy adds left to right
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -563,18 +567,11 @@ def jain_index(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
     squares, total = dot(values, values), numpy_sum(values)
     if x.shape[1] >= 8:  # a full row of 8 or more goes through numpy's pairwise sum in the reference
         short = n < 8
-        squares = np.where(short, _left_sum(values * values), squares)
-        total = np.where(short, _left_sum(values), total)
+        squares = np.where(short, left_to_right_sum(values * values), squares)
+        total = np.where(short, left_to_right_sum(values), total)
     with np.errstate(divide="ignore", invalid="ignore"):
         index = total**2 / (n * squares)
     return np.where((n == 0) | (squares == 0.0), 1.0, index)
-
-
-def _left_sum(x: np.ndarray) -> np.ndarray:
-    acc = np.zeros(x.shape[:-1])
-    for k in range(x.shape[-1]):
-        acc = acc + x[..., k]
-    return acc
 
 
 def score(
