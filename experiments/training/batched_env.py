@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -52,17 +53,13 @@ from ray.rllib.utils.metrics import (
     NUM_MODULE_STEPS_SAMPLED_LIFETIME,
 )
 
-import commons_arena
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.networks import MLP
-from policies.batch import BatchPolicy
 from policies.batch_codecs import make_batch_codec
-from policies.focal import policy_seed
+from policies.focal_vector import FocalVectorEnv
 from policies.learned import ModuleInterface
-from policies.population import Population
-from policies.registry import batch_policy, policy_spec
 from policies.shipping import install
 
 
@@ -81,22 +78,6 @@ def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
     if any(cfg.network_of(seat).cell_view for seat in cfg.learned_agents):
         return "the shape-free (cells) allocator plays clusters of many shapes"
     return None
-
-
-def split_arenas(num_envs: int, weights: Sequence[float]) -> list[int]:
-    """Arenas per scenario in proportion to ``weights`` (largest remainder; ties to the earlier
-    scenario), each scenario at least one arena when there are enough."""
-    if num_envs < len(weights):
-        raise ValueError(f"{num_envs} envs per runner cannot hold {len(weights)} scenarios: give at least one each")
-    total = float(sum(weights))
-    quotas = [num_envs * w / total for w in weights]
-    counts = [max(1, int(q)) for q in quotas]
-    while sum(counts) > num_envs:  # the floor of one arena each went over: take from the largest
-        counts[int(np.argmax(counts))] -= 1
-    order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] - int(quotas[i])), i))
-    for i in order[: num_envs - sum(counts)]:
-        counts[i] += 1
-    return counts
 
 
 class ArenaView(MultiAgentEnv):
@@ -151,48 +132,24 @@ class BatchInterface:
         return module_actions if self.codec is None else self.codec.decode(observations, module_actions)
 
 
-class _Group:
-    """The arenas of one scenario: its batched core, background seats and learning seats' interfaces."""
+@dataclass
+class ArrayStep:
+    """One step of every arena as the learning seats' modules see it (``(N, ...)`` arrays by seat)."""
 
-    def __init__(self, config: ScenarioConfig, size: int, offset: int, learned: list[str], background: Population,
-                 cfg: ArenaEnvConfig) -> None:
-        self.config, self.size, self.offset = config, size, offset  # its arenas are the batch's offset .. + size
-        self.core = commons_arena.vector_env(scenario=config, num_envs=size)
-        seats = list(config.agents)
-        self.seat_index = {a: i for i, a in enumerate(seats)}
-        entries = background.resolve(config, strict=False)
-        self.background: dict[str, BatchPolicy] = {}
-        for seat in seats:
-            if seat in learned:
-                continue
-            entry = entries[seat]
-            if policy_spec(entry.policy).needs_env:
-                raise ValueError(f"the batched sampler cannot play {entry.policy!r} in {seat!r}: it reads the hidden "
-                                 "state of one arena; train with the stock sampler")
-            self.background[seat] = batch_policy(entry.policy, config, seat, size, **dict(entry.params))
-        scale = cfg.observation_scale
-        self.interfaces = {
-            seat: BatchInterface(config, seat, size, None if seat not in scale else np.asarray(scale[seat], np.float32),
-                                 cfg.action_codec.get(seat), int(cfg.history.get(seat, 1)))
-            for seat in learned
-        }
-        self.reward_scale = {a: float(by_hash[config.content_hash]) for a, by_hash in cfg.reward_scale.items()
-                             if config.content_hash in by_hash}
-        self.info = {"scenario": config.name, "scenario_hash": config.content_hash}
-        self.raw: dict[str, np.ndarray] = {}
-        self.ended = np.zeros(size, dtype=bool)  # arenas whose episode ended at the last step (NEXT_STEP)
-
-    def start(self, arenas: np.ndarray) -> None:
-        """Background policies and learning seats' interfaces of ``arenas`` start the core's episodes there."""
-        seeds = [self.core.episode_seeds[i] for i in arenas.tolist()]
-        for seat, policy in self.background.items():
-            policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
-        for interface in self.interfaces.values():
-            interface.reset(arenas)
+    obs: dict[str, np.ndarray]  # the modules' views (scaled, codec features, stacked history)
+    reward: dict[str, np.ndarray]  # scaled per scenario as training scales it
+    terminated: dict[str, np.ndarray]
+    truncated: dict[str, np.ndarray]
+    infos: dict[str, dict[str, Any]]  # the focal env's (policies.focal_vector)
+    restarted: np.ndarray  # rows that are an arena's NEXT_STEP reset: no transition
 
 
 class BatchedFocalEnv(VectorMultiAgentEnv):
-    """``num_envs`` arenas of the focal env, stepped as one batch (see the module docstring)."""
+    """``num_envs`` arenas of the focal env, stepped as one batch (see the module docstring).
+
+    The game and its background are :class:`policies.focal_vector.FocalVectorEnv`; this class adds the
+    learning seats' module views (:class:`BatchInterface` per scenario) and reward scales, as arrays
+    (:meth:`reset_arrays`, :meth:`step_arrays`: the lean sampler's) and as RLlib's per-arena dicts."""
 
     def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int) -> None:
         super().__init__()
@@ -202,22 +159,24 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             raise ValueError(f"the batched sampler cannot play this run ({why}); train with --sampler stock")
         install(cfg.checkpoints)
         self.learned = list(cfg.learned_agents)
-        scenarios = [load_scenario(s) for s in (cfg.scenarios or [cfg.scenario])]
-        weights = list(cfg.scenario_weights or [1.0] * len(scenarios))
-        background = cfg.background
         self.num_envs = num_envs
-        self.groups: list[_Group] = []
-        offset = 0
-        for config, size in zip(scenarios, split_arenas(num_envs, weights), strict=True):
-            chosen = Population.from_dict(background) if background else Population.default(config)
-            self.groups.append(_Group(config, size, offset, self.learned, chosen, cfg))
-            offset += size
-        first = self.groups[0]
-        obs_spaces = {a: first.interfaces[a].one.observation_space() for a in self.learned}
-        act_spaces = {a: first.interfaces[a].one.action_space() for a in self.learned}
-        for group in self.groups[1:]:
+        self.focal = FocalVectorEnv([load_scenario(s) for s in (cfg.scenarios or [cfg.scenario])], num_envs,
+                                    focal=self.learned, background=cfg.background,
+                                    weights=list(cfg.scenario_weights) if cfg.scenario_weights else None)
+        self.groups = self.focal.groups
+        scale = cfg.observation_scale
+        self.interfaces = [{seat: BatchInterface(g.config, seat, g.size, None if seat not in scale else
+                                                 np.asarray(scale[seat], np.float32), cfg.action_codec.get(seat),
+                                                 int(cfg.history.get(seat, 1))) for seat in self.learned}
+                           for g in self.groups]
+        self.reward_scale = {a: np.concatenate([np.full(g.size, float(cfg.reward_scale.get(a, {}).get(
+            g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
+        first = self.interfaces[0]
+        obs_spaces = {a: first[a].one.observation_space() for a in self.learned}
+        act_spaces = {a: first[a].one.action_space() for a in self.learned}
+        for group, interfaces in zip(self.groups[1:], self.interfaces[1:], strict=True):
             for a in self.learned:
-                one = group.interfaces[a].one
+                one = interfaces[a].one
                 if one.observation_space().shape != obs_spaces[a].shape or one.action_space() != act_spaces[a]:
                     raise ValueError(f"scenario {group.config.name!r} changes the spaces of {a!r}")
         self.views = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
@@ -228,88 +187,93 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.metadata = {"autoreset_mode": "next_step"}
         self.render_mode = None
         self.env_seconds = 0.0
+        self.scenario_names = [g.config.name for g in self.groups for _ in range(g.size)]
+        self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
 
-    # ------------------------------------------------------------------ api
-    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
+    # ------------------------------------------------------------------ arrays
+    def reset_arrays(self, seed: int | Sequence[int] | None = None) -> dict[str, np.ndarray]:
+        """Every arena's first module view. Arena i's first episode seed is the one sub-env i of the stock
+        path draws first (from a generator seeded ``seed + i``)."""
         base = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
-        observations: list[dict[str, np.ndarray]] = []
-        infos: list[dict[str, Any]] = []
-        for group in self.groups:
-            start = group.offset
-            # arena i's first episode seed is the one sub-env i of the stock path draws first
-            seeds = None if base is None else [int(np.random.default_rng(base[start + i]).integers(*TRAINING_SEEDS))
-                                               for i in range(group.size)]
-            clock = time.perf_counter()
-            group.raw, _ = group.core.reset(seed=seeds)
-            self.env_seconds += time.perf_counter() - clock
-            group.ended[:] = False
-            every = np.arange(group.size)
-            group.start(every)
-            views = {a: group.interfaces[a].observe(group.raw[a]) for a in self.learned}
-            for i in range(group.size):
-                self._view(start + i, group, i)
-                observations.append({a: views[a][i] for a in self.learned})
-                infos.append(self._reset_info(group, i))
-        return observations, infos
+        seeds = None if base is None else [int(np.random.default_rng(b).integers(*TRAINING_SEEDS)) for b in base]
+        clock = time.perf_counter()
+        raw, _ = self.focal.reset(seed=seeds)
+        self.env_seconds += time.perf_counter() - clock
+        for group, interfaces in zip(self.groups, self.interfaces, strict=True):
+            for interface in interfaces.values():
+                interface.reset(np.arange(group.size))
+        for j in range(self.num_envs):
+            self._view(j)
+        return self._observe(raw)
 
-    def _view(self, j: int, group: _Group, i: int) -> None:
+    def step_arrays(self, codes: Mapping[str, np.ndarray]) -> ArrayStep:
+        """One step of every arena from the modules' codes (seat -> ``(N, k)``)."""
+        actions = {seat: np.empty((self.num_envs, *self.focal.seat_action_spaces[seat].shape), dtype=np.int64)
+                   for seat in self.learned}
+        for group, interfaces in zip(self.groups, self.interfaces, strict=True):
+            for seat, interface in interfaces.items():
+                actions[seat][group.rows] = interface.act(group.raw[seat], codes[seat][group.rows])
+        clock = time.perf_counter()
+        raw, reward, terminated, truncated, infos = self.focal.step(actions)
+        self.env_seconds += time.perf_counter() - clock
+        restarted = self.focal.restarted.copy()
+        if restarted.any():
+            for group, interfaces in zip(self.groups, self.interfaces, strict=True):
+                arenas = np.flatnonzero(restarted[group.rows])
+                if arenas.size:
+                    for interface in interfaces.values():
+                        interface.reset(arenas)
+            for j in np.flatnonzero(restarted).tolist():
+                self._view(j)
+        scaled = {a: reward[a] * self.reward_scale[a] for a in self.learned}
+        return ArrayStep(self._observe(raw), scaled, terminated, truncated, infos, restarted)
+
+    def _observe(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {seat: np.concatenate([interfaces[seat].observe(raw[seat][group.rows])
+                                      for group, interfaces in zip(self.groups, self.interfaces, strict=True)])
+                for seat in self.learned}
+
+    def _view(self, j: int) -> None:
         view = self.views[j]
-        view.episode_seed, view.scenario = group.core.episode_seeds[i], group.config
+        view.episode_seed = self.focal.episode_seed(j)
+        view.scenario = self.groups[int(self.focal.scenario_of[j])].config
 
-    def _reset_info(self, group: _Group, i: int) -> dict[str, Any]:
-        info = {**group.info, "episode_seed": group.core.episode_seeds[i]}
+    # ------------------------------------------------------------------ RLlib's per-arena dicts
+    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
+        views = self.reset_arrays(seed)
+        observations = [{a: views[a][i] for a in self.learned} for i in range(self.num_envs)]
+        return observations, [self._reset_info(i) for i in range(self.num_envs)]
+
+    def _reset_info(self, i: int) -> dict[str, Any]:
+        info = {"scenario": self.scenario_names[i], "scenario_hash": self.scenario_hashes[i],
+                "episode_seed": self.views[i].episode_seed}
         return {a: dict(info) for a in self.learned}
 
     def step(self, actions: Any):  # RLlib's ArrayType: one dict of module actions per sub-env
-        columns: list[list[Any]] = [[], [], [], [], []]  # observations, rewards, terminateds, truncateds, infos
-        for group in self.groups:
-            part_of = self._step_group(group, actions[group.offset:group.offset + group.size])
-            for column, part in zip(columns, part_of, strict=True):
-                column.extend(part)
-        observations, *rest = columns
-        return (observations, *(np.array(column, dtype=object) for column in rest))
-
-    def _step_group(self, group: _Group, actions: list[dict[str, Any]]) -> tuple[list[Any], ...]:
-        restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call
-        joint: dict[str, np.ndarray] = {}
+        codes = {}
         for seat in self.learned:
-            interface, raw = group.interfaces[seat], group.raw[seat]
-            # an arena whose episode ended at the last step gets no action from RLlib (its NEXT_STEP reset ignores it)
-            codes = np.stack([np.asarray(a[seat], dtype=np.int64) if seat in a else interface.no_action for a in actions])
-            joint[seat] = interface.act(raw, codes)
-        for seat, policy in group.background.items():
-            joint[seat] = policy.act(group.raw[seat])
-        clock = time.perf_counter()
-        obs, reward, terminated, truncated, info = group.core.step(joint)
-        self.env_seconds += time.perf_counter() - clock
-        group.raw = obs
-        if restarting.size:
-            group.start(restarting)
-        views = {a: group.interfaces[a].observe(obs[a]) for a in self.learned}
+            no_action = self.interfaces[0][seat].no_action  # an arena RLlib did not act in: its NEXT_STEP reset
+            codes[seat] = np.stack([np.asarray(a[seat], dtype=np.int64) if seat in a else no_action for a in actions])
+        out = self.step_arrays(codes)
         focal = self.learned[0]  # every seat ends on the same step
-        ended = terminated[focal] | truncated[focal]
-        group.ended = ended
-        restarted = set(restarting.tolist())
+        ended = out.terminated[focal] | out.truncated[focal]
         # every value as Python lists once (RLlib wants plain floats and bools per arena; list indexing is cheap)
-        rewards_of = {a: reward[a].tolist() for a in self.learned}
-        terminated_of = {a: terminated[a].tolist() for a in self.learned}
-        truncated_of = {a: truncated[a].tolist() for a in self.learned}
-        terms_of = {a: {k: v.tolist() for k, v in info[a]["reward_terms"].items()} for a in self.learned}
-        episode = {a: info[a].get("episode") for a in self.learned}
-        ended_list = ended.tolist()
-        out: tuple[list[Any], ...] = ([], [], [], [], [])
-        for i in range(group.size):
-            observations, rewards, terminateds, truncateds, infos = out
-            observations.append({a: views[a][i] for a in self.learned})
-            if i in restarted:
-                self._view(group.offset + i, group, i)
+        rewards_of = {a: out.reward[a].tolist() for a in self.learned}
+        terminated_of = {a: out.terminated[a].tolist() for a in self.learned}
+        truncated_of = {a: out.truncated[a].tolist() for a in self.learned}
+        terms_of = {a: {k: v.tolist() for k, v in out.infos[a]["reward_terms"].items()} for a in self.learned}
+        episode = {a: out.infos[a].get("episode") for a in self.learned}
+        ended_list, restarted = ended.tolist(), out.restarted.tolist()
+        observations = [{a: out.obs[a][i] for a in self.learned} for i in range(self.num_envs)]
+        rewards, terminateds, truncateds, infos = [], [], [], []
+        for i in range(self.num_envs):
+            if restarted[i]:
                 rewards.append(dict.fromkeys(self.learned, 0.0))
                 terminateds.append({**dict.fromkeys(self.learned, False), "__all__": False})
                 truncateds.append({**dict.fromkeys(self.learned, False), "__all__": False})
-                infos.append(self._reset_info(group, i))
+                infos.append(self._reset_info(i))
                 continue
-            scale = group.reward_scale
-            rewards.append({a: rewards_of[a][i] * scale[a] if a in scale else rewards_of[a][i] for a in self.learned})
+            rewards.append({a: rewards_of[a][i] for a in self.learned})
             all_terminated = terminated_of[focal][i]
             terminateds.append({**{a: terminated_of[a][i] for a in self.learned}, "__all__": all_terminated})
             truncateds.append({**{a: truncated_of[a][i] for a in self.learned},
@@ -317,16 +281,17 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             seat_infos = {}
             for a in self.learned:
                 seat_info: dict[str, Any] = {"reward_terms": {k: v[i] for k, v in terms_of[a].items()},
-                                             "scenario_hash": group.config.content_hash}
+                                             "scenario_hash": self.scenario_hashes[i]}
                 if ended_list[i] and episode[a] is not None:
                     seat_info["episode"] = {k: float(v[i]) for k, v in episode[a].items()}
                 seat_infos[a] = seat_info
             infos.append(seat_infos)
-        return out
+        return (observations, *(np.array(column, dtype=object) for column in (rewards, terminateds, truncateds,
+                                                                               infos)))
 
     def close_extras(self, **kwargs: Any) -> None:
-        for group in getattr(self, "groups", ()):  # (a refused config never built them)
-            group.core.close()
+        if hasattr(self, "focal"):  # (a refused config never built it)
+            self.focal.close()
 
 
 class BatchedEnvRunner(MultiAgentEnvRunner):

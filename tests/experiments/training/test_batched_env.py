@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from experiments.training.batched_env import BatchedFocalEnv, split_arenas, unsupported_reason
+from experiments.training.batched_env import BatchedFocalEnv, unsupported_reason
+from policies.focal_vector import split_arenas
 from experiments.training.env import ArenaRLlibEnv
 from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, Curriculum
 from experiments.training.networks import MLP, NETWORKS
