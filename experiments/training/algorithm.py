@@ -193,13 +193,21 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     # the universal runs and a fine-tune; docs/training.md). Waiting is what a local run wants.
     config = config.env_runners(num_env_runners=fit_num_env_runners(args.num_env_runners),
                                 num_envs_per_env_runner=args.num_envs_per_env_runner, sample_timeout_s=None)
-    if args.sampler == "batched":  # every sub-env of a runner in one call of the batched core
+    if args.sampler != "stock":  # every sub-env of a runner in one call of the batched core
         from experiments.training.batched_env import BatchedEnvRunner, unsupported_reason
 
         why = unsupported_reason(config.env_config)
         if why is not None:
-            raise ValueError(f"--sampler batched cannot play this run ({why}); use --sampler stock")
+            raise ValueError(f"--sampler {args.sampler} cannot play this run ({why}); use --sampler stock")
         config = config.env_runners(env_runner_cls=BatchedEnvRunner)
+    if args.sampler == "lean":  # arrays, not episodes: the runner's rollouts, PPO's update from a batch
+        from experiments.training.lean import LeanEnvRunner, LeanPPO
+
+        if args.algo != "PPO" or args.use_lstm:
+            raise ValueError("--sampler lean trains PPO over feed-forward modules; use --sampler batched for "
+                             f"{'an LSTM' if args.use_lstm else args.algo}")
+        config = config.env_runners(env_runner_cls=LeanEnvRunner)
+        config.algo_class = LeanPPO
     ppo_only: dict[str, Any] = {"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}  # APPO has none
     # typed as the base AlgorithmConfig, whose training() lacks PPO's and APPO's lambda_ and entropy_coeff
     config = config.training(  # type: ignore[call-arg]

@@ -159,11 +159,13 @@ class TrainArgs:
     """play the scripted population inside the env wrapper (faster sampling; a curriculum
     stage brings its own population); --no-scripted-in-env runs each scripted agent as an
     untrained RLlib module instead (allocator_ppo only)"""
-    sampler: Literal["stock", "batched"] = "stock"
+    sampler: Literal["stock", "batched", "lean"] = "stock"
     """how env runners sample: 'stock' steps one focal env per sub-env (RLlib's own vector env);
     'batched' steps all of a runner's sub-envs in one call of the batched core, the background and
     the codec batched too (experiments/training/batched_env.py; the allocator-vs-scripted kinds:
-    one or mixed scenarios, a scripted background in the env; refused with the reason otherwise)"""
+    one or mixed scenarios, a scripted background in the env; refused with the reason otherwise);
+    'lean' samples the batched core into arrays and trains PPO from them, no episode objects
+    (experiments/training/lean.py; what 'batched' plays, PPO only)"""
     hidden: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the allocator's policy and value networks"""
     eval_every: int = 5

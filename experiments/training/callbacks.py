@@ -61,9 +61,6 @@ class RewardTermsCallback(RLlibCallback):
             window = max(1, math.ceil(cfg.metrics_num_episodes_for_smoothing / (cfg.num_env_runners or 1)))
         final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
         totals = final.get("episode", {})
-        for key, total in totals.items():
-            if key.startswith(TERM_PREFIX):
-                metrics_logger.log_value((REWARD_TERMS_KEY, key[len(TERM_PREFIX):]), total, reduce="mean", window=window)
         if MIX_INFO in final:
             metrics_logger.log_value(MIX_SHARE_KEY, float(final[MIX_INFO]), reduce="mean", window=window)
         if MIXTURE_INFO in final and env_runner is not None:
@@ -71,17 +68,26 @@ class RewardTermsCallback(RLlibCallback):
             for i, name in enumerate(mixture.names if mixture else ()):
                 metrics_logger.log_value((MIXTURE_SHARES_KEY, name), float(final[MIXTURE_INFO] == i), reduce="mean",
                                          window=window)
-        for key, value in totals.items():
-            metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
-        # Normalised score of this training episode, against the random/oracle means of the
-        # held-out seeds (ArenaEnvConfig.score_anchors[scenario hash], set by experiments.training.algorithm).
-        anchors = (ArenaEnvConfig.of(env_runner.config.env_config).score_anchors if env_runner is not None
-                   else {}).get(str(final.get("scenario_hash")))
-        if anchors and "return" in totals:
-            span = anchors["oracle"] - anchors["random"]
-            if abs(span) > 1e-9:
-                score = (totals["return"] - anchors["random"]) / span
-                metrics_logger.log_value((EPISODE_TOTALS_KEY, "normalised_score"), score, reduce="mean", window=window)
+        log_episode_totals(metrics_logger, totals, final.get("scenario_hash"),
+                           ArenaEnvConfig.of(env_runner.config.env_config) if env_runner is not None else None, window)
+
+
+def log_episode_totals(metrics_logger: Any, totals: dict[str, float], scenario_hash: Any,
+                       env_config: ArenaEnvConfig | None, window: int) -> None:
+    """The allocator's episode totals of one finished episode (its reward terms' sums among them) and its
+    normalised score, against the random/oracle means of the held-out seeds
+    (``ArenaEnvConfig.score_anchors[scenario hash]``, set by experiments.training.algorithm)."""
+    for key, total in totals.items():
+        if key.startswith(TERM_PREFIX):
+            metrics_logger.log_value((REWARD_TERMS_KEY, key[len(TERM_PREFIX):]), total, reduce="mean", window=window)
+    for key, value in totals.items():
+        metrics_logger.log_value((EPISODE_TOTALS_KEY, key), float(value), reduce="mean", window=window)
+    anchors = (env_config.score_anchors if env_config is not None else {}).get(str(scenario_hash))
+    if anchors and "return" in totals:
+        span = anchors["oracle"] - anchors["random"]
+        if abs(span) > 1e-9:
+            score = (totals["return"] - anchors["random"]) / span
+            metrics_logger.log_value((EPISODE_TOTALS_KEY, "normalised_score"), score, reduce="mean", window=window)
 
 
 class CurriculumCallback(RewardTermsCallback):

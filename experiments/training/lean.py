@@ -1,0 +1,320 @@
+"""The lean sampler and update (``--sampler lean``): learning writes arrays, not episodes.
+
+RLlib's stock env runner keeps one episode object per arena and runs its connectors on every
+step; at the batched core's speed they are most of a training step. Here:
+
+* :class:`LeanEnvRunner` (RLlib's multi-agent runner: its module, weights, state and checkpoints
+  stay RLlib's) samples ``T`` steps of the :class:`~experiments.training.batched_env.BatchedFocalEnv`
+  into preallocated ``[T, N]`` arrays per learning seat (:class:`Rollout`): the module's view,
+  the actions, their log-probabilities and distribution inputs, rewards and flags, and the
+  observation after the last step (the bootstrap). No episode objects, no per-arena dicts.
+  Episode statistics come from running sums and the core's episode totals, logged under RLlib's
+  own keys and windows (``episode_return_mean``, per-agent and per-module returns, lengths,
+  ``num_env_steps_sampled_lifetime``) and the run's (:func:`experiments.training.callbacks.log_episode_totals`).
+* :class:`LeanPPO` (PPO with its own ``training_step``) computes values with the learner's module,
+  GAE over the arrays, normalises advantages as RLlib does, and calls
+  ``LearnerGroup.update(batch=...)``: RLlib's PPO Learner, unchanged, without its connector.
+
+The core's NEXT_STEP autoreset makes the row after an arena's last step its reset: that row is no
+transition. It is dropped from the batch and not counted as an env step, and GAE never runs across
+it (the row before it is ``done``). The ending step's observation is the final one, so a truncated
+episode bootstraps from ``V(final observation)`` and a terminated one from 0. Action sampling draws
+from one generator seeded by the runner's seed: the same experiment file and seed give the same
+weights (``tests/experiments/training/test_lean.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.algorithms.ppo import PPO
+from ray.rllib.core.columns import Columns
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import (
+    ALL_MODULES,
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    EPISODE_AGENT_RETURN_MEAN,
+    EPISODE_AGENT_STEPS,
+    EPISODE_LEN_MAX,
+    EPISODE_LEN_MEAN,
+    EPISODE_LEN_MIN,
+    EPISODE_MODULE_RETURN_MEAN,
+    EPISODE_RETURN_MAX,
+    EPISODE_RETURN_MEAN,
+    EPISODE_RETURN_MIN,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from experiments.training.batched_env import BatchedEnvRunner
+from experiments.training.callbacks import foreach_sampling_runner, log_episode_totals
+from experiments.training.env_config import ArenaEnvConfig
+
+
+@dataclass
+class Rollout:
+    """``T`` steps of ``N`` arenas for one learning seat (numpy, rows ``[t, i]``)."""
+
+    seat: str
+    module: str
+    obs: np.ndarray  # [T + 1, N, D]: the module's view before each step, then after the last (the bootstrap)
+    actions: np.ndarray  # [T, N, k] int64 codes
+    logp: np.ndarray  # [T, N] float32
+    dist_inputs: np.ndarray  # [T, N, sum(nvec)] float32
+    rewards: np.ndarray  # [T, N] float32 (scaled as training scales them)
+    terminated: np.ndarray  # [T, N] bool
+    truncated: np.ndarray  # [T, N] bool
+    valid: np.ndarray  # [T, N] bool: a transition (False: the row is an arena's NEXT_STEP reset)
+
+
+class MultiCategorical:
+    """Every sub-action's categorical of a ``MultiDiscrete`` space at once: the logits padded to
+    ``[B, k, n_max]`` (``-inf`` beyond a sub-space's size). Samples and log-probabilities equal
+    RLlib's ``TorchMultiCategorical`` (k ``Categorical`` objects) without building k objects."""
+
+    def __init__(self, nvec: Sequence[int]) -> None:
+        self.nvec = [int(n) for n in nvec]
+        self.k, self.n_max = len(self.nvec), max(self.nvec)
+        self.uniform = len(set(self.nvec)) == 1
+        # where each flat logit goes in the padded [k * n_max] layout
+        self.index = torch.tensor([j * self.n_max + c for j, n in enumerate(self.nvec) for c in range(n)])
+
+    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """``[B, sum(nvec)]`` logits -> ``[B, k, n_max]`` log-probabilities."""
+        if self.uniform:
+            padded = logits.reshape(-1, self.k, self.n_max)
+        else:
+            padded = logits.new_full((logits.shape[0], self.k * self.n_max), -math.inf)
+            padded[:, self.index] = logits
+            padded = padded.reshape(-1, self.k, self.n_max)
+        return torch.log_softmax(padded, dim=-1)
+
+    def sample(self, logits: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions ``[B, k]`` (Gumbel-max from ``generator``) and their log-probabilities ``[B]``."""
+        logp = self.log_probs(logits)
+        uniform = torch.rand(logp.shape, generator=generator).clamp_(1e-20, 1.0)
+        actions = torch.argmax(logp - torch.log(-torch.log(uniform)), dim=-1)
+        return actions, self.logp(logp, actions)
+
+    @staticmethod
+    def logp(log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+class LeanEnvRunner(BatchedEnvRunner):
+    """RLlib's multi-agent env runner whose :meth:`sample` fills :class:`Rollout` arrays (module docstring)."""
+
+    def make_env(self) -> None:
+        super().make_env()
+        self._lean_obs: dict[str, np.ndarray] | None = None  # each seat's view before the next step
+        self._lean_restarting: np.ndarray | None = None  # arenas whose next row is their NEXT_STEP reset
+        seat_modules = {seat: str(self.config.policy_mapping_fn(seat, None)) for seat in self.env.learned}
+        self._seat_module = seat_modules
+        spaces = self.env.single_action_spaces
+        self._dists = {seat: MultiCategorical(spaces[seat].nvec) for seat in self.env.learned}
+        self._generator = torch.Generator().manual_seed(int(self._seed or 0))
+        n = self.env.num_envs
+        self._episode_return = {seat: np.zeros(n) for seat in self.env.learned}
+        self._episode_length = np.zeros(n, dtype=np.int64)
+
+    def steps_per_sample(self) -> int:
+        """``T``: the steps of every arena one :meth:`sample` takes, so the runners together fill a train batch."""
+        runners = max(1, self.config.num_env_runners)
+        per_runner = self.config.train_batch_size_per_learner / runners
+        return max(1, math.ceil(per_runner / self.env.num_envs))
+
+    def sample(self, **kwargs: Any) -> list[Rollout]:  # type: ignore[override]
+        env, seats = self.env, self.env.learned
+        steps, n = self.steps_per_sample(), env.num_envs
+        if self._lean_obs is None:
+            self._lean_obs = env.reset_arrays(self._seed)
+            self._lean_restarting = np.zeros(n, dtype=bool)
+        assert self._lean_restarting is not None
+        width = {seat: self._lean_obs[seat].shape[1] for seat in seats}
+        out = {seat: Rollout(
+            seat, self._seat_module[seat],
+            obs=np.empty((steps + 1, n, width[seat]), np.float32),
+            actions=np.empty((steps, n, self._dists[seat].k), np.int64),
+            logp=np.empty((steps, n), np.float32),
+            dist_inputs=np.empty((steps, n, sum(self._dists[seat].nvec)), np.float32),
+            rewards=np.empty((steps, n), np.float32),
+            terminated=np.empty((steps, n), bool), truncated=np.empty((steps, n), bool),
+            valid=np.empty((steps, n), bool)) for seat in seats}
+        counts = {"env": 0, "episodes": 0}
+        clock = time.perf_counter()
+        for t in range(steps):
+            codes: dict[str, np.ndarray] = {}
+            with torch.no_grad():
+                for seat in seats:
+                    rollout, obs = out[seat], self._lean_obs[seat]
+                    rollout.obs[t] = obs
+                    module = self.module[rollout.module]
+                    logits = module.forward_exploration({Columns.OBS: torch.from_numpy(obs)})[
+                        Columns.ACTION_DIST_INPUTS]
+                    actions, logp = self._dists[seat].sample(logits, self._generator)
+                    codes[seat] = rollout.actions[t] = actions.numpy()
+                    rollout.logp[t], rollout.dist_inputs[t] = logp.numpy(), logits.numpy()
+            step = env.step_arrays(codes)
+            valid = ~self._lean_restarting
+            focal = seats[0]
+            ended = step.terminated[focal] | step.truncated[focal]
+            for seat in seats:
+                rollout = out[seat]
+                rollout.rewards[t] = step.reward[seat]
+                rollout.terminated[t], rollout.truncated[t] = step.terminated[seat], step.truncated[seat]
+                rollout.valid[t] = valid
+                self._episode_return[seat] += np.where(valid, step.reward[seat], 0.0)
+            self._episode_length += valid
+            counts["env"] += int(valid.sum())
+            if ended.any():
+                counts["episodes"] += int(ended.sum())
+                self._log_episodes(np.flatnonzero(ended), step.infos)
+            self._lean_obs, self._lean_restarting = step.obs, ended
+        for seat in seats:
+            out[seat].obs[steps] = self._lean_obs[seat]
+        self._log_counts(counts["env"], counts["episodes"], {seat: int(out[seat].valid.sum()) for seat in seats})
+        self.metrics.log_value((TIMERS, "lean_sample_s"), time.perf_counter() - clock, reduce="mean")
+        return list(out.values())
+
+    def _log_episodes(self, arenas: np.ndarray, infos: Mapping[str, Mapping[str, Any]]) -> None:
+        """RLlib's episode metrics (its keys and windows) and the run's episode totals for ``arenas``."""
+        win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+        seats, log = self.env.learned, self.metrics.log_dict
+        cfg = ArenaEnvConfig.of(self.config.env_config)
+        for i in arenas.tolist():
+            agents = {seat: float(self._episode_return[seat][i]) for seat in seats}
+            modules: dict[str, float] = {}
+            for seat, value in agents.items():
+                modules[self._seat_module[seat]] = modules.get(self._seat_module[seat], 0.0) + value
+            length, total = int(self._episode_length[i]), sum(agents.values())
+            log({EPISODE_LEN_MEAN: length, EPISODE_RETURN_MEAN: total, EPISODE_AGENT_RETURN_MEAN: agents,
+                 EPISODE_AGENT_STEPS: dict.fromkeys(seats, length), EPISODE_MODULE_RETURN_MEAN: modules}, window=win)
+            log({EPISODE_LEN_MIN: length, EPISODE_RETURN_MIN: total}, reduce="min", window=win)
+            log({EPISODE_LEN_MAX: length, EPISODE_RETURN_MAX: total}, reduce="max", window=win)
+            if "allocator" in infos and "episode" in infos["allocator"]:
+                totals = {k: float(v[i]) for k, v in infos["allocator"]["episode"].items()}
+                log_episode_totals(self.metrics, totals, self.env.scenario_hashes[i], cfg, win)
+        for seat in seats:
+            self._episode_return[seat][arenas] = 0.0
+        self._episode_length[arenas] = 0
+
+    def _log_counts(self, env_steps: int, episodes: int, agent_steps: Mapping[str, int]) -> None:
+        log = self.metrics.log_value
+        log(NUM_ENV_STEPS_SAMPLED, env_steps, reduce="sum")
+        log(NUM_ENV_STEPS_SAMPLED_LIFETIME, env_steps, reduce="lifetime_sum", with_throughput=True)
+        log(NUM_EPISODES, episodes, reduce="sum")
+        log(NUM_EPISODES_LIFETIME, episodes, reduce="lifetime_sum")
+        for seat, value in agent_steps.items():
+            module = self._seat_module[seat]
+            log((NUM_AGENT_STEPS_SAMPLED, seat), value, reduce="sum")
+            log((NUM_AGENT_STEPS_SAMPLED_LIFETIME, seat), value, reduce="lifetime_sum")
+            log((NUM_MODULE_STEPS_SAMPLED, module), value, reduce="sum")
+            log((NUM_MODULE_STEPS_SAMPLED_LIFETIME, module), value, reduce="lifetime_sum")
+
+
+def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float,
+        lam: float) -> np.ndarray:
+    """Advantages ``[T, N]`` from rewards and flags ``[T, N]`` and values ``[T + 1, N]`` (row ``T``: the bootstrap).
+
+    A terminated step bootstraps from 0, a truncated one from the value of its (final) next observation;
+    nothing runs back across a step that ended an episode (the next row is another episode's)."""
+    steps = rewards.shape[0]
+    advantages = np.zeros_like(rewards, dtype=np.float32)
+    carry = np.zeros(rewards.shape[1], dtype=np.float32)
+    keep = (~terminated).astype(np.float32)
+    cont = (~(terminated | truncated)).astype(np.float32)
+    for t in range(steps - 1, -1, -1):
+        delta = rewards[t] + gamma * values[t + 1] * keep[t] - values[t]
+        carry = delta + gamma * lam * cont[t] * carry
+        advantages[t] = carry
+    return advantages
+
+
+def values_of(algorithm: Any, module: str, obs: np.ndarray) -> np.ndarray:
+    """The learner's value estimates of ``obs`` (``[..., D]``) under ``module`` (no gradient)."""
+
+    def compute(learner: Any) -> np.ndarray:
+        with torch.no_grad():
+            flat = torch.from_numpy(obs.reshape(-1, obs.shape[-1]))
+            return learner.module[module].compute_values({Columns.OBS: flat}).numpy()
+
+    first = next(iter(algorithm.learner_group.foreach_learner(compute)))
+    return first.get().reshape(obs.shape[:-1])
+
+
+def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
+    """The learner's batch from every runner's rollouts: values, GAE, the valid rows only, advantages
+    normalised per module as RLlib's learner connector does (``(a - mean) / max(1e-4, std)``)."""
+    cfg = algorithm.config
+    columns: dict[str, dict[str, list[np.ndarray]]] = {}
+    first = rollouts[0].seat  # every seat of an arena steps together: count one seat's rows
+    env_steps = sum(int(r.valid.sum()) for r in rollouts if r.seat == first)
+    for r in rollouts:
+        values = values_of(algorithm, r.module, r.obs)
+        advantages = gae(r.rewards, values, r.terminated, r.truncated, cfg.gamma, cfg.lambda_)
+        keep = r.valid
+        rows = {Columns.OBS: r.obs[:-1][keep], Columns.ACTIONS: r.actions[keep],
+                Columns.ACTION_LOGP: r.logp[keep], Columns.ACTION_DIST_INPUTS: r.dist_inputs[keep],
+                "advantages": advantages[keep], "value_targets": (advantages + values[:-1])[keep].astype(np.float32)}
+        for key, value in rows.items():
+            columns.setdefault(r.module, {}).setdefault(key, []).append(value)
+    batches = {}
+    for module, parts in columns.items():
+        data = {key: np.concatenate(values) for key, values in parts.items()}
+        adv = data["advantages"]
+        data["advantages"] = ((adv - adv.mean()) / max(1e-4, float(adv.std()))).astype(np.float32)
+        batches[module] = SampleBatch(data)
+    return MultiAgentBatch(batches, env_steps=env_steps)
+
+
+class LeanPPO(PPO):
+    """PPO trained from :class:`LeanEnvRunner`'s arrays (module docstring): RLlib's learner, no episodes."""
+
+    def training_step(self) -> None:
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            parts = foreach_sampling_runner(self, lambda runner: runner.sample())
+            rollouts = [r for part in parts for r in part]
+            group = self.env_runner_group
+            metrics = group.foreach_env_runner(lambda runner: runner.get_metrics(),
+                                               local_env_runner=group.num_remote_env_runners() == 0)
+            self.metrics.aggregate(metrics, key=ENV_RUNNER_RESULTS)
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            batch = lean_batch(self, rollouts)
+            learner_results = self.learner_group.update(
+                batch=batch,
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS,
+                                                                       NUM_ENV_STEPS_SAMPLED_LIFETIME)),
+                    NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
+                        (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0),
+                },
+                num_epochs=self.config.num_epochs,
+                minibatch_size=self.config.minibatch_size,
+                shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
+            )
+            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                               policies=set(learner_results[0].keys()) - {ALL_MODULES},
+                                               inference_only=True)
+
+
+__all__ = ["LeanEnvRunner", "LeanPPO", "MultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]

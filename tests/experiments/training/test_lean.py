@@ -1,0 +1,131 @@
+"""The lean sampler and update (experiments/training/lean.py): its GAE is RLlib's per-episode GAE, its
+distribution RLlib's multi-categorical, its logged returns the core's episode totals, and a run trained
+on it is reproducible (the same weights from the same experiment and seed, in a fresh process too)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.training.lean import MultiCategorical, gae
+from experiments.training.train import TrainArgs, train
+
+pytestmark = [pytest.mark.slow, pytest.mark.rllib]
+
+
+def random_rollout(rng: np.random.Generator, steps: int = 40, n: int = 7):
+    """Rewards, values and flags of ``n`` arenas over ``steps`` rows, the NEXT_STEP restart rows
+    (the row after a done one) marked invalid, as the lean runner records them."""
+    rewards = rng.normal(size=(steps, n)).astype(np.float32)
+    values = rng.normal(size=(steps + 1, n)).astype(np.float32)
+    ended = rng.random((steps, n)) < 0.15
+    terminated = ended & (rng.random((steps, n)) < 0.6)
+    truncated = ended & ~terminated
+    valid = np.ones((steps, n), dtype=bool)
+    valid[1:] = ~ended[:-1]
+    valid[0] = rng.random(n) < 0.8  # some arenas start the sample on their restart row
+    return rewards, values, terminated, truncated, valid
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gae_over_arrays_is_rllibs_gae_per_episode_chunk(seed):
+    from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
+
+    rewards, values, terminated, truncated, valid = random_rollout(np.random.default_rng(seed))
+    gamma, lam = 0.97, 0.9
+    ours = gae(rewards, values, terminated, truncated, gamma, lam)
+    steps, n = rewards.shape
+    checked = 0
+    for i in range(n):
+        t = 0
+        while t < steps:
+            if not valid[t, i]:
+                t += 1
+                continue
+            end = t  # the chunk t..end: up to the row that ends the episode or the sample's last row
+            while end < steps - 1 and not (terminated[end, i] or truncated[end, i]):
+                end += 1
+            length = end - t + 1
+            # RLlib's convention: the chunk elongated by one step (its bootstrap), its last real row
+            # truncated unless terminated
+            trunc = truncated[t:end + 1, i].astype(np.float32)
+            trunc[-1] = 0.0 if terminated[end, i] else 1.0
+            targets = compute_value_targets(
+                values=values[t:end + 2, i], rewards=np.append(rewards[t:end + 1, i], 0.0),
+                terminateds=np.append(terminated[t:end + 1, i].astype(np.float32), 0.0),
+                truncateds=np.append(trunc, 1.0), gamma=gamma, lambda_=lam)
+            theirs = targets[:length] - values[t:end + 1, i]
+            np.testing.assert_allclose(ours[t:end + 1, i], theirs, atol=1e-5)
+            checked += length
+            t = end + 1
+    assert checked == valid.sum()
+
+
+@pytest.mark.parametrize("nvec", [[5] * 9, [3, 5, 2, 7]])
+def test_the_one_distribution_is_rllibs_multi_categorical(nvec):
+    from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
+
+    dist = MultiCategorical(nvec)
+    logits = torch.randn(64, sum(nvec), generator=torch.Generator().manual_seed(1)) * 2
+    actions, logp = dist.sample(logits, torch.Generator().manual_seed(2))
+    assert actions.shape == (64, len(nvec))
+    assert all(int(actions[:, j].max()) < n for j, n in enumerate(nvec))
+    theirs = TorchMultiCategorical.from_logits(logits, input_lens=list(nvec))
+    np.testing.assert_allclose(logp.numpy(), theirs.logp(actions).numpy(), rtol=1e-6, atol=1e-6)
+    # samples follow the softmax: frequencies of the first sub-action over many draws
+    many = logits[:1].repeat(20000, 1)
+    drawn, _ = dist.sample(many, torch.Generator().manual_seed(3))
+    freq = np.bincount(drawn[:, 0].numpy(), minlength=nvec[0]) / len(drawn)
+    np.testing.assert_allclose(freq, torch.softmax(logits[0, :nvec[0]], -1).numpy(), atol=0.015)
+
+
+TINY = dict(eval_every=2, eval_seeds=2, train_batch_size=256, minibatch_size=128, num_epochs=1,
+            num_envs_per_env_runner=16, hidden=(8, 8), quiet=True, iterations=2, sampler="lean")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_lean_run_is_reproducible_in_a_fresh_process(ray_session, tmp_path):
+    weights = [(train(TrainArgs(out=tmp_path, run_name=name, experiment="allocator_mixed", **TINY))
+                / "arena_policy.safetensors").read_bytes() for name in ("a", "b")]
+    assert weights[0] == weights[1]
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k not in ("quiet", "hidden")]
+    cmd = [sys.executable, "-m", "commands", "train", "--experiment", "allocator_mixed", "--out", str(tmp_path),
+           "--run-name", "fresh", "--hidden", "8", "8", "--quiet", *flags]
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root), "RAY_ADDRESS": ""}
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "fresh" / "checkpoint" / "arena_policy.safetensors").read_bytes() == weights[0]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_lean_metrics_are_the_cores_episode_totals_and_rows(ray_session):
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.setup import resolve, with_unit_scales
+
+    args = TrainArgs(experiment="allocator_mixed", **{**TINY, "num_envs_per_env_runner": 24})
+    algo = build_algorithm(with_unit_scales(resolve(args)))
+    try:
+        runner = algo.env_runner
+        before = runner.env.focal.episode_seeds
+        result = algo.train()
+        runners = result["env_runners"]
+        assert runners["num_episodes"] > 0
+        # the summed rewards of every finished episode are the core's own episode totals (unit reward scale)
+        assert runners["episode_return_mean"] == pytest.approx(runners["allocator_episode"]["return"], abs=1e-9)
+        assert runners["agent_episode_returns_mean"]["allocator"] == pytest.approx(runners["episode_return_mean"])
+        # env steps are transitions: every arena's rows but its NEXT_STEP resets
+        steps = runner.steps_per_sample()
+        assert steps * 24 - runners["num_episodes"] <= runners["num_env_steps_sampled"] <= steps * 24
+        assert result["num_env_steps_sampled_lifetime"] == runners["num_env_steps_sampled"]
+        assert runner.env.focal.episode_seeds != before  # arenas restarted with the core's next seeds
+    finally:
+        algo.stop()
