@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from experiments.training.batched_env import BatchedFocalEnv, unsupported_reason
-from policies.focal_vector import split_arenas
 from experiments.training.env import ArenaRLlibEnv
 from experiments.training.env_config import ArenaEnvConfig, BackgroundMix, Curriculum
 from experiments.training.networks import MLP, NETWORKS
 from experiments.training.train import TrainArgs, train
 from policies.focal import FocalEnv
+from policies.focal_vector import split_arenas
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib]
 
