@@ -374,14 +374,18 @@ class PolicyNetwork:
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action for one (scaled) observation, int64."""
-        import torch
-
         obs = np.asarray(obs, dtype=np.float32)
         if obs.shape != (self.input_size,):
             raise ValueError(f"observation shape mismatch: network expects ({self.input_size},), got {obs.shape}")
+        return self.greedy_rows(obs[None])[0]
+
+    def greedy_rows(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy actions ``(B, k)`` int64 for ``(B, input_size)`` (scaled) observations, one forward pass."""
+        import torch
+
         with torch.no_grad():
-            out = self.net(torch.from_numpy(obs[None]))
-            return self._greedy(out, self.nvec)[0].numpy().astype(np.int64)
+            out = self.net(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
+            return self._greedy(out, self.nvec).numpy().astype(np.int64)
 
     def reset(self) -> None:
         """Stateless layers only so far; a recurrent layer type clears its state here."""

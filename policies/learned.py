@@ -63,6 +63,7 @@ class ModuleInterface:
         raw = make_observation_space(config, agent)
         if self.scale.shape != raw.shape:
             raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
+        self.codec_spec = codec  # as given: the batched form builds its own codec from it (policies.batch_learned)
         self.codec: Codec | None = sidecar_codec(codec, config, agent)
         self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
         self._raw_space = raw

@@ -283,7 +283,9 @@ def batch_policy(name: str, config: ScenarioConfig | str, agent: str, num_envs: 
     prototype = make()  # checks name, role and parameters
     batched = BATCHED.get(name)
     if batched is None:
-        return LoopBatchPolicy(make, num_envs)
+        from policies.batch_learned import BatchLearned, batchable
+
+        return BatchLearned(prototype, num_envs) if batchable(prototype) else LoopBatchPolicy(make, num_envs)
     return batched(prototype, num_envs)
 
 

@@ -57,7 +57,7 @@ from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.networks import MLP
-from policies.batch_codecs import make_batch_codec
+from policies.batch_learned import BatchInterface
 from policies.focal_vector import FocalVectorEnv
 from policies.learned import ModuleInterface
 from policies.shipping import install
@@ -69,8 +69,7 @@ def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
     for part, why in ((cfg.background_mix, "background_mix: a background mix is drawn per episode"),
                       (cfg.background_mixture, "background_mixture: a mixture of backgrounds is drawn per episode"),
                       (cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
-                      (cfg.league, "league: league members switch per episode"),
-                      (cfg.seat_identity, "seat_identity: shared team modules (seat identities) are self-play")):
+                      (cfg.league, "league: league members switch per episode")):
         if part:
             return why
     if not cfg.scripted_in_env:
@@ -93,43 +92,6 @@ class ArenaView(MultiAgentEnv):
         self.episode_seed: int | None = None
         self.scenario: ScenarioConfig | None = None
         self.env_seconds = 0.0  # the batch's time is the batch's (BatchedFocalEnv.env_seconds)
-
-
-class BatchInterface:
-    """:class:`policies.learned.ModuleInterface` of one learning seat in ``num_envs`` arenas: the
-    scaled observation, the codec's features (its batched form, :mod:`policies.batch_codecs`) and
-    the stacked history as arrays; row *i* is what arena *i*'s ``ModuleInterface`` gives."""
-
-    def __init__(self, config: ScenarioConfig, seat: str, num_envs: int, scale: np.ndarray | None,
-                 codec: dict[str, Any] | str | None, history: int) -> None:
-        one = MLP.interface(config, seat, scale, codec, history)  # spaces, scale, the codec's name and params
-        if not isinstance(one, ModuleInterface) or one.identity is not None:
-            raise ValueError(f"the batched sampler plays {seat!r} through a plain module interface only")
-        self.one = one
-        self.scale, self.history, self.frame_size = self.one.scale, self.one.history, self.one.frame_size
-        spec = codec if codec is None or isinstance(codec, str) else codec["name"]
-        params = {} if codec is None or isinstance(codec, str) else dict(codec.get("params", {}))
-        self.codec = None if spec is None else make_batch_codec(spec, config, num_envs, seat, **params)
-        self.frames = np.zeros((num_envs, self.history, self.frame_size), dtype=np.float32)
-        self.no_action = np.zeros(one.action_space().shape, dtype=np.int64)  # what an arena RLlib did not act in plays
-
-    def reset(self, index: np.ndarray) -> None:
-        self.frames[index] = 0.0
-        if self.codec is not None:
-            self.codec.reset(index)
-
-    def observe(self, observations: np.ndarray) -> np.ndarray:
-        frame = np.asarray(observations, dtype=np.float32) / self.scale
-        if self.codec is not None and self.codec.codec.n_features:
-            frame = np.concatenate([frame, self.codec.features(observations)], axis=1)
-        if self.history == 1:
-            return frame.astype(np.float32)
-        self.frames[:, 1:] = self.frames[:, :-1]
-        self.frames[:, 0] = frame
-        return self.frames.reshape(len(frame), -1).astype(np.float32)
-
-    def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray:
-        return module_actions if self.codec is None else self.codec.decode(observations, module_actions)
 
 
 @dataclass
@@ -164,10 +126,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
                                     focal=self.learned, background=cfg.background,
                                     weights=list(cfg.scenario_weights) if cfg.scenario_weights else None)
         self.groups = self.focal.groups
-        scale = cfg.observation_scale
-        self.interfaces = [{seat: BatchInterface(g.config, seat, g.size, None if seat not in scale else
-                                                 np.asarray(scale[seat], np.float32), cfg.action_codec.get(seat),
-                                                 int(cfg.history.get(seat, 1))) for seat in self.learned}
+        self.interfaces = [{seat: BatchInterface(self._interface(cfg, g.config, seat), g.size) for seat in self.learned}
                            for g in self.groups]
         self.reward_scale = {a: np.concatenate([np.full(g.size, float(cfg.reward_scale.get(a, {}).get(
             g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
@@ -189,6 +148,14 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.env_seconds = 0.0
         self.scenario_names = [g.config.name for g in self.groups for _ in range(g.size)]
         self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
+
+    @staticmethod
+    def _interface(cfg: ArenaEnvConfig, config: ScenarioConfig, seat: str) -> ModuleInterface:
+        scale = cfg.observation_scale.get(seat)
+        one = MLP.interface(config, seat, None if scale is None else np.asarray(scale, np.float32),
+                            cfg.action_codec.get(seat), int(cfg.history.get(seat, 1)), cfg.seat_identity.get(seat))
+        assert isinstance(one, ModuleInterface)
+        return one
 
     # ------------------------------------------------------------------ arrays
     def reset_arrays(self, seed: int | Sequence[int] | None = None) -> dict[str, np.ndarray]:

@@ -1,0 +1,59 @@
+"""A learned checkpoint acts on a batch exactly as N per-arena learned policies (policies/batch_learned.py):
+every codec and history it may carry, through partial resets; what has no batched form (a shape-free
+allocator) still plays through the loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from commons_arena.scenario import load_scenario
+from commons_arena.spaces import make_observation_space
+from policies.batch import LoopBatchPolicy
+from policies.batch_learned import BatchLearned
+from policies.checkpoint_format import NetworkSpec, PolicyNetwork
+from policies.learned import ModuleInterface, save_policy
+from policies.registry import batch_policy
+from tests.policies.batch_cases import assert_equivalent, record_episodes
+
+
+def random_network(input_size: int, nvec: list[int], seed: int, hidden: int = 16) -> PolicyNetwork:
+    """A small tanh MLP with random weights (large enough that its greedy codes vary with the input)."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = [input_size, hidden, sum(nvec)]
+    layers, tensors = [], {}
+    for k, (a, b) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        i = len(layers)
+        layers.append({"type": "linear", "in": a, "out": b})
+        tensors[f"layers.{i}.weight"] = torch.randn(b, a, generator=gen)
+        tensors[f"layers.{i}.bias"] = torch.randn(b, generator=gen)
+        if k == 0:
+            layers.append({"type": "tanh"})
+    spec = NetworkSpec.model_validate({"layers": layers, "weights_sha256": "0" * 64,
+                                       "action_distribution": {"type": "multi_categorical", "nvec": nvec}})
+    return PolicyNetwork(spec, tensors)
+
+
+@pytest.mark.parametrize(("agent", "codec", "history"), [("allocator", "need", 1), ("allocator", None, 3),
+                                                         ("allocator", "residual", 2), ("search", "bluff", 1),
+                                                         ("broker", "markup", 2)])
+def test_a_learned_checkpoint_acts_as_a_batch_exactly_as_per_arena(tmp_path, agent, codec, history):
+    config = load_scenario("crisis")
+    episodes = record_episodes(config, episodes=4, seed=11)[agent]
+    scale = np.maximum(np.abs(np.concatenate(episodes)).max(axis=0), 1.0).astype(np.float32)
+    interface = ModuleInterface(config, agent, scale, codec, history)
+    nvec = [int(n) for n in interface.action_space().nvec]
+    save_policy(tmp_path, random_network(interface.input_size, nvec, seed=5), config, agent, scale, codec, history)
+    name = f"learned:{tmp_path}"
+    assert isinstance(batch_policy(name, config, agent, 3), BatchLearned)
+    assert assert_equivalent(name, config, agent, episodes, num_envs=4, seed=2) > 20
+
+
+def test_a_shape_free_allocator_plays_through_the_loop():
+    config = load_scenario("standard")
+    policy = batch_policy("learned:universal", config, "allocator", 2)
+    assert isinstance(policy, LoopBatchPolicy)
+    obs = np.zeros((2, make_observation_space(config, "allocator").shape[0]), np.float32)
+    policy.reset([1, 2])
+    assert policy.act(obs).shape[0] == 2
