@@ -5,7 +5,7 @@ is what arena *i*'s interface gives: the scaled observation, the codec's feature
 form, :mod:`policies.batch_codecs`, the stacked history, the seat's identity); training's batched
 samplers show a learning seat's module the same rows (:mod:`experiments.training.batched_env`).
 :class:`BatchLearned` is :class:`~policies.learned.LearnedPolicy` of a checkpoint with the scenario's
-own view (an ``mlp`` network) in N arenas: one forward pass per step, the greedy action of each row,
+own view (an ``mlp`` network) or the padded cell view (a universal allocator) in N arenas: one forward pass per step, the greedy action of each row,
 decoded by the batched codec; row *i* equals the per-arena policy's action (``tests/policies/test_batch_learned.py``).
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 from policies.batch import reset_indices
 from policies.batch_codecs import make_batch_codec
 from policies.checkpoint_format import PolicyNetwork
-from policies.learned import LearnedPolicy, ModuleInterface
+from policies.learned import LearnedPolicy, ModuleInterface, ObservationInterface
+from policies.universal import BatchUniversalInterface, CellNetwork, UniversalInterface
 
 
 class BatchInterface:
@@ -64,11 +65,10 @@ class BatchLearned:
 
     def __init__(self, policy: LearnedPolicy, num_envs: int) -> None:
         if not batchable(policy):
-            raise ValueError("only a learned policy with its scenario's own view (an mlp network) acts as a batch")
-        assert isinstance(policy.module, PolicyNetwork) and isinstance(policy.interface, ModuleInterface)
+            raise ValueError("only a learned network over its scenario's own or the cell view acts as a batch")
         self.num_envs = num_envs
-        self.network = policy.module
-        self.interface = BatchInterface(policy.interface, num_envs)
+        self.network: PolicyNetwork | CellNetwork = policy.module  # type: ignore[assignment]
+        self.interface = batch_interface(policy.interface, num_envs)
 
     def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
         self.interface.reset(reset_indices(self.num_envs, seeds, index))  # greedy: nothing random to seed
@@ -78,10 +78,21 @@ class BatchLearned:
         return self.interface.act(obs, self.network.greedy_rows(self.interface.observe(obs)))
 
 
+def batch_interface(one: ObservationInterface, num_envs: int) -> BatchInterface | BatchUniversalInterface:
+    """The batched form of a seat's interface: the scenario's own view or the padded cell view."""
+    if isinstance(one, UniversalInterface):
+        return BatchUniversalInterface(one, num_envs)
+    if type(one) is not ModuleInterface:
+        raise ValueError(f"no batched form of {type(one).__name__}")
+    return BatchInterface(one, num_envs)
+
+
 def batchable(policy: object) -> bool:
     """Whether ``policy`` has a batched form here: a learned network over its scenario's own view."""
-    return (isinstance(policy, LearnedPolicy) and isinstance(policy.module, PolicyNetwork)
-            and type(policy.interface) is ModuleInterface)
+    if not isinstance(policy, LearnedPolicy):
+        return False
+    return ((isinstance(policy.module, PolicyNetwork) and type(policy.interface) is ModuleInterface)
+            or (isinstance(policy.module, CellNetwork) and isinstance(policy.interface, UniversalInterface)))
 
 
-__all__ = ["BatchInterface", "BatchLearned", "batchable"]
+__all__ = ["BatchInterface", "BatchLearned", "batch_interface", "batchable"]

@@ -35,6 +35,7 @@ the same class (:mod:`experiments.training.batched_env`, :mod:`experiments.train
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,17 @@ class FocalGroup:
             policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
 
 
+@dataclass
+class GroupStep:
+    """One tick of one scenario's arenas: seat -> ``(size, ...)`` arrays (infos: the core's, by seat)."""
+
+    obs: dict[str, np.ndarray]
+    reward: dict[str, np.ndarray]
+    terminated: dict[str, np.ndarray]
+    truncated: dict[str, np.ndarray]
+    info: dict[str, dict[str, Any]]
+
+
 class FocalVectorEnv(VectorEnv):
     """The focal seats of ``num_envs`` arenas, the background acting in the batch (module docstring)."""
 
@@ -109,7 +121,9 @@ class FocalVectorEnv(VectorEnv):
     def __init__(self, scenario: str | ScenarioConfig | Sequence[str | ScenarioConfig] = "standard",
                  num_envs: int = 1, focal: str | Sequence[str] = "allocator",
                  background: Population | Mapping[str, Any] | None = None,
-                 weights: Sequence[float] | None = None) -> None:
+                 weights: Sequence[float] | None = None, shapes: str = "same") -> None:
+        if shapes not in ("same", "any"):
+            raise ValueError(f"shapes must be 'same' or 'any', got {shapes!r}")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or not 1 <= num_envs <= 1 << 20:
             raise ValueError(f"num_envs must be an integer in 1..{1 << 20}, got {num_envs!r}")
         self.single_seat = isinstance(focal, str)
@@ -132,11 +146,15 @@ class FocalVectorEnv(VectorEnv):
         first = configs[0]
         self.seat_observation_spaces = {a: make_observation_space(first, a) for a in self.focal}
         self.seat_action_spaces = {a: make_action_space(first, a) for a in self.focal}
-        for config in configs[1:]:
-            for a in self.focal:
-                if (make_observation_space(config, a).shape != self.seat_observation_spaces[a].shape
-                        or make_action_space(config, a) != self.seat_action_spaces[a]):
-                    raise ValueError(f"scenario {config.name!r} gives {a!r} other spaces than {first.name!r}")
+        self.same_shapes = all(make_observation_space(c, a).shape == self.seat_observation_spaces[a].shape
+                               and make_action_space(c, a) == self.seat_action_spaces[a]
+                               for c in configs[1:] for a in self.focal)
+        if not self.same_shapes and shapes == "same":
+            odd = next(c for c in configs[1:] for a in self.focal
+                       if make_observation_space(c, a).shape != self.seat_observation_spaces[a].shape
+                       or make_action_space(c, a) != self.seat_action_spaces[a])
+            raise ValueError(f"scenario {odd.name!r} gives the focal seats other spaces than {first.name!r} "
+                             "(shapes='any' steps them by scenario: step_groups)")
         self.term_names = {a: self._term_names(a) for a in self.focal}
         if self.single_seat:
             self.single_observation_space = self.seat_observation_spaces[self.focal[0]]
@@ -170,6 +188,32 @@ class FocalVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """Every arena's first observation and infos (``seed``: module docstring)."""
+        self._check_shapes()
+        self.reset_groups(seed)
+        infos = {a: {"episode_seed": np.asarray(self.episode_seeds, dtype=np.int64), "scenario_index": self.scenario_of}
+                 for a in self.focal}
+        return self._out({a: np.concatenate([g.raw[a] for g in self.groups]) for a in self.focal}), self._out(infos)
+
+    def step(self, actions: Any):
+        """One tick of every arena: ``actions`` is ``(N, act_dim)`` for one focal seat, else seat -> that."""
+        self._check_shapes()
+        by_seat = {self.focal[0]: actions} if self.single_seat else dict(actions)
+        missing = [a for a in self.focal if a not in by_seat]
+        unknown = [a for a in by_seat if a not in self.focal]
+        if missing or unknown:
+            raise ValueError(f"step takes actions for the focal seats {self.focal}: missing {missing}, unknown {unknown}")
+        by_seat = {a: np.asarray(v) for a, v in by_seat.items()}
+        for a, v in by_seat.items():
+            if v.shape[:1] != (self.num_envs,):
+                raise ValueError(f"actions of {a!r} must have one row per arena ({self.num_envs}), got shape {v.shape}")
+        steps = self.step_groups([{a: v[g.rows] for a, v in by_seat.items()} for g in self.groups])
+        obs = {a: np.concatenate([step.obs[a] for step in steps]) for a in self.focal}
+        rewards, terminated, truncated, infos = self.merge(steps)
+        return self._out(obs), self._out(rewards), self._out(terminated), self._out(truncated), self._out(infos)
+
+    # ------------------------------------------------------------------ by scenario (any shapes)
+    def reset_groups(self, seed: int | Sequence[int] | None = None) -> None:
+        """Reset every arena; each group's raw observations are then its ``raw``."""
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
         if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
@@ -184,31 +228,21 @@ class FocalVectorEnv(VectorEnv):
             group.start(np.arange(group.size))
         self.restarted[:] = False
         self._started = True
-        infos = {a: {"episode_seed": np.asarray(self.episode_seeds, dtype=np.int64),
-                     "scenario_index": self.scenario_of} for a in self.focal}
-        return self._out(self._gather(lambda g: g.raw)), self._out(infos)
 
-    def step(self, actions: Any):
-        """One tick of every arena: ``actions`` is ``(N, act_dim)`` for one focal seat, else seat -> that."""
+    def step_groups(self, actions: Sequence[Mapping[str, np.ndarray]]) -> list[GroupStep]:
+        """One tick of every arena from each group's focal actions (seat -> ``(size, act_dim)``)."""
         if not self._started:
             raise commons_arena.EpisodeStateError("step() called before reset(); call reset(seed=...) first")
-        by_seat = {self.focal[0]: actions} if self.single_seat else dict(actions)
-        missing = [a for a in self.focal if a not in by_seat]
-        unknown = [a for a in by_seat if a not in self.focal]
-        if missing or unknown:
-            raise ValueError(f"step takes actions for the focal seats {self.focal}: missing {missing}, unknown {unknown}")
-        by_seat = {a: np.asarray(v) for a, v in by_seat.items()}
-        for a, v in by_seat.items():
-            if v.shape[:1] != (self.num_envs,):
-                raise ValueError(f"actions of {a!r} must have one row per arena ({self.num_envs}), got shape {v.shape}")
-        outs = [self._step_group(group, {a: v[group.rows] for a, v in by_seat.items()}) for group in self.groups]
+        return [self._step_group(group, dict(part)) for group, part in zip(self.groups, actions, strict=True)]
+
+    def merge(self, steps: Sequence[GroupStep]) -> tuple[dict[str, np.ndarray], ...]:
+        """Rewards, terminated, truncated and infos of every arena (seat -> ``(N,)`` arrays) from the groups' steps."""
         cat = np.concatenate
-        obs = {a: cat([o[0][a] for o in outs]) for a in self.focal}
-        rewards = {a: cat([o[1][a] for o in outs]) for a in self.focal}
-        terminated = {a: cat([o[2][a] for o in outs]) for a in self.focal}
-        truncated = {a: cat([o[3][a] for o in outs]) for a in self.focal}
-        infos = {a: self._seat_info(a, [o[4][a] for o in outs]) for a in self.focal}
-        return self._out(obs), self._out(rewards), self._out(terminated), self._out(truncated), self._out(infos)
+        rewards = {a: cat([step.reward[a] for step in steps]) for a in self.focal}
+        terminated = {a: cat([step.terminated[a] for step in steps]) for a in self.focal}
+        truncated = {a: cat([step.truncated[a] for step in steps]) for a in self.focal}
+        infos = {a: self._seat_info(a, [step.info[a] for step in steps]) for a in self.focal}
+        return rewards, terminated, truncated, infos
 
     def observation_scale(self, seat: str | None = None, seed: int = 0) -> np.ndarray:
         """A divisor per feature of ``seat``'s observation (default: the first focal seat) that makes every
@@ -220,7 +254,12 @@ class FocalVectorEnv(VectorEnv):
             group.core.close()
 
     # ------------------------------------------------------------------ helpers
-    def _step_group(self, group: FocalGroup, focal_actions: dict[str, np.ndarray]) -> tuple[Any, ...]:
+    def _check_shapes(self) -> None:
+        if not self.same_shapes:
+            raise ValueError("the scenarios give the focal seats different shapes: step them by scenario "
+                             "(reset_groups, step_groups)")
+
+    def _step_group(self, group: FocalGroup, focal_actions: dict[str, np.ndarray]) -> GroupStep:
         restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call
         joint = dict(focal_actions)
         for seat, policy in group.background.items():
@@ -232,12 +271,9 @@ class FocalVectorEnv(VectorEnv):
         self.restarted[group.rows] = group.ended
         focal = self.focal[0]  # every seat ends on the same step
         group.ended = terminated[focal] | truncated[focal]
-        return ({a: obs[a] for a in self.focal}, {a: reward[a] for a in self.focal},
-                {a: terminated[a] for a in self.focal}, {a: truncated[a] for a in self.focal},
-                {a: info[a] for a in self.focal})
-
-    def _gather(self, of: Any) -> dict[str, np.ndarray]:
-        return {a: np.concatenate([of(g)[a] for g in self.groups]) for a in self.focal}
+        return GroupStep({a: obs[a] for a in self.focal}, {a: reward[a] for a in self.focal},
+                         {a: terminated[a] for a in self.focal}, {a: truncated[a] for a in self.focal},
+                         {a: info[a] for a in self.focal})
 
     def _seat_info(self, seat: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
         terms = {n: np.concatenate([p["reward_terms"].get(n, np.zeros(g.size)) for p, g in zip(parts, self.groups,
@@ -274,4 +310,4 @@ def observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, 
     return learned_scale(np.concatenate(seen))
 
 
-__all__ = ["FocalGroup", "FocalVectorEnv", "observation_scale", "split_arenas"]
+__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "observation_scale", "split_arenas"]

@@ -130,40 +130,51 @@ class CellEncoder:
         self.hard_cap = float(rules.hard_cap)
 
     def encode(self, observation: np.ndarray, estimate: np.ndarray, grant: np.ndarray) -> np.ndarray:
-        """Features (teams x tiers x N_FEATURES) of this tick's observation."""
-        v = self.layout.view(np.asarray(observation, dtype=np.float64))
+        """Features (teams x tiers x N_FEATURES) of this tick's observation: :meth:`encode_rows` of a batch of one."""
+        return self.encode_rows(np.asarray(observation)[None], np.asarray(estimate)[None], np.asarray(grant)[None])[0]
+
+    def encode_rows(self, observations: np.ndarray, estimate: np.ndarray, grant: np.ndarray) -> np.ndarray:
+        """Features ``(B, teams, tiers, N_FEATURES)`` of ``B`` observations ``(B, obs_dim)``, with the planner's
+        estimate and grant ``(B, teams, tiers)`` each."""
+        obs = np.asarray(observations, dtype=np.float64)
+        B = len(obs)
+        v = {f.name: obs[:, self.layout.slices[f.name]].reshape(B, *f.shape) for f in self.layout.fields}
         N, T, cap = self.n_teams, self.n_tiers, self.capacity
-        tick = float(v["tick"][0])
+        tick = v["tick"][:, 0]
         forecast = v["intensity_forecast"]
+        constant = np.broadcast_to
         glob = np.concatenate([
-            [tick / self.horizon, max(self.horizon - tick, 0.0) / self.horizon,
-             math.log1p(self.horizon) / math.log1p(MAX_TICKS),
-             float(_share(v["budget"][0], self.budget)), float(self.budget > 0),
-             float(_share(v["carbon_used"][0], self.cap_kg)), self.hard_cap,
-             float(_share(forecast[0], self.mean_intensity)), float(_share(forecast.mean(), self.mean_intensity))],
-            v["shocks_active"], np.minimum(v["shocks_seen"], 3.0) / 3.0, self.shape_share,
-        ])
+            np.stack([tick / self.horizon, np.maximum(self.horizon - tick, 0.0) / self.horizon,
+                      constant(math.log1p(self.horizon) / math.log1p(MAX_TICKS), (B,)),
+                      _share(v["budget"][:, 0], self.budget), constant(float(self.budget > 0), (B,)),
+                      _share(v["carbon_used"][:, 0], self.cap_kg), constant(self.hard_cap, (B,)),
+                      _share(forecast[:, 0], self.mean_intensity), _share(forecast.mean(axis=1), self.mean_intensity)],
+                     axis=1),
+            v["shocks_active"], np.minimum(v["shocks_seen"], 3.0) / 3.0, constant(self.shape_share, (B, 2)),
+        ], axis=1)
         declared, revealed_need = v["declared"], v["revealed_need"]
         estimate, grant = np.asarray(estimate, dtype=np.float64), np.asarray(grant, dtype=np.float64)
-        tier = np.concatenate([self.static_tier, np.stack([
+        tier = np.concatenate([constant(self.static_tier, (B, *self.static_tier.shape)), np.stack([
             _share(v["online"], cap), _share(v["offer_qty"], cap), _share(v["offer_price"], self.max_price),
-            declared.sum(axis=0) / cap, estimate.sum(axis=0) / cap, grant.sum(axis=0) / cap,
-            revealed_need.sum(axis=0) / cap,
-        ], axis=1)], axis=1)
+            declared.sum(axis=1) / cap, estimate.sum(axis=1) / cap, grant.sum(axis=1) / cap,
+            revealed_need.sum(axis=1) / cap,
+        ], axis=2)], axis=2)
         team = np.concatenate([
-            v["stance"], (np.minimum(v["escalations"], 5.0) / 5.0)[:, None], v["credibility"][:, None],
-            (v["pressure"] / 2.0)[:, None], v["revealed"][:, None], self.static_team,
-            (declared.sum(axis=1) / self.total_capacity)[:, None], (estimate.sum(axis=1) / self.total_capacity)[:, None],
-        ], axis=1)
+            v["stance"], (np.minimum(v["escalations"], 5.0) / 5.0)[..., None], v["credibility"][..., None],
+            (v["pressure"] / 2.0)[..., None], v["revealed"][..., None],
+            constant(self.static_team, (B, *self.static_team.shape)),
+            (declared.sum(axis=2) / self.total_capacity)[..., None],
+            (estimate.sum(axis=2) / self.total_capacity)[..., None],
+        ], axis=2)
         cell = np.stack([
             declared / cap, revealed_need / cap, estimate / cap, grant / cap,
             np.minimum(estimate, GPU_COUNT_CAP) / GPU_COUNT_CAP, np.minimum(declared, GPU_COUNT_CAP) / GPU_COUNT_CAP,
             np.minimum(grant, GPU_COUNT_CAP) / GPU_COUNT_CAP, (declared - estimate) / cap,
-        ], axis=2)
+        ], axis=3)
         features = np.concatenate([
-            np.broadcast_to(glob, (N, T, glob.size)), np.broadcast_to(tier[None], (N, T, tier.shape[1])),
-            np.broadcast_to(team[:, None], (N, T, team.shape[1])), cell,
-        ], axis=2)
+            constant(glob[:, None, None], (B, N, T, glob.shape[1])), constant(tier[:, None], (B, N, T, tier.shape[2])),
+            constant(team[:, :, None], (B, N, T, team.shape[2])), cell,
+        ], axis=3)
         return np.clip(np.nan_to_num(features, nan=0.0, posinf=FEATURE_BOUND, neginf=-FEATURE_BOUND),
                        -FEATURE_BOUND, FEATURE_BOUND)
 
@@ -235,6 +246,38 @@ class UniversalInterface:
         return self.codec.decode(np.asarray(observation, dtype=np.float32), self.code_for_scenario(module_action))
 
 
+class BatchUniversalInterface:
+    """:class:`UniversalInterface` ``one`` in ``num_envs`` arenas: row *i* of :meth:`observe` and :meth:`act`
+    is what arena *i*'s interface gives (the codec's batched form, :mod:`policies.batch_codecs`)."""
+
+    shape_free = True
+    history = 1
+
+    def __init__(self, one: UniversalInterface, num_envs: int) -> None:
+        from policies.batch_codecs import make_batch_codec
+
+        self.one, self.num_envs = one, num_envs
+        self.encoder = one.encoder
+        self.codec: Any = make_batch_codec(one.codec.name, one.config, num_envs, one.agent)
+        self.no_action = np.full(CELLS, one.zero, dtype=np.int64)
+
+    def reset(self, index: np.ndarray) -> None:
+        self.codec.reset(index)
+
+    def observe(self, observations: np.ndarray) -> np.ndarray:
+        obs = np.asarray(observations, dtype=np.float32)
+        estimate, grant = self.codec.proposal(obs)
+        N, T, B = self.encoder.n_teams, self.encoder.n_tiers, len(obs)
+        padded = np.zeros((B, MAX_TEAMS, MAX_TIERS, N_FEATURES), dtype=np.float32)
+        padded[:, :N, :T] = self.encoder.encode_rows(obs, estimate, grant)
+        return np.concatenate([padded.reshape(B, -1), np.broadcast_to(self.one.mask.ravel(), (B, CELLS))], axis=1)
+
+    def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray:
+        N, T = self.encoder.n_teams, self.encoder.n_tiers
+        codes = np.asarray(module_actions, dtype=np.int64).reshape(-1, MAX_TEAMS, MAX_TIERS)[:, :N, :T]
+        return self.codec.decode(np.asarray(observations, dtype=np.float32), codes.reshape(len(codes), -1))
+
+
 def split_view(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A padded flat view (or a batch of them) -> (cells x N_FEATURES features, cells mask)."""
     obs = np.asarray(obs)
@@ -261,13 +304,17 @@ class CellNetwork:
         obs = np.asarray(obs, dtype=np.float32)
         if obs.shape != (OBS_SIZE,):
             raise ValueError(f"observation shape mismatch: the universal view is ({OBS_SIZE},), got {obs.shape}")
-        cells, mask = split_view(obs)
-        logits = self.network.logits(cells)
+        return self.greedy_rows(obs[None])[0]
+
+    def greedy_rows(self, obs: np.ndarray) -> np.ndarray:
+        """One code per padded cell ``(B, CELLS)`` for ``(B, OBS_SIZE)`` views, one forward pass."""
+        cells, mask = split_view(np.asarray(obs, dtype=np.float32))
+        logits = self.network.logits(cells.reshape(-1, N_FEATURES)).reshape(*cells.shape[:2], -1)
         return np.where(mask > 0.5, logits.argmax(axis=-1), self.zero).astype(np.int64)
 
 
 __all__ = [
     "CELLS", "CELL_FEATURES", "FEATURES_VERSION", "FEATURE_NAMES", "GLOBAL_FEATURES", "MAX_TEAMS", "MAX_TIERS",
     "N_FEATURES", "OBS_SIZE", "SHAPE_FREE_CODECS", "TEAM_FEATURES", "TIER_FEATURES", "CellEncoder", "CellNetwork",
-    "UniversalInterface", "check_shape", "split_view", "view_fields",
+    "BatchUniversalInterface", "UniversalInterface", "check_shape", "split_view", "view_fields",
 ]

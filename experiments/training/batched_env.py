@@ -56,10 +56,9 @@ from ray.rllib.utils.metrics import (
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
-from experiments.training.networks import MLP
-from policies.batch_learned import BatchInterface
+from policies.batch_learned import batch_interface
 from policies.focal_vector import FocalVectorEnv
-from policies.learned import ModuleInterface
+from policies.learned import ObservationInterface
 from policies.shipping import install
 
 
@@ -74,8 +73,6 @@ def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
             return why
     if not cfg.scripted_in_env:
         return "the background plays as RLlib modules (scripted_in_env is off)"
-    if any(cfg.network_of(seat).cell_view for seat in cfg.learned_agents):
-        return "the shape-free (cells) allocator plays clusters of many shapes"
     return None
 
 
@@ -124,9 +121,9 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.num_envs = num_envs
         self.focal = FocalVectorEnv([load_scenario(s) for s in (cfg.scenarios or [cfg.scenario])], num_envs,
                                     focal=self.learned, background=cfg.background,
-                                    weights=list(cfg.scenario_weights) if cfg.scenario_weights else None)
+                                    weights=list(cfg.scenario_weights) if cfg.scenario_weights else None, shapes="any")
         self.groups = self.focal.groups
-        self.interfaces = [{seat: BatchInterface(self._interface(cfg, g.config, seat), g.size) for seat in self.learned}
+        self.interfaces = [{seat: batch_interface(self._interface(cfg, g.config, seat), g.size) for seat in self.learned}
                            for g in self.groups]
         self.reward_scale = {a: np.concatenate([np.full(g.size, float(cfg.reward_scale.get(a, {}).get(
             g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
@@ -150,12 +147,11 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
 
     @staticmethod
-    def _interface(cfg: ArenaEnvConfig, config: ScenarioConfig, seat: str) -> ModuleInterface:
+    def _interface(cfg: ArenaEnvConfig, config: ScenarioConfig, seat: str) -> ObservationInterface:
         scale = cfg.observation_scale.get(seat)
-        one = MLP.interface(config, seat, None if scale is None else np.asarray(scale, np.float32),
-                            cfg.action_codec.get(seat), int(cfg.history.get(seat, 1)), cfg.seat_identity.get(seat))
-        assert isinstance(one, ModuleInterface)
-        return one
+        return cfg.network_of(seat).interface(config, seat, None if scale is None else np.asarray(scale, np.float32),
+                                              cfg.action_codec.get(seat), int(cfg.history.get(seat, 1)),
+                                              cfg.seat_identity.get(seat))
 
     # ------------------------------------------------------------------ arrays
     def reset_arrays(self, seed: int | Sequence[int] | None = None) -> dict[str, np.ndarray]:
@@ -164,24 +160,22 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         base = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
         seeds = None if base is None else [int(np.random.default_rng(b).integers(*TRAINING_SEEDS)) for b in base]
         clock = time.perf_counter()
-        raw, _ = self.focal.reset(seed=seeds)
+        self.focal.reset_groups(seeds)
         self.env_seconds += time.perf_counter() - clock
         for group, interfaces in zip(self.groups, self.interfaces, strict=True):
             for interface in interfaces.values():
                 interface.reset(np.arange(group.size))
         for j in range(self.num_envs):
             self._view(j)
-        return self._observe(raw)
+        return self._observe([g.raw for g in self.groups])
 
     def step_arrays(self, codes: Mapping[str, np.ndarray]) -> ArrayStep:
         """One step of every arena from the modules' codes (seat -> ``(N, k)``)."""
-        actions = {seat: np.empty((self.num_envs, *self.focal.seat_action_spaces[seat].shape), dtype=np.int64)
-                   for seat in self.learned}
-        for group, interfaces in zip(self.groups, self.interfaces, strict=True):
-            for seat, interface in interfaces.items():
-                actions[seat][group.rows] = interface.act(group.raw[seat], codes[seat][group.rows])
+        actions = [{seat: interface.act(group.raw[seat], codes[seat][group.rows]) for seat, interface in interfaces.items()}
+                   for group, interfaces in zip(self.groups, self.interfaces, strict=True)]
         clock = time.perf_counter()
-        raw, reward, terminated, truncated, infos = self.focal.step(actions)
+        steps = self.focal.step_groups(actions)
+        reward, terminated, truncated, infos = self.focal.merge(steps)
         self.env_seconds += time.perf_counter() - clock
         restarted = self.focal.restarted.copy()
         if restarted.any():
@@ -193,11 +187,12 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             for j in np.flatnonzero(restarted).tolist():
                 self._view(j)
         scaled = {a: reward[a] * self.reward_scale[a] for a in self.learned}
-        return ArrayStep(self._observe(raw), scaled, terminated, truncated, infos, restarted)
+        return ArrayStep(self._observe([step.obs for step in steps]), scaled, terminated, truncated, infos, restarted)
 
-    def _observe(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {seat: np.concatenate([interfaces[seat].observe(raw[seat][group.rows])
-                                      for group, interfaces in zip(self.groups, self.interfaces, strict=True)])
+    def _observe(self, raw: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The modules' views of every arena from each group's raw observations."""
+        return {seat: np.concatenate([interfaces[seat].observe(part[seat])
+                                      for part, interfaces in zip(raw, self.interfaces, strict=True)])
                 for seat in self.learned}
 
     def _view(self, j: int) -> None:

@@ -1,6 +1,5 @@
 """A learned checkpoint acts on a batch exactly as N per-arena learned policies (policies/batch_learned.py):
-every codec and history it may carry, through partial resets; what has no batched form (a shape-free
-allocator) still plays through the loop."""
+every codec and history it may carry, through partial resets; the shape-free (universal) allocator too."""
 
 from __future__ import annotations
 
@@ -8,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from commons_arena.family import generate_scenarios
 from commons_arena.scenario import load_scenario
-from commons_arena.spaces import make_observation_space
-from policies.batch import LoopBatchPolicy
 from policies.batch_learned import BatchLearned
 from policies.checkpoint_format import NetworkSpec, PolicyNetwork
 from policies.learned import ModuleInterface, save_policy
@@ -50,10 +48,9 @@ def test_a_learned_checkpoint_acts_as_a_batch_exactly_as_per_arena(tmp_path, age
     assert assert_equivalent(name, config, agent, episodes, num_envs=4, seed=2) > 20
 
 
-def test_a_shape_free_allocator_plays_through_the_loop():
-    config = load_scenario("standard")
-    policy = batch_policy("learned:universal", config, "allocator", 2)
-    assert isinstance(policy, LoopBatchPolicy)
-    obs = np.zeros((2, make_observation_space(config, "allocator").shape[0]), np.float32)
-    policy.reset([1, 2])
-    assert policy.act(obs).shape[0] == 2
+@pytest.mark.parametrize("scenario", ["standard", "broad"])
+def test_the_shipped_universal_allocator_acts_as_a_batch_exactly_as_per_arena(scenario):
+    config = generate_scenarios("broad", 4, seed=9)[-1] if scenario == "broad" else load_scenario(scenario)
+    episodes = record_episodes(config, episodes=4, seed=3)["allocator"]
+    assert isinstance(batch_policy("learned:universal", config, "allocator", 2), BatchLearned)
+    assert assert_equivalent("learned:universal", config, "allocator", episodes, num_envs=4, seed=1) > 20

@@ -70,6 +70,29 @@ def test_every_arena_plays_the_stock_focal_env(scenario, codec):
     play_first_episodes(config(scenario, codec), n=6)
 
 
+@pytest.mark.parametrize("scenario", ["crisis", "broad"])
+def test_the_universal_allocators_cell_view_plays_the_stock_focal_env(scenario):
+    from commons_arena.family import generate_scenarios
+
+    config_ = generate_scenarios("broad", 3, seed=5)[-1] if scenario == "broad" else scenario
+    play_first_episodes(config(config_, "need", network={ALLOCATOR: NETWORKS["cells"]}), n=4)
+
+
+def test_clusters_of_different_shapes_share_one_batch_through_the_cell_view():
+    from commons_arena.family import generate_scenarios
+
+    shapes = [c for c in generate_scenarios("broad", 12, seed=5)]
+    picked = [shapes[0], next(c for c in shapes if len(c.teams) != len(shapes[0].teams))]
+    batch = BatchedFocalEnv(config(scenarios=tuple(picked), network={ALLOCATOR: NETWORKS["cells"]}), 4)
+    views = batch.reset_arrays(seed=1)
+    assert views[ALLOCATOR].shape[0] == 4
+    nvec = batch.single_action_spaces[ALLOCATOR].nvec
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        step = batch.step_arrays({ALLOCATOR: rng.integers(0, nvec, size=(4, len(nvec)))})
+    assert step.obs[ALLOCATOR].shape == views[ALLOCATOR].shape and step.restarted.dtype == bool
+
+
 @pytest.mark.parametrize("allocator", ["proportional", "planner"])
 def test_a_best_responses_team_seat_plays_the_stock_focal_env(allocator):
     play_first_episodes(team_config("crisis", allocator), n=5)
@@ -107,7 +130,6 @@ def test_mixed_scenarios_split_the_arenas_and_keep_each_arenas_scenario():
     ({"background_mix": BackgroundMix({"agents": {"search": "greedy_bluffer"}}, 0.5)}, "background_mix"),
     ({"curriculum": Curriculum(("standard", "crisis"), promote_at=0.6)}, "curriculum"),
     ({"scripted_in_env": False}, "scripted_in_env"),
-    ({"network": {ALLOCATOR: NETWORKS["cells"]}}, "cells"),
 ])
 def test_runs_it_cannot_play_are_refused_with_the_reason(extra, reason):
     cfg = replace(config(), **extra)
