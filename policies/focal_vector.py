@@ -121,7 +121,8 @@ class FocalVectorEnv(VectorEnv):
     def __init__(self, scenario: str | ScenarioConfig | Sequence[str | ScenarioConfig] = "standard",
                  num_envs: int = 1, focal: str | Sequence[str] = "allocator",
                  background: Population | Mapping[str, Any] | None = None,
-                 weights: Sequence[float] | None = None, shapes: str = "same") -> None:
+                 weights: Sequence[float] | None = None, shapes: str = "same",
+                 cache: dict[tuple[str, int], FocalGroup] | None = None) -> None:
         if shapes not in ("same", "any"):
             raise ValueError(f"shapes must be 'same' or 'any', got {shapes!r}")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or not 1 <= num_envs <= 1 << 20:
@@ -140,9 +141,18 @@ class FocalVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.groups: list[FocalGroup] = []
         for config, size in zip(configs, split_arenas(self.num_envs, weights), strict=True):
-            chosen = background if isinstance(background, Population) else (
-                Population.from_dict(background) if background else Population.default(config))
-            self.groups.append(FocalGroup(config, size, sum(g.size for g in self.groups), self.focal, chosen))
+            offset = sum(g.size for g in self.groups)
+            key = (config.content_hash, size)
+            if cache is not None and key in cache and cache[key] not in self.groups:  # reused in a new place
+                group = cache[key]
+                group.offset, group.rows = offset, slice(offset, offset + size)
+            else:
+                chosen = background if isinstance(background, Population) else (
+                    Population.from_dict(background) if background else Population.default(config))
+                group = FocalGroup(config, size, offset, self.focal, chosen)
+                if cache is not None:
+                    cache.setdefault(key, group)
+            self.groups.append(group)
         first = configs[0]
         self.seat_observation_spaces = {a: make_observation_space(first, a) for a in self.focal}
         self.seat_action_spaces = {a: make_action_space(first, a) for a in self.focal}

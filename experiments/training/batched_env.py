@@ -110,7 +110,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     learning seats' module views (:class:`BatchInterface` per scenario) and reward scales, as arrays
     (:meth:`reset_arrays`, :meth:`step_arrays`: the lean sampler's) and as RLlib's per-arena dicts."""
 
-    def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int) -> None:
+    def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int, draw: int = 0) -> None:
         super().__init__()
         cfg = ArenaEnvConfig.of(env_config)
         why = unsupported_reason(cfg)
@@ -119,22 +119,17 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         install(cfg.checkpoints)
         self.learned = list(cfg.learned_agents)
         self.num_envs = num_envs
-        self.focal = FocalVectorEnv([load_scenario(s) for s in (cfg.scenarios or [cfg.scenario])], num_envs,
-                                    focal=self.learned, background=cfg.background,
-                                    weights=list(cfg.scenario_weights) if cfg.scenario_weights else None, shapes="any")
-        self.groups = self.focal.groups
-        self.interfaces = [{seat: batch_interface(self._interface(cfg, g.config, seat), g.size) for seat in self.learned}
-                           for g in self.groups]
-        self.reward_scale = {a: np.concatenate([np.full(g.size, float(cfg.reward_scale.get(a, {}).get(
-            g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
+        self.cfg = cfg
+        self.pool = [load_scenario(s) for s in (cfg.scenarios or [cfg.scenario])]
+        self.pool_weights = np.asarray(cfg.scenario_weights or [1.0] * len(self.pool), dtype=np.float64)
+        self._groups: dict[tuple[str, int], Any] = {}  # a drawn run's groups and interfaces, built once
+        self._interfaces: dict[tuple[str, int, str], Any] = {}
+        self.draws = draw if draw and len(self.pool) > draw else 0
+        self._build(self.pool[: self.draws] if self.draws else self.pool, None if self.draws else cfg.scenario_weights)
         first = self.interfaces[0]
         obs_spaces = {a: first[a].one.observation_space() for a in self.learned}
         act_spaces = {a: first[a].one.action_space() for a in self.learned}
-        for group, interfaces in zip(self.groups[1:], self.interfaces[1:], strict=True):
-            for a in self.learned:
-                one = interfaces[a].one
-                if one.observation_space().shape != obs_spaces[a].shape or one.action_space() != act_spaces[a]:
-                    raise ValueError(f"scenario {group.config.name!r} changes the spaces of {a!r}")
+        self._check_spaces(obs_spaces, act_spaces)
         self.views = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
         self.envs = list(self.views)  # what RLlib's runner reads per sub-env (spaces, agents)
         self.single_observation_spaces, self.single_action_spaces = obs_spaces, act_spaces
@@ -143,8 +138,41 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.metadata = {"autoreset_mode": "next_step"}
         self.render_mode = None
         self.env_seconds = 0.0
+
+    def _build(self, configs: Sequence[ScenarioConfig], weights: Sequence[float] | None) -> None:
+        """The batch over ``configs`` (arenas split by ``weights``): the focal env, the interfaces, reward scales."""
+        cfg = self.cfg
+        self.focal = FocalVectorEnv(list(configs), self.num_envs, focal=self.learned, background=cfg.background,
+                                    weights=list(weights) if weights else None, shapes="any", cache=self._groups)
+        self.groups = self.focal.groups
+        self.interfaces = [{seat: self._batch_interface(g.config, seat, g.size) for seat in self.learned}
+                           for g in self.groups]
+        self.reward_scale = {a: np.concatenate([np.full(g.size, float(cfg.reward_scale.get(a, {}).get(
+            g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
         self.scenario_names = [g.config.name for g in self.groups for _ in range(g.size)]
         self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
+        if getattr(self, "single_observation_spaces", None):  # a redraw: the spaces RLlib was given must hold
+            self._check_spaces(self.single_observation_spaces, self.single_action_spaces)
+
+    def _check_spaces(self, obs_spaces: Mapping[str, Any], act_spaces: Mapping[str, Any]) -> None:
+        for group, interfaces in zip(self.groups, self.interfaces, strict=True):
+            for a in self.learned:
+                one = interfaces[a].one
+                if one.observation_space().shape != obs_spaces[a].shape or one.action_space() != act_spaces[a]:
+                    raise ValueError(f"scenario {group.config.name!r} changes the spaces of {a!r}")
+
+    def _batch_interface(self, config: ScenarioConfig, seat: str, size: int) -> Any:
+        key = (config.content_hash, size, seat)
+        if key not in self._interfaces:
+            self._interfaces[key] = batch_interface(self._interface(self.cfg, config, seat), size)
+        return self._interfaces[key]
+
+    def redraw(self, rng: np.random.Generator) -> None:
+        """A run over many scenarios (``draw`` > 0): the batch's scenarios become ``draw`` of them, drawn without
+        replacement in proportion to their weights (call :meth:`reset_arrays` next)."""
+        p = self.pool_weights / self.pool_weights.sum()
+        chosen = rng.choice(len(self.pool), size=self.draws, replace=False, p=p)
+        self._build([self.pool[i] for i in sorted(chosen.tolist())], None)
 
     @staticmethod
     def _interface(cfg: ArenaEnvConfig, config: ScenarioConfig, seat: str) -> ObservationInterface:
@@ -263,10 +291,12 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
     counts); with the env batched they are the larger part of a step's cost. Here they are counted
     and logged once per :meth:`sample` call, the same sums."""
 
+    draw = 0  # BatchedFocalEnv's: every scenario of a run in the batch at once
+
     def make_env(self) -> None:
         if self.env is not None:
             self.env.close()
-        self.env = BatchedFocalEnv(self.config.env_config, self.config.num_envs_per_env_runner)
+        self.env = BatchedFocalEnv(self.config.env_config, self.config.num_envs_per_env_runner, draw=self.draw)
         self.num_envs = self.env.num_envs
         self._needs_initial_reset = True
         self._counts: Counter[tuple[str, Any]] = Counter()

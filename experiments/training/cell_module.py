@@ -81,8 +81,9 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
 
     def _logits(self, obs: torch.Tensor) -> torch.Tensor:
         cells, mask = self._split(obs)
-        logits = self.pi(cells)  # (..., cells, n_actions)
-        logits = torch.where(mask.unsqueeze(-1) > 0.5, logits, self.padded_logits)
+        real = mask > 0.5  # the MLP runs on the real cells only: a cluster's padding costs nothing
+        logits = self.padded_logits.expand(*mask.shape, self.n_actions).clone()
+        logits[real] = self.pi(cells[real])
         return logits.reshape(*obs.shape[:-1], CELLS * self.n_actions)
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -90,7 +91,9 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         cells, mask = self._split(batch[Columns.OBS])
-        embedded = self.vf_embed(cells)
+        real = mask > 0.5
+        embedded = cells.new_zeros((*mask.shape, self.vf_head[-1].in_features))
+        embedded[real] = self.vf_embed(cells[real])
         weights = mask / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
         pooled = (embedded * weights.unsqueeze(-1)).sum(dim=-2)
         return self.vf_head(pooled).squeeze(-1)

@@ -68,6 +68,9 @@ from experiments.training.batched_env import BatchedEnvRunner
 from experiments.training.callbacks import foreach_sampling_runner, log_episode_totals
 from experiments.training.env_config import ArenaEnvConfig
 
+DRAWN_SCENARIOS = 16  # scenarios per sample of a run over more (LeanEnvRunner.draw)
+DRAW_STREAM = 0x5CE7  # the runner's stream of scenario draws and episode seeds, beside its action sampling
+
 
 @dataclass
 class Rollout:
@@ -122,6 +125,10 @@ class MultiCategorical:
 class LeanEnvRunner(BatchedEnvRunner):
     """RLlib's multi-agent env runner whose :meth:`sample` fills :class:`Rollout` arrays (module docstring)."""
 
+    # A run over more scenarios than this (the universal allocator's family split: 200) plays this many of them
+    # per sample, drawn anew every sample, each arena one whole episode: the core's cost is per scenario and call.
+    draw = DRAWN_SCENARIOS
+
     def make_env(self) -> None:
         super().make_env()
         self._lean_obs: dict[str, np.ndarray] | None = None  # each seat's view before the next step
@@ -131,23 +138,42 @@ class LeanEnvRunner(BatchedEnvRunner):
         spaces = self.env.single_action_spaces
         self._dists = {seat: MultiCategorical(spaces[seat].nvec) for seat in self.env.learned}
         self._generator = torch.Generator().manual_seed(int(self._seed or 0))
+        self._draws = np.random.default_rng(np.random.SeedSequence([int(self._seed or 0), DRAW_STREAM]))
         n = self.env.num_envs
         self._episode_return = {seat: np.zeros(n) for seat in self.env.learned}
         self._episode_length = np.zeros(n, dtype=np.int64)
+        self._order_episodes()
+
+    def _order_episodes(self) -> None:
+        # the order finished episodes are logged in: the scenarios' arenas interleaved, so a smoothing window
+        # of the last episodes holds every scenario in its share (in arena order it would hold the last one's)
+        self._log_order = np.concatenate([(np.arange(g.size) + 0.5) / g.size for g in self.env.groups])
 
     def steps_per_sample(self) -> int:
-        """``T``: the steps of every arena one :meth:`sample` takes, so the runners together fill a train batch."""
+        """``T``: the steps of every arena one :meth:`sample` takes, so the runners together fill a train batch
+        (a drawn run's: its scenarios' longest episode)."""
+        if self.env.draws:
+            return max(g.config.max_ticks for g in self.env.groups)
         runners = max(1, self.config.num_env_runners)
         per_runner = self.config.train_batch_size_per_learner / runners
         return max(1, math.ceil(per_runner / self.env.num_envs))
 
     def sample(self, **kwargs: Any) -> list[Rollout]:  # type: ignore[override]
-        env, seats = self.env, self.env.learned
-        steps, n = self.steps_per_sample(), env.num_envs
-        if self._lean_obs is None:
+        env, seats, n = self.env, self.env.learned, self.env.num_envs
+        once = bool(env.draws)  # every arena plays one whole episode of a fresh draw of scenarios
+        if once:
+            env.redraw(self._draws)
+            self._order_episodes()
+            self._lean_obs = env.reset_arrays([int(s) for s in self._draws.integers(0, 2**31 - 1, n)])
+            self._lean_restarting = np.zeros(n, dtype=bool)
+            for seat in seats:
+                self._episode_return[seat][:] = 0.0
+            self._episode_length[:] = 0
+        elif self._lean_obs is None:
             self._lean_obs = env.reset_arrays(self._seed)
             self._lean_restarting = np.zeros(n, dtype=bool)
         assert self._lean_restarting is not None
+        steps = self.steps_per_sample()
         width = {seat: self._lean_obs[seat].shape[1] for seat in seats}
         out = {seat: Rollout(
             seat, self._seat_module[seat],
@@ -159,7 +185,9 @@ class LeanEnvRunner(BatchedEnvRunner):
             terminated=np.empty((steps, n), bool), truncated=np.empty((steps, n), bool),
             valid=np.empty((steps, n), bool)) for seat in seats}
         counts = {"env": 0, "episodes": 0}
+        finished = np.zeros(n, dtype=bool)  # once: arenas whose episode of this sample has ended
         clock = time.perf_counter()
+        used = steps
         for t in range(steps):
             codes: dict[str, np.ndarray] = {}
             with torch.no_grad():
@@ -173,9 +201,9 @@ class LeanEnvRunner(BatchedEnvRunner):
                     codes[seat] = rollout.actions[t] = actions.numpy()
                     rollout.logp[t], rollout.dist_inputs[t] = logp.numpy(), logits.numpy()
             step = env.step_arrays(codes)
-            valid = ~self._lean_restarting
+            valid = ~self._lean_restarting & ~finished
             focal = seats[0]
-            ended = step.terminated[focal] | step.truncated[focal]
+            ended = (step.terminated[focal] | step.truncated[focal]) & valid
             for seat in seats:
                 rollout = out[seat]
                 rollout.rewards[t] = step.reward[seat]
@@ -187,9 +215,18 @@ class LeanEnvRunner(BatchedEnvRunner):
             if ended.any():
                 counts["episodes"] += int(ended.sum())
                 self._log_episodes(np.flatnonzero(ended), step.infos)
-            self._lean_obs, self._lean_restarting = step.obs, ended
+            self._lean_obs, self._lean_restarting = step.obs, step.terminated[focal] | step.truncated[focal]
+            if once:
+                finished |= ended
+                if finished.all():
+                    used = t + 1
+                    break
         for seat in seats:
-            out[seat].obs[steps] = self._lean_obs[seat]
+            out[seat].obs[used] = self._lean_obs[seat]
+        if used < steps:
+            out = {seat: Rollout(seat, r.module, r.obs[: used + 1], r.actions[:used], r.logp[:used],
+                                 r.dist_inputs[:used], r.rewards[:used], r.terminated[:used], r.truncated[:used],
+                                 r.valid[:used]) for seat, r in out.items()}
         self._log_counts(counts["env"], counts["episodes"], {seat: int(out[seat].valid.sum()) for seat in seats})
         self.metrics.log_value((TIMERS, "lean_sample_s"), time.perf_counter() - clock, reduce="mean")
         return list(out.values())
@@ -199,7 +236,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
         seats, log = self.env.learned, self.metrics.log_dict
         cfg = ArenaEnvConfig.of(self.config.env_config)
-        for i in arenas.tolist():
+        for i in arenas[np.argsort(self._log_order[arenas], kind="stable")].tolist():
             agents = {seat: float(self._episode_return[seat][i]) for seat in seats}
             modules: dict[str, float] = {}
             for seat, value in agents.items():
