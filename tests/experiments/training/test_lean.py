@@ -129,3 +129,27 @@ def test_lean_metrics_are_the_cores_episode_totals_and_rows(ray_session):
         assert runner.env.focal.episode_seeds != before  # arenas restarted with the core's next seeds
     finally:
         algo.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_family_run_plays_one_whole_episode_per_arena_of_a_fresh_draw_of_scenarios(ray_session):
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.lean import DRAWN_SCENARIOS
+    from experiments.training.setup import resolve
+
+    args = TrainArgs(experiment="allocator_family", network="cells", **{**TINY, "num_envs_per_env_runner": 32})
+    algo = build_algorithm(resolve(args))
+    try:
+        runner = algo.env_runner
+        drawn = []
+        for i in range(2):
+            runners = algo.train()["env_runners"]
+            drawn.append({g.config.name for g in runner.env.groups})
+            assert len(drawn[-1]) == DRAWN_SCENARIOS  # 16 of the split's 200, 2 arenas each
+            assert runners["num_episodes"] == 32  # one whole episode per arena, no more
+            if i == 0:  # every transition of the sample is in one of its episodes (the window holds only them)
+                assert runners["num_env_steps_sampled"] == pytest.approx(32 * runners["episode_len_mean"])
+        assert drawn[0] != drawn[1]
+    finally:
+        algo.stop()
