@@ -26,16 +26,16 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from commons_arena import rewards
-from commons_arena.arena import EpisodeStateError
 from commons_arena.batched.draws import DrawCache
 from commons_arena.batched.observations import BatchObserver
 from commons_arena.batched.state import BatchState, Tables
-from commons_arena.batched.tick import Effects, IntentDecoder, TickResult, effects_at, play_tick, queue_at
+from commons_arena.batched.tick import Effects, TickResult, effects_at, play_tick, queue_at
 from commons_arena.enums import ALLOCATOR
+from commons_arena.errors import EpisodeStateError
 from commons_arena.ledger import EPISODE_STATS
 from commons_arena.rules import Rules, rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import AgentSpaces, check_seed, role_of
+from commons_arena.spaces import AgentSpaces, IntentDecoder, check_seed, role_of
 from commons_arena.tick import Repairs
 
 STAT = {name: k for k, name in enumerate(EPISODE_STATS)}
@@ -110,7 +110,7 @@ class VectorArenaEnv(AgentSpaces):
         self.agents = list(self.possible_agents)  # every arena plays on: ended ones reset in place
         self.tables = Tables.of(self.rules)
         self.build_spaces(self.config)
-        self._decode = IntentDecoder(self.tables)
+        self._decode = IntentDecoder(self.config)
         self._observe = BatchObserver(self.tables)
         rubric = rewards.Rubric(self.config.rewards)
         self._term_names = {a: rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
