@@ -47,20 +47,6 @@ Event = dict[str, Any]  # a fired shock as plain data: tick, kind, until, and te
 
 
 # ---------------------------------------------------------------------------- the report
-class Repairs(NamedTuple):
-    """Units cut from infeasible actions, per rule; every allocator unit is charged ``invalid``."""
-
-    buy_over_offer: int = 0
-    buy_over_budget: int = 0
-    grant_over_capacity: int = 0
-    grant_over_carbon_cap: int = 0
-    offer_over_inventory: int = 0  # the broker's
-
-    def as_dict(self) -> dict[str, int]:
-        """Rule name -> units (``infos["allocator"]["repairs"]``)."""
-        return self._asdict()
-
-
 class TickReport(NamedTuple):
     """Everything one played tick did: what the render, the recording and the episode
     ledger read. Immutable (a NamedTuple: typed fields, cheap to build every tick); its
@@ -82,7 +68,7 @@ class TickReport(NamedTuple):
     need: np.ndarray  # teams x tiers: true need this tick (hidden)
     intensity: float  # grid kg/kWh this tick
     events: list[Event]  # shocks fired
-    repairs: Repairs
+    repairs: rewards.Repairs
     teams: list[jobs.TeamTick]  # per team: its jobs' tick (need, used, completed, missed, starved)
     exposed_bluffs: list[bool]  # per team (audits only)
     justified: list[bool]  # per team: justified escalations
@@ -346,7 +332,7 @@ def play_tick(
         need=need,
         intensity=granted.intensity,
         events=fired.events,
-        repairs=Repairs(purchase.offer_cut, purchase.budget_cut, granted.capacity_cut, granted.carbon_cut, offer.cut),
+        repairs=rewards.Repairs(purchase.offer_cut, purchase.budget_cut, granted.capacity_cut, granted.carbon_cut, offer.cut),
         teams=run.teams,
         exposed_bluffs=bluffs,
         justified=justified,

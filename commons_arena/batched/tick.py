@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from commons_arena import rewards
 from commons_arena.batched.state import DONE, MISSED, PENDING, BatchState, Tables
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
 from commons_arena.mechanics import carbon
@@ -509,6 +510,9 @@ class Outcome(NamedTuple):
     missed_total: np.ndarray
     fairness: np.ndarray
 
+    def team(self, i: int) -> rewards.TeamOutcome:
+        return rewards.TeamOutcome(self.completed_value[:, i], self.missed_value[:, i], self.credibility_lost[:, i])
+
 
 def jain_index(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
     """``rewards.jain_index`` of each row's entries where ``counted`` (the reference's list of them)."""
@@ -563,26 +567,11 @@ def score(
         missed_total=numpy_sum_rows(run.missed_value),
         fairness=jain_index(run.satisfaction, has_need),
     )
-    weights = rules.config.rewards
-    o, a = outcome, weights.allocator
-    allocator = [
-        a.job_value * o.completed_total,
-        a.spend * -(o.purchase_cost + o.operating_cost),
-        a.missed * -o.missed_total,
-        a.idle * -o.idle_gpus.astype(np.float64),
-        a.carbon * -o.carbon_over_kg,
-        a.escalation * -o.justified_pressure,
-        a.fairness * (o.fairness - 1.0),
-        a.invalid * -o.allocator_invalid.astype(np.float64),
-    ]
-    terms = {ALLOCATOR: np.stack(allocator, axis=1)}
-    w = weights.team
+    rubric = tables.rubric
+    terms = {ALLOCATOR: np.stack(list(rubric.allocator_terms(outcome).values()), axis=1)}  # type: ignore[arg-type]
     for i, team in enumerate(rules.config.team_names):
-        terms[team] = np.stack(
-            [w.job_value * o.completed_value[:, i], w.missed * -o.missed_value[:, i],
-             w.credibility * -o.credibility_lost[:, i]], axis=1)
-    wb = weights.broker
-    terms[BROKER] = np.stack([wb.profit * o.broker_profit, wb.invalid * -o.broker_invalid.astype(np.float64)], axis=1)
+        terms[team] = np.stack(list(rubric.team_terms(outcome, i).values()), axis=1)  # type: ignore[arg-type]
+    terms[BROKER] = np.stack(list(rubric.broker_terms(outcome).values()), axis=1)  # type: ignore[arg-type]
     return outcome, terms
 
 

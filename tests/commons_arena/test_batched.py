@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 import commons_arena
 from commons_arena import ArenaEnv, VectorArenaEnv
 from commons_arena.family import generate_one, load_family
+from commons_arena.rewards import Repairs
 from commons_arena.scenario import ScenarioConfig, load_scenario, scenario_from_dict
-from commons_arena.tick import Repairs
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scenarios"
 FAMILIES = DATA.parent / "families"
