@@ -523,8 +523,11 @@ def jain_index(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
         short = n < 8
         squares = np.where(short, left_to_right_sum(values * values), squares)
         total = np.where(short, left_to_right_sum(values), total)
+    # the reference squares with Python's ``**`` (libm's pow, which may round one ulp away from
+    # ``x * x``); numpy squares an array by multiplying, so each row's square is Python's own
+    squared = np.array([t**2 for t in total.tolist()], dtype=np.float64).reshape(total.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
-        index = total**2 / (n * squares)
+        index = squared / (n * squares)
     return np.where((n == 0) | (squares == 0.0), 1.0, index)
 
 
