@@ -278,7 +278,7 @@ def advance(
     rules: Rules,
     s: ArenaState,
     requests: list[list[int]],
-    stances: list[int],
+    stances: np.ndarray,
     granted: np.ndarray,
     starved: list[bool],
     bought: np.ndarray,

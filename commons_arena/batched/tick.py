@@ -570,8 +570,8 @@ def score(
         missed_total=numpy_sum_rows(run.missed_value),
         fairness=jain_index(run.satisfaction, has_need),
     )
-    rubric = tables.rubric
-    terms = {ALLOCATOR: np.stack(list(rubric.allocator_terms(outcome).values()), axis=1)}  # type: ignore[arg-type]
+    rubric = tables.rubric  # its terms read the batched outcome's arrays as they read one arena's floats
+    terms: dict[str, np.ndarray] = {ALLOCATOR: np.stack(list(rubric.allocator_terms(outcome).values()), axis=1)}  # type: ignore[arg-type]
     for i, team in enumerate(rules.config.team_names):
         terms[team] = np.stack(list(rubric.team_terms(outcome, i).values()), axis=1)  # type: ignore[arg-type]
     terms[BROKER] = np.stack(list(rubric.broker_terms(outcome).values()), axis=1)  # type: ignore[arg-type]
