@@ -125,6 +125,8 @@ MUTANTS = (
            "return max(0.0, used_after - cap) - max(0.0, used_before - cap)", "return max(0.0, used_after - cap)",
            REFERENCE),
     # §5 the end
+    Mutant("the episode ends when every job is resolved", "commons_arena/arena.py",
+           "and s.t > self.rules.last_job_shock_tick", "and s.t >= self.rules.last_job_shock_tick", BOTH),
     Mutant("the episode ends when every job is resolved", "commons_arena/batched/env.py",
            "(s.t > self.rules.last_job_shock_tick)", "(s.t >= self.rules.last_job_shock_tick)", BATCHED),
     # §10 the draws

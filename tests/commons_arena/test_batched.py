@@ -387,3 +387,21 @@ def test_jain_index_is_the_reference_index() -> None:
         index = jain_index(x, counted)
         for row, mask, value in zip(x.tolist(), counted.tolist(), index.tolist(), strict=True):
             assert value == reference_index([v for v, c in zip(row, mask, strict=True) if c]), (row, mask)
+
+
+def test_a_scheduled_job_shock_keeps_the_episode_open() -> None:
+    """Every job resolved by tick 4 and an escalation due at tick 5: both paths play on to tick 5
+    (the episode ends only after the last scheduled job shock), the same tick for every arena."""
+    from tests.conftest import TINY
+
+    data = {**TINY, "shocks": [{"kind": "customer_escalation", "tick": 5,
+                                "job": {"gpus": 1, "work": 1.0, "slack": 0, "value": 5.0}}]}
+    config = scenario_from_dict(data)
+    env = VectorArenaEnv(config, num_envs=2)
+    env.reset(seed=0)
+    ends = []
+    for _ in range(config.max_ticks):
+        _, _, terms, truncs, _ = env.step({})
+        ends.append(bool(terms["allocator"][0] or truncs["allocator"][0]))
+    assert ends == [False] * (config.max_ticks - 1) + [True]
+    assert_same_game(config, num_envs=2, seed=0, steps=3 * config.max_ticks)
