@@ -119,6 +119,8 @@ MUTANTS = (
     # §8 rewards
     Mutant("fairness: Jain's index minus 1", "commons_arena/rewards.py",
            "return o.fairness - 1.0", "return o.fairness - 0.5", BOTH),
+    Mutant("fairness: Jain's square is Python's ** (libm's pow)", "commons_arena/batched/tick.py",
+           "index = squared / (n * squares)", "index = total**2 / (n * squares)", BATCHED),
     Mutant("fairness: Jain's index over the teams with a need", "commons_arena/batched/tick.py",
            "index = squared / (n * squares)", "index = squared / squares", BATCHED),
     Mutant("carbon: kg over a soft cap", "commons_arena/mechanics/carbon.py",

@@ -381,9 +381,9 @@ def test_jain_index_is_the_reference_index() -> None:
 
     rng = np.random.default_rng(5)
     for teams in range(2, 9):
-        ready = rng.integers(1, 2000, size=(4000, teams))
+        ready = rng.integers(1, 2000, size=(1500, teams))
         x = rng.integers(0, ready + 1) / ready
-        counted = rng.random((4000, teams)) < 0.8
+        counted = rng.random((1500, teams)) < 0.8
         index = jain_index(x, counted)
         for row, mask, value in zip(x.tolist(), counted.tolist(), index.tolist(), strict=True):
             assert value == reference_index([v for v, c in zip(row, mask, strict=True) if c]), (row, mask)
