@@ -9,8 +9,9 @@ from __future__ import annotations
 from pettingzoo.utils import parallel_to_aec
 from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 
-from commons_arena.arena import ArenaEnv, EpisodeStateError
+from commons_arena.arena import ArenaEnv
 from commons_arena.batched import VectorArenaEnv
+from commons_arena.errors import EpisodeStateError
 from commons_arena.scenario import ScenarioConfig, ScenarioError, list_scenarios, load_scenario
 from commons_arena.spaces import action_layout, observation_layout
 from commons_arena.version import ENV_NAME, __version__

@@ -125,25 +125,19 @@ from pettingzoo import ParallelEnv
 
 from commons_arena import rewards
 from commons_arena.enums import ALLOCATOR
+from commons_arena.errors import EpisodeStateError
 from commons_arena.ledger import EPISODE_STATS, EpisodeLedger
 from commons_arena.mechanics import jobs
 from commons_arena.observations import ObservationBuilder
 from commons_arena.render import Dashboard, render_ansi
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import AgentSpaces, check_action, check_seed, role_of
+from commons_arena.spaces import AgentSpaces, IntentDecoder, check_action, check_seed, role_of
 from commons_arena.state import ArenaState, initial_state
-from commons_arena.tick import IntentDecoder, TickReport, play_tick
+from commons_arena.tick import TickReport, play_tick
 from commons_arena.version import ENV_NAME
 
 __all__ = ["EPISODE_STATS", "RENDER_MODES", "ArenaEnv", "EpisodeStateError"]
-
-
-class EpisodeStateError(RuntimeError, ValueError):
-    """``step()`` with no episode running (before ``reset()`` or after the end).
-
-    A RuntimeError (wrong call order) and a ValueError (an action for a finished agent),
-    so either ``except`` catches it."""
 
 
 RENDER_MODES = ("human", "ansi", "rgb_array")
@@ -163,7 +157,7 @@ class ArenaEnv(AgentSpaces, ParallelEnv):
         self.teams = self.config.team_names
         self._observe = ObservationBuilder(self.config)
         self.build_spaces(self.config)
-        self._decode = IntentDecoder(self.rules)
+        self._decode = IntentDecoder(self.config)
         self._rubric = rewards.Rubric(self.config.rewards)
         self._term_names = {a: self._rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
         self._state: ArenaState | None = None

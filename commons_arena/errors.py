@@ -1,4 +1,5 @@
-"""How an error reads: one line for the command line, and pydantic's reports as ``where: what``.
+"""The errors both env paths raise, and how an error reads: one line for the command line, and
+pydantic's reports as ``where: what``.
 
 Every layer that checks untyped data with pydantic (scenarios here; rosters and checkpoint
 sidecars in ``policies``; experiment files and tournament rosters in ``experiments``)
@@ -10,6 +11,13 @@ the same mistake reads the same wherever it is made.
 from __future__ import annotations
 
 from pydantic import ValidationError
+
+
+class EpisodeStateError(RuntimeError, ValueError):
+    """``step()`` with no episode running (before ``reset()`` or after the end).
+
+    A RuntimeError (wrong call order) and a ValueError (an action for a finished agent),
+    so either ``except`` catches it."""
 
 
 def format_validation_error(err: ValidationError, separator: str = "; ") -> str:

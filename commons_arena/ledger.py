@@ -1,11 +1,17 @@
 """Episode totals: each agent's reward terms and the shared statistics, tick by tick.
 
-``infos[agent]["episode"]`` at the end of an episode is :meth:`EpisodeLedger.summary`.
+``infos[agent]["episode"]`` at the end of an episode is :meth:`EpisodeLedger.summary`; the
+batched core's ledger keeps the same totals as arrays and summarises them with the same
+:func:`episode_summary`.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from commons_arena.tick import TickReport
 
@@ -62,13 +68,27 @@ class EpisodeLedger:
 
     def summary(self, agent: str) -> dict[str, float]:
         """``return`` and each reward term total of ``agent``, plus the shared statistics."""
-        st = dict(self.stats)
-        # before the first step no term has been seen yet: no term totals
-        seen = zip(self.term_names[agent], self.totals[agent], strict=True) if st["ticks"] else ()
-        totals = {f"term/{name}": total for name, total in seen}
-        ticks = max(st.pop("ticks"), 1)
-        st["fairness"] = st.pop("fairness_sum") / ticks
-        capacity = ticks * self.owned_gpus + st["purchased_gpus"]
-        st["utilisation"] = float(st["used_gpu_ticks"] / capacity) if capacity else 0.0
-        st["ticks"] = ticks
-        return {"return": float(sum(totals.values())), **totals, **st}
+        seen = self.stats["ticks"] > 0  # before the first step no term has been seen yet: no term totals
+        names, totals = (self.term_names[agent], self.totals[agent]) if seen else ((), [])
+        summary = episode_summary(names, totals, self.stats, self.owned_gpus)
+        return {key: float(value) for key, value in summary.items()}
+
+
+def episode_summary(
+    term_names: Sequence[str], totals: Sequence[Any], stats: Mapping[str, Any], owned_gpus: int
+) -> dict[str, Any]:
+    """An episode's ``return``, term totals (``term/<name>``) and statistics from its running totals:
+    ``totals`` one per term, ``stats`` by :data:`EPISODE_STATS`; floats for one arena, arrays for
+    a batch (the batched core's ledger), the same arithmetic either way."""
+    st = {key: np.asarray(value, dtype=np.float64) for key, value in stats.items()}
+    terms = {f"term/{name}": total for name, total in zip(term_names, totals, strict=True)}
+    episode_return: Any = 0.0
+    for total in terms.values():  # left to right, as Python's sum() adds
+        episode_return = episode_return + total
+    ticks = np.maximum(st.pop("ticks"), 1.0)
+    st["fairness"] = st.pop("fairness_sum") / ticks
+    capacity = ticks * owned_gpus + st["purchased_gpus"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        st["utilisation"] = np.where(capacity != 0, st["used_gpu_ticks"] / capacity, 0.0)
+    st["ticks"] = ticks
+    return {"return": episode_return, **terms, **st}

@@ -1,4 +1,5 @@
-"""The reward rubric (docs/rules.md §8): named pure term functions, weighted by the scenario.
+"""The reward rubric (docs/rules.md §8): named pure term functions, weighted by the scenario;
+the per-arena env and the batched core score with the same :class:`Rubric`.
 
 Every term returns a *raw* value oriented so that higher is better (costs are negative);
 the reward of a role is ``Σ weight[term] x raw(term)``. ``infos[agent]["reward_terms"]``
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from commons_arena.numerics import dot, numpy_sum
 from commons_arena.scenario import RewardWeights
@@ -40,6 +42,9 @@ class TickOutcome:
     missed_total: float = field(init=False)  # Σ missed_value
     fairness: float = field(init=False)  # Jain index of satisfaction over the teams with a need
 
+    def team(self, i: int) -> TeamOutcome:
+        return TeamOutcome(self.completed_value[i], self.missed_value[i], self.credibility_lost[i])
+
     def __post_init__(self) -> None:
         self.completed_total = numpy_sum(self.completed_value)
         self.missed_total = numpy_sum(self.missed_value)
@@ -54,7 +59,17 @@ def jain_index(x: Sequence[float]) -> float:
     return 1.0 if squares == 0.0 else numpy_sum(x) ** 2 / (len(x) * squares)
 
 
-# ---- allocator terms
+# The terms, one table both paths read: each term is written over plain floats (one arena's
+# TickOutcome) and arrays alike (the batched core's Outcome, an entry per arena). A cost counted
+# in units is negated as ``-1.0 * count``: a float, and -0.0 for none, as ``-float(count)`` is.
+
+
+class TeamOutcome(NamedTuple):
+    """One team's raw measurements of a tick (``TickOutcome.team(i)``; in the batched core, arrays)."""
+
+    completed_value: Any
+    missed_value: Any
+    credibility_lost: Any
 
 
 def allocator_job_value(o: TickOutcome) -> float:
@@ -70,7 +85,7 @@ def allocator_missed(o: TickOutcome) -> float:
 
 
 def allocator_idle(o: TickOutcome) -> float:
-    return -float(o.idle_gpus)
+    return -1.0 * o.idle_gpus
 
 
 def allocator_carbon(o: TickOutcome) -> float:
@@ -87,25 +102,19 @@ def allocator_fairness(o: TickOutcome) -> float:
 
 
 def allocator_invalid(o: TickOutcome) -> float:
-    return -float(o.allocator_invalid)
+    return -1.0 * o.allocator_invalid
 
 
-# ---- team terms (i = team index)
+def team_job_value(t: TeamOutcome) -> float:
+    return t.completed_value
 
 
-def team_job_value(o: TickOutcome, i: int) -> float:
-    return float(o.completed_value[i])
+def team_missed(t: TeamOutcome) -> float:
+    return -t.missed_value
 
 
-def team_missed(o: TickOutcome, i: int) -> float:
-    return -float(o.missed_value[i])
-
-
-def team_credibility(o: TickOutcome, i: int) -> float:
-    return -float(o.credibility_lost[i])
-
-
-# ---- broker terms
+def team_credibility(t: TeamOutcome) -> float:
+    return -t.credibility_lost
 
 
 def broker_profit(o: TickOutcome) -> float:
@@ -113,7 +122,7 @@ def broker_profit(o: TickOutcome) -> float:
 
 
 def broker_invalid(o: TickOutcome) -> float:
-    return -float(o.broker_invalid)
+    return -1.0 * o.broker_invalid
 
 
 ALLOCATOR_TERMS: dict[str, Callable[[TickOutcome], float]] = {
@@ -126,7 +135,7 @@ ALLOCATOR_TERMS: dict[str, Callable[[TickOutcome], float]] = {
     "fairness": allocator_fairness,
     "invalid": allocator_invalid,
 }
-TEAM_TERMS: dict[str, Callable[[TickOutcome, int], float]] = {
+TEAM_TERMS: dict[str, Callable[[TeamOutcome], float]] = {
     "job_value": team_job_value,
     "missed": team_missed,
     "credibility": team_credibility,
@@ -137,8 +146,23 @@ BROKER_TERMS: dict[str, Callable[[TickOutcome], float]] = {
 }
 
 
+class Repairs(NamedTuple):
+    """Units cut from infeasible actions, per rule; every allocator unit is charged ``invalid``."""
+
+    buy_over_offer: int = 0
+    buy_over_budget: int = 0
+    grant_over_capacity: int = 0
+    grant_over_carbon_cap: int = 0
+    offer_over_inventory: int = 0  # the broker's
+
+    def as_dict(self) -> dict[str, int]:
+        """Rule name -> units (``infos["allocator"]["repairs"]``)."""
+        return self._asdict()
+
+
 class Rubric:
-    """The scenario's weights bound to the term tables; ``terms_*`` give weighted terms."""
+    """The scenario's weights bound to the term tables; ``*_terms`` give weighted terms (floats for
+    one arena's :class:`TickOutcome`, arrays for the batched core's outcome)."""
 
     def __init__(self, weights: RewardWeights) -> None:
         self.allocator = [(n, getattr(weights.allocator, n), f) for n, f in ALLOCATOR_TERMS.items()]
@@ -153,7 +177,8 @@ class Rubric:
         return {name: w * term(o) for name, w, term in self.allocator}
 
     def team_terms(self, o: TickOutcome, i: int) -> dict[str, float]:
-        return {name: w * term(o, i) for name, w, term in self.team}
+        team = o.team(i)
+        return {name: w * term(team) for name, w, term in self.team}
 
     def broker_terms(self, o: TickOutcome) -> dict[str, float]:
         return {name: w * term(o) for name, w, term in self.broker}

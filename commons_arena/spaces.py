@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -337,3 +339,41 @@ def check_seed(seed: object) -> int | None:
     if seed < 0:
         raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
     return int(seed)
+
+
+class Intents(NamedTuple):
+    """Every agent's action of one tick, by name, over any leading axes ``...`` (one arena: none;
+    a batch: ``B``); T tiers, N teams."""
+
+    offer_quantity: np.ndarray  # (..., T) broker: for next tick
+    price_level: np.ndarray  # (..., T) broker: index into the price grid
+    requests: np.ndarray  # (..., N, T) teams: declared for next tick
+    stances: np.ndarray  # (..., N) a Stance about last tick's grant
+    buy: np.ndarray  # (..., T) allocator: from the offer posted last tick
+    grant: np.ndarray  # (..., N, T) allocator: for this tick
+
+
+class IntentDecoder:
+    """Splits checked actions ``agent -> (..., act_dim)`` into :class:`Intents` by the action layouts:
+    the one decoder of the per-arena env and the batched core."""
+
+    def __init__(self, config: ScenarioConfig) -> None:
+        self.teams = config.team_names
+        self.n_tiers = len(config.gpu_tiers)
+        allocator, broker = action_layout(config, ALLOCATOR).slices, action_layout(config, BROKER).slices
+        team = action_layout(config, self.teams[0]).slices
+        self.buy, self.grant = allocator["buy"], allocator["grant"]
+        self.quantity, self.price_level = broker["quantity"], broker["price_level"]
+        self.request, self.stance = team["request"], team["stance"].start
+
+    def __call__(self, actions: Mapping[str, np.ndarray | Sequence[int]]) -> Intents:
+        allocator, broker = np.asarray(actions[ALLOCATOR]), np.asarray(actions[BROKER])
+        teams = [np.asarray(actions[team]) for team in self.teams]
+        return Intents(
+            offer_quantity=broker[..., self.quantity],
+            price_level=broker[..., self.price_level],
+            requests=np.stack([team[..., self.request] for team in teams], axis=-2),
+            stances=np.stack([team[..., self.stance] for team in teams], axis=-1),
+            buy=allocator[..., self.buy],
+            grant=allocator[..., self.grant].reshape(*allocator.shape[:-1], len(self.teams), self.n_tiers),
+        )

@@ -4,6 +4,9 @@
 tick"), each a small named function that reads the scenario's :class:`Rules`, updates
 the parts of the :class:`ArenaState` it owns and returns what happened:
 
+(:class:`~commons_arena.spaces.Intents`, decoded as the batched core decodes them, are arrays; the
+phases here turn them into the short lists they compute over.)
+
 1. :func:`post_offer`        the broker posts next tick's offer (cut to its inventory)
 2. :func:`take_requests`     teams declare for next tick and answer last tick's grant
 3. :func:`buy_spot`          the allocator buys from the offer posted last tick (repaired)
@@ -37,66 +40,13 @@ from commons_arena.mechanics import carbon, grants, jobs, market, shocks, social
 from commons_arena.numerics import dot
 from commons_arena.rules import Rules
 from commons_arena.scenario import ShockSpec
-from commons_arena.spaces import action_layout
+from commons_arena.spaces import Intents
 from commons_arena.state import ArenaState
 
 Event = dict[str, Any]  # a fired shock as plain data: tick, kind, until, and team/job or tier/gpus_offline
 
 
-# ---------------------------------------------------------------------------- intents
-class Intents(NamedTuple):
-    """Every agent's action of one tick, by name (``action_layout`` decoded)."""
-
-    offer_quantity: list[int]  # broker: per tier, for next tick
-    price_level: list[int]  # broker: per tier, index into the price grid
-    requests: list[list[int]]  # teams x tiers: declared for next tick
-    stances: list[int]  # per team: a Stance about last tick's grant
-    buy: list[int]  # allocator: per tier, from the offer posted last tick
-    grant: list[list[int]]  # allocator: teams x tiers, for this tick
-
-
-class IntentDecoder:
-    """Splits checked flat actions (lists of ints) into :class:`Intents` by the action layouts."""
-
-    def __init__(self, rules: Rules) -> None:
-        config = rules.config
-        self.teams = config.team_names
-        self.n_tiers = rules.n_tiers
-        allocator, broker = action_layout(config, ALLOCATOR).slices, action_layout(config, BROKER).slices
-        team = action_layout(config, self.teams[0]).slices
-        self.buy, self.grant = allocator["buy"], allocator["grant"]
-        self.quantity, self.price_level = broker["quantity"], broker["price_level"]
-        self.request, self.stance = team["request"], team["stance"].start
-
-    def __call__(self, actions: dict[str, list[int]]) -> Intents:
-        T = self.n_tiers
-        allocator, broker = actions[ALLOCATOR], actions[BROKER]
-        grant = allocator[self.grant]
-        return Intents(
-            offer_quantity=broker[self.quantity],
-            price_level=broker[self.price_level],
-            requests=[actions[team][self.request] for team in self.teams],
-            stances=[actions[team][self.stance] for team in self.teams],
-            buy=allocator[self.buy],
-            grant=[grant[i * T : (i + 1) * T] for i in range(len(self.teams))],
-        )
-
-
 # ---------------------------------------------------------------------------- the report
-class Repairs(NamedTuple):
-    """Units cut from infeasible actions, per rule; every allocator unit is charged ``invalid``."""
-
-    buy_over_offer: int = 0
-    buy_over_budget: int = 0
-    grant_over_capacity: int = 0
-    grant_over_carbon_cap: int = 0
-    offer_over_inventory: int = 0  # the broker's
-
-    def as_dict(self) -> dict[str, int]:
-        """Rule name -> units (``infos["allocator"]["repairs"]``)."""
-        return self._asdict()
-
-
 class TickReport(NamedTuple):
     """Everything one played tick did: what the render, the recording and the episode
     ledger read. Immutable (a NamedTuple: typed fields, cheap to build every tick); its
@@ -118,7 +68,7 @@ class TickReport(NamedTuple):
     need: np.ndarray  # teams x tiers: true need this tick (hidden)
     intensity: float  # grid kg/kWh this tick
     events: list[Event]  # shocks fired
-    repairs: Repairs
+    repairs: rewards.Repairs
     teams: list[jobs.TeamTick]  # per team: its jobs' tick (need, used, completed, missed, starved)
     exposed_bluffs: list[bool]  # per team (audits only)
     justified: list[bool]  # per team: justified escalations
@@ -138,8 +88,8 @@ class Offer(NamedTuple):
 def post_offer(rules: Rules, intents: Intents, active: list[shocks.Effect]) -> Offer:
     """1. The broker's offer for next tick, under the effects active now (crises)."""
     qty, price, cut = market.post_offer(
-        intents.offer_quantity,
-        intents.price_level,
+        intents.offer_quantity.tolist(),
+        intents.price_level.tolist(),
         shocks.spot_inventory(rules.spot_inventory, active),
         rules.price_grid,
         shocks.price_multiplier(active),
@@ -149,8 +99,9 @@ def post_offer(rules: Rules, intents: Intents, active: list[shocks.Effect]) -> O
 
 def take_requests(intents: Intents, t: int) -> tuple[list[list[int]], list[bool]]:
     """2. Teams' declarations (kept for next tick) and who escalates (no grant to answer at tick 0)."""
-    escalating = [stance == Stance.ESCALATE for stance in intents.stances] if t > 0 else [False] * len(intents.stances)
-    return intents.requests, escalating
+    stances = intents.stances.tolist()
+    escalating = [stance == Stance.ESCALATE for stance in stances] if t > 0 else [False] * len(stances)
+    return intents.requests.tolist(), escalating
 
 
 class Purchase(NamedTuple):
@@ -163,7 +114,7 @@ class Purchase(NamedTuple):
 def buy_spot(s: ArenaState, intents: Intents) -> Purchase:
     """3. Purchases from the offer posted last tick, cut to the offer then the budget; paid now."""
     bought, cost, offer_cut, budget_cut = market.repair_purchases(
-        intents.buy, s.offer_qty.tolist(), s.offer_price, s.budget
+        intents.buy.tolist(), s.offer_qty.tolist(), s.offer_price, s.budget
     )
     s.budget = max(0.0, s.budget - cost)
     return Purchase(bought, cost, offer_cut, budget_cut)
@@ -224,7 +175,7 @@ class Grants(NamedTuple):
 def grant_gpus(rules: Rules, s: ArenaState, intents: Intents, bought: np.ndarray, active: list[shocks.Effect]) -> Grants:
     """5. Grants cut to online + bought GPUs (largest remainder), then to a hard carbon cap."""
     available = [online + b for online, b in zip(s.online.tolist(), bought.tolist(), strict=True)]
-    granted, capacity_cut = grants.repair_grants(intents.grant, available)
+    granted, capacity_cut = grants.repair_grants(intents.grant.tolist(), available)
     cfg = rules.config.carbon
     intensity = carbon.intensity_at(cfg.intensity, s.t, shocks.intensity_multiplier(active))
     carbon_cut = 0
@@ -327,7 +278,7 @@ def advance(
     rules: Rules,
     s: ArenaState,
     requests: list[list[int]],
-    stances: list[int],
+    stances: np.ndarray,
     granted: np.ndarray,
     starved: list[bool],
     bought: np.ndarray,
@@ -381,7 +332,7 @@ def play_tick(
         need=need,
         intensity=granted.intensity,
         events=fired.events,
-        repairs=Repairs(purchase.offer_cut, purchase.budget_cut, granted.capacity_cut, granted.carbon_cut, offer.cut),
+        repairs=rewards.Repairs(purchase.offer_cut, purchase.budget_cut, granted.capacity_cut, granted.carbon_cut, offer.cut),
         teams=run.teams,
         exposed_bluffs=bluffs,
         justified=justified,

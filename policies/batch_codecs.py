@@ -26,8 +26,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from commons_arena.batched.tick import left_to_right_sum, repair_grants
+from commons_arena.batched.tick import repair_grants
 from commons_arena.enums import ALLOCATOR, BROKER, Stance
+from commons_arena.numerics import left_to_right_sum
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
 from policies.batch import reset_indices

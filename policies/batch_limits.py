@@ -4,9 +4,8 @@ Row *n* of :func:`fit_action_batch` is exactly what :func:`policies.limits.fit_a
 row *n*'s limits, purchases, grants and trim order: the same cuts in the same order, with the same
 float arithmetic (products rounded per element, sums over tiers left to right from 0, as
 :func:`commons_arena.numerics.dot` adds them), vectorised over the batch axis and looping only over
-the small fixed axes (tiers, teams) and, where purchases cost more than the budget, over the
-env's own unit-by-unit cut (:func:`commons_arena.mechanics.market.repair_purchases`: a running
-float cost, at most ~66 steps per tier), on the rows over budget only.
+the small fixed axes (tiers, teams). Purchases are cut by the batched core's own purchase repair
+(``commons_arena.batched.tick.repair_purchases_rows``): one rule, not a copy of it.
 
 Shapes: ``N`` arenas, ``T`` tiers, ``M`` teams. Purchases ``(N, T)``, grants ``(N, M, T)``, a trim
 order ``(N, M)`` (each row every team, the one whose units are given up last first), all int64.
@@ -18,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commons_arena.batched.tick import left_to_right_sum
+from commons_arena.batched.tick import repair_purchases_rows
 from commons_arena.mechanics import carbon
+from commons_arena.numerics import left_to_right_sum
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import Layout
 from policies.limits import BUDGET_MARGIN, CARBON_MARGIN, PRICE_SLACK, SPIKE_BOUND, LimitReader
@@ -69,48 +69,13 @@ class BatchLimitReader:
 
 
 def fit_buy_batch(buy: np.ndarray, offer_qty: np.ndarray, offer_price: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """:func:`policies.limits.fit_buy` per row: to the offer, then the rows over budget cut as the env
-    cuts them (:func:`commons_arena.mechanics.market.repair_purchases`, step for step)."""
+    """:func:`policies.limits.fit_buy` per row: cut as the env cuts them (the batched core's
+    ``repair_purchases_rows``), with the observed prices raised by a rounding slack and the
+    observed budget lowered by a rounding margin."""
     price = np.asarray(offer_price, dtype=np.float64) * PRICE_SLACK
-    fixed = np.minimum(np.maximum(np.asarray(buy, dtype=np.int64), 0), offer_qty)
+    wanted = np.maximum(np.asarray(buy, dtype=np.int64), 0)
     money = np.asarray(budget, dtype=np.float64) * (1 - BUDGET_MARGIN)
-    cost = left_to_right_sum(fixed * price)
-    over = np.flatnonzero(cost > money + 1e-9)
-    if over.size:
-        fixed[over] = _cut_to_budget(fixed[over], price[over], cost[over], money[over])
-    return fixed
-
-
-def _cut_to_budget(fixed: np.ndarray, price: np.ndarray, cost: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """``repair_purchases``'s budget cut on rows over budget: the most expensive tier first (ties: the
-    higher index), thousands of units at once but the last few, then one unit at a time, keeping the
-    same running float cost."""
-    fixed = fixed.copy()
-    rows = np.arange(len(fixed))
-    T = fixed.shape[1]
-    by_price = np.lexsort((-np.broadcast_to(np.arange(T), fixed.shape), -price), axis=-1)
-    for tier in by_price.T:
-        p = price[rows, tier]
-        over = cost > budget + 1e-9  # within budget: the cheaper tiers keep what they have
-        if not over.any():
-            break
-        have = fixed[rows, tier]
-        have = np.where(over & (p <= 0), 0, have)  # free units do not lower the cost: all go
-        paid = over & (p > 0)
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            quotient = np.where(paid, (cost - budget) / np.where(paid, p, 1.0), 0.0)
-        bulk = np.trunc(np.minimum(quotient, have + 2.0)).astype(np.int64) - 2
-        bulk = np.where(paid & (bulk > 64), bulk, 0)
-        have = have - bulk
-        cost = cost - bulk * p
-        while True:
-            step = paid & (have > 0) & (cost > budget + 1e-9)
-            if not step.any():
-                break
-            have = have - step
-            cost = np.where(step, cost - p, cost)
-        fixed[rows, tier] = have
-    return fixed
+    return repair_purchases_rows(wanted, offer_qty, price, money).bought
 
 
 def _trim_from_last(grant: np.ndarray, k: int, over: np.ndarray, order: np.ndarray) -> None:

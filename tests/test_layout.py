@@ -305,11 +305,10 @@ SHARED_NAMES = {
 # same names, so the two read side by side (docs/architecture.md): each name below is one idea in two forms,
 # the reference's and the batched one, held together by tests/commons_arena/test_batched.py
 BATCHED_MIRRORS = {
-    "Intents", "IntentDecoder", "Offer", "Purchase", "Grants", "JobsRun", "Queue",  # phase results
+    "Offer", "Purchase", "Grants", "JobsRun", "Queue",  # phase results
     "take_requests", "buy_spot", "fire_shocks", "online_gpus", "grant_gpus", "run_jobs", "audit",  # tick phases
     "track_starvation", "score", "advance", "play_tick",
     "queue_at", "edf_key", "emissions", "repair_grants", "spot_inventory", "jain_index", "cut_for_hard_cap",  # rules
-    "dot", "numpy_sum",  # the exact sums
 }
 # module names used twice, allowed only where one mirrors the other (with why)
 SHARED_MODULE_NAMES = {

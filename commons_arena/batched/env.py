@@ -25,18 +25,17 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from commons_arena import rewards
-from commons_arena.arena import EpisodeStateError
 from commons_arena.batched.draws import DrawCache
 from commons_arena.batched.observations import BatchObserver
 from commons_arena.batched.state import BatchState, Tables
-from commons_arena.batched.tick import Effects, IntentDecoder, TickResult, effects_at, play_tick, queue_at
+from commons_arena.batched.tick import Effects, TickResult, effects_at, play_tick, queue_at
 from commons_arena.enums import ALLOCATOR
-from commons_arena.ledger import EPISODE_STATS
+from commons_arena.errors import EpisodeStateError
+from commons_arena.ledger import EPISODE_STATS, episode_summary
+from commons_arena.rewards import Repairs
 from commons_arena.rules import Rules, rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from commons_arena.spaces import AgentSpaces, check_seed, role_of
-from commons_arena.tick import Repairs
+from commons_arena.spaces import AgentSpaces, IntentDecoder, check_seed, role_of
 
 STAT = {name: k for k, name in enumerate(EPISODE_STATS)}
 
@@ -81,18 +80,8 @@ class BatchLedger:
 
     def summary(self, agent: str) -> dict[str, np.ndarray]:
         """``EpisodeLedger.summary`` of every arena: key -> ``(N,)``."""
-        stats = {name: self.stats[:, k].copy() for k, name in enumerate(EPISODE_STATS)}
-        totals = {f"term/{name}": self.totals[agent][:, k] for k, name in enumerate(self.term_names[agent])}
-        episode_return = np.zeros(self.stats.shape[0])
-        for total in totals.values():
-            episode_return = episode_return + total
-        ticks = np.maximum(stats.pop("ticks"), 1.0)
-        stats["fairness"] = stats.pop("fairness_sum") / ticks
-        capacity = ticks * self.owned_gpus + stats["purchased_gpus"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            stats["utilisation"] = np.where(capacity != 0, stats["used_gpu_ticks"] / capacity, 0.0)
-        stats["ticks"] = ticks
-        return {"return": episode_return, **totals, **stats}
+        stats = {name: self.stats[:, k] for k, name in enumerate(EPISODE_STATS)}
+        return episode_summary(self.term_names[agent], list(self.totals[agent].T), stats, self.owned_gpus)
 
 
 class VectorArenaEnv(AgentSpaces):
@@ -110,10 +99,9 @@ class VectorArenaEnv(AgentSpaces):
         self.agents = list(self.possible_agents)  # every arena plays on: ended ones reset in place
         self.tables = Tables.of(self.rules)
         self.build_spaces(self.config)
-        self._decode = IntentDecoder(self.tables)
+        self._decode = IntentDecoder(self.config)
         self._observe = BatchObserver(self.tables)
-        rubric = rewards.Rubric(self.config.rewards)
-        self._term_names = {a: rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
+        self._term_names = {a: self.tables.rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
         self._ledger = BatchLedger(self._term_names, int(self.rules.owned.sum()), self.num_envs)
         self._state: BatchState | None = None
         self._ended = np.zeros(self.num_envs, dtype=bool)
@@ -167,7 +155,7 @@ class VectorArenaEnv(AgentSpaces):
             infos[agent] = {"reward_terms": {name: terms[:, k] for k, name in enumerate(names)},
                             "scenario_hash": self.config.content_hash}
         units = (tick.purchase.offer_cut, tick.purchase.budget_cut, tick.grants.capacity_cut, tick.grants.carbon_cut,
-                 tick.offer.cut)  # in the order of the reference's Repairs
+                 tick.offer.cut)  # in the order of Repairs' fields
         infos[ALLOCATOR]["repairs"] = {rule: np.where(self._ended, 0, unit)
                                        for rule, unit in zip(Repairs._fields, units, strict=True)}
         ended = terminated | truncated

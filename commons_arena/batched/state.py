@@ -17,6 +17,7 @@ test holds it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from commons_arena.batched.draws import ResetDraws, TeamJobs, draw_resets
 from commons_arena.enums import JobStatus, ShockKind
+from commons_arena.rewards import Rubric
 from commons_arena.rules import Rules
 from commons_arena.scenario import MAX_PRIORITY
 
@@ -71,6 +73,11 @@ class Tables:
     @property
     def n_random(self) -> int:
         return int((self.shock_random >= 0).sum())
+
+    @functools.cached_property
+    def rubric(self) -> Rubric:
+        """The scenario's reward weights on the one term table (``commons_arena.rewards``)."""
+        return Rubric(self.rules.config.rewards)
 
     @classmethod
     def of(cls, rules: Rules) -> Tables:

@@ -8,7 +8,7 @@ small fixed axes only (tiers, teams, job positions in EDF order, effects), never
 
 Floats are the reference's to the bit: where it sums a few floats in Python (left to right
 from 0.0, ``numerics.numpy_sum`` below 8 entries) the sums here add column by column in that
-order (:func:`numpy_sum`), and every product and difference comes in the reference's order.
+order (``numerics.numpy_sum_rows``), and every product and difference comes in the reference's order.
 Integers are free.
 """
 
@@ -18,76 +18,19 @@ from typing import NamedTuple
 
 import numpy as np
 
+from commons_arena import rewards
 from commons_arena.batched.state import DONE, MISSED, PENDING, BatchState, Tables
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
 from commons_arena.mechanics import carbon
-from commons_arena.spaces import action_layout
+from commons_arena.numerics import dot_rows, left_to_right_sum, numpy_sum_rows
+from commons_arena.spaces import Intents
 
 TOLERANCE = 1e-9  # the reference's float slack in budget, hard-cap and completion tests
-
-
-# ---------------------------------------------------------------------------- exact sums
-def left_to_right_sum(x: np.ndarray) -> np.ndarray:
-    """Each row (last axis) of ``x`` added left to right from 0.0, as Python's ``sum`` of a list adds."""
-    acc = np.zeros(x.shape[:-1])
-    for k in range(x.shape[-1]):
-        acc = acc + x[..., k]
-    return acc
-
-
-def numpy_sum(x: np.ndarray) -> np.ndarray:
-    """:func:`commons_arena.numerics.numpy_sum` of each row (last axis) of ``x``, to the bit."""
-    if x.shape[-1] >= 8:
-        return np.sum(x, axis=-1)  # numpy's pairwise sum, as the reference calls it (per row the same)
-    return left_to_right_sum(x)  # below 8 values numpy adds left to right
-
-
-def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """:func:`commons_arena.numerics.dot` of each row pair."""
-    return numpy_sum(np.multiply(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
 
 
 def py_max(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
     """Python's ``max(a, b)`` elementwise (``a`` unless ``b`` is larger)."""
     return np.where(np.asarray(b) > np.asarray(a), b, a)
-
-
-# ---------------------------------------------------------------------------- intents
-class Intents(NamedTuple):
-    """Every arena's actions of one tick, by name (the reference's ``Intents``, stacked)."""
-
-    offer_quantity: np.ndarray  # (B, T)
-    price_level: np.ndarray  # (B, T)
-    requests: np.ndarray  # (B, N, T)
-    stances: np.ndarray  # (B, N)
-    buy: np.ndarray  # (B, T)
-    grant: np.ndarray  # (B, N, T)
-
-
-class IntentDecoder:
-    """Splits checked actions ``agent -> (B, act_dim)`` into :class:`Intents` by the action layouts."""
-
-    def __init__(self, tables: Tables) -> None:
-        config = tables.rules.config
-        self.teams = config.team_names
-        self.n_tiers = tables.rules.n_tiers
-        allocator, broker = action_layout(config, ALLOCATOR).slices, action_layout(config, BROKER).slices
-        team = action_layout(config, self.teams[0]).slices
-        self.buy, self.grant = allocator["buy"], allocator["grant"]
-        self.quantity, self.price_level = broker["quantity"], broker["price_level"]
-        self.request, self.stance = team["request"], team["stance"].start
-
-    def __call__(self, actions: dict[str, np.ndarray]) -> Intents:
-        allocator, broker = actions[ALLOCATOR], actions[BROKER]
-        B = allocator.shape[0]
-        return Intents(
-            offer_quantity=broker[:, self.quantity],
-            price_level=broker[:, self.price_level],
-            requests=np.stack([actions[team][:, self.request] for team in self.teams], axis=1),
-            stances=np.stack([actions[team][:, self.stance] for team in self.teams], axis=1),
-            buy=allocator[:, self.buy],
-            grant=allocator[:, self.grant].reshape(B, len(self.teams), self.n_tiers),
-        )
 
 
 # ---------------------------------------------------------------------------- effects
@@ -163,10 +106,19 @@ class Purchase(NamedTuple):
 
 def buy_spot(s: BatchState, intents: Intents) -> Purchase:
     """3. Purchases cut to the offer, then to the budget (``market.repair_purchases``); paid now."""
-    buys, price, budget = intents.buy, s.offer_price, s.budget
-    fixed = np.minimum(buys, s.offer_qty)
+    purchase = repair_purchases_rows(intents.buy, s.offer_qty, s.offer_price, s.budget)
+    s.budget = py_max(0.0, s.budget - purchase.cost)
+    return purchase
+
+
+def repair_purchases_rows(buys: np.ndarray, offer_qty: np.ndarray, price: np.ndarray, budget: np.ndarray) -> Purchase:
+    """:func:`commons_arena.mechanics.market.repair_purchases` of each row: buys cut to the offer,
+    then, on rows over budget, the most expensive tier first (ties: the higher tier) unit by unit,
+    thousands at once but the last few; the same running float cost, step for step. Also the
+    limits step of the batched allocators (``policies/batch_limits.py``)."""
+    fixed = np.minimum(buys, offer_qty)
     offer_cut = buys.sum(axis=1) - fixed.sum(axis=1)
-    cost = dot(fixed, price)
+    cost = dot_rows(fixed, price)
     budget_cut = np.zeros_like(offer_cut)
     over = np.flatnonzero(cost > budget + TOLERANCE)
     if over.size:
@@ -200,8 +152,7 @@ def buy_spot(s: BatchState, intents: Intents) -> Purchase:
             f[rows, tier] = ft
         fixed[over] = f
         budget_cut[over] = cut
-        cost[over] = dot(f, p)  # the price of what is left, not the running difference
-    s.budget = py_max(0.0, budget - cost)
+        cost[over] = dot_rows(f, p)  # the price of what is left, not the running difference
     return Purchase(fixed, cost, offer_cut, budget_cut)
 
 
@@ -358,7 +309,7 @@ def _subtract_until(excess: np.ndarray, step: np.ndarray, most: np.ndarray, bloc
 
 def emissions(busy: np.ndarray, power_kw: np.ndarray, intensity: np.ndarray) -> np.ndarray:
     """``carbon.emissions`` per arena: busy GPUs (B, T) x power x intensity x one tick."""
-    return dot(busy, np.broadcast_to(power_kw, busy.shape)) * intensity * carbon.TICK_HOURS
+    return dot_rows(busy, np.broadcast_to(power_kw, busy.shape)) * intensity * carbon.TICK_HOURS
 
 
 class Queue(NamedTuple):
@@ -559,18 +510,24 @@ class Outcome(NamedTuple):
     missed_total: np.ndarray
     fairness: np.ndarray
 
+    def team(self, i: int) -> rewards.TeamOutcome:
+        return rewards.TeamOutcome(self.completed_value[:, i], self.missed_value[:, i], self.credibility_lost[:, i])
+
 
 def jain_index(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
     """``rewards.jain_index`` of each row's entries where ``counted`` (the reference's list of them)."""
     n = counted.sum(axis=1)
     values = np.where(counted, x, 0.0)  # adding 0.0 left to right changes no sum
-    squares, total = dot(values, values), numpy_sum(values)
+    squares, total = dot_rows(values, values), numpy_sum_rows(values)
     if x.shape[1] >= 8:  # a full row of 8 or more goes through numpy's pairwise sum in the reference
         short = n < 8
         squares = np.where(short, left_to_right_sum(values * values), squares)
         total = np.where(short, left_to_right_sum(values), total)
+    # the reference squares with Python's ``**`` (libm's pow, which may round one ulp away from
+    # ``x * x``); numpy squares an array by multiplying, so each row's square is Python's own
+    squared = np.array([t**2 for t in total.tolist()], dtype=np.float64).reshape(total.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
-        index = total**2 / (n * squares)
+        index = squared / (n * squares)
     return np.where((n == 0) | (squares == 0.0), 1.0, index)
 
 
@@ -602,37 +559,22 @@ def score(
         has_need=has_need,
         credibility_lost=lost,
         purchase_cost=purchase.cost,
-        operating_cost=dot(run.granted_by_tier, np.broadcast_to(rules.op_cost, run.granted_by_tier.shape)),
+        operating_cost=dot_rows(run.granted_by_tier, np.broadcast_to(rules.op_cost, run.granted_by_tier.shape)),
         idle_gpus=run.granted_total - run.used_total,
         carbon_over_kg=over,
         justified_pressure=pressure,
         allocator_invalid=purchase.offer_cut + purchase.budget_cut + granted.capacity_cut + granted.carbon_cut,
-        broker_profit=dot(purchase.bought, s.offer_price - rules.spot_unit_cost),
+        broker_profit=dot_rows(purchase.bought, s.offer_price - rules.spot_unit_cost),
         broker_invalid=offer.cut,
-        completed_total=numpy_sum(run.completed_value),
-        missed_total=numpy_sum(run.missed_value),
+        completed_total=numpy_sum_rows(run.completed_value),
+        missed_total=numpy_sum_rows(run.missed_value),
         fairness=jain_index(run.satisfaction, has_need),
     )
-    weights = rules.config.rewards
-    o, a = outcome, weights.allocator
-    allocator = [
-        a.job_value * o.completed_total,
-        a.spend * -(o.purchase_cost + o.operating_cost),
-        a.missed * -o.missed_total,
-        a.idle * -o.idle_gpus.astype(np.float64),
-        a.carbon * -o.carbon_over_kg,
-        a.escalation * -o.justified_pressure,
-        a.fairness * (o.fairness - 1.0),
-        a.invalid * -o.allocator_invalid.astype(np.float64),
-    ]
-    terms = {ALLOCATOR: np.stack(allocator, axis=1)}
-    w = weights.team
+    rubric = tables.rubric  # its terms read the batched outcome's arrays as they read one arena's floats
+    terms: dict[str, np.ndarray] = {ALLOCATOR: np.stack(list(rubric.allocator_terms(outcome).values()), axis=1)}  # type: ignore[arg-type]
     for i, team in enumerate(rules.config.team_names):
-        terms[team] = np.stack(
-            [w.job_value * o.completed_value[:, i], w.missed * -o.missed_value[:, i],
-             w.credibility * -o.credibility_lost[:, i]], axis=1)
-    wb = weights.broker
-    terms[BROKER] = np.stack([wb.profit * o.broker_profit, wb.invalid * -o.broker_invalid.astype(np.float64)], axis=1)
+        terms[team] = np.stack(list(rubric.team_terms(outcome, i).values()), axis=1)  # type: ignore[arg-type]
+    terms[BROKER] = np.stack(list(rubric.broker_terms(outcome).values()), axis=1)  # type: ignore[arg-type]
     return outcome, terms
 
 

@@ -6,13 +6,22 @@ reference env reset with ``s + i`` (and its *k*-th episode those of ``s + i + k 
 autoresets), fed the same actions: random ones in every seat, half of them drawn over the whole
 space (over budget, over capacity, over inventory: every repair runs), half small.
 
-The fast loop holds a slice (shocks, dependencies, a hard cap, eight teams); the full sweep
-(every shipped scenario, 200 generated ``broad`` scenarios x 5 seeds) is ``slow``.
+The shipped scenarios and the ``broad`` family never reach some branches (a purchase more than 64
+units over budget, a hard cap binding in most clusters, every shock at once), so the test family
+``stress`` (tests/data/families/stress.toml) does, and rules only a rare draw reaches get a test of
+their own (the bulk purchase cut, numpy's integer rejections). ``python -m tests.mutants`` plants a
+mutant in each rule and says which the fast tests miss.
+
+The fast loop holds a slice (shocks, dependencies, a hard cap that binds, eight teams, four stress
+clusters); the full sweep (every shipped scenario, 80 ``broad`` and 80 ``stress`` scenarios x 4
+seeds) is ``slow``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -22,9 +31,11 @@ from hypothesis import strategies as st
 import commons_arena
 from commons_arena import ArenaEnv, VectorArenaEnv
 from commons_arena.family import generate_one, load_family
-from commons_arena.scenario import ScenarioConfig, load_scenario
+from commons_arena.rewards import Repairs
+from commons_arena.scenario import ScenarioConfig, load_scenario, scenario_from_dict
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scenarios"
+FAMILIES = DATA.parent / "families"
 
 
 def random_actions(rng: np.random.Generator, env: VectorArenaEnv) -> dict[str, np.ndarray]:
@@ -38,8 +49,15 @@ def random_actions(rng: np.random.Generator, env: VectorArenaEnv) -> dict[str, n
     return actions
 
 
-def assert_same_game(config: ScenarioConfig, num_envs: int, seed: int, steps: int, action_seed: int = 0) -> int:
-    """Step the batch and one reference env per arena side by side; return the episodes compared."""
+class Played(NamedTuple):
+    """What a side-by-side run went through: episodes compared, and units cut per repair rule."""
+
+    episodes: int
+    repairs: Counter[str]
+
+
+def assert_same_game(config: ScenarioConfig, num_envs: int, seed: int, steps: int, action_seed: int = 0) -> Played:
+    """Step the batch and one reference env per arena side by side; say what they went through."""
     env = VectorArenaEnv(config, num_envs=num_envs)
     refs = [ArenaEnv(config) for _ in range(num_envs)]
     agents = env.possible_agents
@@ -53,6 +71,7 @@ def assert_same_game(config: ScenarioConfig, num_envs: int, seed: int, steps: in
             assert np.array_equal(obs[a][i], ref_obs[a]), (config.name, i, a, "reset")
     rng = np.random.default_rng(action_seed)
     episodes = 0
+    repairs: Counter[str] = Counter()
     for step in range(steps):
         actions = random_actions(rng, env)
         obs, rewards, terms, truncs, infos = env.step(actions)
@@ -76,6 +95,7 @@ def assert_same_game(config: ScenarioConfig, num_envs: int, seed: int, steps: in
                     assert infos[a]["reward_terms"][name][i] == value, (*where, a, name)
             for rule, units in ref_infos["allocator"]["repairs"].items():
                 assert infos["allocator"]["repairs"][rule][i] == units, (*where, rule)
+                repairs[rule] += units
             if ref_terms[agents[0]] or ref_truncs[agents[0]]:
                 for a in agents:
                     assert infos[a]["_episode"][i], where
@@ -86,7 +106,7 @@ def assert_same_game(config: ScenarioConfig, num_envs: int, seed: int, steps: in
                 episodes += 1
             elif "_episode" in infos[agents[0]]:
                 assert not infos[agents[0]]["_episode"][i], where
-    return episodes
+    return Played(episodes, repairs)
 
 
 def broad(index: int) -> ScenarioConfig:
@@ -99,8 +119,8 @@ FAST = ["standard", "crisis", "wait_for_capacity", "job_mix"]
 @pytest.mark.parametrize("name", FAST)
 def test_same_game_shipped(name: str) -> None:
     config = load_scenario(name)
-    episodes = assert_same_game(config, num_envs=3, seed=11, steps=3 * config.max_ticks + 5)
-    assert episodes >= 6  # autoresets crossed
+    played = assert_same_game(config, num_envs=3, seed=11, steps=3 * config.max_ticks + 5)
+    assert played.episodes >= 6  # autoresets crossed
 
 
 def test_same_game_hard_cap() -> None:
@@ -108,10 +128,81 @@ def test_same_game_hard_cap() -> None:
 
 
 def test_same_game_eight_teams_and_hard_cap_generated() -> None:
-    configs = [broad(i) for i in (1, 3, 4, 9)]  # hard caps, eight teams, four shocks
-    assert any(len(c.teams) == 8 for c in configs) and any(c.carbon.mode == "hard" for c in configs)
-    for config in configs:
+    binding, eight_teams, four_shocks = broad(5), broad(9), broad(4)
+    assert binding.carbon.mode == "hard" and len(eight_teams.teams) == 8 and len(four_shocks.shocks) == 4
+    played = assert_same_game(binding, num_envs=2, seed=3, steps=binding.max_ticks + 3)
+    assert played.repairs["grant_over_carbon_cap"] > 0  # the cap binds: its cut runs in both paths
+    for config in (eight_teams, four_shocks):
         assert_same_game(config, num_envs=2, seed=3, steps=config.max_ticks + 3)
+
+
+# ---------------------------------------------------------------------- stress: every branch
+def stress(index: int) -> ScenarioConfig:
+    """A scenario of the test family ``stress`` (tests/data/families/stress.toml): huge spot markets
+    against small budgets, binding hard caps, every shock often; the shipped ones reach none of it."""
+    return generate_one(load_family(FAMILIES / "stress.toml"), 0, index)
+
+
+FAST_STRESS = (0, 2, 6, 7)  # hard caps, 1-5 tiers, 3-8 teams
+
+
+def test_same_game_stress_family() -> None:
+    """A few stress scenarios reach every repair rule, the hard cap's cut included."""
+    repairs: Counter[str] = Counter()
+    for index in FAST_STRESS:
+        config = stress(index)
+        repairs += assert_same_game(config, num_envs=3, seed=index, steps=2 * config.max_ticks + 2,
+                                    action_seed=index).repairs
+    assert all(repairs[rule] > 0 for rule in Repairs._fields), repairs
+
+
+def edited_standard(**top: object) -> ScenarioConfig:
+    data = load_scenario("standard").model_dump(mode="json", exclude_none=True)
+    tiers = top.pop("tiers", {})
+    data.update(top)
+    for tier in data["gpu_tiers"]:
+        tier.update(tiers)
+    return scenario_from_dict(data)
+
+
+def test_bulk_purchase_cut() -> None:
+    """Buying 400 GPUs a tier on a budget of 50 cuts hundreds of units: the cut's bulk step (more than
+    64 units over budget) and its unit steps, in both paths, from the first purchase (step 1)."""
+    config = edited_standard(budget=50.0, tiers={"spot_inventory": 400})
+    env, ref = VectorArenaEnv(config, num_envs=1), ArenaEnv(config)
+    env.reset(seed=0)
+    ref.reset(seed=0)
+    T = len(config.gpu_tiers)
+    everything = {"broker": np.array([[400] * T + [config.price_levels - 1] * T]),
+                  "allocator": np.array([[400] * T + [0] * (len(config.teams) * T)])}
+    for step in range(2):
+        obs, rewards, _, _, infos = env.step(everything)
+        ref_obs, ref_rewards, _, _, ref_infos = ref.step({a: v[0] for a, v in everything.items()})
+        assert infos["allocator"]["repairs"]["buy_over_budget"][0] == ref_infos["allocator"]["repairs"]["buy_over_budget"]
+        for a in env.possible_agents:
+            assert rewards[a][0] == ref_rewards[a] and np.array_equal(obs[a][0], ref_obs[a]), (step, a)
+    assert ref_infos["allocator"]["repairs"]["buy_over_budget"] > 3 * 64
+
+
+def test_integer_draws_flag_every_rejection() -> None:
+    """``integers(0, 2**31 + 1)`` rejects about half of numpy's 32-bit draws: each arena's vectorised
+    draws are numpy's own until the first one numpy rejected, and that one is flagged for a redraw."""
+    from commons_arena.batched.draws import _Streams
+
+    seeds, n = list(range(12)), 64
+    streams = _Streams(np.stack([np.random.PCG64(seed).random_raw(n) for seed in seeds]))
+    every = np.ones(len(seeds), dtype=bool)
+    drawn, flagged = [], []
+    for _ in range(n):
+        drawn.append(streams.integers(0, 2**31 + 1, every))
+        flagged.append(streams.redo.copy())
+    for i, seed in enumerate(seeds):
+        rng = np.random.Generator(np.random.PCG64(seed))
+        truth = [int(rng.integers(0, 2**31 + 1)) for _ in range(n)]
+        ours = [int(d[i]) for d in drawn]
+        first_wrong = next(k for k in range(n) if ours[k] != truth[k])  # some draw is rejected in 64
+        first_flag = next(k for k in range(n) if flagged[k][i])
+        assert first_flag == first_wrong, (seed, first_flag, first_wrong)
 
 
 @pytest.mark.slow
@@ -123,12 +214,25 @@ def test_same_game_every_shipped_scenario(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chunk", range(10))
+@pytest.mark.parametrize("chunk", range(4))
 def test_same_game_broad_family(chunk: int) -> None:
-    """200 generated scenarios x 5 seeds (a batch of 5 arenas, seeds s..s+4), in ten chunks."""
+    """80 generated ``broad`` scenarios x 4 seeds (a batch of 4 arenas, seeds s..s+3), in four chunks
+    (200 x 5 until the stress family below reached the branches ``broad`` never does)."""
     for index in range(chunk * 20, (chunk + 1) * 20):
         config = broad(index)
-        assert_same_game(config, num_envs=5, seed=100 + index, steps=2 * config.max_ticks + 2, action_seed=index)
+        assert_same_game(config, num_envs=4, seed=100 + index, steps=2 * config.max_ticks + 2, action_seed=index)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(4))
+def test_same_game_stress_family_sweep(chunk: int) -> None:
+    """80 stress scenarios x 4 seeds, in four chunks: every repair rule binds in each chunk."""
+    repairs: Counter[str] = Counter()
+    for index in range(chunk * 20, (chunk + 1) * 20):
+        config = stress(index)
+        repairs += assert_same_game(config, num_envs=4, seed=200 + index, steps=2 * config.max_ticks + 2,
+                                    action_seed=index).repairs
+    assert all(repairs[rule] > 0 for rule in Repairs._fields), repairs
 
 
 @pytest.mark.parametrize("name", ["crisis", "job_mix"])
@@ -266,3 +370,38 @@ def test_hard_cap_cut_is_the_reference_cut() -> None:
         for b in range(B):
             ref_fixed, ref_cut = carbon.cut_for_hard_cap(grants[b], power, float(intensity[b]), float(headroom[b]))
             assert np.array_equal(fixed[b], ref_fixed) and cut[b] == ref_cut, b
+
+
+def test_jain_index_is_the_reference_index() -> None:
+    """Satisfactions as the env makes them (placed / ready GPUs), 2 to 8 teams, any of them without
+    a need: the batched index is the reference's to the bit (its square is Python's ``**``, libm's
+    pow, which rounds one ulp away from ``x * x`` now and then)."""
+    from commons_arena.batched.tick import jain_index
+    from commons_arena.rewards import jain_index as reference_index
+
+    rng = np.random.default_rng(5)
+    for teams in range(2, 9):
+        ready = rng.integers(1, 2000, size=(1500, teams))
+        x = rng.integers(0, ready + 1) / ready
+        counted = rng.random((1500, teams)) < 0.8
+        index = jain_index(x, counted)
+        for row, mask, value in zip(x.tolist(), counted.tolist(), index.tolist(), strict=True):
+            assert value == reference_index([v for v, c in zip(row, mask, strict=True) if c]), (row, mask)
+
+
+def test_a_scheduled_job_shock_keeps_the_episode_open() -> None:
+    """Every job resolved by tick 4 and an escalation due at tick 5: both paths play on to tick 5
+    (the episode ends only after the last scheduled job shock), the same tick for every arena."""
+    from tests.conftest import TINY
+
+    data = {**TINY, "shocks": [{"kind": "customer_escalation", "tick": 5,
+                                "job": {"gpus": 1, "work": 1.0, "slack": 0, "value": 5.0}}]}
+    config = scenario_from_dict(data)
+    env = VectorArenaEnv(config, num_envs=2)
+    env.reset(seed=0)
+    ends = []
+    for _ in range(config.max_ticks):
+        _, _, terms, truncs, _ = env.step({})
+        ends.append(bool(terms["allocator"][0] or truncs["allocator"][0]))
+    assert ends == [False] * (config.max_ticks - 1) + [True]
+    assert_same_game(config, num_envs=2, seed=0, steps=3 * config.max_ticks)

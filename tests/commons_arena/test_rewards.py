@@ -51,9 +51,9 @@ def test_raw_allocator_terms() -> None:
 
 def test_raw_team_and_broker_terms() -> None:
     o = outcome()
-    assert [rewards.team_job_value(o, i) for i in range(3)] == [10.0, 0.0, 5.0]
-    assert [rewards.team_missed(o, i) for i in range(3)] == [0.0, -4.0, 0.0]
-    assert [rewards.team_credibility(o, i) for i in range(3)] == [0.0, -0.1, 0.0]
+    assert [rewards.team_job_value(o.team(i)) for i in range(3)] == [10.0, 0.0, 5.0]
+    assert [rewards.team_missed(o.team(i)) for i in range(3)] == [0.0, -4.0, 0.0]
+    assert [rewards.team_credibility(o.team(i)) for i in range(3)] == [0.0, -0.1, 0.0]
     assert rewards.broker_profit(o) == 4.5 and rewards.broker_invalid(o) == -1.0
 
 
