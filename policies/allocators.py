@@ -69,10 +69,23 @@ import numpy as np
 
 from commons_arena.enums import Stance
 from commons_arena.scenario import ScenarioConfig
+from commons_arena.spaces import Layout
 from policies.base import ScriptedPolicy
 from policies.limits import PRICE_SLACK, LimitReader, fit_action
 
 SPEND_EPS = 1e-4  # money kept back from the observed (float32) budget
+
+
+def tiers_by_memory(config: ScenarioConfig) -> list[int]:
+    """The tiers from least to most memory (ties: lower index), as jobs pick them."""
+    memory = [t.memory_gb for t in config.gpu_tiers]
+    return sorted(range(len(memory)), key=lambda k: (memory[k], k))
+
+
+def escalate_indices(config: ScenarioConfig, layout: Layout) -> list[int]:
+    """Per team: the index of its one-hot ``escalate`` stance in an allocator observation."""
+    start = layout.slices["stance"].start
+    return [start + i * len(Stance) + int(Stance.ESCALATE) for i in range(len(config.teams))]
 
 
 @dataclass(slots=True)
@@ -107,12 +120,9 @@ class AllocatorBaseline(ScriptedPolicy):
         self._i_tick = sl["tick"].start
         self._i_budget = sl["budget"].start
         self._sl = {name: (sl[name].start, sl[name].stop) for name in sl}
-        stances = len(Stance)
-        self._i_escalate = [sl["stance"].start + i * stances + int(Stance.ESCALATE) for i in range(self.n_teams)]
+        self._i_escalate = escalate_indices(config, self.obs_layout)
         self._max_ticks = config.max_ticks
-        memory = [t.memory_gb for t in config.gpu_tiers]
-        # tiers from least to most memory (ties: lower index), as jobs pick them
-        self._by_memory = sorted(range(self.n_tiers), key=lambda k: (memory[k], k))
+        self._by_memory = tiers_by_memory(config)
         self._rank = {k: r for r, k in enumerate(self._by_memory)}
         # tiers whose GPUs can serve a demand declared on tier k, smallest first
         self._serves = [[j for j in self._by_memory if self._rank[j] >= self._rank[k]] for k in range(self.n_tiers)]

@@ -12,19 +12,23 @@ resets that arena's policy state only.
 a Python loop. A batched policy is held to it bit for bit by the equivalence tests; a policy
 with no batched form plays through it, so every policy can act in a batch.
 
-:class:`BatchScripted` is the base of the batched scripted policies (``policies/batch_scripted.py``,
-``policies/batch_allocators.py``): built from one per-arena policy, whose parameters, layouts and
-bounds it plays. ``policies.registry.batch_policy`` gives a seat's batched form, or the loop.
+:class:`BatchScripted` is the base of the batched scripted policies (``policies/teams.py``,
+``policies/brokers.py``, ``policies/batch_allocators.py``): one seat's layouts and bounds, any
+number of arenas. Where the batched form is the policy's one definition (the teams and brokers),
+the per-arena policy is :class:`OneArena`, the one batch-of-one adaptor.
+``policies.registry.batch_policy`` gives a seat's batched form, or the loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from policies.base import Policy, ScriptedPolicy
+from commons_arena.scenario import ScenarioConfig
+from commons_arena.spaces import action_layout, observation_layout, role_of
+from policies.base import Policy
 
 
 @runtime_checkable
@@ -71,23 +75,45 @@ class LoopBatchPolicy:
 
 
 class BatchScripted:
-    """Base of the batched scripted policies: one per-arena :class:`~policies.base.ScriptedPolicy`
-    (its parameters, layouts and action bounds) played in ``num_envs`` arenas as arrays.
+    """Base of the batched scripted policies: one seat of one scenario (its layouts and action
+    bounds) played in ``num_envs`` arenas as arrays.
 
-    Subclasses implement :meth:`decide` (``(N, obs_dim)`` observations -> ``(N, act_dim)``
-    actions, clipped into the space by :meth:`act`, as ``ScriptedPolicy.act`` clips) and, when
-    they keep per-episode state, :meth:`clear` (those arenas' state forgotten) or, when they
-    draw random numbers, :meth:`reseed`.
+    Subclasses set ``role`` and ``name``, implement :meth:`decide` (``(N, obs_dim)`` observations
+    -> ``(N, act_dim)`` actions, clipped into the space by :meth:`act`) and, when they keep
+    per-episode state, :meth:`clear` (those arenas' state forgotten) or, when they draw random
+    numbers, :meth:`reseed`. :attr:`arguments` are the keyword arguments that rebuild the policy
+    (:meth:`resized`); :attr:`params` its tunable parameters (for reports and rosters).
     """
 
-    def __init__(self, policy: ScriptedPolicy, num_envs: int) -> None:
+    role: ClassVar[str] = ""
+    name: str = ""
+
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-        self.policy = policy  # the per-arena form: parameters, layouts, bounds
-        self.num_envs = num_envs
-        self.high = policy.high
-        self.obs_dim = policy.obs_layout.size
+        role = role_of(config, agent)
+        if role != self.role:
+            raise ValueError(f"policy {self.name!r} plays the {self.role} role, but agent {agent!r} of scenario "
+                             f"{config.name!r} is a {role}")
+        self.config, self.agent, self.num_envs = config, agent, num_envs
+        self.obs_layout = observation_layout(config, agent)
+        self.act_layout = action_layout(config, agent)
+        self.high = self.act_layout.high.astype(np.int64)  # every action entry lies in [0, high]
+        self.obs_dim = self.obs_layout.size
+        self.n_tiers, self.n_teams = len(config.gpu_tiers), len(config.teams)
         self.clear(np.arange(num_envs))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return self.params
+
+    def resized(self, num_envs: int) -> BatchScripted:
+        """The same policy (scenario, seat, parameters) in ``num_envs`` arenas, every arena unseeded."""
+        return type(self)(self.config, self.agent, num_envs, **self.arguments)
 
     def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
         arenas = reset_indices(self.num_envs, seeds, index)
@@ -97,7 +123,7 @@ class BatchScripted:
     def act(self, observations: np.ndarray) -> np.ndarray:
         obs = np.asarray(observations)
         if obs.shape != (self.num_envs, self.obs_dim):
-            raise ValueError(f"{self.policy.name!r} for {self.policy.agent!r} in {self.num_envs} arena(s) takes "
+            raise ValueError(f"{self.name!r} for {self.agent!r} in {self.num_envs} arena(s) takes "
                              f"observations of shape ({self.num_envs}, {self.obs_dim}), got {obs.shape}")
         action = np.array(self.decide(obs), dtype=np.int64)
         np.minimum(action, self.high, out=action)
@@ -113,3 +139,56 @@ class BatchScripted:
     def decide(self, obs: np.ndarray) -> np.ndarray:
         """Every arena's action for its observation (clipped into the space by ``act``)."""
         raise NotImplementedError
+
+
+class OneArena:
+    """A batched scripted policy as a per-arena :class:`~policies.base.Policy`: a batch of one.
+
+    The one adaptor: ``reset(seed)`` resets the single arena, ``act(observation)`` is row 0 of
+    the batched ``act``. Its ``name``, ``agent``, ``config`` and ``params`` are the batched policy's.
+    """
+
+    def __init__(self, batched: BatchScripted, seed: int | None = None) -> None:
+        if batched.num_envs != 1:
+            raise ValueError(f"a per-arena policy wraps a batch of one, got {batched.num_envs} arenas")
+        self.batched = batched
+        self.reset(seed)
+
+    @classmethod
+    def maker(cls, batched_type: Callable[..., BatchScripted], **fixed: Any) -> Callable[..., OneArena]:
+        """A per-arena factory ``(config, agent, seed=None, **params)`` of ``batched_type`` (for the registry)."""
+
+        def make(config: ScenarioConfig, agent: str, seed: int | None = None, **params: Any) -> OneArena:
+            return cls(batched_type(config, agent, 1, **fixed, **params), seed)
+
+        return make
+
+    @property
+    def name(self) -> str:
+        return self.batched.name
+
+    @property
+    def agent(self) -> str:
+        return self.batched.agent
+
+    @property
+    def config(self) -> ScenarioConfig:
+        return self.batched.config
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.batched.params
+
+    def reset(self, seed: int | None = None) -> None:
+        self.batched.reset([seed])
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        return self.batched.act(np.asarray(observation)[None])[0]
+
+    def __repr__(self) -> str:
+        return f"OneArena(name={self.name!r}, agent={self.agent!r}, scenario={self.config.name!r})"
+
+
+def batch_of(policy: OneArena, num_envs: int) -> BatchScripted:
+    """The batched policy a :class:`OneArena` wraps, in ``num_envs`` arenas (``policies.registry.BATCHED``)."""
+    return policy.batched.resized(num_envs)

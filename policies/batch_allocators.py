@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from policies.allocators import SPEND_EPS, AllocatorBaseline, BestFitAllocator
+from policies.allocators import SPEND_EPS, AllocatorBaseline, BestFitAllocator, escalate_indices, tiers_by_memory
 from policies.batch import BatchScripted
 from policies.batch_limits import BatchLimitReader, fit_action_batch
 from policies.limits import PRICE_SLACK
@@ -52,37 +53,50 @@ class BatchAllocator(BatchScripted):
 
     policy: AllocatorBaseline
 
+    role = "allocator"
+
     def __init__(self, policy: AllocatorBaseline, num_envs: int) -> None:
-        p = policy
-        self.n_teams, self.n_tiers = p.n_teams, p.n_tiers
+        self.policy = policy  # the per-arena form: its name and parameters (pacing, defer)
+        self.name = policy.name
+        config = policy.config
+        M = len(config.teams)
         self._rows = np.arange(num_envs)
-        self._team_index = np.broadcast_to(np.arange(p.n_teams), (num_envs, p.n_teams))
-        self._limits = BatchLimitReader(p.config, p.obs_layout)
-        self._rank = np.array([p._rank[k] for k in range(p.n_tiers)], dtype=np.int64)
-        super().__init__(policy, num_envs)
+        self._team_index = np.broadcast_to(np.arange(M), (num_envs, M))
+        self.by_memory = tiers_by_memory(config)
+        self._rank = np.argsort(self.by_memory).astype(np.int64)  # tier -> its place in by_memory
+        super().__init__(config, policy.agent, num_envs)
+        self._limits = BatchLimitReader(config, self.obs_layout)
+        self._i_escalate = escalate_indices(config, self.obs_layout)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.policy.params
+
+    def resized(self, num_envs: int) -> BatchAllocator:
+        return type(self)(self.policy, num_envs)
 
     # ------------------------------------------------------------------ pieces
     def read(self, obs: np.ndarray) -> BatchView:
-        p, N, T = self.policy, self.num_envs, self.n_tiers
+        N, T = self.num_envs, self.n_tiers
         o = obs.astype(np.float64)  # float32 -> float64 is exact, as .tolist() is
-        sl = p.obs_layout.slices
+        sl = self.obs_layout.slices
         declared = o[:, sl["declared"]].astype(np.int64).reshape(N, -1, T)
         need = o[:, sl["revealed_need"]].astype(np.int64).reshape(N, -1, T)
         revealed = o[:, sl["revealed"]] > 0.5
         return BatchView(
-            tick=o[:, p._i_tick].astype(np.int64),
-            budget=o[:, p._i_budget],
+            tick=o[:, sl["tick"].start].astype(np.int64),
+            budget=o[:, sl["budget"].start],
             online=o[:, sl["online"]].astype(np.int64),
             offer_qty=o[:, sl["offer_qty"]].astype(np.int64),
             offer_price=o[:, sl["offer_price"]],
             demand=np.where(revealed[:, :, None], need, declared),
             pressure=o[:, sl["pressure"]],
-            escalating=o[:, p._i_escalate] > 0.5,
+            escalating=o[:, self._i_escalate] > 0.5,
         )
 
     def spend_cap(self, v: BatchView) -> np.ndarray:
         """Money this tick's purchases may use: ``budget x min(1, pacing / ticks_left)``."""
-        ticks_left = np.maximum(self.policy._max_ticks - v.tick, 1)
+        ticks_left = np.maximum(self.config.max_ticks - v.tick, 1)
         return np.maximum(v.budget * np.minimum(1.0, self.policy.pacing / ticks_left) - SPEND_EPS, 0.0)
 
     def buy_within(self, v: BatchView, want: np.ndarray, money: np.ndarray) -> np.ndarray:
@@ -254,7 +268,7 @@ class BatchBestFit(BatchAllocator):
         v = self.read(obs)
         p, rows, rank = self.policy, self._rows, self._rank
         N, M, T = self.num_envs, self.n_teams, self.n_tiers
-        by_memory = p._by_memory
+        by_memory = self.by_memory
         grant = np.zeros((N, M, T), dtype=np.int64)
         left = v.online.copy()
         # requests (team, tier) with demand, largest-memory tier first, then larger, then team order

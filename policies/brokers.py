@@ -22,7 +22,9 @@ The **cost-covering level** of a tier is the lowest level whose price is at leas
 ``fixed_price`` (default ``margin=1.5``): always the cost-covering level; or
 ``level=<int>`` for one constant level on every tier.
 
-Brokers are deterministic: they never draw from their generator.
+Brokers are deterministic: they never draw random numbers. Each class is the broker's one
+definition, over N arenas; the per-arena broker is a batch of one of it
+(:class:`policies.batch.OneArena`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
-from policies.base import ScriptedPolicy
+from policies.batch import BatchScripted
 
 
 def cost_covering_levels(config: ScenarioConfig, margin: float) -> np.ndarray:
@@ -59,11 +61,11 @@ def demand_levels(
     return np.minimum(level, top)
 
 
-class _Broker(ScriptedPolicy):
+class _Broker(BatchScripted):
     role = "broker"
 
-    def __init__(self, config: ScenarioConfig, agent: str, seed: int | None = None) -> None:
-        super().__init__(config, agent, seed)
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int) -> None:
+        super().__init__(config, agent, num_envs)
         sl = self.obs_layout.slices
         self._sl_inventory = sl["inventory"]
         self._sl_demand = sl["demand"]
@@ -80,12 +82,12 @@ class DemandPricedBroker(_Broker):
         self,
         config: ScenarioConfig,
         agent: str,
-        seed: int | None = None,
+        num_envs: int,
         margin: float = 1.2,
         demand_gain: float = 3.0,
         crisis_levels: int = 1,
     ) -> None:
-        super().__init__(config, agent, seed)
+        super().__init__(config, agent, num_envs)
         self.margin, self.demand_gain, self.crisis_levels = float(margin), float(demand_gain), int(crisis_levels)
         self._base = cost_covering_levels(config, self.margin)
         self._capacity = np.maximum(rules_for(config).capacity, 1.0)  # owned + inventory per tier
@@ -95,9 +97,9 @@ class DemandPricedBroker(_Broker):
         return {"margin": self.margin, "demand_gain": self.demand_gain, "crisis_levels": self.crisis_levels}
 
     def decide(self, obs: np.ndarray) -> np.ndarray:
-        level = demand_levels(self._base, obs[self._sl_demand], self._capacity, self.demand_gain,
-                              bool(obs[self._i_crisis] > 0), self.crisis_levels, self._top)
-        return np.concatenate([obs[self._sl_inventory], level])
+        level = demand_levels(self._base, obs[:, self._sl_demand], self._capacity, self.demand_gain,
+                              obs[:, self._i_crisis, None] > 0, self.crisis_levels, self._top)
+        return np.concatenate([obs[:, self._sl_inventory], level], axis=1)
 
 
 class FixedPriceBroker(_Broker):
@@ -109,11 +111,11 @@ class FixedPriceBroker(_Broker):
         self,
         config: ScenarioConfig,
         agent: str,
-        seed: int | None = None,
+        num_envs: int,
         margin: float = 1.5,
         level: int | None = None,
     ) -> None:
-        super().__init__(config, agent, seed)
+        super().__init__(config, agent, num_envs)
         self.margin, self.level = float(margin), level
         if level is None:
             self._levels = cost_covering_levels(config, self.margin)
@@ -127,4 +129,8 @@ class FixedPriceBroker(_Broker):
         return {"margin": self.margin, "level": self.level}
 
     def decide(self, obs: np.ndarray) -> np.ndarray:
-        return np.concatenate([obs[self._sl_inventory], self._levels])
+        levels = np.broadcast_to(self._levels, (self.num_envs, self.n_tiers))
+        return np.concatenate([obs[:, self._sl_inventory], levels], axis=1)
+
+
+BROKERS = (DemandPricedBroker, FixedPriceBroker)  # each in N arenas; per arena a batch of one (OneArena.maker)

@@ -187,32 +187,32 @@ class PlannerAllocator(ScriptedPolicy):
         self.prior_sigma = float(prior_sigma)
         # public scenario parameters, read once
         tiers = config.gpu_tiers
-        self._memory = [t.memory_gb for t in tiers]
-        self._op_cost = [t.op_cost for t in tiers]
-        self._power = [t.power_kw for t in tiers]
-        self._board = [t.board_pressure for t in config.teams]
-        self._archetype = [t.archetype for t in config.teams]
-        self._max_ticks = config.max_ticks
-        self._tolerance = config.credibility.audit_tolerance
-        self._bluff_loss = config.credibility.bluff_loss
-        self._w = config.rewards.allocator
+        self.memory = [t.memory_gb for t in tiers]
+        self.op_cost = [t.op_cost for t in tiers]
+        self.power = [t.power_kw for t in tiers]
+        self.board = [t.board_pressure for t in config.teams]
+        self.archetype = [t.archetype for t in config.teams]
+        self.max_ticks = config.max_ticks
+        self.tolerance = config.credibility.audit_tolerance
+        self.bluff_loss = config.credibility.bluff_loss
+        self.weights = config.rewards.allocator
         # the most a team may request per tier (requests are cut to owned + spot inventory)
-        self._ceiling = np.array([t.owned + t.spot_inventory for t in tiers], dtype=np.int64)
+        self.ceiling = np.array([t.owned + t.spot_inventory for t in tiers], dtype=np.int64)
         # tier, declared count (0 .. the largest ceiling) -> what the declaration adds to the
         # log-weights: UNREACHABLE for each factor no need maps to d; 0.0 where it says nothing
         # (d = 0, or at the tier's ceiling: a count there may have been cut)
-        self._unreachable = np.array([
-            [np.where(reachable_by(d) | (not 0 < d < top), 0.0, UNREACHABLE) for d in range(int(self._ceiling.max(initial=0)) + 1)]
-            for top in self._ceiling.tolist()
+        self.unreachable = np.array([
+            [np.where(reachable_by(d) | (not 0 < d < top), 0.0, UNREACHABLE) for d in range(int(self.ceiling.max(initial=0)) + 1)]
+            for top in self.ceiling.tolist()
         ]).reshape(len(tiers), -1, len(BLUFF_GRID))
         super().__init__(config, agent, seed)
         T = self.n_tiers
-        self._by_memory = sorted(range(T), key=lambda k: (self._memory[k], k))
-        self._rank = {k: r for r, k in enumerate(self._by_memory)}
-        self._larger = [[j for j in self._by_memory if self._rank[j] > self._rank[k]] for k in range(T)]
-        self._fits = [[j for j in self._by_memory if self._rank[j] >= self._rank[k]] for k in range(T)]
-        self._i_escalate = int(Stance.ESCALATE)
-        self._tier_index = np.arange(T)[None, :]  # row index of self._unreachable per (team, tier)
+        self.by_memory = sorted(range(T), key=lambda k: (self.memory[k], k))
+        self.rank = {k: r for r, k in enumerate(self.by_memory)}
+        self.larger = [[j for j in self.by_memory if self.rank[j] > self.rank[k]] for k in range(T)]
+        self.fits = [[j for j in self.by_memory if self.rank[j] >= self.rank[k]] for k in range(T)]
+        self.i_escalate = int(Stance.ESCALATE)
+        self._tier_index = np.arange(T)[None, :]  # row index of self.unreachable per (team, tier)
         self._limits = LimitReader(config, self.obs_layout)
 
     @property
@@ -220,8 +220,12 @@ class PlannerAllocator(ScriptedPolicy):
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
                 "margin": self.margin}
 
+    def prior_log_weights(self) -> np.ndarray:
+        """The teams' log-weights over the bluff grid at the start of an episode ``(teams, factors)``."""
+        return np.stack([self._prior(a).log_w for a in self.archetype]) if self.archetype else np.zeros((0, len(BLUFF_GRID)))
+
     def clear(self) -> None:
-        self.beliefs = [self._prior(a) for a in getattr(self, "_archetype", [])]
+        self.beliefs = [self._prior(a) for a in getattr(self, "archetype", [])]
         # one row per team; each belief keeps a view of its row (observe updates all at once)
         self._log_w = np.stack([b.log_w for b in self.beliefs]) if self.beliefs else np.zeros((0, len(BLUFF_GRID)))
         for belief, row in zip(self.beliefs, self._log_w, strict=True):
@@ -251,11 +255,11 @@ class PlannerAllocator(ScriptedPolicy):
         credibility = self.field(obs, "credibility").astype(np.float64)
         audits = float(self.field(obs, "shocks_seen")[int(ShockKind.COMPLIANCE_AUDIT)])
         prev = self._seen
-        log_w, top = self._log_w, self._ceiling
+        log_w, top = self._log_w, self.ceiling
         # each evidence term is computed for every (team, tier) at once (teams x tiers x factors),
         # then added tier by tier: the same float additions in the same order as one at a time
-        counts = np.minimum(declared, self._unreachable.shape[1] - 1)
-        unreachable = self._unreachable[self._tier_index, counts]
+        counts = np.minimum(declared, self.unreachable.shape[1] - 1)
+        unreachable = self.unreachable[self._tier_index, counts]
         for k in range(self.n_tiers):
             log_w += unreachable[:, k]
         if prev is not None and prev.revealed.any():
@@ -266,9 +270,9 @@ class PlannerAllocator(ScriptedPolicy):
                 log_w += mismatch[:, k]
         if prev is not None and audits > prev.audits:
             for i, belief in enumerate(self.beliefs):
-                if prev.credibility[i] >= self._bluff_loss:
-                    exposed = prev.credibility[i] - credibility[i] >= self._bluff_loss - 1e-6
-                    belief.saw_audit(int(prev.declared[i].sum()), exposed, self._tolerance)
+                if prev.credibility[i] >= self.bluff_loss:
+                    exposed = prev.credibility[i] - credibility[i] >= self.bluff_loss - 1e-6
+                    belief.saw_audit(int(prev.declared[i].sum()), exposed, self.tolerance)
         self._seen = _Seen(declared, revealed, revealed_need, credibility, audits)
         # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a
         # little headroom catches jobs that arrived since
@@ -300,17 +304,17 @@ class PlannerAllocator(ScriptedPolicy):
         budget = float(self.field(obs, "budget")[0])
         pressure = self.field(obs, "pressure").tolist()
         stance = self.field(obs, "stance")
-        escalating = [bool(stance[i, self._i_escalate] > 0.5) for i in range(N)]
+        escalating = [bool(stance[i, self.i_escalate] > 0.5) for i in range(N)]
         totals = [sum(row) for row in need]
         order = sorted(
             (i for i in range(N) if totals[i] > 0),
-            key=lambda i: (-pressure[i], not escalating[i], -self._board[i], totals[i], i),
+            key=lambda i: (-pressure[i], not escalating[i], -self.board[i], totals[i], i),
         )
         grant = [[0] * T for _ in range(N)]
         left = list(online)
         unmet = [[0] * T for _ in range(N)]
         # 1. own tier, large-memory tiers first
-        for k in reversed(self._by_memory):
+        for k in reversed(self.by_memory):
             for i in order:
                 give = min(need[i][k], left[k])
                 grant[i][k] += give
@@ -318,17 +322,17 @@ class PlannerAllocator(ScriptedPolicy):
                 unmet[i][k] = need[i][k] - give
         # 2. spill upward: whole onto the smallest larger tier with room, else split
         for i in order:
-            for k in reversed(self._by_memory):
+            for k in reversed(self.by_memory):
                 n = unmet[i][k]
                 if n <= 0:
                     continue
-                whole = next((j for j in self._larger[k] if left[j] >= n), None)
+                whole = next((j for j in self.larger[k] if left[j] >= n), None)
                 if whole is not None:
                     grant[i][whole] += n
                     left[whole] -= n
                     unmet[i][k] = 0
                     continue
-                for j in self._larger[k]:
+                for j in self.larger[k]:
                     give = min(n, left[j])
                     grant[i][j] += give
                     left[j] -= give
@@ -337,20 +341,20 @@ class PlannerAllocator(ScriptedPolicy):
         # 3. buy what is worth buying
         buy = [0] * T
         if any(n > 0 for row in unmet for n in row):
-            ticks_left = max(self._max_ticks - tick, 1)
+            ticks_left = max(self.max_ticks - tick, 1)
             money = max(budget * min(1.0, self.pacing / ticks_left) - SPEND_EPS, 0.0)
             kg_cost = self._kg_cost(obs, tick)
-            w = self._w
+            w = self.weights
             for i in order:
                 worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[i] + 0.5 * escalating[i])
-                for k in reversed(self._by_memory):
+                for k in reversed(self.by_memory):
                     n = unmet[i][k]
                     if n <= 0:
                         continue
-                    for j in sorted(self._fits[k], key=lambda j: (offer_price[j], self._rank[j])):
+                    for j in sorted(self.fits[k], key=lambda j: (offer_price[j], self.rank[j])):
                         avail = offer_qty[j] - buy[j]
                         price = offer_price[j] * PRICE_SLACK
-                        cost = w.spend * (price + self._op_cost[j]) + kg_cost[j]
+                        cost = w.spend * (price + self.op_cost[j]) + kg_cost[j]
                         if avail <= 0 or cost > worth:
                             continue
                         give = min(n, avail) if price <= 0 else min(n, avail, int(money // price))
@@ -376,10 +380,10 @@ class PlannerAllocator(ScriptedPolicy):
         intensity = float(self.field(obs, "intensity_forecast")[0])
         # expect the rest of the episode to emit at about the pace so far
         pace = used / max(tick, 1)
-        projected = used + pace * (self._max_ticks - tick)
-        if projected <= cap or self._w.carbon == 0:
+        projected = used + pace * (self.max_ticks - tick)
+        if projected <= cap or self.weights.carbon == 0:
             return [0.0] * self.n_tiers
-        return [self._w.carbon * p * intensity for p in self._power]
+        return [self.weights.carbon * p * intensity for p in self.power]
 
 
 # ---------------------------------------------------------------------- N arenas at once
@@ -423,7 +427,7 @@ class BatchPlanner:
         self.n_teams, self.n_tiers = P.n_teams, P.n_tiers
         N, T, G = self.n_teams, self.n_tiers, len(BLUFF_GRID)
         self._fields = {f.name: (P.obs_layout.slices[f.name], f.shape) for f in P.obs_layout.fields}
-        self._prior = P._log_w.copy()  # the teams' log-weights at the start of an episode
+        self._prior = P.prior_log_weights()  # the teams' log-weights at the start of an episode
         self.log_w = np.repeat(self._prior[None], num_envs, axis=0)  # (arenas, teams, factors)
         # what each arena's last observation showed (the evidence of the next one)
         self._has_prev = np.zeros(num_envs, dtype=bool)
@@ -436,16 +440,16 @@ class BatchPlanner:
         # per factor of the grid: the deflation the planner applies (its own expression, to the bit)
         self._deflation = [1.0 + (1.0 - P.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
         # (factor, tier, column) -> deflate(...); column 0: nothing declared, else 1 + min(declared, ceiling)
-        width = min(int(P._ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
+        width = min(int(P.ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
         self._deflated = np.full((G, T, width), -1, dtype=np.int64)
         self._deflated[:, :, 0] = 0
         self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
         self._tiers = np.arange(T)
-        self._board = np.array(P._board, dtype=np.float64)
-        self._rank = np.array([P._rank[k] for k in range(T)], dtype=np.int64)
-        self._fits = [np.array(P._fits[k], dtype=np.int64) for k in range(T)]
-        self._op_cost = np.array(P._op_cost, dtype=np.float64)
-        self._carbon_power = np.array([P._w.carbon * p for p in P._power], dtype=np.float64)  # w.carbon x power_kw
+        self._board = np.array(P.board, dtype=np.float64)
+        self._rank = np.array([P.rank[k] for k in range(T)], dtype=np.int64)
+        self._fits = [np.array(P.fits[k], dtype=np.int64) for k in range(T)]
+        self._op_cost = np.array(P.op_cost, dtype=np.float64)
+        self._carbon_power = np.array([P.weights.carbon * p for p in P.power], dtype=np.float64)  # w.carbon x power_kw
 
     @classmethod
     def of(cls, planner: PlannerAllocator, num_envs: int) -> BatchPlanner:
@@ -499,10 +503,10 @@ class BatchPlanner:
         audits = self._field(obs, "shocks_seen")[:, int(ShockKind.COMPLIANCE_AUDIT)].astype(np.float64)
         has_prev = self._has_prev[rows]
         log_w = self.log_w if index is None else self.log_w[rows]  # (a copy when some arenas: written back below)
-        top = P._ceiling
-        counts = np.minimum(declared, P._unreachable.shape[1] - 1)
+        top = P.ceiling
+        counts = np.minimum(declared, P.unreachable.shape[1] - 1)
         for k in range(self.n_tiers):
-            log_w += P._unreachable[k][counts[:, :, k]]
+            log_w += P.unreachable[k][counts[:, :, k]]
         # the revealed pairs: only a team revealed last tick receives anything but 0.0 (adding 0.0 to a
         # log-weight, finite and negative, changes no bit, so the other teams are skipped)
         arena, team = np.nonzero(has_prev[:, None] & self._prev_revealed[rows])
@@ -519,9 +523,9 @@ class BatchPlanner:
         if audited.size:
             before, now = prev_credibility[audited], credibility[audited]
             total = self._prev_declared[rows[audited]].sum(axis=2)  # declared totals, arenas x teams
-            heard = (before >= P._bluff_loss) & (total > 0)  # InflationBelief.saw_audit's cases
-            exposed = before - now >= P._bluff_loss - 1e-6
-            exposed_if = total[..., None] / BLUFF_GRID * (1 + P._tolerance) < total[..., None] - 1e-9
+            heard = (before >= P.bluff_loss) & (total > 0)  # InflationBelief.saw_audit's cases
+            exposed = before - now >= P.bluff_loss - 1e-6
+            exposed_if = total[..., None] / BLUFF_GRID * (1 + P.tolerance) < total[..., None] - 1e-9
             sub = log_w[audited]
             sub[heard] += np.where(exposed_if == exposed[..., None], 0.0, AUDIT)[heard]
             log_w[audited] = sub
@@ -553,7 +557,7 @@ class BatchPlanner:
     def _deflate(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
         """:func:`deflate` of each declaration (arenas x teams x tiers) under the deflation of
         ``factor`` (an index of ``BLUFF_GRID`` per arena and team), through the table."""
-        ceiling = self.planner._ceiling
+        ceiling = self.planner.ceiling
         column = np.where(declared <= 0, 0, np.minimum(declared, ceiling) + 1)
         g = np.broadcast_to(factor[..., None], declared.shape)
         k = np.broadcast_to(self._tiers, declared.shape)
@@ -585,7 +589,7 @@ class BatchPlanner:
         offer_price = self._field(obs, "offer_price").astype(np.float64)
         budget = self._field(obs, "budget")[:, 0].astype(np.float64)
         pressure = self._field(obs, "pressure").astype(np.float64)
-        escalating = self._field(obs, "stance")[:, :, P._i_escalate] > 0.5
+        escalating = self._field(obs, "stance")[:, :, P.i_escalate] > 0.5
         totals = need.sum(axis=2)
         served = totals > 0
         # urgency order; the teams without need last, in index order (the trim order's tail)
@@ -599,7 +603,7 @@ class BatchPlanner:
         unmet = np.zeros((n, N, T), dtype=np.int64)  # 0 for a team not served (nothing below touches it)
         left = online.copy()
         # 1. own tier, large-memory tiers first
-        for k in reversed(P._by_memory):
+        for k in reversed(P.by_memory):
             for p in range(N):
                 wanted, on = need_at[:, p, k], served_at[:, p]
                 give = np.where(on, np.minimum(wanted, left[:, k]), 0)
@@ -630,8 +634,8 @@ class BatchPlanner:
         larger tier with room, else split upward, team by team, large-memory tiers first."""
         ar = np.arange(len(grant))
         for p in range(self.n_teams):
-            for k in reversed(self.planner._by_memory):
-                larger = self.planner._larger[k]
+            for k in reversed(self.planner.by_memory):
+                larger = self.planner.larger[k]
                 rest = unmet[:, p, k]
                 todo = rest > 0
                 if not larger or not todo.any():
@@ -660,16 +664,16 @@ class BatchPlanner:
         P = self.planner
         n, T = len(obs), self.n_tiers
         buy = np.zeros((n, T), dtype=np.int64)
-        ticks_left = np.maximum(P._max_ticks - tick, 1)
+        ticks_left = np.maximum(P.max_ticks - tick, 1)
         money = np.maximum(budget * np.minimum(1.0, P.pacing / ticks_left) - SPEND_EPS, 0.0)
         price = offer_price * PRICE_SLACK
-        cost = P._w.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
+        cost = P.weights.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
         # per arena and tier: the tiers that fit, cheapest offer first (ties: smaller memory)
         cheapest = [f[np.lexsort((np.broadcast_to(self._rank[f], (n, len(f))), offer_price[:, f]), axis=-1)]
                     for f in self._fits]
         for p in range(self.n_teams):
             worth = P.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
-            for k in reversed(P._by_memory):
+            for k in reversed(P.by_memory):
                 r = np.flatnonzero(unmet[:, p, k] > 0)  # the arenas where this team still lacks GPUs of this tier
                 if not r.size:
                     continue
@@ -696,8 +700,8 @@ class BatchPlanner:
         cap = self._field(obs, "carbon_cap")[:, 0].astype(np.float64)
         intensity = self._field(obs, "intensity_forecast")[:, 0].astype(np.float64)
         pace = used / np.maximum(tick, 1)
-        projected = used + pace * (self.planner._max_ticks - tick)
-        charged = ~(projected <= cap) & (self.planner._w.carbon != 0)
+        projected = used + pace * (self.planner.max_ticks - tick)
+        charged = ~(projected <= cap) & (self.planner.weights.carbon != 0)
         return np.where(charged[:, None], self._carbon_power * intensity[:, None], 0.0)
 
     def _fit(self, obs: np.ndarray, buy: np.ndarray, grant: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -58,7 +58,7 @@ from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
 from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import Policy
-from policies.batch import BatchPolicy, LoopBatchPolicy
+from policies.batch import BatchPolicy, LoopBatchPolicy, OneArena, batch_of
 from policies.batch_allocators import (
     BatchBestFit,
     BatchDrf,
@@ -69,12 +69,11 @@ from policies.batch_allocators import (
     BatchProportional,
     BatchRandom,
 )
-from policies.batch_scripted import BatchDemandPricedBroker, BatchFixedPriceBroker, BatchTeam
-from policies.brokers import DemandPricedBroker, FixedPriceBroker
+from policies.brokers import BROKERS
 from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.oracle import OracleAllocator, make_oracle
 from policies.planner import BatchPlanner, PlannerAllocator
-from policies.teams import ARCHETYPE_PROFILES, TeamPolicy, make_team_factory
+from policies.teams import ARCHETYPE_PROFILES, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
 
@@ -98,7 +97,7 @@ class PolicySpec:
 
 
 def _params_of(
-    cls: Callable[..., Any], skip: tuple[str, ...] = ("self", "config", "agent", "seed", "env")
+    cls: Callable[..., Any], skip: tuple[str, ...] = ("self", "config", "agent", "seed", "env", "num_envs")
 ) -> tuple[str, ...]:
     return tuple(p for p in inspect.signature(cls).parameters if p not in skip)
 
@@ -116,8 +115,8 @@ def register(spec: PolicySpec) -> None:
 
 for _archetype in ARCHETYPE_PROFILES:
     register(PolicySpec(_archetype, "team", make_team_factory(_archetype), ("bluff", "escalate_after")))
-for _broker in (DemandPricedBroker, FixedPriceBroker):
-    register(PolicySpec(_broker.name, "broker", _broker, _params_of(_broker)))
+for _broker in BROKERS:
+    register(PolicySpec(_broker.name, "broker", OneArena.maker(_broker), _params_of(_broker)))
 for _name, _allocator in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", _allocator, _params_of(_allocator)))
 register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
@@ -250,13 +249,13 @@ INTEGER_PARAMETERS = frozenset({"level", "escalate_after", "crisis_levels", "hor
 FLAG_PARAMETERS = frozenset({"defer"})  # true or false; every other parameter is a number (never true)
 
 
-# The batched form of each policy that has one (policies/batch*.py): built from the per-arena policy
-# (its parameters and layouts) and the number of arenas. A policy not named here acts in a batch
-# through LoopBatchPolicy. One line per policy.
+# The batched form of each policy that has one, from the per-arena policy and the number of arenas:
+# the policy a batch-of-one adaptor wraps (batch_of: teams, brokers), or one built from the per-arena
+# policy's parameters and layouts (policies/batch_allocators.py, BatchPlanner). A policy not named here
+# acts in a batch through LoopBatchPolicy. One line per policy.
 BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
-    **{archetype: BatchTeam for archetype in ARCHETYPE_PROFILES},
-    "demand_priced": BatchDemandPricedBroker,
-    "fixed_price": BatchFixedPriceBroker,
+    **{archetype: batch_of for archetype in ARCHETYPE_PROFILES},
+    **{broker.name: batch_of for broker in BROKERS},
     "random": BatchRandom,
     "equal_split": BatchEqualSplit,
     "proportional": BatchProportional,
@@ -315,5 +314,5 @@ def _population_problems(config: ScenarioConfig) -> list[str]:
 scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
-__all__ = ["BATCHED", "FIXED_PREFIX", "ROLES", "PolicySpec", "TeamPolicy", "available_policies", "batch_policy",
+__all__ = ["BATCHED", "FIXED_PREFIX", "ROLES", "PolicySpec", "available_policies", "batch_policy",
            "fixed_code_name", "make_policy", "policy_spec", "register"]

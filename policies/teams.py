@@ -28,7 +28,9 @@ archetype          bluff  escalate_after  character
 ``greedy_bluffer`` and ``truthful`` share the escalation threshold on purpose: the
 misreport gain (bluffer minus truthful, docs/rules.md §9) then measures bluffing alone.
 Both numbers can be overridden per policy (``make_policy("growth", ..., bluff=1.3)``).
-Teams are deterministic: they never draw from their generator.
+Teams are deterministic: they never draw random numbers. :class:`BatchTeam` is the one
+definition, over N arenas; the per-arena team is a batch of one of it
+(:class:`policies.batch.OneArena`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import numpy as np
 
 from commons_arena.enums import Stance
 from commons_arena.scenario import ARCHETYPES, ScenarioConfig
-from policies.base import ScriptedPolicy
+from policies.batch import BatchScripted, OneArena
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ if set(ARCHETYPE_PROFILES) != set(ARCHETYPES):  # a scenario could name an arche
     raise RuntimeError(f"team profiles {sorted(ARCHETYPE_PROFILES)} differ from the archetypes {sorted(ARCHETYPES)}")
 
 
-class TeamPolicy(ScriptedPolicy):
-    """One archetype: see the module docstring for the rules."""
+class BatchTeam(BatchScripted):
+    """One archetype in ``num_envs`` arenas: see the module docstring for the rules. Its
+    per-arena form is a batch of one (:func:`make_team_factory`)."""
 
     role = "team"
 
@@ -72,7 +75,7 @@ class TeamPolicy(ScriptedPolicy):
         self,
         config: ScenarioConfig,
         agent: str,
-        seed: int | None = None,
+        num_envs: int,
         archetype: str = "truthful",
         bluff: float | None = None,
         escalate_after: int | None = None,
@@ -80,36 +83,44 @@ class TeamPolicy(ScriptedPolicy):
         if archetype not in ARCHETYPE_PROFILES:
             raise ValueError(f"unknown archetype {archetype!r}; known: {sorted(ARCHETYPE_PROFILES)}")
         base = ARCHETYPE_PROFILES[archetype]
-        self.name = archetype  # type: ignore[misc]
+        self.name = archetype
         self.bluff = float(base.bluff if bluff is None else bluff)
         self.escalate_after = int(base.escalate_after if escalate_after is None else escalate_after)
         if self.bluff < 0 or not math.isfinite(self.bluff):
             raise ValueError(f"bluff must be a finite number >= 0, got {self.bluff}")
         if self.escalate_after < 1:
             raise ValueError(f"escalate_after must be >= 1, got {self.escalate_after}")
-        super().__init__(config, agent, seed)
-        T = self.n_tiers
+        T = len(config.gpu_tiers)
+        self._answered = np.zeros((num_envs, T))  # the declaration last tick's grant answered
+        self._has_answered = np.zeros(num_envs, dtype=bool)  # False: the first tick (nothing answered yet)
+        super().__init__(config, agent, num_envs)
+        sl = self.obs_layout.slices
         self._request_high = self.high[:T]
-        self._sl_need = self.obs_layout.slices["need"]
-        self._sl_grant = self.obs_layout.slices["last_grant"]
-        self._sl_declared = self.obs_layout.slices["declared"]
-        self._i_streak = self.obs_layout.slices["starved_streak"].start
-        self._out = np.zeros(T + 1, dtype=np.int64)
-
-    def clear(self) -> None:
-        self._answered: np.ndarray | None = None  # the declaration last tick's grant answered
+        self._sl_need, self._sl_grant, self._sl_declared = sl["need"], sl["last_grant"], sl["declared"]
+        self._i_streak = sl["starved_streak"].start
 
     @property
     def params(self) -> dict[str, Any]:
         return {"bluff": self.bluff, "escalate_after": self.escalate_after}
 
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return {"archetype": self.name, **self.params}
+
+    def clear(self, arenas: np.ndarray) -> None:
+        self._has_answered[arenas] = False
+
     def decide(self, obs: np.ndarray) -> np.ndarray:
         T = self.n_tiers
-        out = np.zeros(T + 1, dtype=np.int64)
-        out[:T] = declare(obs[self._sl_need], self.bluff, self._request_high)
-        out[T] = stance(obs[self._i_streak], obs[self._sl_grant], self._answered, self.escalate_after)
+        out = np.zeros((self.num_envs, T + 1), dtype=np.int64)
+        out[:, :T] = declare(obs[:, self._sl_need], self.bluff, self._request_high)
+        # the stance rule (stance() below), every row at once
+        escalate = obs[:, self._i_streak] >= self.escalate_after
+        counter = self._has_answered & np.any(obs[:, self._sl_grant] < self._answered, axis=1)
+        out[:, T] = np.where(escalate, int(Stance.ESCALATE), np.where(counter, int(Stance.COUNTER), int(Stance.ACCEPT)))
         # this tick's `declared` is what next tick's `last_grant` will answer
-        self._answered = obs[self._sl_declared].copy()
+        self._answered[:] = obs[:, self._sl_declared]
+        self._has_answered[:] = True
         return out
 
 
@@ -133,11 +144,10 @@ def stance(
 
 
 def make_team_factory(archetype: str):
-    """A constructor for one archetype, for the registry."""
+    """The per-arena constructor ``(config, agent, seed=None, **params)`` of one archetype (a batch
+    of one of :class:`BatchTeam`), for the registry."""
 
-    def factory(config: ScenarioConfig, agent: str, seed: int | None = None, **params: Any) -> TeamPolicy:
-        return TeamPolicy(config, agent, seed, archetype=archetype, **params)
-
+    factory = OneArena.maker(BatchTeam, archetype=archetype)
     factory.__name__ = f"team_{archetype}"
     factory.__doc__ = f"Team archetype {archetype!r}: {ARCHETYPE_PROFILES[archetype].doc}."
     return factory

@@ -127,7 +127,7 @@ def test_every_scripted_team_broker_and_allocator_has_a_batched_form() -> None:
         config = load_scenario("standard")
         agent = seats_for(config, name)[0]
         policy = batch_policy(name, config, agent, 3)
-        assert isinstance(policy, BATCHED[name]) and isinstance(policy, BatchPolicy)  # type: ignore[arg-type]
+        assert isinstance(policy, BatchPolicy) and not isinstance(policy, LoopBatchPolicy) and policy.num_envs == 3
 
 
 def test_a_policy_without_a_batched_form_acts_through_the_loop() -> None:
@@ -146,7 +146,7 @@ def test_parameters_reach_the_batched_form() -> None:
     config = load_scenario("standard")
     team = config.teams[0].name
     policy = batch_policy("growth", config, team, 2, bluff=3.0)
-    assert policy.policy.bluff == 3.0  # type: ignore[attr-defined]
+    assert policy.params["bluff"] == 3.0  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

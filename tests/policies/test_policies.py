@@ -192,7 +192,7 @@ def test_team_declaration_is_clipped_to_its_space():
 def test_team_stance_escalates_after_threshold_and_counters_a_short_grant():
     config = commons_arena.load_scenario("standard")
     policy = make_policy("reliability", config, "robotics")  # escalate_after = 3
-    assert policy.escalate_after == 3
+    assert policy.params["escalate_after"] == 3
     # tick 1: it had declared [2, 2, 0] for this tick
     assert policy.act(team_obs(config, "robotics", need=[2, 2, 0], declared=[2, 2, 0]))[3] == Stance.ACCEPT
     # tick 2: the grant for tick 1 was short of [2, 2, 0], starved once -> counter
