@@ -10,6 +10,11 @@ Only ``act`` is timed; the two forms' actions are then compared, and a differenc
 
     python -m experiments.bench.policies                       # N = 256 and 1,024, every batched policy
     python -m experiments.bench.policies --sizes 8 --ticks 3   # a quick check that it runs
+    python -m experiments.bench.policies --sizes 1 --ticks 2000  # N = 1: a batch of one against the per-arena form
+
+At N = 1 the columns say what a batch-of-one adaptor (``policies.batch.OneArena``) would cost per
+act: the teams and brokers are defined once (their per-arena form is that adaptor, so both columns
+time the same code); the allocators and planner keep a per-arena form (issue 51, stage 3).
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ def main(args: Args) -> None:
     pool = observation_pool(args.scenario, args.episodes, args.seed)
     rng = np.random.default_rng(args.seed)
     print(f"{args.scenario}: {args.ticks} act calls per form, actions/s (one action = one arena's action)")
-    print(f"{'policy':<16}{'N':>7}{'batched':>14}{'loop':>12}{'speed-up':>10}")
+    print(f"{'policy':<16}{'N':>7}{'batched':>14}{'loop':>12}{'speed-up':>10}{'us/act batched':>16}{'loop':>8}")
     for name in args.policies or tuple(BATCHED):
         role = policy_spec(name).role
         agent = next(a for a in pool if role_of(config, a) == role)
@@ -88,7 +93,9 @@ def main(args: Args) -> None:
             if not np.array_equal(got, want):
                 raise SystemExit(f"{name} as {agent}: the batched actions differ from the per-arena ones at N={n}")
             actions = args.ticks * n
-            print(f"{name:<16}{n:>7}{actions / fast:>14,.0f}{actions / slow:>12,.0f}{slow / fast:>9.1f}x")
+            per_call = 1e6 / args.ticks
+            print(f"{name:<16}{n:>7}{actions / fast:>14,.0f}{actions / slow:>12,.0f}{slow / fast:>9.1f}x"
+                  f"{fast * per_call:>16,.0f}{slow * per_call:>8,.0f}")
 
 
 if __name__ == "__main__":
