@@ -146,7 +146,7 @@ class Tournament:
             refuse_overwrite(out, self.force, inputs=inputs, what="folder")
 
     def run(self):
-        from experiments.evaluation.engine import PlayOptions
+        from experiments.evaluation.results import PlayOptions
         from experiments.evaluation.tables import markdown_table
         from experiments.evaluation.tournament import run_tournament
 
@@ -282,7 +282,7 @@ class Benchmark:
 
     def run(self):
         from experiments.evaluation.benchmark import run_benchmark
-        from experiments.evaluation.engine import PlayOptions
+        from experiments.evaluation.results import PlayOptions
         from experiments.evaluation.suite import load_suite
         from experiments.evaluation.tables import markdown_table
 

@@ -199,12 +199,12 @@ class Play:
             refuse_overwrite(self.record, self.force, inputs=inputs)
 
     def run(self) -> dict[str, dict[str, float]]:
-        from experiments.evaluation.engine import play_all
+        from experiments.evaluation.engine import play
 
         base = commons_arena.parallel_env(scenario=self.scenario, render_mode=None if self.quiet else "human")
         print(f"scenario {base.config.name} (hash {base.config.content_hash}), seed {self.seed}")
         # every seat is background: the same seed plays the same episode as any other command
-        [episode] = play_all(base, self._background(base), [self.seed], record=self.record)
+        [episode] = list(play(base, self._background(base), [self.seed], record=self.record))
         summary = episode.summaries
         print("\nfinal totals")
         for agent, totals in summary.items():

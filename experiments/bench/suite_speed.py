@@ -25,7 +25,7 @@ import numpy as np
 import tyro
 
 from experiments.evaluation.benchmark import benchmark_seeds, run_benchmark
-from experiments.evaluation.engine import PlayOptions
+from experiments.evaluation.results import PlayOptions
 from experiments.evaluation.suite import Suite, load_suite
 
 
@@ -51,14 +51,14 @@ def oracle_spread(suite: Suite, seed: int) -> dict[str, float]:
     """Seconds of one oracle (allocator) episode per distinct game scenario of ``suite``, its own
     background around it: how unevenly the references' cost is spread (a MILP per tick)."""
     from commons_arena.enums import ALLOCATOR
-    from experiments.evaluation.engine import play_returns
+    from experiments.evaluation.engine import play, returns_of
 
     seconds: dict[str, float] = {}
     for evaluation in suite.evaluations:
         if evaluation.config.name in seconds:
             continue
         start = time.perf_counter()
-        play_returns(evaluation.config, evaluation.background.with_agent(ALLOCATOR, "oracle"), [seed], ALLOCATOR)
+        returns_of(play(evaluation.config, evaluation.background.with_agent(ALLOCATOR, "oracle"), [seed]), ALLOCATOR)
         seconds[evaluation.config.name] = time.perf_counter() - start
     return seconds
 

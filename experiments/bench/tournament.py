@@ -31,7 +31,8 @@ from pathlib import Path
 
 import tyro
 
-from experiments.evaluation.engine import MIN_ARENAS, QUIET, missing_groups, play_roster, plays_batched
+from experiments.evaluation.engine import MIN_ARENAS, on_batched_core
+from experiments.evaluation.results import QUIET, fill_store, missing_groups
 from experiments.evaluation.roster import Roster, roster_from_dict
 from experiments.evaluation.store import ResultStore
 from policies.registry import available_policies
@@ -62,7 +63,7 @@ def main(args: Args) -> dict[str, float]:
     roster = scripted_roster(args.scenario, args.seeds)
     print(f"{roster.episodes} scripted episodes on {args.scenario} ({len(roster.players)} allocators x {args.seeds} "
           f"seeds); {os.cpu_count()} CPUs on this machine")
-    on_core = [g.player.name for g in missing_groups(roster, set()) if plays_batched(g)]
+    on_core = [g.player.name for g in missing_groups(roster, set()) if on_batched_core(g)]
     print(f"  on the batched core by default: {len(on_core)} of {len(roster.players)} allocators "
           f"({', '.join(on_core) or 'none'}; the rest per arena)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,12 +71,12 @@ def main(args: Args) -> dict[str, float]:
         warm_up = scripted_roster(args.scenario, MIN_ARENAS)  # imports and first-call costs of both paths, untimed
         for batched in (False, True):
             with ResultStore(Path(tmp) / f"warm_{batched}.sqlite") as store:
-                play_roster(warm_up, store, replace(QUIET, workers=1, batched=batched))
+                fill_store([warm_up], store, replace(QUIET, workers=1, batched=batched))
         with ResultStore(looped) as store:
-            per_arena = play_roster(roster, store, replace(QUIET, workers=1, batched=False))
+            per_arena = fill_store([roster], store, replace(QUIET, workers=1, batched=False))
         cpu = time.process_time()
         with ResultStore(one) as store:
-            single = play_roster(roster, store, replace(QUIET, workers=1))
+            single = fill_store([roster], store, replace(QUIET, workers=1))
         single_cpu = time.process_time() - cpu
         identical = _rows(looped) == _rows(one)
         figures = {
@@ -101,7 +102,7 @@ def main(args: Args) -> dict[str, float]:
             startup = time.perf_counter() - start
             cpu = time.process_time()
             with ResultStore(many) as store:
-                parallel = play_roster(roster, store, replace(QUIET, workers=args.ray_workers, ray_min_seconds=0.0))
+                parallel = fill_store([roster], store, replace(QUIET, workers=args.ray_workers, ray_min_seconds=0.0))
             driver_cpu = time.process_time() - cpu
             ray.shutdown()
             identical = identical and _rows(one) == _rows(many)

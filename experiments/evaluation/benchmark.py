@@ -6,7 +6,7 @@
 A suite (:mod:`experiments.evaluation.suite`) is a list of evaluation scenarios (game
 scenario + focal seat + background). Each is a :class:`~experiments.evaluation.roster.Roster`
 of one scenario x one background, and every roster goes through the tournaments' engine
-(:func:`experiments.evaluation.engine.play_rosters`) into one SQLite store, so a rerun plays
+(:func:`experiments.evaluation.results.fill_store`) into one SQLite store, so a rerun plays
 only the missing rows and the references are played once per store, whichever policy is
 benchmarked next.
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, safe_join
-from experiments.evaluation.engine import DEFAULT_OPTIONS, PlayOptions, PlayReport, planned_keys, play_rosters
+from experiments.evaluation.results import DEFAULT_OPTIONS, PlayOptions, PlayReport, fill_store, planned_keys
 from experiments.evaluation.roster import UNIFORM_RANDOM, Player, Roster, check_roster
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.suite import EvaluationScenario, Suite
@@ -105,7 +105,7 @@ def best_codes(suite: Suite, store: ResultStore, options: PlayOptions) -> tuple[
         return {}, None
     seeds = SEED_RANGES[SELECTION_RANGE].seeds(suite.selection_seeds)
     rosters = {e.name: evaluation_roster(suite, e, code_players(suite, e), seeds) for e in suite.evaluations}
-    report = play_rosters(list(rosters.values()), store, options, desc="fixed codes")
+    report = fill_store(list(rosters.values()), store, options, desc="fixed codes")
     best = {}
     for name, roster in rosters.items():
         means: dict[str, list[float]] = {}
@@ -238,7 +238,7 @@ def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db
     with ResultStore(path) as store:
         high, selection = best_codes(suite, store, options)
         rosters = plan(suite, policy, seeds, high)
-        report = play_rosters(rosters, store, options, desc="benchmark")
+        report = fill_store(rosters, store, options, desc="benchmark")
         rows, scores = score_tables(suite, policy, rosters, store, seeds)
     result = BenchmarkResult(suite, policy, list(seeds), report, selection, rows, summary_rows(suite, policy, scores))
     folder = report_folder(out, suite, policy)

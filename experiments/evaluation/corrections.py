@@ -16,7 +16,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.engine import Observer, Tick, play_all
+from experiments.evaluation.engine import Observer, Tick, play
 from policies import Population
 from policies.codecs import ResidualPlannerCodec
 from policies.learned import LearnedPolicy
@@ -50,7 +50,7 @@ def mean_corrections(checkpoint: Path, scenario: str, seeds: range) -> dict[int,
     recorder = CorrectionRecorder(policy.codec)
     policies = dict(Population.default(env.config).build(env.config, env=env))
     policies[ALLOCATOR] = policy
-    play_all(env, policies, seeds, recorder)
+    list(play(env, policies, seeds, recorder))
     return {t: recorder.total[t] / n for t, n in enumerate(recorder.count) if n > 0}
 
 

@@ -33,7 +33,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
-from experiments.evaluation.engine import Observer, Tick, play_all
+from experiments.evaluation.engine import Observer, Tick, play
 from experiments.statistics import mean_ci95
 from policies.base import Policy
 from policies.population import Population
@@ -70,7 +70,7 @@ class SeatTotals(Observer):
 def seat_totals(env: Any, policies: Mapping[str, Policy], seat: str, seeds: Sequence[int]) -> list[tuple[float, float, float]]:
     """Per seed, the seat's (granted, declared, needed) GPUs (:class:`SeatTotals`), played by the engine."""
     totals = SeatTotals(env.config, seat)
-    play_all(env, dict(policies), seeds, totals)
+    list(play(env, dict(policies), seeds, totals))
     return totals.totals
 
 

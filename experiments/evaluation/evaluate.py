@@ -32,14 +32,12 @@ from tqdm import tqdm
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder
-from experiments.evaluation.engine import Group, play_episodes
-from experiments.evaluation.roster import Player
-from experiments.evaluation.store import EpisodeKey
+from experiments.evaluation.engine import play
 from experiments.evaluation.tables import write_table
 from experiments.seeds import validate_seeds
 from experiments.statistics import mean_ci95, paired_difference
 from policies.allocators import SCRIPTED_ALLOCATORS
-from policies.population import Entry, Population
+from policies.population import Population
 
 RANDOM, ORACLE, PLANNER = "random", "oracle", "planner"
 # the scripted allocators a learned one is held to, random aside (it anchors the score like
@@ -125,10 +123,8 @@ def play_many(
     background = Population.default(config)
     for agent, policy in (overrides or {}).items():
         background = background.with_agent(agent, policy)
-    keys = tuple(EpisodeKey(ALLOCATOR, config.name, config.content_hash, "default", "", allocator, "", seed)
-                 for seed in seeds)
-    group = Group(config, ALLOCATOR, background, Player(allocator, Entry(allocator)), keys, record=record)
-    return [episode for _, episode, _ in play_episodes(group)]
+    return [episode.summaries for episode in play(config, background.with_agent(ALLOCATOR, allocator), seeds,
+                                                  record=record)]
 
 
 def summarise(scenario: str, allocator: str, episodes: list[dict[str, dict[str, float]]]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import numpy as np
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.engine import play_returns
+from experiments.evaluation.engine import play, returns_of
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
 from experiments.statistics import paired_difference
@@ -78,7 +78,7 @@ def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
     env = commons_arena.parallel_env(scenario=scenario)
     policies = dict(Population.default(env.config).build(env.config, env=env))
     variant = policies[ALLOCATOR] = PlannerVariant(env, rule, on_grants)
-    result = np.array(play_returns(env, policies, seeds, ALLOCATOR))
+    result = np.array(returns_of(play(env, policies, seeds), ALLOCATOR))
     return result, variant
 
 

@@ -31,13 +31,11 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.engine import Group, play_episodes
+from experiments.evaluation.engine import play
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, ORACLE, RANDOM, Episodes, score_rows
-from experiments.evaluation.roster import Player
-from experiments.evaluation.store import EpisodeKey
 from experiments.evaluation.tables import write_table
 from experiments.statistics import paired_difference
-from policies.population import Entry, Population
+from policies.population import Population
 
 MISREPORT_ALLOCATORS = ("proportional", "planner")
 CHECK_COLUMNS = ("allocator", "reward_mean", "reward_ci95", "score", "ratio", "completed", "missed", "invalid_units",
@@ -66,10 +64,8 @@ def _play(config: ScenarioConfig, allocator: str, seeds: Sequence[int],
     background = Population.default(config)
     for agent, policy in (overrides or {}).items():
         background = background.with_agent(agent, policy)
-    keys = tuple(EpisodeKey(ALLOCATOR, config.name, config.content_hash, "default", "", allocator, "", seed)
-                 for seed in seeds)
-    played = list(play_episodes(Group(config, ALLOCATOR, background, Player(allocator, Entry(allocator)), keys)))
-    return [episode for _, episode, _ in played], [seconds for _, _, seconds in played]
+    played = list(play(config, background.with_agent(ALLOCATOR, allocator), seeds))
+    return [episode.summaries for episode in played], [episode.wall_seconds for episode in played]
 
 
 def check_scenario(scenario: str | Path | ScenarioConfig, seeds: Sequence[int],

@@ -52,13 +52,14 @@ from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario,
 from experiments.evaluation.roster import (
     SEAT_TEAMS,
     BackgroundTables,
+    EvaluationScenario,
     RosterError,
     backgrounds_of,
     focal_agents,
     parse_seat,
     seat_role,
 )
-from policies.population import Population, PopulationError
+from policies.population import PopulationError
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
 DEFAULT_REFERENCE = {ALLOCATOR: "planner", "team": "truthful", BROKER: "demand_priced"}
@@ -97,22 +98,6 @@ class SuiteModel(_Strict):
     selection_seeds: int = Field(default=10, ge=1, le=MAX_SELECTION_SEEDS)
     evaluation: list[EntryModel] = Field(min_length=1)
     backgrounds: BackgroundTables
-
-
-@dataclass(frozen=True)
-class EvaluationScenario:
-    """A game scenario, the focal seat and the background that fills every other seat."""
-
-    config: ScenarioConfig
-    seat: str  # allocator | broker | team:<name>
-    background_name: str
-    background: Population
-
-    @property
-    def name(self) -> str:
-        """``<scenario>@<background>`` (``/<seat>`` added for a team seat): unique within a suite."""
-        team = "" if self.seat in (ALLOCATOR, BROKER) else f"/{self.seat.removeprefix('team:')}"
-        return f"{self.config.name}{team}@{self.background_name}"
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, write_figure
-from experiments.evaluation.engine import DEFAULT_OPTIONS, PlayOptions, PlayReport, planned_keys, play_roster
 from experiments.evaluation.metagame import Aggregates, aggregate
+from experiments.evaluation.results import DEFAULT_OPTIONS, PlayOptions, PlayReport, fill_store, planned_keys
 from experiments.evaluation.roster import Roster, RosterError, roster_from_dict
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.tables import write_table
@@ -46,7 +46,7 @@ def run_tournament(roster: Roster, out: Path, db: Path | None = None,
     """Play what the store lacks, then write every table and figure of ``roster`` to ``out``."""
     path = db if db is not None else out / "results.sqlite"
     with ResultStore(path) as store:
-        report = play_roster(roster, store, options)
+        report = fill_store([roster], store, options)
         rows = store.rows(planned_keys(roster))
     result = TournamentResult(roster, report, aggregate(roster, rows), path)
     result.written = write_reports(roster, result.aggregates, out)

@@ -50,7 +50,7 @@ from commons_arena.errors import one_line
 from commons_arena.files import check_outputs, make_folder, write_figure, write_file
 from commons_arena.inputs import load_json_object
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.engine import arena_for, play_all, play_returns
+from experiments.evaluation.engine import arena_for, play, returns_of
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, play_many
 from experiments.evaluation.tables import markdown_table
 from experiments.evaluation.traces import (
@@ -145,7 +145,7 @@ def code_usage(config: ScenarioConfig, population: Population, seat: str, seeds:
     policies = population.build(config, env=env, strict=False)
     codec = getattr(policies[seat], "codec", None)
     chosen = SeatCodes(seat)
-    play_all(env, policies, seeds, chosen)
+    list(play(env, policies, seeds, chosen))
     codes = [tuple(int(x) for x in code.ravel()) for code in chosen.codes]
     counts: dict[tuple[int, ...], int] = {}
     for code in codes:
@@ -171,7 +171,7 @@ def learning_rows(config: ScenarioConfig, info: RunInfo, seat: str, role: str, s
     references.update({name: name for name in REFERENCES[role]})
     rows = [{"seat": seat, "policy": "trained", "return": float(np.mean(trained)), "trained_minus": 0.0, "ci95": 0.0}]
     for name, policy in references.items():
-        values = play_returns(config, joint_population(info, **{seat: policy}), seeds, seat)
+        values = returns_of(play(config, joint_population(info, **{seat: policy}), seeds), seat)
         diff, ci = paired_difference(trained, values)
         rows.append({"seat": seat, "policy": name, "return": float(np.mean(values)), "trained_minus": diff, "ci95": ci})
     return rows

@@ -43,7 +43,7 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, toml_text, write_file
-from experiments.evaluation.engine import QUIET, planned_keys
+from experiments.evaluation.results import QUIET, planned_keys
 from experiments.evaluation.roster import roster_from_dict
 from experiments.evaluation.store import ResultStore, by_seed
 from experiments.evaluation.tables import markdown_table, write_table

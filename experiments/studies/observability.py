@@ -63,19 +63,19 @@ def _training_scenarios(args: ObservabilityArgs) -> list[ScenarioConfig]:
 
 def teacher_gains(args: ObservabilityArgs) -> list[dict[str, Any]]:
     """Per scenario: the teacher's normalised gain over planner (paired, distil's check) and its 95 % CI."""
-    from experiments.evaluation.engine import play_returns
+    from experiments.evaluation.engine import play, returns_of
     from policies.population import Population
 
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
     rows = []
     for config in _training_scenarios(args):
         population = Population.default(config)
-        anchors = {name: np.mean(play_returns(config, population.with_agent(ALLOCATOR, name), seeds, ALLOCATOR))
+        anchors = {name: np.mean(returns_of(play(config, population.with_agent(ALLOCATOR, name), seeds), ALLOCATOR))
                    for name in ("random", "oracle")}
         span = float(anchors["oracle"] - anchors["random"])
         teacher_minus_planner = np.array(paired_check((config, seeds, None, 0, 2)))  # no network: the teacher
         gain, half = mean_ci95((teacher_minus_planner / span).tolist())
-        planner = np.mean(play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR))
+        planner = np.mean(returns_of(play(config, population.with_agent(ALLOCATOR, "planner"), seeds), ALLOCATOR))
         rows.append({"scenario": config.name, "teams": len(config.teams), "tiers": len(config.gpu_tiers),
                      "planner": float((planner - anchors["random"]) / span),
                      "gain": gain, "ci95": half, "beats_planner": gain - half > 0})

@@ -197,7 +197,7 @@ def play_dagger(config: ScenarioConfig, seeds: Sequence[int], student: CellNetwo
                 beta: float = 1.0, clip: int = 2) -> DaggerAllocator:
     """Play ``seeds`` of ``config`` with its default population and one :class:`DaggerAllocator`
     in the allocator seat (the teacher alone by default); that seat, holding every tick's rows."""
-    from experiments.evaluation.engine import play_all
+    from experiments.evaluation.engine import play
     from policies.population import Population
 
     made: list[DaggerAllocator] = []
@@ -206,7 +206,7 @@ def play_dagger(config: ScenarioConfig, seeds: Sequence[int], student: CellNetwo
         if not made:
             made.append(DaggerAllocator(env, student, beta, clip))
         return Population.default(config).build(env.config, env=env, strict=False) | {ALLOCATOR: made[0]}
-    play_all(config, lineup, seeds)
+    list(play(config, lineup, seeds))
     return made[0]
 
 
@@ -223,7 +223,7 @@ def _collect(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, float, 
 def paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, int, int]) -> list[float]:
     """Per seed: the greedy student's allocator return minus ``planner``'s (same seeds, default
     population); with no network, the (privileged) teacher's."""
-    from experiments.evaluation.engine import play_returns
+    from experiments.evaluation.engine import play, returns_of
     from policies.learned import LearnedPolicy
     from policies.population import Population
 
@@ -235,8 +235,8 @@ def paired_check(job: tuple[ScenarioConfig, list[int], PolicyNetwork | None, int
         policies[ALLOCATOR] = (DaggerAllocator(env, None, 1.0, clip, record=False) if network is None
                                else LearnedPolicy.cells(network, config))
         return policies
-    mine = play_returns(config, lineup, seeds, ALLOCATOR)
-    theirs = play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR)
+    mine = returns_of(play(config, lineup, seeds), ALLOCATOR)
+    theirs = returns_of(play(config, population.with_agent(ALLOCATOR, "planner"), seeds), ALLOCATOR)
     return [a - b for a, b in zip(mine, theirs, strict=True)]
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.engine import play_returns
+from experiments.evaluation.engine import play, returns_of
 from experiments.evaluation.evaluate import (
     BASELINE_ALLOCATORS,
     best_other,
@@ -31,8 +31,8 @@ from policies.population import Population
 
 def allocator_returns_alone(policy: LearnedPolicy, config: ScenarioConfig, seeds: Sequence[int]) -> list[float]:
     """Per-seed returns of the learned allocator (greedy) against the scenario's own population."""
-    return play_returns(config, lambda env: {**Population.default(config).build(config, env=env), ALLOCATOR: policy},
-                        seeds, ALLOCATOR)
+    return returns_of(play(config, lambda env: {**Population.default(config).build(config, env=env), ALLOCATOR: policy},
+                             seeds), ALLOCATOR)
 
 
 def learned_policies(networks: Mapping[str, Any], setup: RunSetup, config: ScenarioConfig) -> dict[str, LearnedPolicy]:

@@ -255,8 +255,8 @@ def payoff_matrix(run: Path, config: ScenarioConfig, seeds: Sequence[int], focal
     symmetric zero-sum game ``A - Aᵀ`` (``metagame.zero_sum_nash``)."""
     from dataclasses import replace
 
-    from experiments.evaluation.engine import QUIET
     from experiments.evaluation.metagame import zero_sum_nash
+    from experiments.evaluation.results import QUIET
     from experiments.evaluation.roster import roster_from_dict
     from experiments.evaluation.tournament import run_tournament
     from policies.policy_set import SET_DIR

@@ -23,7 +23,7 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.files import write_file
 from commons_arena.inputs import load_json
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.engine import Observer, Tick, play_all
+from experiments.evaluation.engine import Observer, Tick, play
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
 from experiments.training.mixture import Mixture, load_mixture
@@ -137,8 +137,8 @@ def sample_observations(configs: Sequence[ScenarioConfig], run_seed: int) -> dic
     samples = Observations()
     for config in configs:
         for allocator in ("random", "proportional"):
-            play_all(config, Population.default(config).with_agent(ALLOCATOR, allocator), scale_sample_seeds(run_seed),
-                     samples)
+            list(play(config, Population.default(config).with_agent(ALLOCATOR, allocator), scale_sample_seeds(run_seed),
+                      samples))
     return {seat: np.stack(obs) for seat, obs in samples.rows.items()}
 
 

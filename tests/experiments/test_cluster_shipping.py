@@ -92,7 +92,7 @@ import ray
 from ray.cluster_utils import Cluster
 from commons_arena.enums import ALLOCATOR
 from experiments.cluster import start_ray
-from experiments.evaluation import engine
+from experiments.evaluation import results, workers
 from experiments.evaluation.roster import roster_from_dict
 from experiments.training import algorithm, setup as run_setup
 from experiments.training.args import TrainArgs
@@ -117,17 +117,17 @@ try:
     ckpt = save_agent(work / "alloc", "standard", ALLOCATOR, codec="relative")
     roster = roster_from_dict({"seat": ALLOCATOR, "scenarios": ["standard"], "seeds": [1, 2, 3, 4],
                                "entrants": ["edf", f"learned:{ckpt}"]}, source="test")
-    groups = engine.missing_groups(roster, set())
-    local = [(r.key.as_tuple(), r.focal_return, r.episode) for r in engine.run_in_process(groups)]
-    packed = engine.pack_all
+    groups = results.missing_groups(roster, set())
+    local = [(i, r.seed, r.focal_return, r.episode) for i, r in workers.run_in_process(groups)]
+    packed = workers.pack_all
 
     def pack_then_delete(names):  # the driver packs; the folder is gone before any task starts
         shipped = packed(names)
         shutil.rmtree(ckpt)
         return shipped
 
-    engine.pack_all = pack_then_delete
-    remote = [(r.key.as_tuple(), r.focal_return, r.episode) for r in engine.run_on_ray(groups, 2, cluster.address)]
+    workers.pack_all = pack_then_delete
+    remote = [(i, r.seed, r.focal_return, r.episode) for i, r in workers.run_on_ray(groups, 2, cluster.address)]
     out["tournament_same"] = sorted(local) == sorted(remote)
     out["tournament_rows"] = len(remote)
     out["tournament_folder_gone"] = not ckpt.exists()

@@ -218,7 +218,7 @@ def test_corrections_benchmark_reads_what_a_need_checkpoint_played(tmp_path):
     """experiments.evaluation.corrections: recording a need-codec checkpoint's corrections does not
     change its play, and the recorded mean at tick 0 is the module's own tick-0 correction."""
     from experiments.evaluation.corrections import CorrectionRecorder, mean_corrections
-    from experiments.evaluation.engine import play_returns
+    from experiments.evaluation.engine import play, returns_of
     from policies.learned import ModuleInterface
 
     env = commons_arena.parallel_env("crisis")
@@ -238,5 +238,5 @@ def test_corrections_benchmark_reads_what_a_need_checkpoint_played(tmp_path):
 
     built = dict(Population.default(env.config).with_agent(ALLOCATOR, f"learned:{folder}").build(env.config, env=env))
     plain = run_episode(env, built, 5)[ALLOCATOR]["return"]
-    watched = play_returns(env, built, [5], ALLOCATOR, CorrectionRecorder(policy.codec))
+    watched = returns_of(play(env, built, [5], CorrectionRecorder(policy.codec)), ALLOCATOR)
     assert watched == [plain]  # an observer does not change the play

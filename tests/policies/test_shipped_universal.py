@@ -13,7 +13,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.family import load_split
 from commons_arena.scenario import ScenarioConfig, scenario_from_dict
-from experiments.evaluation.engine import play_returns
+from experiments.evaluation.engine import play, returns_of
 from experiments.seeds import first_seed
 from policies.checkpoint_format import CheckpointError
 from policies.learned import LearnedPolicy, read_sidecar
@@ -56,8 +56,8 @@ def test_it_plays_every_kind_of_cluster_zero_shot_and_reproducibly(name: str) ->
     policy = make_policy(f"learned:{SHIPPED}", config, ALLOCATOR)
     assert isinstance(policy, LearnedPolicy)
     lineup = Population.default(config).build(config, strict=False) | {ALLOCATOR: policy}
-    first = play_returns(config, lineup, [5, 6], ALLOCATOR)
-    again = play_returns(config, lineup, [5, 6], ALLOCATOR)
+    first = returns_of(play(config, lineup, [5, 6]), ALLOCATOR)
+    again = returns_of(play(config, lineup, [5, 6]), ALLOCATOR)
     assert np.isfinite(first).all() and first == again
 
 
@@ -72,8 +72,8 @@ def test_learned_universal_names_the_shipped_checkpoint_from_any_folder(tmp_path
     assert "universal" in shipped_checkpoints() and Path(local_path("universal")) == SHIPPED
     by_name = make_policy("learned:universal", config, ALLOCATOR)
     lineup = Population.default(config).build(config, strict=False)
-    assert play_returns(config, lineup | {ALLOCATOR: by_name}, [3], ALLOCATOR) == \
-        play_returns(config, lineup | {ALLOCATOR: by_path}, [3], ALLOCATOR)
+    assert returns_of(play(config, lineup | {ALLOCATOR: by_name}, [3]), ALLOCATOR) == \
+        returns_of(play(config, lineup | {ALLOCATOR: by_path}, [3]), ALLOCATOR)
     assert pack("universal").sha256 == pack(str(SHIPPED)).sha256  # Ray workers get the same bytes
     with pytest.raises(CheckpointError, match="write learned:universal to play it from any folder"):
         make_policy("learned:checkpoints/universal", config, ALLOCATOR)  # tmp_path has no checkpoints/
@@ -89,8 +89,8 @@ def test_it_is_trained_it_beats_planner_on_crisis() -> None:
     population = Population.default(config)
     seeds = list(range(first_seed("compare"), first_seed("compare") + 12))
     lineup = population.build(config, strict=False) | {ALLOCATOR: make_policy(f"learned:{SHIPPED}", config, ALLOCATOR)}
-    mine = np.array(play_returns(config, lineup, seeds, ALLOCATOR))
-    planner = np.array(play_returns(config, population.with_agent(ALLOCATOR, "planner"), seeds, ALLOCATOR))
+    mine = np.array(returns_of(play(config, lineup, seeds), ALLOCATOR))
+    planner = np.array(returns_of(play(config, population.with_agent(ALLOCATOR, "planner"), seeds), ALLOCATOR))
     assert (mine - planner).mean() > 0, (mine - planner).tolist()
 
 

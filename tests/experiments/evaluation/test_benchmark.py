@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.evaluation.benchmark import SELECTION_RANGE, benchmark_seeds, run_benchmark
-from experiments.evaluation.engine import QUIET
+from experiments.evaluation.results import QUIET
 from experiments.evaluation.suite import SuiteError, list_suites, load_suite, suite_from_dict
 from experiments.seeds import SEED_RANGES
 from experiments.statistics import (

@@ -13,11 +13,13 @@ import pytest
 import commons_arena
 from experiments.evaluation import engine
 from experiments.evaluation.benchmark import benchmark_seeds, run_benchmark
-from experiments.evaluation.engine import PER_ARENA_ENV, QUIET, missing_groups, plays_batched
+from experiments.evaluation.engine import PER_ARENA_ENV, on_batched_core
 from experiments.evaluation.evaluate import evaluate
+from experiments.evaluation.results import QUIET, fill_store, missing_groups
 from experiments.evaluation.roster import Roster, roster_from_dict
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.suite import suite_from_dict
+from policies.population import Population
 from policies.registry import BATCHED, available_policies
 from tests.experiments.evaluation.test_benchmark import tiny_file  # noqa: F401 (a fixture)
 
@@ -60,19 +62,19 @@ def both_ways(tmp_path: Path, rosters: list[Roster], monkeypatch: pytest.MonkeyP
     batched, per_arena = tmp_path / "batched.sqlite", tmp_path / "per_arena.sqlite"
     with monkeypatch.context() as patch:
         if only_batched:
-            forbid(patch, "play")  # every group must take the batched path
+            forbid(patch, "per_arena_episodes")  # every group must take the batched path
         with ResultStore(batched) as store:
-            engine.play_rosters(rosters, store, replace(QUIET, workers=1))
+            fill_store(rosters, store, replace(QUIET, workers=1))
     with monkeypatch.context() as patch:
-        forbid(patch, "play_batched")
+        forbid(patch, "batched_episodes")
         with ResultStore(per_arena) as store:
-            engine.play_rosters(rosters, store, replace(QUIET, workers=1, batched=False))
+            fill_store(rosters, store, replace(QUIET, workers=1, batched=False))
     return stored(batched), stored(per_arena)
 
 
 def test_a_scripted_tournament_stores_the_same_rows_batched_and_per_arena(tmp_path, monkeypatch):
     roster = allocator_roster(["standard", "crisis"], [3, 11])
-    assert all(plays_batched(g) for g in missing_groups(roster, set()))
+    assert all(on_batched_core(g) for g in missing_groups(roster, set()))
     batched, per_arena = both_ways(tmp_path, [roster], monkeypatch)
     assert len(batched) == roster.episodes == 2 * len(roster.players) * 2
     assert batched == per_arena
@@ -81,13 +83,13 @@ def test_a_scripted_tournament_stores_the_same_rows_batched_and_per_arena(tmp_pa
 def test_a_group_longer_than_one_batch_plays_in_several_in_seed_order(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "MAX_ARENAS", 2)  # 5 seeds: batches of 2, 2 and 1
     sizes: list[list[int]] = []
-    real = engine.play_batched
+    real = engine.batch_summaries
 
     def counted(config: Any, policies: Any, seeds: list[int]) -> Any:
         sizes.append(list(seeds))
         return real(config, policies, seeds)
 
-    monkeypatch.setattr(engine, "play_batched", counted)
+    monkeypatch.setattr(engine, "batch_summaries", counted)
     roster = roster_from_dict({"scenarios": ["price_shock"], "seeds": {"first": 40, "count": 5},
                                "entrants": ["planner", "drf"], "anchors": {"low": "random", "high": "edf"}},
                               source="(test)")
@@ -101,7 +103,7 @@ def test_the_team_seat_plays_batched_with_scripted_teams(tmp_path, monkeypatch):
                                "entrants": ["greedy_bluffer", "truthful"],
                                "anchors": {"low": "truthful", "high": "greedy_bluffer"}}, source="(test)")
     groups = missing_groups(roster, set())
-    assert groups and all(plays_batched(g) for g in groups)
+    assert groups and all(on_batched_core(g) for g in groups)
     batched, per_arena = both_ways(tmp_path, [roster], monkeypatch)
     assert len(batched) == roster.episodes and batched == per_arena
 
@@ -111,49 +113,41 @@ def test_who_plays_per_arena(tmp_path, monkeypatch):
     roster = roster_from_dict({"scenarios": ["standard"], "seeds": [1], "entrants": ["edf"],
                                "anchors": {"low": "random", "high": "oracle"}}, source="(test)")
     by_player = {g.player.name: g for g in missing_groups(roster, set())}
-    assert plays_batched(by_player["edf"]) and plays_batched(by_player["random"])
-    assert not plays_batched(by_player["oracle"])
-    assert not plays_batched(by_player["edf"], batched=False)
-    assert not plays_batched(replace(by_player["edf"], record=tmp_path / "r.jsonl"))
+    assert on_batched_core(by_player["edf"]) and on_batched_core(by_player["random"])
+    assert not on_batched_core(by_player["oracle"])
+    assert not on_batched_core(by_player["edf"], batched=False)
+    assert not on_batched_core(replace(by_player["edf"], record=tmp_path / "r.jsonl"))
     monkeypatch.setattr(engine, "MIN_ARENAS", 2)
-    assert not plays_batched(by_player["edf"])  # one seed: per arena is faster
+    assert not on_batched_core(by_player["edf"])  # one seed: per arena is faster
     monkeypatch.setattr(engine, "MIN_ARENAS", 1)
     monkeypatch.setenv(PER_ARENA_ENV, "1")
-    assert not plays_batched(by_player["edf"])
+    assert not on_batched_core(by_player["edf"])
     monkeypatch.setenv(PER_ARENA_ENV, "0")
-    assert plays_batched(by_player["edf"])
+    assert on_batched_core(by_player["edf"])
     team = roster_from_dict({"seat": "team:search", "scenarios": ["standard"], "seeds": [1], "entrants": ["truthful"],
                              "anchors": {"low": "random", "high": "truthful"}}, source="(test)")
     players = {g.player.name: g for g in missing_groups(team, set())}
-    assert players["random"].player.uniform_random and not plays_batched(players["random"])
+    assert players["random"].player.uniform_random and not on_batched_core(players["random"])
     # a mixed roster stores the same rows whichever path each group takes
     batched, per_arena = both_ways(tmp_path, [roster, team], monkeypatch, only_batched=False)
     assert len(batched) == 3 + 2 and batched == per_arena
 
 
-def test_a_bad_batched_request_names_what_to_fix():
-    roster = roster_from_dict({"scenarios": ["standard"], "seeds": [1], "entrants": ["edf"],
-                               "anchors": {"low": "random", "high": "oracle"}}, source="(test)")
-    oracle = next(g for g in missing_groups(roster, set()) if g.player.name == "oracle")
-    with pytest.raises(ValueError, match="no batched form; play it per arena"):
-        engine.batched_policies(oracle, 2)
-
-
-def test_play_batched_matches_the_reference_episode_of_each_seed():
+def test_play_matches_the_reference_episode_of_each_seed_on_the_batched_core(monkeypatch):
     """Each arena's episode totals are the reference env's for its seed, whatever the batch holds."""
-    roster = allocator_roster(["standard"], [3])
-    group = next(g for g in missing_groups(roster, set()) if g.player.name == "planner")
+    config = commons_arena.load_scenario("standard")
+    lineup = Population.default(config).with_agent("allocator", "planner")
     seeds = [7, 3, 7]
-    batched = engine.play_batched(group.config, engine.batched_policies(group, len(seeds)), seeds)
-    reference = [e.summaries for e in engine.play(commons_arena.load_scenario("standard"),
-                                                   lambda env: engine.focal_policies(group, env), seeds)]
+    batched = [e.summaries for e in engine.play(config, lineup, seeds)]
+    forbid(monkeypatch, "batched_episodes")
+    reference = [e.summaries for e in engine.play(config, lineup, seeds, batched=False)]
     assert batched == reference and batched[0] == batched[2] != batched[1]
 
 
 def test_evaluate_gives_the_same_tables_batched_and_per_arena(monkeypatch):
     batched = evaluate(["standard"], ["planner"], [11, 12], misreport=True, progress=False)
     monkeypatch.setenv(PER_ARENA_ENV, "1")
-    forbid(monkeypatch, "play_batched")
+    forbid(monkeypatch, "batched_episodes")
     per_arena = evaluate(["standard"], ["planner"], [11, 12], misreport=True, progress=False)
     assert batched.episodes == per_arena.episodes
     for table in ("rows", "episode_scores", "misreport"):  # repr: a nan cell equals itself

@@ -18,19 +18,13 @@ import pytest
 
 import commons_arena
 from commands.cli import main
-from experiments.evaluation.engine import (
-    QUIET,
-    batches,
-    choose_workers,
-    group_seconds,
-    missing_groups,
-    play_roster,
-)
 from experiments.evaluation.evaluate import evaluate
 from experiments.evaluation.metagame import match_ranks, nash_win_rates, zero_sum_nash
+from experiments.evaluation.results import QUIET, fill_store, missing_groups
 from experiments.evaluation.roster import RosterError, load_roster, roster_from_dict
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from experiments.evaluation.tournament import flag_roster, run_tournament
+from experiments.evaluation.workers import choose_workers, group_seconds, parcels
 from tests.commands.test_cli_errors import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -206,29 +200,30 @@ def test_small_tournaments_stay_in_process():
 
 def test_heavy_episodes_are_tasks_of_their_own_and_start_first(monkeypatch):
     """An episode estimated at HEAVY_EPISODE_SECONDS or more (here: the oracle's, with the threshold lowered) is one
-    batch, so one slow scenario's seeds spread over every worker; those batches come first, the slowest first, and
-    the cheap episodes follow in batches of consecutive seeds; every episode is in exactly one batch."""
-    import experiments.evaluation.engine as engine
+    parcel, so one slow scenario's seeds spread over every worker; those parcels come first, the slowest first, and
+    the cheap episodes follow in parcels of consecutive seeds; every episode is in exactly one parcel."""
+    import experiments.evaluation.workers as workers
 
     roster = flag_roster(["standard", "cost_pressure"], ["edf"], list(range(4)))  # random, oracle, edf x 2 x 4
     groups = missing_groups(roster, set())
     oracle = [g for g in groups if not g.player.uniform_random and g.player.entry.policy == "oracle"]
-    per_episode = {g.config.name: group_seconds(g) / len(g.keys) for g in oracle}
-    monkeypatch.setattr(engine, "HEAVY_EPISODE_SECONDS", min(per_episode.values()) * 0.99)
-    parts = batches(groups, 2)
-    keys = [k.as_tuple() for part in parts for g in part for k in g.keys]
-    assert sorted(keys) == sorted(k.as_tuple() for g in groups for k in g.keys)
+    per_episode = {g.evaluation.config.name: group_seconds(g) / len(g.seeds) for g in oracle}
+    monkeypatch.setattr(workers, "HEAVY_EPISODE_SECONDS", min(per_episode.values()) * 0.99)
+    parts = parcels(groups, 2)
+    played = [(i, seed) for part in parts for i, g in part for seed in g.seeds]
+    assert sorted(played) == sorted((i, seed) for i, g in enumerate(groups) for seed in g.seeds)
     heavy = parts[:len(oracle) * 4]
-    assert all(len(part) == 1 and len(part[0].keys) == 1 and part[0].player.entry.policy == "oracle" for part in heavy)
-    costs = [group_seconds(part[0]) for part in heavy]
+    assert all(len(part) == 1 and len(part[0][1].seeds) == 1 and part[0][1].player.entry.policy == "oracle"
+               for part in heavy)
+    costs = [group_seconds(part[0][1]) for part in heavy]
     assert costs == sorted(costs, reverse=True)
-    assert [part[0].config.name for part in heavy[:4]] == [max(per_episode, key=per_episode.get)] * 4
+    assert [part[0][1].evaluation.config.name for part in heavy[:4]] == [max(per_episode, key=per_episode.get)] * 4
     assert not any(not g.player.uniform_random and g.player.entry.policy == "oracle"
-                   for part in parts[len(heavy):] for g in part)
+                   for part in parts[len(heavy):] for _, g in part)
 
 
 def test_the_oracles_estimate_grows_with_a_clusters_jobs_and_shrinks_with_its_gpus():
-    import experiments.evaluation.engine as engine
+    import experiments.evaluation.workers as engine
 
     config = commons_arena.load_scenario("standard")
     floor = engine.ORACLE_SECONDS_PER_TICK * config.max_ticks
@@ -245,25 +240,24 @@ def test_the_oracles_estimate_grows_with_a_clusters_jobs_and_shrinks_with_its_gp
 
 
 @pytest.mark.slow
-def test_batches_cover_every_episode_once_in_balanced_parts(allocator_run):
+def test_parcels_cover_every_episode_once_in_balanced_parts(allocator_run):
     roster, _, _ = allocator_run
     groups = missing_groups(roster, set())
-    parts = batches(groups, 2)
-    keys = [k for part in parts for g in part for k in g.keys]
-    assert sorted(k.as_tuple() for k in keys) == sorted(k.as_tuple() for g in groups for k in g.keys)
+    parts = parcels(groups, 2)
+    played = [(i, seed) for part in parts for i, g in part for seed in g.seeds]
+    assert sorted(played) == sorted((i, seed) for i, g in enumerate(groups) for seed in g.seeds)
     assert 5 <= len(parts) <= 7  # about three per worker
-    costs = [sum(group_seconds(g) for g in part) for part in parts]
+    costs = [sum(group_seconds(g) for _, g in part) for part in parts]
     assert max(costs[:-1]) < 2 * min(costs[:-1])  # the oracle's expensive episodes are spread, not lumped
-    assert all(len({(g.keys[0].scenario, g.keys[0].background, g.keys[0].player) for g in part}) == len(part)
-               for part in parts)  # one group per player, scenario and background in a batch
+    assert all(len({i for i, _ in part}) == len(part) for part in parts)  # one run of each group in a parcel
 
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ray_batches_store_the_same_rows(ray_session, allocator_run, tmp_path):
+def test_ray_parcels_store_the_same_rows(ray_session, allocator_run, tmp_path):
     roster, result, _ = allocator_run
     with ResultStore(tmp_path / "ray.sqlite") as store:
-        report = play_roster(roster, store, replace(QUIET, workers=2, ray_min_seconds=0.0))
+        report = fill_store([roster], store, replace(QUIET, workers=2, ray_min_seconds=0.0))
     assert report.mode == "ray x2" and report.played == roster.episodes
     assert stored(tmp_path / "ray.sqlite") == stored(result.store)
 
@@ -481,7 +475,7 @@ def test_the_engine_plays_what_run_episode_plays_and_shows_every_tick():
     """engine.play: the same episodes as policies.focal.run_episode for a population, built policies or a
     factory; an observer sees every tick in order and changes nothing."""
     import commons_arena
-    from experiments.evaluation.engine import Observer, play_all
+    from experiments.evaluation.engine import Observer, play
     from policies.focal import run_episode
     from policies.population import Population
 
@@ -507,7 +501,7 @@ def test_the_engine_plays_what_run_episode_plays_and_shows_every_tick():
     env = commons_arena.parallel_env(config)
     built = population.build(config, env=env, strict=False)
     for lineup, observer in ((population, None), (built, watched), (lambda e: population.build(config, env=e), None)):
-        assert [e.summaries for e in play_all(config, lineup, [3, 4], observer)] == expected
+        assert [e.summaries for e in play(config, lineup, [3, 4], observer)] == expected
     ticks = [s for s in watched.seen if s[0] == "tick"]
     assert len(ticks) == 2 * config.max_ticks and [s[2] for s in ticks[:config.max_ticks]] == list(range(config.max_ticks))
     assert [s[:2] for s in watched.seen if s[0] != "tick"] == [("begin", 3), ("end", 3), ("begin", 4), ("end", 4)]

@@ -16,7 +16,7 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.engine import QUIET
+from experiments.evaluation.results import QUIET
 from experiments.evaluation.roster import RosterError, roster_from_dict
 from experiments.evaluation.store import ChangedError, ResultStore
 from experiments.evaluation.tournament import run_tournament
