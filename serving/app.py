@@ -58,10 +58,11 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
@@ -203,168 +204,214 @@ def _info(settings: ServeSettings, store: SessionStore) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Hosted:
+    """What one app serves (``app.state.hosted``): its settings, its sessions, what ``/info`` says of them."""
+
+    settings: ServeSettings
+    store: SessionStore
+    info: dict[str, Any]
+
+    @property
+    def limit(self) -> int:
+        return self.settings.limits.max_body_bytes
+
+
+def hosted(connection: Request | WebSocket) -> Hosted:
+    """The app's :class:`Hosted`, from a request or a socket."""
+    return connection.app.state.hosted
+
+
+routes = APIRouter()
+
+
+@routes.get("/health")
+async def health() -> dict[str, Any]:
+    return {"status": "healthy"}
+
+
+@routes.get("/metadata")
+async def get_metadata() -> dict[str, Any]:
+    return _metadata()
+
+
+@routes.get("/info")
+async def get_info(request: Request) -> dict[str, Any]:
+    served = hosted(request)
+    return {**served.info, "sessions": len(served.store.sessions)}
+
+
+@routes.get("/schema")
+async def schema(request: Request, scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
+    settings = hosted(request).settings
+    config = settings.config(scenario)
+    name = seat or (settings.seats[0] if settings.seats[0] in config.agents else config.agents[0])
+    try:
+        spec = seat_spec(config, name)
+    except ValueError as err:
+        raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+    observation = observation_schema(spec)
+    observation["properties"].update(OBSERVATION_EXTRAS)
+    return {"action": action_schema(spec), "observation": observation, "state": STATE_SCHEMA}
+
+
+@routes.post("/reset")
+async def reset(request: Request) -> dict[str, Any]:
+    served = hosted(request)
+    data = _object(await read_json(request, served.limit), "the reset body")
+    session_id = data.pop("session_id", None)
+    session = served.store.get(session_id) if session_id is not None else served.store.open("http")
+    try:
+        frame = await session.run(session.reset, data)  # off the event loop: it builds and checks policies
+    except BaseException:
+        if session_id is None:  # a session opened by a failed request is not left behind
+            served.store.close(session.id)
+        raise
+    return frame
+
+
+@routes.post("/step")
+async def step(request: Request) -> dict[str, Any]:
+    served = hosted(request)
+    data = _object(await read_json(request, served.limit), "the step body")
+    unknown = [k for k in data if k not in STEP_KEYS]
+    if unknown:
+        raise ServeError(422, "INVALID_REQUEST", f"unknown step key(s) {unknown}; send {{\"session_id\", \"action\"}}",
+                         field=unknown[0])
+    if "action" not in data:
+        raise ServeError(422, "INVALID_REQUEST", "the step body needs \"action\" (and \"session_id\")",
+                         field="action")
+    if "session_id" not in data:
+        raise ServeError(422, "INVALID_REQUEST", "the step body needs \"session_id\" (from /reset's response)",
+                         field="session_id")
+    session = served.store.get(data["session_id"])
+    return await session.run(session.step, data["action"])  # off the event loop: the background may be the oracle
+
+
+@routes.get("/state")
+async def state(request: Request, session_id: str | None = None) -> dict[str, Any]:
+    if session_id is None:
+        raise ServeError(422, "INVALID_REQUEST", "GET /state needs ?session_id=", field="session_id")
+    session = hosted(request).store.get(session_id)
+    async with session.turn:
+        return session.state()
+
+
+@routes.post("/close")
+async def close(request: Request) -> dict[str, Any]:
+    served = hosted(request)
+    data = _object(await read_json(request, served.limit), "the close body")
+    session = served.store.get(data.get("session_id"))
+    served.store.close(session.id)
+    return {"closed": session.id}
+
+
+@routes.get("/sessions/{session_id}/recording")
+async def recording(request: Request, session_id: str) -> Response:
+    session = hosted(request).store.get(session_id)
+    async with session.turn:
+        text = session.recording_text()
+    return PlainTextResponse(text, media_type="application/x-ndjson", headers={
+        "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
+
+
+@routes.post("/preview")
+async def preview(request: Request) -> dict[str, Any]:
+    served = hosted(request)
+    data = _object(await read_json(request, served.limit), "the preview body")
+    session = served.store.get(data.get("session_id"))
+    return await session.run(preview_of, session, data.get("action"))
+
+
+@routes.get("/sessions/{session_id}/summary")
+async def summary(request: Request, session_id: str) -> dict[str, Any]:
+    args = summary_args(hosted(request).store.get(session_id))
+    return await asyncio.to_thread(summary_of, *args)  # the references play whole episodes: off the event loop
+
+
+@routes.get("/play/spec")
+async def play_spec(request: Request, scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
+    config = hosted(request).settings.config(scenario)
+    try:
+        spec = seat_spec(config, seat or config.agents[0])
+    except ValueError as err:
+        raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+    return {**form_spec(spec), "guide": seat_guide(spec)}  # the text briefing's facts: one source
+
+
+@routes.get("/")
+async def index() -> Response:
+    return RedirectResponse("/play")
+
+
+@routes.get("/play")
+async def play() -> Response:
+    return FileResponse(ASSETS / "play.html", media_type="text/html", headers={"Content-Security-Policy": PLAY_CSP})
+
+
+@routes.get("/play/{asset}")
+async def play_asset(asset: str) -> Response:
+    if asset not in PLAY_ASSETS:
+        raise ServeError(404, "NOT_FOUND", f"no asset {asset!r}")
+    path, media_type = PLAY_ASSETS[asset]
+    return FileResponse(path, media_type=media_type)
+
+
+@routes.websocket("/ws")
+async def websocket(ws: WebSocket) -> None:
+    served = hosted(ws)
+    await ws.accept()
+    try:
+        session = served.store.open("ws")
+    except ServeError as err:
+        await ws.send_text(json.dumps({"type": "error", "data": err.to_dict()}))
+        await ws.close(code=1013, reason="server full")
+        return
+    try:
+        await _serve_socket(ws, session, served.store, served.limit)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        served.store.close(session.id)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Idle sessions reaped while the app runs; the MCP endpoint's session manager running."""
+    served: Hosted = app.state.hosted
+
+    async def reap() -> None:
+        while True:
+            await asyncio.sleep(max(0.05, min(5.0, served.settings.limits.idle_seconds / 4)))
+            served.store.expire()
+
+    task = asyncio.create_task(reap())
+    try:
+        async with app.state.mcp.session_manager.run():
+            yield
+    finally:
+        task.cancel()
+
+
 def create_app(settings: ServeSettings | None = None) -> FastAPI:
-    """The app for ``settings`` (default: the standard scenario, the allocator seat remote)."""
+    """The app for ``settings`` (default: the standard scenario, the allocator seat remote): the named
+    routes above, ``/mcp`` (:mod:`serving.mcp_seat`) and the idle reaper."""
     settings = settings or ServeSettings()
     for seat in settings.seats:  # fail at start, not at the first reset
         seat_spec(load_scenario(settings.scenario), seat)
     store = SessionStore(settings)
-    limit = settings.limits.max_body_bytes
     from serving.mcp_seat import McpEndpoint, build_mcp  # the mcp SDK (serve extra) costs ~1 s to import
-
-    mcp_endpoint = McpEndpoint(build_mcp(settings, store), limit)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async def reap() -> None:
-            while True:
-                await asyncio.sleep(max(0.05, min(5.0, settings.limits.idle_seconds / 4)))
-                store.expire()
-
-        task = asyncio.create_task(reap())
-        try:
-            async with mcp_endpoint.session_manager.run():
-                yield
-        finally:
-            task.cancel()
 
     app = FastAPI(title="commons_arena", version=commons_arena.__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
+    app.state.hosted = Hosted(settings, store, _info(settings, store))
     app.state.store = store
+    app.state.mcp = McpEndpoint(build_mcp(settings, store), settings.limits.max_body_bytes)
     app.add_exception_handler(ServeError, lambda request, err: _error_response(err))  # type: ignore[arg-type, return-value]
     # a bug still answers in JSON (Starlette logs it); the tests hold that no request reaches this
     app.add_exception_handler(Exception, lambda request, err: _error_response(_internal(err)))
-    metadata, info = _metadata(), _info(settings, store)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "healthy"}
-
-    @app.get("/metadata")
-    async def get_metadata() -> dict[str, Any]:
-        return metadata
-
-    @app.get("/info")
-    async def get_info() -> dict[str, Any]:
-        return {**info, "sessions": len(store.sessions)}
-
-    @app.get("/schema")
-    async def schema(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
-        config = settings.config(scenario)
-        name = seat or (settings.seats[0] if settings.seats[0] in config.agents else config.agents[0])
-        try:
-            spec = seat_spec(config, name)
-        except ValueError as err:
-            raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
-        observation = observation_schema(spec)
-        observation["properties"].update(OBSERVATION_EXTRAS)
-        return {"action": action_schema(spec), "observation": observation, "state": STATE_SCHEMA}
-
-    @app.post("/reset")
-    async def reset(request: Request) -> dict[str, Any]:
-        data = _object(await read_json(request, limit), "the reset body")
-        session_id = data.pop("session_id", None)
-        session = store.get(session_id) if session_id is not None else store.open("http")
-        try:
-            frame = await session.run(session.reset, data)  # off the event loop: it builds and checks policies
-        except BaseException:
-            if session_id is None:  # a session opened by a failed request is not left behind
-                store.close(session.id)
-            raise
-        return frame
-
-    @app.post("/step")
-    async def step(request: Request) -> dict[str, Any]:
-        data = _object(await read_json(request, limit), "the step body")
-        unknown = [k for k in data if k not in STEP_KEYS]
-        if unknown:
-            raise ServeError(422, "INVALID_REQUEST", f"unknown step key(s) {unknown}; send {{\"session_id\", \"action\"}}",
-                             field=unknown[0])
-        if "action" not in data:
-            raise ServeError(422, "INVALID_REQUEST", "the step body needs \"action\" (and \"session_id\")",
-                             field="action")
-        if "session_id" not in data:
-            raise ServeError(422, "INVALID_REQUEST", "the step body needs \"session_id\" (from /reset's response)",
-                             field="session_id")
-        session = store.get(data["session_id"])
-        return await session.run(session.step, data["action"])  # off the event loop: the background may be the oracle
-
-    @app.get("/state")
-    async def state(session_id: str | None = None) -> dict[str, Any]:
-        if session_id is None:
-            raise ServeError(422, "INVALID_REQUEST", "GET /state needs ?session_id=", field="session_id")
-        session = store.get(session_id)
-        async with session.turn:
-            return session.state()
-
-    @app.post("/close")
-    async def close(request: Request) -> dict[str, Any]:
-        data = _object(await read_json(request, limit), "the close body")
-        session = store.get(data.get("session_id"))
-        store.close(session.id)
-        return {"closed": session.id}
-
-    @app.get("/sessions/{session_id}/recording")
-    async def recording(session_id: str) -> Response:
-        session = store.get(session_id)
-        async with session.turn:
-            text = session.recording_text()
-        return PlainTextResponse(text, media_type="application/x-ndjson", headers={
-            "Content-Disposition": f'attachment; filename="commons_arena_{session_id[:12]}.jsonl"'})
-
-    @app.post("/preview")
-    async def preview(request: Request) -> dict[str, Any]:
-        data = _object(await read_json(request, limit), "the preview body")
-        session = store.get(data.get("session_id"))
-        return await session.run(preview_of, session, data.get("action"))
-
-    @app.get("/sessions/{session_id}/summary")
-    async def summary(session_id: str) -> dict[str, Any]:
-        args = summary_args(store.get(session_id))
-        return await asyncio.to_thread(summary_of, *args)  # the references play whole episodes: off the event loop
-
-    @app.get("/play/spec")
-    async def play_spec(scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
-        config = settings.config(scenario)
-        try:
-            spec = seat_spec(config, seat or config.agents[0])
-        except ValueError as err:
-            raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
-        return {**form_spec(spec), "guide": seat_guide(spec)}  # the text briefing's facts: one source
-
-    @app.get("/")
-    async def index() -> Response:
-        return RedirectResponse("/play")
-
-    @app.get("/play")
-    async def play() -> Response:
-        return FileResponse(ASSETS / "play.html", media_type="text/html", headers={"Content-Security-Policy": PLAY_CSP})
-
-    @app.get("/play/{asset}")
-    async def play_asset(asset: str) -> Response:
-        if asset not in PLAY_ASSETS:
-            raise ServeError(404, "NOT_FOUND", f"no asset {asset!r}")
-        path, media_type = PLAY_ASSETS[asset]
-        return FileResponse(path, media_type=media_type)
-
-    app.router.routes.append(Route("/mcp", mcp_endpoint))  # an ASGI app: every method goes to it
-
-    @app.websocket("/ws")
-    async def websocket(ws: WebSocket) -> None:
-        await ws.accept()
-        try:
-            session = store.open("ws")
-        except ServeError as err:
-            await ws.send_text(json.dumps({"type": "error", "data": err.to_dict()}))
-            await ws.close(code=1013, reason="server full")
-            return
-        try:
-            await _serve_socket(ws, session, store, limit)
-        except WebSocketDisconnect:
-            pass
-        finally:
-            store.close(session.id)
-
+    app.include_router(routes)
+    app.router.routes.append(Route("/mcp", app.state.mcp))  # an ASGI app: every method goes to it
     return app
 
 

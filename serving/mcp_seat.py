@@ -168,22 +168,15 @@ def _compact(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
-def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
-    """The MCP server of one app: its tools open and play sessions of ``store``."""
-    server = MCPServer(name="commons_arena", instructions=INSTRUCTIONS, version=commons_arena.__version__,
-                       log_level="WARNING")
-    for method in UNUSED_METHODS:  # no empty prompts/resources advertised (the SDK has no switch for it)
-        server._lowlevel_server._request_handlers.pop(method, None)
-    scenarios = settings.allowed_scenarios()
-    seats = sorted({a for name in scenarios for a in settings.config(name).agents},
-                   key=lambda a: (a != "allocator", a == "broker", a))
-    # Every parameter is Any to the SDK's validator (this module checks them and says what is wrong in one sentence);
-    # its JSON Schema (type, enum, description) is what a client reads. Annotations are objects here, not strings.
+def tool_parameters(seats: list[str], scenarios: list[str]) -> dict[str, dict[str, Any]]:
+    """Every tool's parameters as a client reads them. Each is ``Any`` to the SDK's validator (this module
+    checks them and says what is wrong in one sentence); its JSON Schema (type, enum, description) is what a
+    client reads."""
     sid = Annotated[Any, Field(description="the session_id start_episode returned", json_schema_extra={"type": "string"})]
     an_action = Annotated[Any, Field(description="the action: a JSON object of the seat's parts (missing entries are 0), "
                                      'e.g. {"grant": {"search": {"small": 2}}}; or a text holding one such object',
                                      json_schema_extra={"type": ["object", "string"]})]
-    signatures: dict[str, dict[str, Any]] = {
+    return {
         "start_episode": {
             "seat": Annotated[Any, Field(description="the seat you play; the server's policies play the others. "
                                          "allocator: grants GPUs to teams; a team name: declares needs and runs its "
@@ -201,68 +194,136 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
         "end_episode": {"session_id": sid},
     }
 
-    def tool(fn: Any) -> Any:
-        fn.__annotations__ = {**signatures[fn.__name__], "return": str}  # the SDK reads the wrapped signature
 
-        @functools.wraps(fn)
-        async def guarded(*args: Any, **kwargs: Any) -> Any:
+def register_tool(server: MCPServer, fn: Any, parameters: dict[str, Any]) -> None:
+    """``fn`` (a coroutine of :class:`SeatTools`) as the tool of its name: its docstring the description, its
+    parameters typed by ``parameters``; an unforeseen error (a bug) answered as a named tool error."""
+
+    @functools.wraps(fn)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except ToolError:
+            raise
+        except Exception as err:  # unforeseen (a bug): logged within the cap, answered as a named error  # noqa: BLE001
+            raise ToolError(f"INTERNAL: {internal_error(err).message}") from None
+
+    signature = inspect.signature(fn)  # the SDK reads this signature: the client's parameter schema
+    guarded.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=parameters[p.name]) for p in signature.parameters.values()],
+        return_annotation=str)
+    server.tool(description=inspect.cleandoc(fn.__doc__ or ""), structured_output=False)(guarded)
+    # the arguments a call cannot do without are required in the schema a client reads; the tool keeps its
+    # default of None so a missing one is answered in one sentence (session_of, action_of), not a validation dump
+    needed = [name for name in ("session_id", "action") if name in parameters]
+    if needed:
+        server._tool_manager.get_tool(fn.__name__).parameters["required"] = needed  # type: ignore[union-attr]
+
+
+def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
+    """The MCP server of one app: its tools (:class:`SeatTools`) open and play sessions of ``store``."""
+    server = MCPServer(name="commons_arena", instructions=INSTRUCTIONS, version=commons_arena.__version__,
+                       log_level="WARNING")
+    for method in UNUSED_METHODS:  # no empty prompts/resources advertised (the SDK has no switch for it)
+        server._lowlevel_server._request_handlers.pop(method, None)
+    tools = SeatTools(settings, store)
+    parameters = tool_parameters(tools.seats, tools.scenarios)
+    for name in TOOLS:
+        register_tool(server, getattr(tools, name), parameters[name])
+    return server
+
+
+TOOLS = ("start_episode", "observe", "act", "preview", "episode_state", "end_episode")
+
+
+def action_of(action: Any, tool: str) -> Any:
+    """A tool's ``action`` argument as the session takes it: a JSON object, or ``{"text": ...}``."""
+    if action is None:
+        raise _plain_error(f"{tool} needs action: one JSON object of the seat's action parts (the briefing "
+                           'lists them), e.g. {"grant": {"search": {"small": 2}}}, or a text holding one.')
+    if isinstance(action, str):
+        if len(action) > MAX_TEXT_CHARS:  # the text action's limit, before any parse (every transport's rule)
+            raise _plain_error(f"{tool}: the action has {len(action)} characters, over the limit of {MAX_TEXT_CHARS}; "
+                               "send one JSON object of the seat's action parts." + AFTER_ACTION_ERROR.get(tool, ""))
+        stripped = action.strip()
+        if stripped.startswith("{"):  # a JSON object sent as a string: the one depth-limited parse
             try:
-                return await fn(*args, **kwargs)
-            except ToolError:
-                raise
-            except Exception as err:  # unforeseen (a bug): logged within the cap, answered as a named error  # noqa: BLE001
-                raise ToolError(f"INTERNAL: {internal_error(err).message}") from None
+                value = loads_json(stripped, "the action")
+            except TooDeep:
+                raise _plain_error(f"{tool}: the action nests deeper than {MAX_DEPTH} levels; an action nests "
+                                   "3 deep." + AFTER_ACTION_ERROR.get(tool, "")) from None
+            except InputError:
+                return {"text": action}
+            return value if isinstance(value, dict) else {"text": action}
+        return {"text": action}
+    return action
 
-        registered = server.tool(description=inspect.cleandoc(fn.__doc__ or ""), structured_output=False)(guarded)
-        # the arguments a call cannot do without are required in the schema a client reads; the tool keeps its
-        # default of None so a missing one is answered in one sentence (session_of, action_of), not a validation dump
-        needed = [name for name in ("session_id", "action") if name in signatures[fn.__name__]]
-        if needed:
-            server._tool_manager.get_tool(fn.__name__).parameters["required"] = needed  # type: ignore[union-attr]
-        return registered
 
-    def session_of(session_id: Any, tool: str) -> Session:
+async def _act(session: Session, request: Any) -> str:
+    try:
+        frame = await off_loop(session.step, request)
+    except ServeError as err:
+        raise _tool_error(err, "act") from None
+    metadata = frame["observation"]["metadata"]
+    seat = metadata["seats"][0]
+    info = metadata["info"].get(seat, {})
+    terms = {k: round(v, 4) for k, v in info.get("reward_terms", {}).items() if v}
+    out: dict[str, Any] = {"played_tick": metadata["tick"] - 1, "reward": frame["reward"],
+                           "reward_terms": terms}
+    if info.get("events"):
+        out["events"] = info["events"]
+    cuts = {k: v for k, v in info.get("repairs", {}).items() if v}
+    if cuts:
+        out["cut_as_invalid"] = cuts
+    out.update(_view(session, briefing=False))
+    if frame["done"]:
+        out.update(await _end(session))
+    return _compact(out)
+
+
+def _preview(session: Session, request: Any) -> str:
+    if session.options is None or session.done:
+        raise _tool_error(ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET", ""), "preview")
+    seat = session.options.seats[0]
+    spec = session.specs[seat]
+    try:
+        if isinstance(request, dict) and set(request) == {"text"}:
+            request = parse_text_action(spec, request["text"])
+        result = explain_preview(spec, encode_observation(spec, session.observations[seat]), request)
+    except ActionError as err:
+        raise _tool_error(ServeError.from_action(err, seat), "preview") from None
+    return "\n".join(result["lines"])
+
+
+class SeatTools:
+    """The six tools over one server's sessions (module docstring): each coroutine of :data:`TOOLS` is one."""
+
+    def __init__(self, settings: ServeSettings, store: SessionStore) -> None:
+        self.store = store
+        self.scenarios = settings.allowed_scenarios()
+        self.seats = sorted({a for name in self.scenarios for a in settings.config(name).agents},
+                            key=lambda a: (a != "allocator", a == "broker", a))
+
+    def session_of(self, session_id: Any, tool: str) -> Session:
         if not isinstance(session_id, str) or not session_id:
             raise _plain_error(f"{tool} needs session_id, the string start_episode returned; call start_episode "
                                "first if you have none.")
         try:
-            return store.get(session_id)
+            return self.store.get(session_id)
         except ServeError as err:
             raise _tool_error(err, tool) from None
 
-    def action_of(action: Any, tool: str) -> Any:
-        if action is None:
-            raise _plain_error(f"{tool} needs action: one JSON object of the seat's action parts (the briefing "
-                               'lists them), e.g. {"grant": {"search": {"small": 2}}}, or a text holding one.')
-        if isinstance(action, str):
-            if len(action) > MAX_TEXT_CHARS:  # the text action's limit, before any parse (every transport's rule)
-                raise _plain_error(f"{tool}: the action has {len(action)} characters, over the limit of {MAX_TEXT_CHARS}; "
-                                   "send one JSON object of the seat's action parts." + AFTER_ACTION_ERROR.get(tool, ""))
-            stripped = action.strip()
-            if stripped.startswith("{"):  # a JSON object sent as a string: the one depth-limited parse
-                try:
-                    value = loads_json(stripped, "the action")
-                except TooDeep:
-                    raise _plain_error(f"{tool}: the action nests deeper than {MAX_DEPTH} levels; an action nests "
-                                       "3 deep." + AFTER_ACTION_ERROR.get(tool, "")) from None
-                except InputError:
-                    return {"text": action}
-                return value if isinstance(value, dict) else {"text": action}
-            return {"text": action}
-        return action
-
-    @tool
-    async def start_episode(seat: Any = None, scenario: Any = None, seed: Any = None) -> str:
+    async def start_episode(self, seat: Any = None, scenario: Any = None, seed: Any = None) -> str:
         """Open an episode in one seat. Returns session_id, the briefing (the rules, the scoring, the action format:
         read it once, it is not repeated) and the observation of tick 0. Then call act once per tick."""
-        if seat is not None and (not isinstance(seat, str) or seat not in seats):
-            raise _plain_error(f"seat must be one of {seats}, got {seat!r}; call start_episode again.")
-        if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios):
-            raise _plain_error(f"scenario must be one of {scenarios}, got {scenario!r}; call start_episode again.")
+        if seat is not None and (not isinstance(seat, str) or seat not in self.seats):
+            raise _plain_error(f"seat must be one of {self.seats}, got {seat!r}; call start_episode again.")
+        if scenario is not None and (not isinstance(scenario, str) or scenario not in self.scenarios):
+            raise _plain_error(f"scenario must be one of {self.scenarios}, got {scenario!r}; call start_episode again.")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise _plain_error(f"seed must be a whole number, 0 or more, got {seed!r}; call start_episode again.")
         try:
-            session = store.open("http")  # reaped like an HTTP session when idle
+            session = self.store.open("http")  # reaped like an HTTP session when idle
         except ServeError as err:
             raise _tool_error(err, "start_episode") from None
         request: dict[str, Any] = {"text": False, "scenario": scenario, "seed": seed}
@@ -272,19 +333,18 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
             try:
                 frame = await off_loop(session.reset, {k: v for k, v in request.items() if v is not None})
             except ServeError as err:
-                store.close(session.id)
+                self.store.close(session.id)
                 raise _tool_error(err, "start_episode") from None
             metadata = frame["observation"]["metadata"]
             return _compact({"session_id": session.id, "seat": metadata["seats"][0], "scenario": metadata["scenario"],
                              "seed": metadata["seed"], **_view(session, briefing=True)})
 
-    @tool
-    async def observe(session_id: Any = None, briefing: Any = False) -> str:
+    async def observe(self, session_id: Any = None, briefing: Any = False) -> str:
         """The seat's observation now (changes nothing); with briefing=true the whole briefing again. After the end:
         your totals, the episode's, and what reference policies scored in your seat on the same seed."""
         if not isinstance(briefing, bool):
             raise _plain_error(f"briefing must be true or false, got {briefing!r}; call observe again.")
-        session = session_of(session_id, "observe")
+        session = self.session_of(session_id, "observe")
         async with session.turn:
             if session.options is None:
                 raise _tool_error(ServeError(409, "NOT_RESET", ""), "observe")
@@ -293,73 +353,33 @@ def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
                 out.update(await _end(session))
             return _compact(out)
 
-    @tool
-    async def act(session_id: Any = None, action: Any = None) -> str:
+    async def act(self, session_id: Any = None, action: Any = None) -> str:
         """Play one tick. Returns the reward and its non-zero terms, shock events, and the next observation with this
         tick's numbers (no briefing: observe with briefing=true repeats it). At the end: your totals and the reference
         scores. A refused action is an error naming the entry and its range; the episode does not move."""
-        session = session_of(session_id, "act")
+        session = self.session_of(session_id, "act")
         request = action_of(action, "act")
         async with session.turn:  # the step off the event loop (an oracle background); the view before any other call
             return await _act(session, request)
 
-    async def _act(session: Session, request: Any) -> str:
-        try:
-            frame = await off_loop(session.step, request)
-        except ServeError as err:
-            raise _tool_error(err, "act") from None
-        metadata = frame["observation"]["metadata"]
-        seat = metadata["seats"][0]
-        info = metadata["info"].get(seat, {})
-        terms = {k: round(v, 4) for k, v in info.get("reward_terms", {}).items() if v}
-        out: dict[str, Any] = {"played_tick": metadata["tick"] - 1, "reward": frame["reward"],
-                               "reward_terms": terms}
-        if info.get("events"):
-            out["events"] = info["events"]
-        cuts = {k: v for k, v in info.get("repairs", {}).items() if v}
-        if cuts:
-            out["cut_as_invalid"] = cuts
-        out.update(_view(session, briefing=False))
-        if frame["done"]:
-            out.update(await _end(session))
-        return _compact(out)
-
-    @tool
-    async def preview(session_id: Any = None, action: Any = None) -> str:
+    async def preview(self, session_id: Any = None, action: Any = None) -> str:
         """What an action would do this tick, without playing it: spend, carbon, grants beyond the declarations and
         the reward terms they make (allocator), where each job would run (team), prices and profit (broker), with
         the formula."""
-        session = session_of(session_id, "preview")
+        session = self.session_of(session_id, "preview")
         request = action_of(action, "preview")
         return str(await session.run(_preview, session, request))  # off the event loop, in the session's turn
 
-    def _preview(session: Session, request: Any) -> str:
-        if session.options is None or session.done:
-            raise _tool_error(ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET", ""), "preview")
-        seat = session.options.seats[0]
-        spec = session.specs[seat]
-        try:
-            if isinstance(request, dict) and set(request) == {"text"}:
-                request = parse_text_action(spec, request["text"])
-            result = explain_preview(spec, encode_observation(spec, session.observations[seat]), request)
-        except ActionError as err:
-            raise _tool_error(ServeError.from_action(err, seat), "preview") from None
-        return "\n".join(result["lines"])
-
-    @tool
-    async def episode_state(session_id: Any = None) -> str:
+    async def episode_state(self, session_id: Any = None) -> str:
         """Tick, returns so far, invalid-action counts and whether the episode is over."""
-        session = session_of(session_id, "episode_state")
+        session = self.session_of(session_id, "episode_state")
         async with session.turn:
             return _compact(session.state())
 
-    @tool
-    async def end_episode(session_id: Any = None) -> str:
+    async def end_episode(self, session_id: Any = None) -> str:
         """Close the session (sessions left open are closed after the server's idle limit)."""
-        store.close(session_of(session_id, "end_episode").id)
+        self.store.close(self.session_of(session_id, "end_episode").id)
         return _compact({"closed": session_id})
-
-    return server
 
 
 class McpEndpoint:

@@ -34,8 +34,6 @@ Light on purpose (the CLI imports it at start-up): pydantic and the scenario loa
 from __future__ import annotations
 
 import hashlib
-import math
-import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -47,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Strict, ValidationError, create_mode
 
 import commons_arena
 from commons_arena.errors import format_validation_error
-from commons_arena.files import write_file
+from commons_arena.files import toml_key, toml_value, write_file
 from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
@@ -205,22 +203,13 @@ def load_experiment(path: str | Path, *, missing: Mapping[str, Any] | None = Non
     return args_from_dict(data, str(path), current=current, configs=configs)
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
-    if isinstance(value, int):
-        return str(value)
+def _plain(value: Any) -> Any:
+    """A field's value as TOML data (a path or a named object as its text), for the one TOML writer."""
+    if isinstance(value, bool | int | float | str):
+        return value
     if isinstance(value, tuple | list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _toml_key(name: str) -> str:
-    """A bare key when TOML allows one (``standard``), else quoted (``"split:broad-train"``, a file path)."""
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_value(name)
+        return [_plain(v) for v in value]
+    return str(value)
 
 
 def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -> str:
@@ -237,13 +226,13 @@ def experiment_text(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = 
         if value is None:
             lines.append(f"# {f.name}: not set")
             continue
-        lines.append(f"{f.name} = {_toml_value(value)}")
+        lines.append(f"{f.name} = {toml_value(_plain(value))}")
     lines += ["", "[scenarios]  # name = content hash (a changed scenario is refused)"]
-    lines += [f"{_toml_key(name)} = {_toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
+    lines += [f"{toml_key(name)} = {toml_value(digest)}" for name, digest in scenario_hashes(args, configs).items()]
     for name in POPULATION_FIELDS:
         if getattr(args, name) is not None:
             lines += ["", f"[{name}]  # the population file's sha256",
-                      f"sha256 = {_toml_value(recorded_hash(name, getattr(args, name)))}"]
+                      f"sha256 = {toml_value(recorded_hash(name, getattr(args, name)))}"]
     return "\n".join(lines) + "\n"
 
 

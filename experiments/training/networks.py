@@ -11,7 +11,7 @@ and torch load inside the methods that need them. A method's ``setup`` is the ru
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -73,6 +73,14 @@ class Network:
         """The allocator's observation scale when it starts from a checkpoint (its weights were trained on it)."""
         return None if init_from is None else warm_scale(init_from)
 
+    def scales(self, fit: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The learning seats' observation scales: ``fit()``'s (a view in the scenario's own units)."""
+        return fit()
+
+    def shape_problem(self, who: str) -> str | None:
+        """Why ``who``, which plays clusters of every shape, cannot learn with this network (None: it can)."""
+        return f"{who} plays clusters of every shape: pass --network cells"
+
     def check_start(self, spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
                     history: int, hidden: Sequence[int]) -> None:
         """ValueError unless ``--init-from``'s checkpoint (its sidecar ``meta``) fits this network's module."""
@@ -129,6 +137,12 @@ class Cells(Network):
 
     def start_scale(self, init_from: str | None) -> np.ndarray | None:
         return None  # cell features are normalised by each scenario's public parameters
+
+    def scales(self, fit: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return {}  # cell features are normalised by each scenario's public parameters
+
+    def shape_problem(self, who: str) -> str | None:
+        return None
 
     def check_start(self, spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
                     history: int, hidden: Sequence[int]) -> None:

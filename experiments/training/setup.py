@@ -155,19 +155,16 @@ class Observations(Observer):
 
 def fit_scales(setup: RunSetup) -> dict[str, np.ndarray]:
     """Learning seat -> observation scale, fitted per module on every seat it plays."""
-    if setup.args.net.cell_view:  # cell features are normalised by each scenario's public parameters
-        return {}
-    samples = sample_observations(setup.stages, setup.args.seed)
-    return module_scales(setup.plan, samples, setup.args.kind.fit_scale)
+    return setup.args.net.scales(lambda: module_scales(setup.plan, sample_observations(setup.stages, setup.args.seed),
+                                                       setup.args.kind.fit_scale))
 
 
 def with_unit_scales(setup: RunSetup) -> RunSetup:
     """``setup`` with scale 1 for every learning seat (benchmarks and tests of the wiring,
     where the learning signal does not matter)."""
     env = commons_arena.parallel_env(setup.stages[0])
-    if setup.args.net.cell_view:
-        return replace(setup, scales={})
-    return replace(setup, scales={s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats})
+    return replace(setup, scales=setup.args.net.scales(
+        lambda: {s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats}))
 
 
 def measure(setup: RunSetup, run: Path) -> RunSetup:
