@@ -203,7 +203,8 @@ class Analyze:
 
     def validate(self) -> None:
         from commons_arena.files import check_outputs
-        from experiments.studies.analysis import OUTPUTS, read_run
+        from experiments.studies.analysis import read_run
+        from experiments.studies.analysis_report import OUTPUTS
 
         seed_list(self.first_seed, self.seeds)
         out = self.out or self.run_folder / "analysis"
@@ -212,7 +213,8 @@ class Analyze:
         refuse_overwrite(out, self.force, what="folder")
 
     def run(self) -> list[Path]:
-        from experiments.studies.analysis import analyze, summary_markdown, write_analysis
+        from experiments.studies.analysis import analyze
+        from experiments.studies.analysis_report import summary_markdown, write_analysis
 
         report = analyze(self.run_folder, seed_list(self.first_seed, self.seeds), checkpoint=self.checkpoint)
         print(summary_markdown(report))

@@ -266,14 +266,16 @@ class Psro:
     """write into an --out folder that holds other files"""
 
     def validate(self) -> None:
-        from experiments.studies.psro import is_psro_folder, load_psro
+        from experiments.studies.psro import is_psro_folder
+        from experiments.studies.psro_file import load_psro
 
         load_psro(self.config)
         if not is_psro_folder(self.out):  # an earlier psro run's folder is resumed
             refuse_overwrite(self.out, self.force, what="folder")
 
     def run(self):
-        from experiments.studies.psro import load_psro, psro
+        from experiments.studies.psro import psro
+        from experiments.studies.psro_file import load_psro
 
         return psro(load_psro(self.config), self.out)
 

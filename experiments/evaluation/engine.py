@@ -40,9 +40,10 @@ import numpy as np
 
 import commons_arena
 from commons_arena.arena import ArenaEnv
+from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.recording import RecordEpisode
 from commons_arena.scenario import ScenarioConfig
-from experiments.evaluation.roster import EvaluationScenario, Player
+from experiments.evaluation.roster import Player, focal_agents
 from policies.base import Policy, uniform_random_policies
 from policies.batch import BatchPolicy
 from policies.focal import FocalEnv, policy_seed
@@ -222,6 +223,26 @@ def returns_of(episodes: Iterable[Episode], seat: str) -> list[float]:
 
 
 @dataclass(frozen=True)
+class EvaluationScenario:
+    """A game scenario, the focal seat and the background that fills every other seat."""
+
+    config: ScenarioConfig
+    seat: str  # allocator | broker | teams | team:<name>
+    background_name: str
+    background: Population
+
+    @property
+    def name(self) -> str:
+        """``<scenario>@<background>`` (``/<seat>`` added for a team seat): unique within a suite."""
+        team = "" if self.seat in (ALLOCATOR, BROKER) else f"/{self.seat.removeprefix('team:')}"
+        return f"{self.config.name}{team}@{self.background_name}"
+
+    @property
+    def focal_agents(self) -> tuple[str, ...]:
+        return focal_agents(self.seat, self.config)
+
+
+@dataclass(frozen=True)
 class Group:
     """One player in the focal seat of one evaluation scenario, on some seeds: its policies are built once."""
 
@@ -289,5 +310,5 @@ def group_results(group: Group, batched: bool = True) -> Iterator[EpisodeResult]
                             episode.wall_seconds)
 
 
-__all__ = ["MAX_ARENAS", "MIN_ARENAS", "PER_ARENA_ENV", "Episode", "EpisodeResult", "Group", "Lineup", "Observer",
+__all__ = ["MAX_ARENAS", "MIN_ARENAS", "PER_ARENA_ENV", "Episode", "EpisodeResult", "EvaluationScenario", "Group", "Lineup", "Observer",
            "Tick", "arena_for", "focal_policies", "group_results", "lineup_policies", "on_batched_core", "play", "returns_of"]

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiments.evaluation.engine import Group
-from experiments.evaluation.roster import EvaluationScenario, Player, Roster
+from experiments.evaluation.engine import EvaluationScenario, Group
+from experiments.evaluation.roster import Player, Roster
 from experiments.evaluation.store import ChangedError, EpisodeKey, ResultStore
 from experiments.evaluation.workers import RAY_MIN_SECONDS, choose_workers, run_in_process, run_on_ray
 
@@ -34,10 +34,16 @@ def episode_key(roster: Roster, evaluation: EvaluationScenario, player: Player, 
                       player.name, roster.player_hashes[player.name], seed)
 
 
+def evaluations_of(roster: Roster) -> tuple[EvaluationScenario, ...]:
+    """Every scenario x background of ``roster`` in its focal seat, in order (scenario, then background)."""
+    return tuple(EvaluationScenario(config, roster.seat, name, background)
+                 for config in roster.scenarios for name, background in roster.backgrounds.items())
+
+
 def planned_keys(roster: Roster) -> list[EpisodeKey]:
     """Every episode the roster asks for, in a fixed order (scenario, background, player, seed)."""
     return [episode_key(roster, evaluation, player, seed)
-            for evaluation in roster.evaluations for player in roster.players for seed in roster.seeds]
+            for evaluation in evaluations_of(roster) for player in roster.players for seed in roster.seeds]
 
 
 def check_unchanged(roster: Roster, store: ResultStore, allow_changed: bool) -> None:
@@ -62,7 +68,7 @@ def check_unchanged(roster: Roster, store: ResultStore, allow_changed: bool) -> 
 def missing_groups(roster: Roster, done: set[tuple[Any, ...]]) -> list[Group]:
     """One group per evaluation scenario x player with seeds not yet in ``done`` (stored keys as tuples)."""
     groups = []
-    for evaluation in roster.evaluations:
+    for evaluation in evaluations_of(roster):
         for player in roster.players:
             seeds = tuple(seed for seed in roster.seeds
                           if episode_key(roster, evaluation, player, seed).as_tuple() not in done)

@@ -173,26 +173,6 @@ class Player:
 
 
 @dataclass(frozen=True)
-class EvaluationScenario:
-    """A game scenario, the focal seat and the background that fills every other seat."""
-
-    config: ScenarioConfig
-    seat: str  # allocator | broker | teams | team:<name>
-    background_name: str
-    background: Population
-
-    @property
-    def name(self) -> str:
-        """``<scenario>@<background>`` (``/<seat>`` added for a team seat): unique within a suite."""
-        team = "" if self.seat in (ALLOCATOR, BROKER) else f"/{self.seat.removeprefix('team:')}"
-        return f"{self.config.name}{team}@{self.background_name}"
-
-    @property
-    def focal_agents(self) -> tuple[str, ...]:
-        return focal_agents(self.seat, self.config)
-
-
-@dataclass(frozen=True)
 class Roster:
     """A validated roster: every name resolved, every scenario loaded, every checkpoint hashed."""
 
@@ -226,12 +206,6 @@ class Roster:
     @property
     def episodes(self) -> int:
         return len(self.players) * len(self.scenarios) * len(self.backgrounds) * len(self.seeds)
-
-    @property
-    def evaluations(self) -> tuple[EvaluationScenario, ...]:
-        """Every scenario x background in the focal seat, in the roster's order (scenario, then background)."""
-        return tuple(EvaluationScenario(config, self.seat, name, background)
-                     for config in self.scenarios for name, background in self.backgrounds.items())
 
 
 def seat_role(seat: str) -> str:
@@ -410,4 +384,4 @@ def population_hash(population: Population) -> str:
     return _entries_hash(entries)  # type: ignore[arg-type]
 
 
-__all__ = ["EvaluationScenario", "Player", "Roster", "RosterError", "focal_agents", "load_roster", "roster_from_dict"]
+__all__ = ["Player", "Roster", "RosterError", "focal_agents", "load_roster", "roster_from_dict"]

@@ -49,10 +49,10 @@ from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
 from commons_arena.inputs import load_toml_file
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario, resolve_reference
+from experiments.evaluation.engine import EvaluationScenario
 from experiments.evaluation.roster import (
     SEAT_TEAMS,
     BackgroundTables,
-    EvaluationScenario,
     RosterError,
     backgrounds_of,
     focal_agents,

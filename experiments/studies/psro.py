@@ -47,20 +47,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, field_validator
+from pydantic import Field, Strict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
 import commons_arena
-from commons_arena.enums import ALLOCATOR, BROKER, TIERS
+from commons_arena.enums import ALLOCATOR, BROKER
 from commons_arena.errors import format_validation_error
-from commons_arena.files import make_folder, write_figure, write_file
-from commons_arena.inputs import load_json_object, load_toml_file
+from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_json_object
 from experiments.evaluation.metagame import zero_sum_nash
-from experiments.evaluation.tables import markdown_table, write_table
-from experiments.seeds import SEED_RANGES
+from experiments.evaluation.tables import markdown_table
 from experiments.statistics import mean_ci95
 from experiments.studies.arms_race import continuation, seat_roster, tournament_series
-from experiments.studies.exploit import BROKER_BASE, TEAM_BASE, Cell, run_cell, seats_of
+from experiments.studies.exploit import BROKER_BASE, TEAM_BASE, Cell, run_cell
 from experiments.studies.exploitability import (
     WELFARE_DIR,
     allocator_identity,
@@ -68,9 +67,14 @@ from experiments.studies.exploitability import (
     move_aside,
     welfare,
 )
-from experiments.training.args import MAX_EVAL_SEEDS, MAX_FIRST_SEED, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
-from experiments.training.config_file import train_section
-from experiments.training.kinds import ALLOCATOR_KINDS
+from experiments.studies.psro_file import (
+    MAX_PSRO_SEATS,
+    MAX_ROUNDS,
+    PsroConfig,
+    PsroError,
+    PsroName,
+)
+from experiments.studies.psro_report import slug_of, write_psro_report
 from experiments.training.mixture import mixture_hash, mixture_text
 from experiments.training.warm_start import LEARNED_PREFIX
 
@@ -80,135 +84,6 @@ ALLOCATOR_FILE = "allocator.json"
 MIXTURE_FILE = "mixture.toml"
 DISCOUNTING_FILE = "discounting.json"  # what round 1's and the last round's allocator learned (item 4)
 OWN = "own population"  # the mixture entry of each scenario's own population
-MAX_ROUNDS = 50
-PAYOFF_OFFSET = 50_000  # the payoff matrices' seeds start this far into the psro range
-
-
-class PsroError(ValueError):
-    """A psro file or folder that cannot be used; the message names what to fix."""
-
-
-_Name = Annotated[str, Field(min_length=1, max_length=1_000)]  # a scenario or policy: a name or a path
-_Seeds = Annotated[int, Field(ge=1, le=MAX_EVAL_SEEDS)]
-_FirstSeed = Annotated[int, Field(ge=0, le=MAX_FIRST_SEED)]
-_Iterations = Annotated[int, Field(ge=1, le=MAX_ITERATIONS)]
-MAX_PSRO_SEATS = 64
-MAX_PSRO_TIERS = 64
-
-
-class _Psro(BaseModel):
-    """The ``[psro]`` table: every number bounded here, every list bounded and without duplicates."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    scenario: _Name = "crisis"
-    allocator: _Name = "planner"
-    rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS)] = 2
-    seats: Annotated[list[_Name], Field(max_length=MAX_PSRO_SEATS)] = []  # team seats; empty: every team seat
-    broker: bool = False
-    tiers: Annotated[list[_Name], Field(min_length=1, max_length=MAX_PSRO_TIERS)] = list(TIERS)
-    seeds: Annotated[int, Field(ge=2, le=MAX_EVAL_SEEDS)] = 100  # at least 2: a paired CI
-    first_seed: _FirstSeed = SEED_RANGES["psro"].first
-    payoff_seeds: _Seeds = 30
-    payoff_first_seed: _FirstSeed = SEED_RANGES["psro"].first + PAYOFF_OFFSET
-    own_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.5  # the members need some weight
-    best_response_iterations: _Iterations = 20
-    allocator_iterations: _Iterations = 40
-    minutes: Annotated[float, Field(gt=0, le=MAX_MINUTES, allow_inf_nan=False)] = 30.0
-
-    @field_validator("seats", "tiers")
-    @classmethod
-    def _no_duplicates(cls, value: list[str]) -> list[str]:
-        repeated = sorted({v for v in value if value.count(v) > 1})
-        if repeated:
-            raise ValueError(f"names {repeated[:3]} more than once")
-        return value
-
-
-class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    psro: _Psro
-    best_response: dict[str, Any] = {}
-    allocator: dict[str, Any] = {}
-
-
-@dataclass(frozen=True)
-class PsroConfig:
-    """An experiment file, checked: the loop's settings and each training's arguments."""
-
-    scenario: str
-    allocator: str
-    rounds: int
-    seats: tuple[str, ...]  # the learning seats (team seats, then the broker when asked)
-    tiers: tuple[str, ...]
-    seeds: tuple[int, ...]  # held-out: the exploit cells' and the welfare's
-    payoff_seeds: tuple[int, ...]  # the meta-game's
-    own_share: float
-    best_response: TrainArgs  # budget and report seeds set
-    allocator_args: TrainArgs  # budget set; scenario, mixture, out and the warm start per round
-    settings: Mapping[str, Any]  # the file as parsed (the folder's key, less `rounds`)
-
-
-def load_psro(path: str | Path) -> PsroConfig:
-    """Read and check a psro experiment file (one line naming the key on any error)."""
-    path = Path(path)
-    return psro_from_dict(load_toml_file(path, "psro", PsroError), str(path))
-
-
-def psro_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> PsroConfig:
-    try:
-        model = _File.model_validate(data)
-    except ValidationError as err:
-        raise PsroError(f"invalid psro file {source}: {format_validation_error(err)}") from None
-    p = model.psro
-    for first, count, name in ((p.first_seed, p.seeds, "first_seed"), (p.payoff_first_seed, p.payoff_seeds,
-                                                                     "payoff_first_seed")):
-        if first + count - 1 > MAX_FIRST_SEED:
-            raise PsroError(f"invalid psro file {source}: psro.{name} must be at most {MAX_FIRST_SEED - count + 1}, "
-                            f"got {first}")
-    for section, table in (("best_response", model.best_response), ("allocator", model.allocator)):
-        fixed = sorted(set(table) & set(SET_PER_STEP[section]))
-        if fixed:
-            raise PsroError(f"invalid psro file {source}: {section}.{fixed[0]} is set by the loop (psro table or "
-                            "per round); drop it")
-    best = train_section(dict(model.best_response), f"psro file {source}: best_response")
-    alloc = train_section(dict(model.allocator), f"psro file {source}: allocator")
-    if not alloc.kind.continues_allocator():
-        raise PsroError(f"invalid psro file {source}: allocator.experiment must be one of "
-                        f"{', '.join(ALLOCATOR_KINDS)}, got {alloc.experiment!r}")
-    seeds = tuple(range(p.first_seed, p.first_seed + p.seeds))
-    payoff = tuple(range(p.payoff_first_seed, p.payoff_first_seed + p.payoff_seeds))
-    try:
-        from experiments.evaluation.evaluate import validate_lineup
-
-        validate_lineup([p.scenario, *p.tiers], [p.allocator], list(seeds))
-        validate_lineup([p.scenario], [p.allocator], list(payoff))
-        config = commons_arena.load_scenario(p.scenario)
-        seats = seats_of(p.scenario, p.seats or list(config.team_names))
-    except ValueError as err:
-        raise PsroError(f"invalid psro file {source}: {err}") from None
-    if BROKER in seats and not p.broker:
-        raise PsroError(f"invalid psro file {source}: psro.seats names the broker: set psro.broker = true instead")
-    seats += [BROKER] if p.broker else []
-    best = replace(best, iterations=p.best_response_iterations, minutes=p.minutes, report_seeds=p.seeds,
-                   report_first_seed=p.first_seed)
-    alloc = replace(alloc, iterations=p.allocator_iterations, minutes=p.minutes)
-    for section, used in (("best_response", best), ("allocator", alloc)):  # the values the trainings use, checked
-        try:
-            used.validate()
-        except ValueError as err:
-            raise PsroError(f"invalid psro file {source}: {section} (with the psro table's budget): {err}") from None
-    settings = json.loads(json.dumps({**model.model_dump(), "psro": {**p.model_dump(), "rounds": None}}))
-    return PsroConfig(p.scenario, p.allocator, p.rounds, tuple(seats), tuple(p.tiers), seeds, payoff, p.own_share,
-                      best, alloc, settings)
-
-
-# what the loop sets in each training (a file that sets them is refused)
-SET_PER_STEP = {"best_response": ("experiment", "learners", "scenario", "background", "iterations", "minutes",
-                                  "report_seeds", "report_first_seed", "out", "mix_background", "mixture"),
-                "allocator": ("scenario", "iterations", "minutes", "out", "init_from", "mix_background", "mixture",
-                              "learners")}
-
-
 @dataclass(frozen=True)
 class Member:
     """A frozen best response of the population: its name (``r<round>-<seat>``), seat and policy."""
@@ -224,18 +99,18 @@ _Number = Annotated[float, Field(allow_inf_nan=True)] | Annotated[int, Strict()]
 
 
 class _Member(TypedDict):
-    name: _Name
-    seat: _Name
-    policy: _Name
+    name: PsroName
+    seat: PsroName
+    policy: PsroName
 
 
 class _Game(TypedDict):
-    allocators: Annotated[dict[_Name, _Name], Field(max_length=MAX_ROUNDS + 1)]
+    allocators: Annotated[dict[PsroName, PsroName], Field(max_length=MAX_ROUNDS + 1)]
     members: Annotated[list[_Member], Field(max_length=(MAX_ROUNDS + 1) * MAX_PSRO_SEATS)]
     gain: list[list[_Number]]
     gain_ci95: list[list[_Number]]
-    member_mixture: dict[_Name, _Number]
-    allocator_mixture: dict[_Name, _Number]
+    member_mixture: dict[PsroName, _Number]
+    allocator_mixture: dict[PsroName, _Number]
     equilibrium_gain: _Number
 
 
@@ -297,10 +172,6 @@ def measure_allocator(index: int, allocator: str, cfg: PsroConfig, out: Path) ->
                 for tier in cfg.tiers}
     summary = exploitability_rows(cells, {})[0]  # one scenario and allocator: one row (welfare per tier beside it)
     return {"index": index, "allocator": allocator, "cells": cells, "summary": summary, "welfare": welfares}
-
-
-def slug_of(name: str) -> str:
-    return Path(name).stem if name.endswith(".toml") else name
 
 
 def population(measured: Sequence[Mapping[str, Any]]) -> list[Member]:
@@ -378,7 +249,7 @@ def continue_allocator(k: int, allocator: str, mixture: Path, cfg: PsroConfig, o
                                           default=str))}
     path = folder / ALLOCATOR_FILE
     if path.is_file():
-        stored = stored_step(path, key, "allocator", TypeAdapter(_Name))
+        stored = stored_step(path, key, "allocator", TypeAdapter(PsroName))
         if stored is None:
             raise PsroError(f"{path} holds an allocator made with other settings; rerun with the same file, or "
                             "choose another --out")
@@ -418,22 +289,6 @@ def what_rounds_learned(allocators: Sequence[str], cfg: PsroConfig, out: Path) -
     learned = {"rows": rows, "verdicts": verdicts}
     write_file(path, json.dumps({"key": key, "learned": learned}, indent=1))
     return learned
-
-
-def learned_markdown(learned: Mapping[str, Any]) -> str:
-    from experiments.evaluation.discounting import COLUMNS
-
-    verdicts = [{"allocator": v["allocator"], "seat": v["seat"], "vs": v["vs"],
-                 "discount": f"{v['discount_minus']:+.3f} ± {v['discount_minus_ci95']:.3f}",
-                 "generosity": f"{v['generosity_minus']:+.3f} ± {v['generosity_minus_ci95']:.3f}",
-                 "verdict": v["verdict"]} for v in learned["verdicts"]]
-    return ("## What round 1's and the last round's allocator learned (paired against A0, ± 95% CI)\n\n"
-            "`discount` = 1 - (granted/declared of a x3 bluffer) / (granted/declared of a truthful team with the "
-            "same need); `generosity` = granted / true need of the truthful team "
-            "(experiments/evaluation/discounting.py). A change in discount with its CI above 0: it *discounts a "
-            "bluffer*; in generosity alone: it is only *more generous to everyone*.\n\n"
-            + markdown_table(verdicts) + "\n\n"
-            + markdown_table([{c: r.get(c, "") for c in COLUMNS} for r in learned["rows"]]) + "\n")
 
 
 # ------------------------------------------------------------------ the loop and its report
@@ -483,92 +338,5 @@ def psro(cfg: PsroConfig, out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def psro_rows(measured: Sequence[Mapping[str, Any]], cfg: PsroConfig) -> list[dict[str, Any]]:
-    """One row per allocator: its exploitability (max over team seats, CI, seat), the broker's gain, its welfare
-    on every tier."""
-    rows = []
-    for m in measured:
-        s = m["summary"]
-        row: dict[str, Any] = {"allocator": f"A{m['index']}", "policy": m["allocator"], "scenario": cfg.scenario,
-                               "exploitability": s["exploitability"], "exploitability_ci95": s["exploitability_ci95"],
-                               "exploiting_seat": s["exploiting_seat"], "from_search": s.get("from_search", ""),
-                               "from_learning": s.get("from_learning", ""), "broker_gain": s.get("broker_gain", ""),
-                               "broker_gain_ci95": s.get("broker_gain_ci95", "")}
-        for tier, w in m["welfare"].items():
-            row[f"welfare_{slug_of(tier)}"], row[f"welfare_{slug_of(tier)}_ci95"] = w["welfare"], w["welfare_ci95"]
-        row["seeds"] = len(cfg.seeds)
-        rows.append(row)
-    return rows
-
-
-def payoff_markdown(k: int, game: Mapping[str, Any]) -> str:
-    members = [m["name"] for m in game["members"]]
-    table = [{"allocator": name, **{m: f"{g:+.2f} ± {c:.2f}" for m, g, c in zip(members, gains, cis, strict=True)},
-              "allocator weight": f"{game['allocator_mixture'][name]:.2f}"}
-             for (name, gains, cis) in zip(game["allocators"], game["gain"], game["gain_ci95"], strict=True)]
-    table.append({"allocator": "member weight (the next allocator's mixture)",
-                  **{m: f"{game['member_mixture'][m]:.2f}" for m in members}, "allocator weight": ""})
-    return (f"### Round {k}: payoff matrix (member's gain over its seat's base policy, ± 95% CI; equilibrium gain "
-            f"{game['equilibrium_gain']:+.2f})\n\n" + markdown_table(table) + "\n")
-
-
-def write_psro_report(measured: Sequence[Mapping[str, Any]], games: Sequence[Mapping[str, Any]], cfg: PsroConfig,
-                      out: Path, learned: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """``psro.{md,csv,json,png}`` in ``out`` from what is measured so far (``learned``: what round 1's and the
-    last round's allocator learned, :func:`what_rounds_learned`)."""
-    rows = psro_rows(measured, cfg)
-    preamble = ("# PSRO rounds: exploitability and welfare per allocator\n\n"
-                f"`A0` = `{cfg.allocator}`; `A<k>` is `A<k-1>` continued against round k's mixture of the scenario's "
-                f"own population ({cfg.own_share:.0%}) and the population of best responses, weighted by the "
-                f"meta-game's Nash mixture (experiments/studies/psro.py). **exploitability**: the maximum over the "
-                f"team seats of the best response's gain over `truthful` on `{cfg.scenario}` (the exploiting seat's "
-                f"95% CI); **welfare**: the allocator's return against each tier's default population; held-out "
-                f"seeds {cfg.seeds[0]} .. {cfg.seeds[-1]}; payoff matrices on seeds {cfg.payoff_seeds[0]} .. "
-                f"{cfg.payoff_seeds[-1]}.\n\n")
-    write_table(rows, out, "psro", preamble)
-    md = out / "psro.md"
-    write_file(md, md.read_text() + "\n" + "\n".join(payoff_markdown(k, g) for k, g in enumerate(games, 1))
-               + ("\n" + learned_markdown(learned) if learned else ""))
-    write_file(out / "psro.json", json.dumps({"rows": rows, "rounds": [dict(g) for g in games],
-                                            **({"learned": dict(learned)} if learned else {})}, indent=1))
-    if rows:
-        psro_figure(rows, cfg, out / "psro.png")
-    return rows
-
-
-def psro_figure(rows: Sequence[Mapping[str, Any]], cfg: PsroConfig, path: Path) -> Path:
-    """Exploitability (left) and welfare per tier (right) of every allocator, with 95% CIs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = np.arange(len(rows))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-
-    def value(row: Mapping[str, Any], key: str) -> float:
-        return float(row[key]) if row.get(key, "") != "" else float("nan")
-
-    left.errorbar(x, [value(r, "exploitability") for r in rows], yerr=[value(r, "exploitability_ci95") for r in rows],
-                  marker="o", capsize=4)
-    left.axhline(0, color="black", linewidth=0.8)
-    left.set_title(f"exploitability on {cfg.scenario} (max over team seats)")
-    left.set_ylabel("best response's gain over truthful")
-    for tier in cfg.tiers:
-        key = f"welfare_{slug_of(tier)}"
-        right.errorbar(x, [value(r, key) for r in rows], yerr=[value(r, f"{key}_ci95") for r in rows], marker="o",
-                       capsize=4, label=slug_of(tier))
-    right.set_title("welfare against the default population")
-    right.set_ylabel("allocator's return")
-    right.legend(fontsize=8)
-    for ax in (left, right):
-        ax.set_xticks(x, [str(r["allocator"]) for r in rows])
-        ax.set_xlabel("allocator (round)")
-    fig.tight_layout()
-    write_figure(path, fig, dpi=120)
-    plt.close(fig)
-    return path
-
-
-__all__ = ["Member", "PsroConfig", "PsroError", "check_folder", "is_psro_folder", "load_psro", "metagame", "population",
-           "psro", "psro_from_dict", "psro_rows", "what_rounds_learned", "write_mixture"]
+__all__ = ["Member", "PsroConfig", "PsroError", "check_folder", "is_psro_folder", "metagame", "population",
+           "psro", "what_rounds_learned", "write_mixture"]

@@ -217,11 +217,9 @@ class AllocatorFamily(AllocatorMixed):
         return (SPLIT_PREFIX + args.split, *args.family_scenarios)
 
     def problems(self, args: Any) -> list[str]:
-        problems = [problem for problem in (args.net.shape_problem(self.name),) if problem]
-        if args.family_share != 0 and not args.family_scenarios:
-            problems.append("--family-share gives --family-scenarios a share of the episodes: name them with "
-                            "--family-scenarios")
-        return problems
+        unnamed = ("--family-share gives --family-scenarios a share of the episodes: name them with --family-scenarios"
+                   if args.family_share != 0 and not args.family_scenarios else None)
+        return [problem for problem in (args.net.shape_problem(self.name), unnamed) if problem]
 
     def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
         """A fixed draw of ``--eval-scenarios`` of its scenarios (the same for every run seed)."""

@@ -89,7 +89,7 @@ def test_toml_files_answer_in_one_line(tmp_path, fmt):
     from commons_arena.scenario import load_scenario
     from experiments.evaluation.roster import load_roster
     from experiments.evaluation.suite import load_suite
-    from experiments.studies.psro import load_psro
+    from experiments.studies.psro_file import load_psro
     from experiments.training.config_file import load_experiment
     from experiments.training.mixture import load_mixture
     from policies.population import Population
@@ -186,7 +186,8 @@ def test_run_folders_answer_in_one_line(tmp_path, name):
 @pytest.mark.parametrize("name", ["metagame.json", "allocator.json", "discounting.json", "psro_settings.json"])
 def test_psro_records_answer_in_one_line(tmp_path, name):
     """psro's step records (issue 44: five tracebacks came from them) read back by the one reader."""
-    from experiments.studies.psro import GAME, LEARNED, check_folder, check_game, psro_from_dict, stored_step
+    from experiments.studies.psro import GAME, LEARNED, check_folder, check_game, stored_step
+    from experiments.studies.psro_file import psro_from_dict
     from tests.experiments.studies.test_psro import tiny_file
 
     cfg = psro_from_dict(tiny_file())

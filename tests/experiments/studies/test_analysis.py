@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from experiments.studies.analysis import analyze, credit, summary_markdown
+from experiments.studies.analysis import analyze, credit
+from experiments.studies.analysis_report import summary_markdown
 
 pytestmark = pytest.mark.timeout(600)
 

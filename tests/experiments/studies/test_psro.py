@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from commons_arena.enums import ALLOCATOR
-from experiments.studies.psro import OWN, PsroError, psro_from_dict, write_mixture
+from experiments.studies.psro import OWN, write_mixture
+from experiments.studies.psro_file import PsroError, psro_from_dict
 from experiments.training.args import TrainArgs
 from experiments.training.mixture import MixtureError, draw, load_mixture, mixture_from_dict, mixture_text
 from experiments.training.runs import saved_args
