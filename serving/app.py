@@ -316,7 +316,7 @@ async def recording(request: Request, session_id: str) -> Response:
 
 
 @routes.post("/preview")
-async def preview(request: Request) -> dict[str, Any]:
+async def post_preview(request: Request) -> dict[str, Any]:
     served = hosted(request)
     data = _object(await read_json(request, served.limit), "the preview body")
     session = served.store.get(data.get("session_id"))
@@ -345,7 +345,7 @@ async def index() -> Response:
 
 
 @routes.get("/play")
-async def play() -> Response:
+async def play_page() -> Response:
     return FileResponse(ASSETS / "play.html", media_type="text/html", headers={"Content-Security-Policy": PLAY_CSP})
 
 
