@@ -9,8 +9,11 @@ lists in the config are never read. Each tick it:
 2. **buys spot** GPUs from the visible offer (rule below);
 3. **grants** the capacity ``online + bought`` by its own rule (table below).
 
-Every baseline ends with one shared step, :meth:`AllocatorBaseline.fit`
-(``policies/limits.py``): purchases within the offer and the budget, grants within
+Each baseline is defined once, over N arenas, in :mod:`policies.batch_allocators` (a per-arena
+baseline is a batch of one of it), but ``best_fit``, whose per-arena class is here (its batch of one
+is too slow for per-arena play); :class:`AllocatorBaseline` is also the base of the reference
+mechanisms (:mod:`policies.mechanisms`). Every baseline ends with one shared step
+(:meth:`AllocatorBaseline.fit`, ``policies/limits.py``; over a batch ``policies/batch_limits.py``): purchases within the offer and the budget, grants within
 ``online + bought`` per tier and within a hard carbon cap's carbon left (counting every
 granted GPU busy at this tick's intensity, as the env's cut does), units of the team last in
 :meth:`AllocatorBaseline.trim_order` given up first (the most urgent team keeps its GPUs
@@ -61,7 +64,6 @@ baseline            grant rule per tick
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,98 +228,6 @@ class AllocatorBaseline(ScriptedPolicy):
 # ---------------------------------------------------------------------------- baselines
 
 
-class RandomAllocator(AllocatorBaseline):
-    name = "random"
-
-    def buy(self, v):
-        want = self.rng.integers(0, np.asarray(v.offer_qty) + 1).tolist()
-        return self.buy_within(v, want, max(v.budget - SPEND_EPS, 0.0))
-
-    def grant(self, v, capacity):
-        N = self.n_teams
-        counts = self.rng.integers(0, np.asarray(capacity) + 1)
-        split = self.rng.multinomial(counts, np.full(N, 1.0 / N))  # (tiers, teams)
-        return split.T.tolist()
-
-    def trim_order(self, v):
-        return list(range(self.n_teams))  # blind to demand: the last team gives up first
-
-
-class EqualSplitAllocator(AllocatorBaseline):
-    name = "equal_split"
-
-    def grant(self, v, capacity):
-        N = self.n_teams
-        grant = [[0] * self.n_tiers for _ in range(N)]
-        rotation = [(v.tick + j) % N for j in range(N)]
-        for k, cap in enumerate(capacity):
-            teams = [i for i in rotation if v.demand[i][k] > 0]
-            if not teams or cap <= 0:
-                continue
-            share, extra = divmod(cap, len(teams))
-            for i in teams:
-                d = v.demand[i][k]
-                give = min(share, d)
-                if give < d and extra > 0:
-                    give += 1
-                    extra -= 1
-                grant[i][k] = give
-        return grant
-
-
-class ProportionalAllocator(AllocatorBaseline):
-    name = "proportional"
-
-    def grant(self, v, capacity):
-        N = self.n_teams
-        grant = [list(row) for row in v.demand]
-        for k, cap in enumerate(capacity):
-            total = sum(row[k] for row in v.demand)
-            if total <= cap:
-                continue
-            shares = [v.demand[i][k] * cap / total for i in range(N)]
-            kept = [math.floor(x + 1e-9) for x in shares]
-            leftover = cap - sum(kept)
-            for i in sorted(range(N), key=lambda i: (kept[i] - shares[i], i))[:leftover]:
-                kept[i] += 1
-            for i in range(N):
-                grant[i][k] = kept[i]
-        return grant
-
-
-class FifoAllocator(AllocatorBaseline):
-    name = "fifo"
-
-    def clear(self) -> None:
-        self._since: list[int | None] = [None] * self.n_teams
-
-    def grant(self, v, capacity):
-        wanting = [sum(row) > 0 for row in v.demand]
-        for i in range(self.n_teams):
-            if not wanting[i]:
-                self._since[i] = None
-            elif self._since[i] is None:
-                self._since[i] = v.tick
-        order = sorted((i for i in range(self.n_teams) if wanting[i]), key=lambda i: (self._since[i], i))
-        return self.serve_in_order(order, v.demand, capacity)
-
-    def trim_order(self, v):
-        since = self._since  # the queue grant() just updated; teams not queued give up first
-        return sorted(range(self.n_teams), key=lambda i: (since[i] is None, since[i] or 0, i))
-
-
-class EdfAllocator(AllocatorBaseline):
-    name = "edf"
-
-    def grant(self, v, capacity):
-        totals = [sum(row) for row in v.demand]
-        order = sorted(
-            (i for i in range(self.n_teams) if totals[i] > 0),
-            key=lambda i: (-v.pressure[i], not v.escalating[i], totals[i], i),
-        )
-        return self.serve_in_order(order, v.demand, capacity)
-
-
 class BestFitAllocator(AllocatorBaseline):
     name = "best_fit"
 
@@ -404,61 +314,3 @@ def water_fill(demand: list[int], capacity: int, start: int) -> list[int]:
             left -= give
         active = [i for i in active if grant[i] < demand[i]]
     return grant
-
-
-class MaxMinFairAllocator(AllocatorBaseline):
-    name = "max_min_fair"
-
-    def grant(self, v, capacity):
-        N = self.n_teams
-        grant = [[0] * self.n_tiers for _ in range(N)]
-        start = v.tick % N
-        for k, cap in enumerate(capacity):
-            column = [row[k] for row in v.demand]
-            if cap > 0 and any(column):
-                for i, g in enumerate(water_fill(column, cap, start)):
-                    grant[i][k] = g
-        return grant
-
-
-class DrfAllocator(AllocatorBaseline):
-    name = "drf"
-
-    def grant(self, v, capacity):
-        N, T = self.n_teams, self.n_tiers
-        d = v.demand
-        left = list(capacity)
-        g = [[0] * T for _ in range(N)]
-        dominant = [0.0] * N
-        while True:
-            best = -1
-            for i in range(N):
-                if (best < 0 or dominant[i] < dominant[best]) and any(
-                    g[i][k] < d[i][k] and left[k] > 0 for k in range(T)
-                ):
-                    best = i
-            if best < 0:
-                break
-            i = best
-            # the tier where team i's demand is least satisfied (ties: lower index)
-            k = min((k for k in range(T) if g[i][k] < d[i][k] and left[k] > 0), key=lambda k: (g[i][k] / d[i][k], k))
-            g[i][k] += 1
-            left[k] -= 1
-            dominant[i] = max(dominant[i], g[i][k] / capacity[k])
-        return g
-
-
-# every scripted allocator by name, random included
-SCRIPTED_ALLOCATORS: dict[str, type[AllocatorBaseline]] = {
-    cls.name: cls
-    for cls in (
-        RandomAllocator,
-        EqualSplitAllocator,
-        ProportionalAllocator,
-        FifoAllocator,
-        EdfAllocator,
-        BestFitAllocator,
-        MaxMinFairAllocator,
-        DrfAllocator,
-    )
-}

@@ -1,18 +1,18 @@
-"""The scripted allocator baselines (:mod:`policies.allocators`) over a batch of arenas.
+"""The scripted allocator baselines (docs/rules.md §9; the rules: :mod:`policies.allocators`), each defined once, over N arenas.
 
-Each batched baseline is built from its per-arena policy (its ``pacing``, ``defer``, layouts)
-and plays the same three steps on every row at once: the demand estimate, the purchases, the
-grant rule, then the shared fit step over the batch (:func:`policies.batch_limits.fit_action_batch`).
-Row *i* is exactly the per-arena baseline's action for row *i*: the same integer rules and the
-same float operations (observed float32 values widened to float64, as ``.tolist()`` widens them;
-``int / int`` of small integers, which both forms round correctly), vectorised over the batch axis
-and looping only over the small fixed axes (teams, tiers, the (team, tier) requests of
-``best_fit``) and over rounds that end when no row has work left (``max_min_fair``'s water-filling,
-``drf``'s one GPU per step). Per-row orders are stable sorts of the per-arena sort keys.
+Each batched baseline plays the three steps on every row at once: the demand estimate, the purchases, the
+grant rule, then the shared fit step over the batch (:func:`policies.batch_limits.fit_action_batch`). The
+per-arena baseline is a batch of one (:class:`policies.batch.OneArena`), but ``best_fit``: its batch of one
+costs 11x its per-arena form per act (``python -m experiments.bench.policies --sizes 1``), 2.6-2.8x a
+whole per-arena episode, so it keeps :class:`policies.allocators.BestFitAllocator` for per-arena play, and
+:class:`BatchBestFit`, row *i* bit for bit that policy's action, is held to it by the equivalence tests.
+The floats are the per-arena rules' (observed float32 values widened to float64; ``int / int`` of small
+integers, correctly rounded), vectorised over the batch axis and looping only over the small fixed axes
+(teams, tiers, the (team, tier) requests of ``best_fit``) and over rounds that end when no row has work left
+(``max_min_fair``'s water-filling, ``drf``'s one GPU per step). Per-row orders are stable sorts.
 
-``random`` keeps one generator per arena, seeded as the per-arena policy's, and draws from each in
-a loop over arenas (the draws themselves: the amounts to buy, the per-tier counts and the
-multinomial split), in the per-arena order; the rest is vectorised.
+``random`` keeps one generator per arena, seeded by ``reset``, and draws from each in a loop over arenas
+(the amounts to buy, the per-tier counts and the multinomial split); the rest is vectorised.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from policies.allocators import SPEND_EPS, AllocatorBaseline, BestFitAllocator, escalate_indices, tiers_by_memory
-from policies.batch import BatchScripted
+from commons_arena.scenario import ScenarioConfig
+from policies.allocators import SPEND_EPS, BestFitAllocator, escalate_indices, tiers_by_memory
+from policies.batch import BatchScripted, OneArena
 from policies.batch_limits import BatchLimitReader, fit_action_batch
 from policies.limits import PRICE_SLACK
 
@@ -51,29 +52,24 @@ def _floor_div(money: np.ndarray, price: np.ndarray, where: np.ndarray) -> np.nd
 class BatchAllocator(BatchScripted):
     """Shared plumbing of the batched baselines: demand estimate, shortfall buying, fit step."""
 
-    policy: AllocatorBaseline
-
     role = "allocator"
 
-    def __init__(self, policy: AllocatorBaseline, num_envs: int) -> None:
-        self.policy = policy  # the per-arena form: its name and parameters (pacing, defer)
-        self.name = policy.name
-        config = policy.config
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0) -> None:
+        if not pacing > 0:
+            raise ValueError(f"pacing must be > 0, got {pacing}")
+        self.pacing = float(pacing)
         M = len(config.teams)
         self._rows = np.arange(num_envs)
         self._team_index = np.broadcast_to(np.arange(M), (num_envs, M))
         self.by_memory = tiers_by_memory(config)
         self._rank = np.argsort(self.by_memory).astype(np.int64)  # tier -> its place in by_memory
-        super().__init__(config, policy.agent, num_envs)
+        super().__init__(config, agent, num_envs)
         self._limits = BatchLimitReader(config, self.obs_layout)
         self._i_escalate = escalate_indices(config, self.obs_layout)
 
     @property
     def params(self) -> dict[str, Any]:
-        return self.policy.params
-
-    def resized(self, num_envs: int) -> BatchAllocator:
-        return type(self)(self.policy, num_envs)
+        return {"pacing": self.pacing}
 
     # ------------------------------------------------------------------ pieces
     def read(self, obs: np.ndarray) -> BatchView:
@@ -97,7 +93,7 @@ class BatchAllocator(BatchScripted):
     def spend_cap(self, v: BatchView) -> np.ndarray:
         """Money this tick's purchases may use: ``budget x min(1, pacing / ticks_left)``."""
         ticks_left = np.maximum(self.config.max_ticks - v.tick, 1)
-        return np.maximum(v.budget * np.minimum(1.0, self.policy.pacing / ticks_left) - SPEND_EPS, 0.0)
+        return np.maximum(v.budget * np.minimum(1.0, self.pacing / ticks_left) - SPEND_EPS, 0.0)
 
     def buy_within(self, v: BatchView, want: np.ndarray, money: np.ndarray) -> np.ndarray:
         """Buy up to ``want`` per tier from the offer, cheapest unit price first, within ``money``."""
@@ -165,9 +161,11 @@ class BatchAllocator(BatchScripted):
 class BatchRandom(BatchAllocator):
     """``random``: one generator per arena, drawn in a loop over arenas."""
 
-    def __init__(self, policy: AllocatorBaseline, num_envs: int) -> None:
-        self.rngs = [np.random.default_rng() for _ in range(num_envs)]  # as an unseeded per-arena policy
-        super().__init__(policy, num_envs)
+    name = "random"
+
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0) -> None:
+        self.rngs = [np.random.default_rng() for _ in range(num_envs)]  # unseeded until reset
+        super().__init__(config, agent, num_envs, pacing)
 
     def reseed(self, arenas: np.ndarray, seeds: Sequence[int | None]) -> None:
         for i, seed in zip(arenas.tolist(), seeds, strict=True):
@@ -190,6 +188,8 @@ class BatchRandom(BatchAllocator):
 
 
 class BatchEqualSplit(BatchAllocator):
+    name = "equal_split"
+
     def grant(self, v, capacity):
         rows, M = self._rows, self.n_teams
         grant = np.zeros_like(v.demand)
@@ -210,6 +210,8 @@ class BatchEqualSplit(BatchAllocator):
 
 
 class BatchProportional(BatchAllocator):
+    name = "proportional"
+
     def grant(self, v, capacity):
         rows, M = self._rows, self.n_teams
         grant = v.demand.copy()
@@ -233,11 +235,12 @@ class BatchProportional(BatchAllocator):
 
 
 class BatchFifo(BatchAllocator):
-    NOT_QUEUED = -1  # a team with no current run of demand (the per-arena policy's None)
+    name = "fifo"
+    NOT_QUEUED = -1  # a team with no current run of demand
 
-    def __init__(self, policy: AllocatorBaseline, num_envs: int) -> None:
-        self._since = np.full((num_envs, policy.n_teams), self.NOT_QUEUED, dtype=np.int64)
-        super().__init__(policy, num_envs)
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0) -> None:
+        self._since = np.full((num_envs, len(config.teams)), self.NOT_QUEUED, dtype=np.int64)
+        super().__init__(config, agent, num_envs, pacing)
 
     def clear(self, arenas):
         self._since[arenas] = self.NOT_QUEUED
@@ -255,6 +258,8 @@ class BatchFifo(BatchAllocator):
 
 
 class BatchEdf(BatchAllocator):
+    name = "edf"
+
     def grant(self, v, capacity):
         totals = v.demand.sum(axis=2)
         order, served = self.wanting_first(totals > 0, -v.pressure, ~v.escalating, totals)
@@ -262,11 +267,21 @@ class BatchEdf(BatchAllocator):
 
 
 class BatchBestFit(BatchAllocator):
-    policy: BestFitAllocator
+    """``best_fit`` in N arenas; its per-arena form is :class:`policies.allocators.BestFitAllocator` (module docstring)."""
+
+    name = "best_fit"
+
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0, defer: bool = True) -> None:
+        self.defer = bool(defer)
+        super().__init__(config, agent, num_envs, pacing)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"pacing": self.pacing, "defer": self.defer}
 
     def decide(self, obs):
         v = self.read(obs)
-        p, rows, rank = self.policy, self._rows, self._rank
+        rows, rank = self._rows, self._rank
         N, M, T = self.num_envs, self.n_teams, self.n_tiers
         by_memory = self.by_memory
         grant = np.zeros((N, M, T), dtype=np.int64)
@@ -283,7 +298,7 @@ class BatchBestFit(BatchAllocator):
             ok = n > 0
             if not ok.any():
                 break  # requests with demand come first
-            if p.defer:  # not urgent: take what the best-fitting tier has, the rest waits for it
+            if self.defer:  # not urgent: take what the best-fitting tier has, the rest waits for it
                 waits = ok & (v.pressure[rows, i] < 0.5) & (left[rows, k] < n)
                 give = np.where(waits, left[rows, k], 0)
                 grant[rows, i, k] += give
@@ -355,6 +370,8 @@ def water_fill_batch(demand: np.ndarray, capacity: np.ndarray, start: np.ndarray
 
 
 class BatchMaxMinFair(BatchAllocator):
+    name = "max_min_fair"
+
     def grant(self, v, capacity):
         grant = np.zeros_like(v.demand)
         start = v.tick % self.n_teams
@@ -368,6 +385,8 @@ class BatchMaxMinFair(BatchAllocator):
 
 
 class BatchDrf(BatchAllocator):
+    name = "drf"
+
     def grant(self, v, capacity):
         rows = self._rows
         d = v.demand
@@ -394,5 +413,25 @@ class BatchDrf(BatchAllocator):
         return g
 
 
-__all__ = ["BatchAllocator", "BatchBestFit", "BatchDrf", "BatchEdf", "BatchEqualSplit", "BatchFifo",
+# Every scripted allocator by name (random included), in the order they are listed: a per-arena factory
+# (config, agent, seed=None, **params). Each is defined once, over N arenas (a per-arena one is a batch of one),
+# but best_fit, whose batch of one is too slow for per-arena play (module docstring): it keeps its per-arena class.
+SCRIPTED_ALLOCATORS: dict[str, type[BatchAllocator] | type[BestFitAllocator]] = {
+    cls.name: cls for cls in (BatchRandom, BatchEqualSplit, BatchProportional, BatchFifo, BatchEdf, BestFitAllocator,
+                              BatchMaxMinFair, BatchDrf)
+}
+
+
+def batch_best_fit(policy: BestFitAllocator, num_envs: int) -> BatchBestFit:
+    """``best_fit`` (a per-arena :class:`~policies.allocators.BestFitAllocator`: its scenario, seat and
+    parameters) in ``num_envs`` arenas (``policies.registry.BATCHED``)."""
+    return BatchBestFit(policy.config, policy.agent, num_envs, **policy.params)
+
+
+def per_arena(allocator: type[BatchAllocator] | type[BestFitAllocator]) -> Any:
+    """The per-arena factory of a scripted allocator of :data:`SCRIPTED_ALLOCATORS`."""
+    return allocator if allocator is BestFitAllocator else OneArena.maker(allocator)
+
+
+__all__ = ["SCRIPTED_ALLOCATORS", "batch_best_fit", "per_arena", "BatchAllocator", "BatchBestFit", "BatchDrf", "BatchEdf", "BatchEqualSplit", "BatchFifo",
            "BatchMaxMinFair", "BatchProportional", "BatchRandom", "BatchView", "water_fill_batch"]

@@ -56,19 +56,9 @@ from typing import Any
 from commons_arena import scenario as scenario_module
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
-from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import Policy
 from policies.batch import BatchPolicy, LoopBatchPolicy, OneArena, batch_of
-from policies.batch_allocators import (
-    BatchBestFit,
-    BatchDrf,
-    BatchEdf,
-    BatchEqualSplit,
-    BatchFifo,
-    BatchMaxMinFair,
-    BatchProportional,
-    BatchRandom,
-)
+from policies.batch_allocators import SCRIPTED_ALLOCATORS, batch_best_fit, per_arena
 from policies.brokers import BROKERS
 from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.oracle import OracleAllocator, make_oracle
@@ -118,7 +108,7 @@ for _archetype in ARCHETYPE_PROFILES:
 for _broker in BROKERS:
     register(PolicySpec(_broker.name, "broker", OneArena.maker(_broker), _params_of(_broker)))
 for _name, _allocator in SCRIPTED_ALLOCATORS.items():
-    register(PolicySpec(_name, "allocator", _allocator, _params_of(_allocator)))
+    register(PolicySpec(_name, "allocator", per_arena(_allocator), _params_of(_allocator)))
 register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
 for _name, _mechanism in REFERENCE_MECHANISMS.items():
     register(PolicySpec(_name, "allocator", _mechanism, _params_of(_mechanism)))
@@ -250,20 +240,14 @@ FLAG_PARAMETERS = frozenset({"defer"})  # true or false; every other parameter i
 
 
 # The batched form of each policy that has one, from the per-arena policy and the number of arenas:
-# the policy a batch-of-one adaptor wraps (batch_of: teams, brokers), or one built from the per-arena
-# policy's parameters and layouts (policies/batch_allocators.py, BatchPlanner). A policy not named here
+# the policy a batch-of-one adaptor wraps (batch_of: teams, brokers, scripted allocators), or one built from
+# the per-arena policy's scenario, seat and parameters (best_fit, BatchPlanner). A policy not named here
 # acts in a batch through LoopBatchPolicy. One line per policy.
 BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
     **{archetype: batch_of for archetype in ARCHETYPE_PROFILES},
     **{broker.name: batch_of for broker in BROKERS},
-    "random": BatchRandom,
-    "equal_split": BatchEqualSplit,
-    "proportional": BatchProportional,
-    "fifo": BatchFifo,
-    "edf": BatchEdf,
-    "best_fit": BatchBestFit,
-    "max_min_fair": BatchMaxMinFair,
-    "drf": BatchDrf,
+    **{name: batch_of for name in SCRIPTED_ALLOCATORS},
+    "best_fit": batch_best_fit,
     "planner": BatchPlanner.of,
 }
 

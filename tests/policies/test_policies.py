@@ -422,11 +422,12 @@ def test_shortfall_buying_respects_pacing():
 
 
 def test_scripted_policy_rejects_the_wrong_role():
-    from policies.allocators import ProportionalAllocator
+    from policies.allocators import BestFitAllocator
 
-    with pytest.raises(ValueError, match="is a team"):
-        ProportionalAllocator(commons_arena.load_scenario("standard"), "search")
-    assert issubclass(ProportionalAllocator, ScriptedPolicy)
+    for name in ("proportional", "best_fit"):  # a batch of one, and a per-arena class
+        with pytest.raises(ValueError, match="is a team"):
+            make_policy(name, commons_arena.load_scenario("standard"), "search")
+    assert issubclass(BestFitAllocator, ScriptedPolicy)
 
 
 # ------------------------------------------------------------------------- populations
