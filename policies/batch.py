@@ -13,7 +13,7 @@ a Python loop. A batched policy is held to it bit for bit by the equivalence tes
 with no batched form plays through it, so every policy can act in a batch.
 
 :class:`BatchScripted` is the base of the batched scripted policies (``policies/teams.py``,
-``policies/brokers.py``, ``policies/batch_allocators.py``): one seat's layouts and bounds, any
+``policies/brokers.py``, ``policies/allocators.py``): one seat's layouts and bounds, any
 number of arenas. Where the batched form is the policy's one definition (the teams and brokers),
 the per-arena policy is :class:`OneArena`, the one batch-of-one adaptor.
 ``policies.registry.batch_policy`` gives a seat's batched form, or the loop.

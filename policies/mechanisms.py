@@ -1,8 +1,9 @@
 """Reference mechanisms from the literature (issue 42): where honesty is meant to pay.
 
 Three scripted allocators that mechanism design proposes for sharing a resource without money,
-each observation-only and each ending with the baselines' limits step
-(:meth:`policies.allocators.AllocatorBaseline.fit`, ``policies/limits.py``). Their points on the
+each observation-only and each ending with the baselines' limits step (``policies/limits.py``;
+``credit`` and ``uniform_rule`` are defined once, over N arenas, as the baselines are, and play a
+single arena as a batch of one; ``fair_planner`` is ``planner``'s per-arena class). Their points on the
 welfare-exploitability frontier, and why they sit there, are in docs/negotiation.md.
 
 ``credit`` (karma-style: Vuppalapati, Fikioris, Agarwal, Cidon, Khandelwal and Tardos, *Karma:
@@ -48,31 +49,41 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from commons_arena.scenario import ScenarioConfig
-from policies.allocators import AllocatorBaseline, AllocatorView, water_fill
+from policies.allocators import BatchAllocator, BatchView, water_fill_batch
 from policies.planner import PlannerAllocator
 
 
-def rotation(n: int, tick: int) -> list[int]:
-    """Team order starting at ``tick mod n`` (who gets the odd unit, who wins a tie)."""
-    return [(tick + j) % n for j in range(n)]
+def rotated(tick: np.ndarray, n: int) -> np.ndarray:
+    """Per row the team order starting at ``tick mod n`` (who gets the odd unit, who wins a tie): ``(N, n)``."""
+    return (tick[:, None] + np.arange(n)[None, :]) % n
 
 
-def even_split(total: int, n: int, tick: int) -> list[int]:
-    """``total`` units split evenly over ``n`` teams, the odd ones rotating by tick."""
-    share, extra = divmod(max(total, 0), n)
-    out = [share] * n
-    for i in rotation(n, tick)[:extra]:
-        out[i] += 1
+def even_split(total: np.ndarray, n: int) -> np.ndarray:
+    """Per row ``total`` units split evenly over ``n`` teams in rotation order, the odd ones to the first."""
+    share, extra = np.divmod(np.maximum(total, 0), n)
+    return share[:, None] + (np.arange(n)[None, :] < extra[:, None])
+
+
+def raise_lowest(base: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Per row ``base`` (in rotation order) with ``units`` more, one at a time to the lowest (ties: the
+    first): integer ``max(base, L)``."""
+    out, rows, units = base.copy(), np.arange(len(base)), units.copy()
+    while (live := units > 0).any():
+        i = np.argmin(out, axis=1)
+        out[rows[live], i[live]] += 1
+        units -= live
     return out
 
 
-class CreditAllocator(AllocatorBaseline):
-    """Karma-style credits per tier (module docstring)."""
+class BatchCredit(BatchAllocator):
+    """Karma-style credits per tier (module docstring), every arena at once: teams in rotation order."""
 
     name = "credit"
 
-    def __init__(self, config: ScenarioConfig, agent: str = "allocator", seed: int | None = None, pacing: float = 2.0,
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0,
                  guaranteed: float = 0.5, endowment: float = 2.0) -> None:
         if not 0.0 <= guaranteed <= 1.0:
             raise ValueError(f"guaranteed must be in [0, 1], got {guaranteed}")
@@ -80,92 +91,77 @@ class CreditAllocator(AllocatorBaseline):
             raise ValueError(f"endowment must be >= 0, got {endowment}")
         self.guaranteed = float(guaranteed)
         self.endowment = float(endowment)
-        self._fair = [t.owned / len(config.teams) for t in config.gpu_tiers]  # owned GPUs per team, per tier
-        super().__init__(config, agent, seed, pacing)
+        self._fair = np.array([t.owned / len(config.teams) for t in config.gpu_tiers])  # owned GPUs per team, per tier
+        self.credits = np.zeros((num_envs, len(config.teams), len(config.gpu_tiers)))  # arena, team, tier: balance
+        super().__init__(config, agent, num_envs, pacing)
 
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "guaranteed": self.guaranteed, "endowment": self.endowment}
 
-    def clear(self) -> None:
-        # credits[i][k]: team i's balance on tier k
-        self.credits = [[self.endowment * f for f in self._fair] for _ in range(self.n_teams)]
+    def clear(self, arenas: np.ndarray) -> None:
+        self.credits[arenas] = self.endowment * self._fair
 
-    def grant(self, v: AllocatorView, capacity: list[int]) -> list[list[int]]:
-        N = self.n_teams
-        grant = [[0] * self.n_tiers for _ in range(N)]
-        order = rotation(N, v.tick)
-        for k, cap in enumerate(capacity):
-            credits = [row[k] for row in self.credits]
-            demand = [row[k] for row in v.demand]
-            share = even_split(math.floor(self.guaranteed * cap), N, v.tick)
-            free = [min(d, s) for d, s in zip(demand, share, strict=True)]
-            donated = [s - f for s, f in zip(share, free, strict=True)]
-            pool = cap - sum(free)
-            got = list(free)
-            borrowed = 0
-            while pool > 0:
-                wanting = [i for i in order if got[i] < demand[i]]
-                if not wanting:
-                    break
-                i = max(wanting, key=lambda i: credits[i])  # the first of the rotation on a tie
-                got[i] += 1
-                credits[i] -= 1.0
-                pool -= 1
-                borrowed += 1
+    def grant(self, v: BatchView, capacity: np.ndarray) -> np.ndarray:
+        rows, M = self._rows, self.n_teams
+        order = rotated(v.tick, M)
+        grant = np.zeros_like(v.demand)
+        for k in range(self.n_tiers):
+            cap = capacity[:, k]
+            demand = np.take_along_axis(v.demand[:, :, k], order, axis=1)
+            credits = np.take_along_axis(self.credits[:, :, k], order, axis=1)
+            share = even_split(np.floor(self.guaranteed * cap).astype(np.int64), M)
+            got = np.minimum(demand, share)  # the guaranteed share, free
+            donated = share - got
+            pool, borrowed = cap - got.sum(axis=1), np.zeros_like(cap)
+            # one GPU at a time to the team with unmet demand and the most credits (the first of the rotation on a tie)
+            while (live := (pool > 0) & (wanting := got < demand).any(axis=1)).any():
+                i = np.argmax(np.where(wanting, credits, -np.inf), axis=1)[live]
+                got[rows[live], i] += 1
+                credits[rows[live], i] -= 1.0
+                pool, borrowed = pool - live, borrowed + live
             # donations supply the borrowed GPUs first; each pays its donor (fewest credits first)
-            for _ in range(min(borrowed, sum(donated))):
-                i = min((i for i in order if donated[i] > 0), key=lambda i: credits[i])
-                donated[i] -= 1
-                credits[i] += 1.0
-            shared_slice = cap - sum(share)
-            for i in range(N):
-                credits[i] += shared_slice / N
-                self.credits[i][k] = credits[i]
-                grant[i][k] = got[i]
+            paid = np.minimum(borrowed, donated.sum(axis=1))
+            while (live := paid > 0).any():
+                i = np.argmin(np.where(donated > 0, credits, np.inf), axis=1)[live]
+                donated[rows[live], i] -= 1
+                credits[rows[live], i] += 1.0
+                paid = paid - live
+            credits += ((cap - share.sum(axis=1)) / M)[:, None]  # everyone's share of the shared slice
+            np.put_along_axis(self.credits[:, :, k], order, credits, axis=1)
+            np.put_along_axis(grant[:, :, k], order, got, axis=1)
         return grant
 
 
-class UniformRuleAllocator(AllocatorBaseline):
-    """Sprumont's uniform rule per tier (module docstring)."""
+class BatchUniformRule(BatchAllocator):
+    """Sprumont's uniform rule per tier (module docstring), every arena at once."""
 
     name = "uniform_rule"
 
-    def __init__(self, config: ScenarioConfig, agent: str = "allocator", seed: int | None = None, pacing: float = 2.0,
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0,
                  surplus: float = 1.0) -> None:
         if not 0.0 <= surplus <= 1.0:
             raise ValueError(f"surplus must be in [0, 1], got {surplus}")
         self.surplus = float(surplus)
-        super().__init__(config, agent, seed, pacing)
+        super().__init__(config, agent, num_envs, pacing)
 
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "surplus": self.surplus}
 
-    def grant(self, v: AllocatorView, capacity: list[int]) -> list[list[int]]:
-        N = self.n_teams
-        grant = [[0] * self.n_tiers for _ in range(N)]
-        start = v.tick % N
-        for k, cap in enumerate(capacity):
-            column = [row[k] for row in v.demand]
-            if sum(column) >= cap:
-                shares = water_fill(column, cap, start)  # min(demand, L)
-            else:
-                shares = raise_lowest(column, math.floor(self.surplus * (cap - sum(column))), start)  # max(demand, L)
-            for i, g in enumerate(shares):
-                grant[i][k] = g
+    def grant(self, v: BatchView, capacity: np.ndarray) -> np.ndarray:
+        start = v.tick % self.n_teams
+        order = rotated(start, self.n_teams)
+        grant = np.zeros_like(v.demand)
+        for k in range(self.n_tiers):
+            cap, column = capacity[:, k], v.demand[:, :, k]
+            spare = cap - column.sum(axis=1)
+            raised = raise_lowest(np.take_along_axis(column, order, axis=1),  # max(demand, L)
+                                  np.where(spare > 0, np.floor(self.surplus * spare), 0).astype(np.int64))
+            np.put_along_axis(raised, order, raised.copy(), axis=1)
+            filled = water_fill_batch(column, np.maximum(cap, 0), start)  # min(demand, L)
+            grant[:, :, k] = np.where((spare <= 0)[:, None], filled, raised)
         return grant
-
-
-def raise_lowest(base: list[int], units: int, start: int) -> list[int]:
-    """``base`` with ``units`` more, one at a time to the lowest (ties: the first from ``start``):
-    integer ``max(base, L)``."""
-    out = list(base)
-    order = [(start + j) % len(out) for j in range(len(out))]
-    for _ in range(units):
-        i = min(order, key=lambda i: out[i])
-        out[i] += 1
-    return out
 
 
 class FairPlannerAllocator(PlannerAllocator):
@@ -191,9 +187,9 @@ class FairPlannerAllocator(PlannerAllocator):
 
 
 # the reference mechanisms by name (registered beside the baselines: policies/registry.py)
-REFERENCE_MECHANISMS: dict[str, type[AllocatorBaseline] | type[PlannerAllocator]] = {
-    cls.name: cls for cls in (CreditAllocator, UniformRuleAllocator, FairPlannerAllocator)
+REFERENCE_MECHANISMS: dict[str, type[BatchAllocator] | type[PlannerAllocator]] = {
+    cls.name: cls for cls in (BatchCredit, BatchUniformRule, FairPlannerAllocator)
 }
 
-__all__ = ["REFERENCE_MECHANISMS", "CreditAllocator", "FairPlannerAllocator", "UniformRuleAllocator", "even_split",
-           "raise_lowest", "rotation"]
+__all__ = ["REFERENCE_MECHANISMS", "BatchCredit", "BatchUniformRule", "FairPlannerAllocator", "even_split",
+           "raise_lowest", "rotated"]

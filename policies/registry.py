@@ -56,9 +56,9 @@ from typing import Any
 from commons_arena import scenario as scenario_module
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
+from policies.allocators import SCRIPTED_ALLOCATORS, per_arena
 from policies.base import Policy
 from policies.batch import BatchPolicy, LoopBatchPolicy, OneArena, batch_of
-from policies.batch_allocators import SCRIPTED_ALLOCATORS, batch_best_fit, per_arena
 from policies.brokers import BROKERS
 from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.oracle import OracleAllocator, make_oracle
@@ -111,7 +111,7 @@ for _name, _allocator in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", per_arena(_allocator), _params_of(_allocator)))
 register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
 for _name, _mechanism in REFERENCE_MECHANISMS.items():
-    register(PolicySpec(_name, "allocator", _mechanism, _params_of(_mechanism)))
+    register(PolicySpec(_name, "allocator", per_arena(_mechanism), _params_of(_mechanism)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
 
 
@@ -240,14 +240,15 @@ FLAG_PARAMETERS = frozenset({"defer"})  # true or false; every other parameter i
 
 
 # The batched form of each policy that has one, from the per-arena policy and the number of arenas:
-# the policy a batch-of-one adaptor wraps (batch_of: teams, brokers, scripted allocators), or one built from
-# the per-arena policy's scenario, seat and parameters (best_fit, BatchPlanner). A policy not named here
+# the policy a batch-of-one adaptor wraps (batch_of: teams, brokers, scripted allocators, credit, uniform_rule),
+# or one built from the per-arena planner's scenario, seat and parameters (BatchPlanner). A policy not named here
 # acts in a batch through LoopBatchPolicy. One line per policy.
 BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
     **{archetype: batch_of for archetype in ARCHETYPE_PROFILES},
     **{broker.name: batch_of for broker in BROKERS},
     **{name: batch_of for name in SCRIPTED_ALLOCATORS},
-    "best_fit": batch_best_fit,
+    "credit": batch_of,
+    "uniform_rule": batch_of,
     "planner": BatchPlanner.of,
 }
 

@@ -20,7 +20,7 @@ import numpy as np
 import commons_arena
 from experiments.seeds import first_seed
 from experiments.statistics import paired_difference
-from policies import allocators, batch_allocators, planner
+from policies import allocators, planner
 from policies.focal import run_episode
 from policies.population import Population
 
@@ -30,7 +30,7 @@ ALLOCATORS = ("random", "equal_split", "proportional", "fifo", "edf", "best_fit"
 @contextlib.contextmanager
 def unfitted() -> Iterator[None]:
     """Every allocator's action left as it decided it (the fit step off)."""
-    saved = allocators.fit_action, planner.fit_action, batch_allocators.fit_action_batch
+    saved = planner.fit_action, allocators.fit_action_batch
 
     def identity(limits, buy, grant, order):
         return list(buy), [list(row) for row in grant]
@@ -38,12 +38,11 @@ def unfitted() -> Iterator[None]:
     def identity_batch(limits, buy, grant, order):
         return buy, grant
 
-    allocators.fit_action = planner.fit_action = identity
-    batch_allocators.fit_action_batch = identity_batch
+    planner.fit_action, allocators.fit_action_batch = identity, identity_batch
     try:
         yield
     finally:
-        allocators.fit_action, planner.fit_action, batch_allocators.fit_action_batch = saved
+        planner.fit_action, allocators.fit_action_batch = saved
 
 
 def returns(scenario: str, allocator: str, seeds: list[int]) -> np.ndarray:

@@ -33,10 +33,10 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig, scenario_from_dict
-from policies.batch_allocators import SCRIPTED_ALLOCATORS, per_arena
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.focal import FocalEnv
 from policies.mechanisms import REFERENCE_MECHANISMS
-from policies.planner import PlannerAllocator
+from policies.registry import make_policy
 
 ALLOCATORS = (*SCRIPTED_ALLOCATORS, "planner", *REFERENCE_MECHANISMS)
 
@@ -54,11 +54,7 @@ def avoidable_units(repairs: Mapping[str, int], events: Iterable[Mapping[str, An
 
 
 def make_allocator(name: str, config: ScenarioConfig) -> Any:
-    if name == "planner":
-        return PlannerAllocator(config)
-    if name in SCRIPTED_ALLOCATORS:
-        return per_arena(SCRIPTED_ALLOCATORS[name])(config, "allocator")
-    return REFERENCE_MECHANISMS[name](config)
+    return make_policy(name, config, ALLOCATOR)
 
 
 def episode_units(config: ScenarioConfig, allocator: str | Any, seed: int, env: FocalEnv | None = None) -> tuple[int, int]:

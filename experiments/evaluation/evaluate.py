@@ -36,7 +36,7 @@ from experiments.evaluation.engine import play
 from experiments.evaluation.tables import write_table
 from experiments.seeds import validate_seeds
 from experiments.statistics import mean_ci95, paired_difference
-from policies.batch_allocators import SCRIPTED_ALLOCATORS
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population
 
 RANDOM, ORACLE, PLANNER = "random", "oracle", "planner"

@@ -20,9 +20,9 @@ import numpy as np
 import commons_arena
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import role_of
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.base import UniformRandomPolicy
 from policies.batch import LoopBatchPolicy
-from policies.batch_allocators import SCRIPTED_ALLOCATORS
 from policies.population import Population
 from policies.registry import BATCHED, available_policies, batch_policy, make_policy
 

@@ -23,8 +23,8 @@ import commons_arena
 from commons_arena.family import generate_scenarios
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import observation_layout
+from policies.allocators import SCRIPTED_ALLOCATORS
 from policies.batch import BatchPolicy, LoopBatchPolicy
-from policies.batch_allocators import SCRIPTED_ALLOCATORS
 from policies.registry import BATCHED, available_policies, batch_policy, make_policy
 from policies.teams import ARCHETYPE_PROFILES
 from tests.limits_property import perturbed_scenarios

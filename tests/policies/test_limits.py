@@ -23,7 +23,7 @@ from commons_arena.enums import ShockKind
 from commons_arena.mechanics import carbon, grants, market
 from commons_arena.scenario import MAX_MULTIPLIER, scenario_from_dict
 from commons_arena.spaces import observation_layout
-from policies import allocators, batch_allocators, planner
+from policies import allocators, planner
 from policies.limits import LimitReader, Limits, fit_action, fit_buy, fit_carbon, fit_grants
 from tests import limits_property
 from tests.limits_property import ALLOCATORS, avoidable_units, episode_units, perturbed_scenarios
@@ -163,9 +163,8 @@ def test_without_the_fit_step_the_property_fails(monkeypatch) -> None:
     def unfitted(limits, buy, grant, order):
         return list(buy), [list(row) for row in grant]
 
-    monkeypatch.setattr(allocators, "fit_action", unfitted)
     monkeypatch.setattr(planner, "fit_action", unfitted)
-    monkeypatch.setattr(batch_allocators, "fit_action_batch", lambda limits, buy, grant, order: (buy, grant))
+    monkeypatch.setattr(allocators, "fit_action_batch", lambda limits, buy, grant, order: (buy, grant))
     config = commons_arena.load_scenario(str(HARD_CAP))
     for name in ("equal_split", "planner"):
         avoidable, total = episode_units(config, name, 0)

@@ -6,26 +6,38 @@ no repair on random observations) and tests/policies/test_limits.py (no avoidabl
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from policies.mechanisms import CreditAllocator, even_split, raise_lowest
+from policies.mechanisms import BatchCredit, even_split, raise_lowest, rotated
 from policies.planner import BLUFF_GRID
 from policies.registry import make_policy
 from tests.policies.test_policies import alloc_obs, split
 
 
+def in_team_order(rotation_order: np.ndarray, tick: int) -> list[int]:
+    """One row in rotation order (from team ``tick mod n``) back in team order."""
+    out = np.zeros_like(rotation_order)
+    out[rotated(np.array([tick]), len(rotation_order))[0]] = rotation_order
+    return out.tolist()
+
+
 def test_even_split_rotates_the_odd_units() -> None:
-    assert even_split(4, 3, 0) == [2, 1, 1]
-    assert even_split(4, 3, 1) == [1, 2, 1]
-    assert even_split(0, 3, 2) == [0, 0, 0]
+    assert in_team_order(even_split(np.array([4]), 3)[0], 0) == [2, 1, 1]
+    assert in_team_order(even_split(np.array([4]), 3)[0], 1) == [1, 2, 1]
+    assert in_team_order(even_split(np.array([0]), 3)[0], 2) == [0, 0, 0]
 
 
 def test_raise_lowest_is_max_of_demand_and_a_level() -> None:
-    assert raise_lowest([3, 0, 1], 3, 0) == [3, 2, 2]
-    assert raise_lowest([3, 0, 1], 0, 0) == [3, 0, 1]
-    assert raise_lowest([0, 0, 0], 2, 1) == [0, 1, 1]
+    def raised(base: list[int], units: int, start: int) -> list[int]:
+        order = rotated(np.array([start]), len(base))[0]
+        return in_team_order(raise_lowest(np.array([base])[:, order], np.array([units]))[0], start)
+
+    assert raised([3, 0, 1], 3, 0) == [3, 2, 2]
+    assert raised([3, 0, 1], 0, 0) == [3, 0, 1]
+    assert raised([0, 0, 0], 2, 1) == [0, 1, 1]
 
 
 def test_uniform_rule_rations_by_a_level_and_hands_out_a_surplus() -> None:
@@ -44,12 +56,12 @@ def test_uniform_rule_rations_by_a_level_and_hands_out_a_surplus() -> None:
 def test_credit_guarantees_a_share_then_lends_to_the_richest() -> None:
     config = commons_arena.load_scenario("standard")
     policy = make_policy("credit", config, ALLOCATOR, guaranteed=0.5, endowment=0.0)
-    assert isinstance(policy, CreditAllocator)
+    assert isinstance(policy.batched, BatchCredit)  # type: ignore[attr-defined]
     policy.reset(0)
     # small tier, 4 GPUs: guaranteed floor(2) split 1/1/0 at tick 0; team 2 wants 0
     _, grant = split(config, policy.act(alloc_obs(config, tick=0, declared=[[4, 0, 0], [1, 0, 0], [0, 0, 0]])))
     assert grant[:, 0].tolist() == [3, 1, 0]  # team 0 borrows the shared slice's 2 (nobody donated)
-    small = [row[0] for row in policy.credits]
+    small = policy.batched.credits[0, :, 0].tolist()  # type: ignore[attr-defined]
     # team 0 paid 2, every team earned the shared slice's 2 / 3
     assert small == pytest.approx([-2 + 2 / 3, 2 / 3, 2 / 3])
 
@@ -73,7 +85,7 @@ def test_credit_pays_donors_for_what_others_borrow() -> None:
     # small: 4 guaranteed, split 2/1/1 at tick 0; team 1 and 2 want 0 and donate 1 each; team 0 borrows both
     _, grant = split(config, policy.act(alloc_obs(config, tick=0, declared=[[4, 0, 0], [0, 0, 0], [0, 0, 0]])))
     assert grant[:, 0].tolist() == [4, 0, 0]
-    assert [row[0] for row in policy.credits] == pytest.approx([-2.0, 1.0, 1.0])
+    assert policy.batched.credits[0, :, 0].tolist() == pytest.approx([-2.0, 1.0, 1.0])  # type: ignore[attr-defined]
 
 
 def test_fair_planner_keeps_a_share_of_the_deflated_need() -> None:

@@ -17,7 +17,7 @@ import commons_arena
 from commons_arena.enums import Stance
 from commons_arena.spaces import observation_layout
 from policies import Population, PopulationError, available_policies, make_policy, run_episode
-from policies.allocators import water_fill
+from policies.allocators import water_fill_batch
 from policies.base import Policy, ScriptedPolicy
 from policies.focal import policy_seed
 from policies.registry import policy_spec
@@ -323,6 +323,9 @@ def test_equal_split_caps_at_demand_without_redistribution():
 
 
 def test_max_min_fair_water_fills():
+    def water_fill(demand: list[int], capacity: int, start: int) -> list[int]:
+        return water_fill_batch(np.array([demand]), np.array([capacity]), np.array([start]))[0].tolist()
+
     assert water_fill([6, 1, 3], 7, 0) == [3, 1, 3]
     assert water_fill([6, 1, 0], 4, 0) == [3, 1, 0]
     assert water_fill([2, 2, 2], 4, 1) == [1, 2, 1]  # the odd unit rotates from team 1
@@ -422,12 +425,10 @@ def test_shortfall_buying_respects_pacing():
 
 
 def test_scripted_policy_rejects_the_wrong_role():
-    from policies.allocators import BestFitAllocator
-
-    for name in ("proportional", "best_fit"):  # a batch of one, and a per-arena class
+    for name in ("proportional", "planner"):  # a batch of one, and a per-arena class
         with pytest.raises(ValueError, match="is a team"):
             make_policy(name, commons_arena.load_scenario("standard"), "search")
-    assert issubclass(BestFitAllocator, ScriptedPolicy)
+    assert isinstance(make_policy("planner", commons_arena.load_scenario("standard"), "allocator"), ScriptedPolicy)
 
 
 # ------------------------------------------------------------------------- populations
