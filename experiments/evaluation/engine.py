@@ -51,10 +51,10 @@ from policies.population import Entry, Population
 from policies.registry import BATCHED, batch_policy
 
 MAX_ARENAS = 256  # the batched path plays its seeds in batches of at most this many arenas
-# ...and only at least this many seeds: below it the per-arena path is faster (in-process, warm, 3
-# allocators on `standard` and `crisis`, load ~4: batched / per-arena episodes/s 0.30x at 1 seed, 0.75x at 4,
-# 1.1-1.2x at 8, 2.0x at 16, 5.1-5.3x at 64)
-MIN_ARENAS = 8
+# ...and only at least this many seeds: below it the per-arena path is faster (in-process, warm, edf,
+# proportional and best_fit on `standard` and `crisis`, each a batch of one per arena, load ~4: batched /
+# per-arena episodes/s 0.39-0.49x at 1 seed, 0.56-0.86x at 2, 0.99-1.30x at 4, 1.8-2.3x at 8)
+MIN_ARENAS = 4
 PER_ARENA_ENV = "COMMONS_ARENA_PER_ARENA"  # set to 1: every play takes the per-arena path (tests, A/B timing)
 
 
