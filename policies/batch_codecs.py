@@ -45,6 +45,7 @@ from policies.codecs import (
     make_codec,
 )
 from policies.planner import BatchPlanner
+from policies.teams import declare
 
 
 def _arenas(num_envs: int, index: np.ndarray | None) -> np.ndarray:
@@ -251,7 +252,7 @@ class BatchResidualCodec(BatchAllocatorCodec):
         estimate, grant = self.proposal(observations)
         n = self.num_envs
         return (np.concatenate([estimate.reshape(n, -1), grant.reshape(n, -1)], axis=1)
-                / self.codec._feature_scale).astype(np.float32)
+                / self.codec.feature_scale).astype(np.float32)
 
     def correction(self, code: np.ndarray) -> np.ndarray:
         return self.codec.deltas[code].reshape(len(code), self.codec.n_teams, self.codec.n_tiers)
@@ -287,7 +288,7 @@ class BatchNeedCodec(BatchResidualCodec):
         return np.concatenate([super().features(obs), tick], axis=1)
 
     def corrected(self, obs: np.ndarray, arenas: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        need = np.minimum(np.maximum(self.planner.last_estimate[arenas] + delta, 0), self.codec._ceiling_row)
+        need = np.minimum(np.maximum(self.planner.last_estimate[arenas] + delta, 0), self.codec.ceiling_row)
         return np.minimum(self.planner.plan(obs, need), self._top)
 
 
@@ -330,7 +331,7 @@ class BatchBluffCodec(BatchCodec):
         obs, code = self.check(observations, codes)
         c = self.codec
         need = self.field(obs, "need")
-        request = np.minimum(np.ceil(need * c.factors[code[:, : c.n_factors]] - 1e-6), c._high).astype(np.int64)  # teams.declare
+        request = declare(need, c.factors[code[:, : c.n_factors]], c.request_high)
         rule = code[:, -1]
         after, counter = self._escalate_after[rule], self._counter[rule]
         grant = self.field(obs, "last_grant")

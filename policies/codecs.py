@@ -265,8 +265,8 @@ class ResidualPlannerCodec(AllocatorCodec):
         self._proposal: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (obs, buy, grant)
         # per tick, once or twice: what would otherwise be rebuilt each call (np.clip and np.tile
         # cost more than the arithmetic on arrays this small)
-        self._feature_scale = np.tile(self.feature_ceiling, 2 * self.n_teams)
-        self._ceiling_row = self.ceiling[None, :]
+        self.feature_scale = np.tile(self.feature_ceiling, 2 * self.n_teams)
+        self.ceiling_row = self.ceiling[None, :]
         self._top_action = self.env_nvec - 1
 
     @property
@@ -302,7 +302,7 @@ class ResidualPlannerCodec(AllocatorCodec):
 
     def features(self, observation: np.ndarray) -> np.ndarray:
         estimate, grant = self.proposal(observation)
-        return (np.concatenate([estimate.ravel(), grant.ravel()]) / self._feature_scale).astype(np.float32)
+        return (np.concatenate([estimate.ravel(), grant.ravel()]) / self.feature_scale).astype(np.float32)
 
     def correction(self, code: np.ndarray) -> np.ndarray:
         """The GPUs ``code`` adds per (team, tier)."""
@@ -348,7 +348,7 @@ class NeedResidualCodec(ResidualPlannerCodec):
             return np.concatenate([buy, grant.ravel()]).astype(np.int64)
         estimate = self.planner.last_estimate
         assert estimate is not None
-        need = np.minimum(np.maximum(estimate + delta, 0), self._ceiling_row)  # np.clip's result, integers
+        need = np.minimum(np.maximum(estimate + delta, 0), self.ceiling_row)  # np.clip's result, integers
         action = np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
         return np.minimum(action, self._top_action)
 
@@ -401,7 +401,7 @@ class BluffTeamCodec(Codec):
         sl = self.obs.slices
         self._need, self._grant, self._declared = sl["need"], sl["last_grant"], sl["declared"]
         self._streak = sl["starved_streak"].start
-        self._high = self.env_nvec[: self.n_tiers] - 1
+        self.request_high = self.env_nvec[: self.n_tiers] - 1
         self.factors = np.array(self.FACTORS)
         self.n_factors = self.n_tiers if self.per_tier else 1
         self.reset()
@@ -457,7 +457,7 @@ class BluffTeamCodec(Codec):
 
         code = np.asarray(code, dtype=np.int64)
         need = observation[self._need]
-        request = declare(need, self.factors[code[: self.n_factors]], self._high)
+        request = declare(need, self.factors[code[: self.n_factors]], self.request_high)
         rule = self.STANCE_RULES[int(code[-1])]
         answer = stance(observation[self._streak], observation[self._grant], self._answered, rule.escalate_after,
                         rule.counter)
