@@ -12,9 +12,10 @@ Only ``act`` is timed; the two forms' actions are then compared, and a differenc
     python -m experiments.bench.policies --sizes 8 --ticks 3   # a quick check that it runs
     python -m experiments.bench.policies --sizes 1 --ticks 2000  # N = 1: a batch of one against the per-arena form
 
-At N = 1 the columns say what a batch-of-one adaptor (``policies.batch.OneArena``) would cost per
-act: the teams and brokers are defined once (their per-arena form is that adaptor, so both columns
-time the same code); the allocators and planner keep a per-arena form (issue 51, stage 3).
+At N = 1 the columns say what a batch of one (``policies.batch.OneArena``) costs per act. Every
+scripted team, broker and allocator is defined once, its per-arena form that adaptor, so both columns
+time the same code (the loop adds its own overhead); ``planner`` keeps its per-arena class, so its row
+is the batch of one against it (issue 51, stage 3; docs/benchmarks.md has the per-arena classes' figures).
 """
 
 from __future__ import annotations
