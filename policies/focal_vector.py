@@ -34,6 +34,7 @@ the same class (:mod:`experiments.training.batched_env`, :mod:`experiments.train
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ from commons_arena.spaces import make_action_space, make_observation_space, role
 from policies.batch import BatchPolicy
 from policies.focal import policy_seed
 from policies.learned import observation_scale as learned_scale
-from policies.population import Population
+from policies.population import Population, draw, thresholds
 from policies.registry import batch_policy, policy_spec
 
 
@@ -70,11 +71,44 @@ def split_arenas(num_envs: int, weights: Sequence[float]) -> list[int]:
     return counts
 
 
+Background = Population | Mapping[str, Any] | None  # None: each scenario's own population
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Backgrounds drawn per episode: every arena, when it starts an episode, plays entry *k* with probability
+    ``weights[k] / sum(weights)``, drawn from its episode seed (:func:`entry_of`)."""
+
+    backgrounds: tuple[Background, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.backgrounds or len(self.weights) != len(self.backgrounds):
+            raise ValueError(f"a mixture needs one weight per background, got {len(self.weights)} for "
+                             f"{len(self.backgrounds)}")
+        if not all(math.isfinite(w) and w >= 0 for w in self.weights) or sum(self.weights) <= 0:
+            raise ValueError(f"mixture weights must be non-negative with a positive sum, got {list(self.weights)}")
+
+
+MIXTURE_STREAM = 0x313C  # an episode's mixture entry: its own stream of the episode seed
+
+
+def entry_of(episode_seed: int, cuts: Sequence[float]) -> int:
+    """The mixture entry the episode of ``episode_seed`` plays (boundaries ``cuts``: :func:`thresholds`)."""
+    return draw(np.random.default_rng([int(episode_seed), MIXTURE_STREAM]), cuts)
+
+
+def population(background: Background, config: ScenarioConfig) -> Population:
+    return background if isinstance(background, Population) else (
+        Population.from_dict(background) if background else Population.default(config))
+
+
 class FocalGroup:
-    """The arenas of one scenario: rows ``offset .. offset + size`` of the batch, its core and background."""
+    """The arenas of one scenario: rows ``offset .. offset + size`` of the batch, its core and background
+    (one set of batched policies per entry of a mixture; each arena's entry drawn per episode)."""
 
     def __init__(self, config: ScenarioConfig, size: int, offset: int, focal: Sequence[str],
-                 background: Population) -> None:
+                 background: Population | Sequence[Population], weights: Sequence[float] = (1.0,)) -> None:
         self.config, self.size, self.offset = config, size, offset
         self.rows = slice(offset, offset + size)
         self.core = commons_arena.vector_env(scenario=config, num_envs=size)
@@ -82,24 +116,43 @@ class FocalGroup:
         unknown = [seat for seat in focal if seat not in self.seat_index]
         if unknown:
             raise ValueError(f"focal seat(s) {unknown} are not seats of {config.name!r} ({list(config.agents)})")
-        entries = background.resolve(config, strict=False)
-        self.background: dict[str, BatchPolicy] = {}
-        for seat in config.agents:
+        populations = [background] if isinstance(background, Population) else list(background)
+        self.backgrounds = [self._policies(p, focal) for p in populations]
+        self.cuts = thresholds(weights)
+        self.entry = np.zeros(size, dtype=np.int64)  # the mixture entry each arena's episode plays
+        self.raw: dict[str, np.ndarray] = {}  # every seat's last observation (the background acts on it)
+        self.ended = np.zeros(size, dtype=bool)  # arenas whose episode ended at the last step (NEXT_STEP)
+
+    def _policies(self, background: Population, focal: Sequence[str]) -> dict[str, BatchPolicy]:
+        entries = background.resolve(self.config, strict=False)
+        policies: dict[str, BatchPolicy] = {}
+        for seat in self.config.agents:
             if seat in focal:
                 continue
             entry = entries[seat]
             if policy_spec(entry.policy).needs_env:
                 raise ValueError(f"{entry.policy!r} in {seat!r} reads the hidden state of one arena: it cannot play "
                                  "in a batch (give the seat another policy)")
-            self.background[seat] = batch_policy(entry.policy, config, seat, size, **dict(entry.params))
-        self.raw: dict[str, np.ndarray] = {}  # every seat's last observation (the background acts on it)
-        self.ended = np.zeros(size, dtype=bool)  # arenas whose episode ended at the last step (NEXT_STEP)
+            policies[seat] = batch_policy(entry.policy, self.config, seat, self.size, **dict(entry.params))
+        return policies
 
     def start(self, arenas: np.ndarray) -> None:
-        """The background policies of ``arenas`` start the core's episodes there (the one seeding rule)."""
+        """The background policies of ``arenas`` start the core's episodes there (the one seeding rule; a
+        mixture's entry drawn from the episode seed)."""
         seeds = [self.core.episode_seeds[i] for i in arenas.tolist()]
-        for seat, policy in self.background.items():
-            policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
+        if len(self.backgrounds) > 1:
+            self.entry[arenas] = [entry_of(s, self.cuts) for s in seeds]
+        for policies in self.backgrounds:
+            for seat, policy in policies.items():
+                policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
+
+    def act(self) -> dict[str, np.ndarray]:
+        """Every background seat's action in every arena (a mixture: each arena's entry's)."""
+        if len(self.backgrounds) == 1:
+            return {seat: policy.act(self.raw[seat]) for seat, policy in self.backgrounds[0].items()}
+        rows = np.arange(self.size)
+        return {seat: np.stack([p[seat].act(self.raw[seat]) for p in self.backgrounds])[self.entry, rows]
+                for seat in self.backgrounds[0]}
 
 
 @dataclass
@@ -120,7 +173,7 @@ class FocalVectorEnv(VectorEnv):
 
     def __init__(self, scenario: str | ScenarioConfig | Sequence[str | ScenarioConfig] = "standard",
                  num_envs: int = 1, focal: str | Sequence[str] = "allocator",
-                 background: Population | Mapping[str, Any] | None = None,
+                 background: Background | Mixture = None,
                  weights: Sequence[float] | None = None, shapes: str = "same",
                  cache: dict[tuple[str, int], FocalGroup] | None = None) -> None:
         if shapes not in ("same", "any"):
@@ -147,9 +200,9 @@ class FocalVectorEnv(VectorEnv):
                 group = cache[key]
                 group.offset, group.rows = offset, slice(offset, offset + size)
             else:
-                chosen = background if isinstance(background, Population) else (
-                    Population.from_dict(background) if background else Population.default(config))
-                group = FocalGroup(config, size, offset, self.focal, chosen)
+                mixture = background if isinstance(background, Mixture) else Mixture((background,), (1.0,))
+                group = FocalGroup(config, size, offset, self.focal, [population(b, config) for b in mixture.backgrounds],
+                                   mixture.weights)
                 if cache is not None:
                     cache.setdefault(key, group)
             self.groups.append(group)
@@ -186,6 +239,11 @@ class FocalVectorEnv(VectorEnv):
         return tuple(names)
 
     # ------------------------------------------------------------------ api
+    @property
+    def mixture_entry(self) -> np.ndarray:
+        """Each arena's mixture entry this episode (all 0 without a mixture)."""
+        return np.concatenate([g.entry for g in self.groups])
+
     @property
     def episode_seeds(self) -> list[int]:
         """Each arena's current episode seed."""
@@ -271,9 +329,7 @@ class FocalVectorEnv(VectorEnv):
 
     def _step_group(self, group: FocalGroup, focal_actions: dict[str, np.ndarray]) -> GroupStep:
         restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call
-        joint = dict(focal_actions)
-        for seat, policy in group.background.items():
-            joint[seat] = policy.act(group.raw[seat])
+        joint = {**group.act(), **focal_actions}
         obs, reward, terminated, truncated, info = group.core.step(joint)
         group.raw = obs
         if restarting.size:
@@ -320,4 +376,4 @@ def observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, 
     return learned_scale(np.concatenate(seen))
 
 
-__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "observation_scale", "split_arenas"]
+__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "Mixture", "entry_of", "observation_scale", "split_arenas"]

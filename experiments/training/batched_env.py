@@ -54,10 +54,10 @@ from ray.rllib.utils.metrics import (
 )
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from experiments.training.env import TRAINING_SEEDS
+from experiments.training.env import MIX_INFO, MIXTURE_INFO, TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
 from policies.batch_learned import batch_interface
-from policies.focal_vector import FocalVectorEnv
+from policies.focal_vector import Background, FocalVectorEnv, Mixture
 from policies.learned import ObservationInterface
 from policies.shipping import install
 
@@ -65,15 +65,30 @@ from policies.shipping import install
 def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
     """Why the batched sampler cannot play a run with this env config (None: it can)."""
     cfg = ArenaEnvConfig.of(env)
-    for part, why in ((cfg.background_mix, "background_mix: a background mix is drawn per episode"),
-                      (cfg.background_mixture, "background_mixture: a mixture of backgrounds is drawn per episode"),
-                      (cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
+    for part, why in ((cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
                       (cfg.league, "league: league members switch per episode")):
         if part:
             return why
     if not cfg.scripted_in_env:
         return "the background plays as RLlib modules (scripted_in_env is off)"
     return None
+
+
+def background_of(cfg: ArenaEnvConfig) -> Background | Mixture:
+    """The run's background: one, a ``--mix-background`` (entry 1, drawn with its share) or a ``--mixture``."""
+    if cfg.background_mix is not None:
+        share = float(cfg.background_mix.share)
+        return Mixture((cfg.background, cfg.background_mix.background), (1.0 - share, share))
+    if cfg.background_mixture is not None:
+        return Mixture(tuple(cfg.background_mixture.backgrounds), tuple(cfg.background_mixture.weights))
+    return cfg.background
+
+
+def background_tag(cfg: ArenaEnvConfig, entry: int) -> dict[str, Any]:
+    """What a finished episode's infos say about the background it played (as the stock env's do)."""
+    if cfg.background_mix is not None:
+        return {MIX_INFO: float(entry == 1)}
+    return {MIXTURE_INFO: entry} if cfg.background_mixture is not None else {}
 
 
 class ArenaView(MultiAgentEnv):
@@ -101,6 +116,7 @@ class ArrayStep:
     truncated: dict[str, np.ndarray]
     infos: dict[str, dict[str, Any]]  # the focal env's (policies.focal_vector)
     restarted: np.ndarray  # rows that are an arena's NEXT_STEP reset: no transition
+    entries: np.ndarray  # the mixture entry each arena's episode plays (0 without a mixture)
 
 
 class BatchedFocalEnv(VectorMultiAgentEnv):
@@ -142,7 +158,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     def _build(self, configs: Sequence[ScenarioConfig], weights: Sequence[float] | None) -> None:
         """The batch over ``configs`` (arenas split by ``weights``): the focal env, the interfaces, reward scales."""
         cfg = self.cfg
-        self.focal = FocalVectorEnv(list(configs), self.num_envs, focal=self.learned, background=cfg.background,
+        self.focal = FocalVectorEnv(list(configs), self.num_envs, focal=self.learned, background=background_of(cfg),
                                     weights=list(weights) if weights else None, shapes="any", cache=self._groups)
         self.groups = self.focal.groups
         self.interfaces = [{seat: self._batch_interface(g.config, seat, g.size) for seat in self.learned}
@@ -206,6 +222,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         reward, terminated, truncated, infos = self.focal.merge(steps)
         self.env_seconds += time.perf_counter() - clock
         restarted = self.focal.restarted.copy()
+        entries = self.focal.mixture_entry  # an arena that ended now keeps its entry until it restarts next step
         if restarted.any():
             for group, interfaces in zip(self.groups, self.interfaces, strict=True):
                 arenas = np.flatnonzero(restarted[group.rows])
@@ -215,7 +232,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             for j in np.flatnonzero(restarted).tolist():
                 self._view(j)
         scaled = {a: reward[a] * self.reward_scale[a] for a in self.learned}
-        return ArrayStep(self._observe([step.obs for step in steps]), scaled, terminated, truncated, infos, restarted)
+        return ArrayStep(self._observe([step.obs for step in steps]), scaled, terminated, truncated, infos, restarted,
+                         entries)
 
     def _observe(self, raw: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The modules' views of every arena from each group's raw observations."""
@@ -254,6 +272,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         terms_of = {a: {k: v.tolist() for k, v in out.infos[a]["reward_terms"].items()} for a in self.learned}
         episode = {a: out.infos[a].get("episode") for a in self.learned}
         ended_list, restarted = ended.tolist(), out.restarted.tolist()
+        entries = out.entries
         observations = [{a: out.obs[a][i] for a in self.learned} for i in range(self.num_envs)]
         rewards, terminateds, truncateds, infos = [], [], [], []
         for i in range(self.num_envs):
@@ -274,6 +293,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
                                              "scenario_hash": self.scenario_hashes[i]}
                 if ended_list[i] and episode[a] is not None:
                     seat_info["episode"] = {k: float(v[i]) for k, v in episode[a].items()}
+                    seat_info.update(background_tag(self.cfg, int(entries[i])))
                 seat_infos[a] = seat_info
             infos.append(seat_infos)
         return (observations, *(np.array(column, dtype=object) for column in (rewards, terminateds, truncateds,

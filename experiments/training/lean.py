@@ -65,7 +65,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from experiments.training.batched_env import BatchedEnvRunner
-from experiments.training.callbacks import foreach_sampling_runner, log_episode_totals
+from experiments.training.callbacks import foreach_sampling_runner, log_background_draw, log_episode_totals
 from experiments.training.env_config import ArenaEnvConfig
 
 DRAWN_SCENARIOS = 16  # scenarios per sample of a run over more (LeanEnvRunner.draw)
@@ -214,7 +214,7 @@ class LeanEnvRunner(BatchedEnvRunner):
             counts["env"] += int(valid.sum())
             if ended.any():
                 counts["episodes"] += int(ended.sum())
-                self._log_episodes(np.flatnonzero(ended), step.infos)
+                self._log_episodes(np.flatnonzero(ended), step.infos, step.entries)
             self._lean_obs, self._lean_restarting = step.obs, step.terminated[focal] | step.truncated[focal]
             if once:
                 finished |= ended
@@ -231,7 +231,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         self.metrics.log_value((TIMERS, "lean_sample_s"), time.perf_counter() - clock, reduce="mean")
         return list(out.values())
 
-    def _log_episodes(self, arenas: np.ndarray, infos: Mapping[str, Mapping[str, Any]]) -> None:
+    def _log_episodes(self, arenas: np.ndarray, infos: Mapping[str, Mapping[str, Any]], entries: np.ndarray) -> None:
         """RLlib's episode metrics (its keys and windows) and the run's episode totals for ``arenas``."""
         win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
         seats, log = self.env.learned, self.metrics.log_dict
@@ -249,6 +249,8 @@ class LeanEnvRunner(BatchedEnvRunner):
             if "allocator" in infos and "episode" in infos["allocator"]:
                 totals = {k: float(v[i]) for k, v in infos["allocator"]["episode"].items()}
                 log_episode_totals(self.metrics, totals, self.env.scenario_hashes[i], cfg, win)
+            if cfg.background_mix is not None or cfg.background_mixture is not None:
+                log_background_draw(self.metrics, cfg if cfg.background_mixture else None, int(entries[i]), win)
         for seat in seats:
             self._episode_return[seat][arenas] = 0.0
         self._episode_length[arenas] = 0
