@@ -13,7 +13,7 @@ one seat on it as on any ``gymnasium.vector.VectorEnv``::
 =================  ==========================================================================
 focal              one seat (``"allocator"``): single spaces, arrays; several seats: dicts by seat
 observations       float32 ``(N, obs_dim)``, the seat's raw observation (``docs/environment.md``);
-                   :meth:`observation_scale` is a divisor that makes every feature O(1)
+                   :func:`seat_observation_scale` is a divisor that makes every feature O(1)
 actions            int64 ``(N, act_dim)`` in the seat's ``MultiDiscrete`` space
 rewards            float64 ``(N,)``; terminated / truncated bool ``(N,)``
 autoreset          Gymnasium's ``NEXT_STEP``: the step after an arena's last step ignores its actions,
@@ -75,17 +75,18 @@ Background = Population | Mapping[str, Any] | None  # None: each scenario's own 
 
 
 @dataclass(frozen=True)
-class Mixture:
-    """Backgrounds drawn per episode: every arena, when it starts an episode, plays entry *k* with probability
-    ``weights[k] / sum(weights)``, drawn from its episode seed (:func:`entry_of`)."""
+class BackgroundMixture:
+    """Backgrounds drawn per episode: every arena, when it starts an episode, plays entry *k* (named ``names[k]``)
+    with probability ``weights[k] / sum(weights)``, drawn from its episode seed (:func:`entry_of`)."""
 
+    names: tuple[str, ...]
     backgrounds: tuple[Background, ...]
     weights: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if not self.backgrounds or len(self.weights) != len(self.backgrounds):
-            raise ValueError(f"a mixture needs one weight per background, got {len(self.weights)} for "
-                             f"{len(self.backgrounds)}")
+        if not self.backgrounds or not len(self.names) == len(self.weights) == len(self.backgrounds):
+            raise ValueError(f"a mixture needs one name and one weight per background, got {len(self.names)} names "
+                             f"and {len(self.weights)} weights for {len(self.backgrounds)}")
         if not all(math.isfinite(w) and w >= 0 for w in self.weights) or sum(self.weights) <= 0:
             raise ValueError(f"mixture weights must be non-negative with a positive sum, got {list(self.weights)}")
 
@@ -98,7 +99,7 @@ def entry_of(episode_seed: int, cuts: Sequence[float]) -> int:
     return draw(np.random.default_rng([int(episode_seed), MIXTURE_STREAM]), cuts)
 
 
-def population(background: Background, config: ScenarioConfig) -> Population:
+def _population(background: Background, config: ScenarioConfig) -> Population:
     return background if isinstance(background, Population) else (
         Population.from_dict(background) if background else Population.default(config))
 
@@ -173,7 +174,7 @@ class FocalVectorEnv(VectorEnv):
 
     def __init__(self, scenario: str | ScenarioConfig | Sequence[str | ScenarioConfig] = "standard",
                  num_envs: int = 1, focal: str | Sequence[str] = "allocator",
-                 background: Background | Mixture = None,
+                 background: Background | BackgroundMixture = None,
                  weights: Sequence[float] | None = None, shapes: str = "same",
                  cache: dict[tuple[str, int], FocalGroup] | None = None) -> None:
         if shapes not in ("same", "any"):
@@ -200,8 +201,9 @@ class FocalVectorEnv(VectorEnv):
                 group = cache[key]
                 group.offset, group.rows = offset, slice(offset, offset + size)
             else:
-                mixture = background if isinstance(background, Mixture) else Mixture((background,), (1.0,))
-                group = FocalGroup(config, size, offset, self.focal, [population(b, config) for b in mixture.backgrounds],
+                mixture = (background if isinstance(background, BackgroundMixture)
+                           else BackgroundMixture(("background",), (background,), (1.0,)))
+                group = FocalGroup(config, size, offset, self.focal, [_population(b, config) for b in mixture.backgrounds],
                                    mixture.weights)
                 if cache is not None:
                     cache.setdefault(key, group)
@@ -314,8 +316,8 @@ class FocalVectorEnv(VectorEnv):
 
     def observation_scale(self, seat: str | None = None, seed: int = 0) -> np.ndarray:
         """A divisor per feature of ``seat``'s observation (default: the first focal seat) that makes every
-        feature O(1): :func:`observation_scale` of this env's first scenario and background."""
-        return observation_scale(self.groups[0].config, seat or self.focal[0], seed=seed)
+        feature O(1): :func:`seat_observation_scale` of this env's first scenario and background."""
+        return seat_observation_scale(self.groups[0].config, seat or self.focal[0], seed=seed)
 
     def close_extras(self, **kwargs: Any) -> None:
         for group in getattr(self, "groups", ()):
@@ -360,7 +362,7 @@ class FocalVectorEnv(VectorEnv):
         return by_seat[self.focal[0]] if self.single_seat else by_seat
 
 
-def observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, arenas: int = 64,
+def seat_observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, arenas: int = 64,
                       background: Population | Mapping[str, Any] | None = None) -> np.ndarray:
     """A positive divisor per observation feature of ``seat`` that puts every feature in about [-1, 1]:
     the largest magnitude seen in one episode of ``arenas`` arenas where ``seat`` acts uniformly at random
@@ -376,4 +378,4 @@ def observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, 
     return learned_scale(np.concatenate(seen))
 
 
-__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "Mixture", "entry_of", "observation_scale", "split_arenas"]
+__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "BackgroundMixture", "entry_of", "seat_observation_scale", "split_arenas"]

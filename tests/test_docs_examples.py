@@ -61,6 +61,7 @@ def all_commands() -> list[tuple[str, int, str]]:
 PYTHON: dict[tuple[str, str], str] = {
     ("README.md", "import commons_arena"): "fast",
     ("docs/environment.md", "import commons_arena"): "fast",
+    ("docs/environment.md", "from policies.focal_vector import BackgroundMixture, FocalVectorEnv, seat_observation_scale"): "fast",
     ("docs/for_env_authors.md", "import commons_arena"): "fast",
     ("docs/families.md", "from commons_arena.family import generate_scenarios, load_split, refuse_heldout, scenario_to_toml"): "fast",
     ("docs/codecs.md", "from policies.codecs import make_codec, codecs_for_role, DEFAULT_CODECS, CodedPolicy"): "fast",
@@ -119,6 +120,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"^bash scripts/main\.sh", "the whole pipeline: set-up, training, tournament (scripts/main.sh, by hand)"),
     (r"-m pytest", "the test suite itself"),
     (r"^python -m experiments\.studies\.observability", "a study of minutes (its tests: tests/experiments/studies)"),
+    (r"^python -m experiments\.examples\.ppo_one_seat", "trains for minutes (tests/experiments/examples: a small run)"),
     (r"^cp ", "copies a training run's files (the recipe's last step)"),
 ]
 

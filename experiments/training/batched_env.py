@@ -57,7 +57,7 @@ from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import MIX_INFO, MIXTURE_INFO, TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
 from policies.batch_learned import batch_interface
-from policies.focal_vector import Background, FocalVectorEnv, Mixture
+from policies.focal_vector import Background, BackgroundMixture, FocalVectorEnv
 from policies.learned import ObservationInterface
 from policies.shipping import install
 
@@ -74,14 +74,13 @@ def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
     return None
 
 
-def background_of(cfg: ArenaEnvConfig) -> Background | Mixture:
+def background_of(cfg: ArenaEnvConfig) -> Background | BackgroundMixture:
     """The run's background: one, a ``--mix-background`` (entry 1, drawn with its share) or a ``--mixture``."""
     if cfg.background_mix is not None:
         share = float(cfg.background_mix.share)
-        return Mixture((cfg.background, cfg.background_mix.background), (1.0 - share, share))
-    if cfg.background_mixture is not None:
-        return Mixture(tuple(cfg.background_mixture.backgrounds), tuple(cfg.background_mixture.weights))
-    return cfg.background
+        return BackgroundMixture(("background", "mix"), (cfg.background, cfg.background_mix.background),
+                                 (1.0 - share, share))
+    return cfg.background_mixture or cfg.background
 
 
 def background_tag(cfg: ArenaEnvConfig, entry: int) -> dict[str, Any]:

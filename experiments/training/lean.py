@@ -88,10 +88,10 @@ class Rollout:
     valid: np.ndarray  # [T, N] bool: a transition (False: the row is an arena's NEXT_STEP reset)
 
 
-class MultiCategorical:
+class PaddedMultiCategorical:
     """Every sub-action's categorical of a ``MultiDiscrete`` space at once: the logits padded to
     ``[B, k, n_max]`` (``-inf`` beyond a sub-space's size). Samples and log-probabilities equal
-    RLlib's ``TorchMultiCategorical`` (k ``Categorical`` objects) without building k objects."""
+    RLlib's ``TorchPaddedMultiCategorical`` (k ``Categorical`` objects) without building k objects."""
 
     def __init__(self, nvec: Sequence[int]) -> None:
         self.nvec = [int(n) for n in nvec]
@@ -136,7 +136,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         seat_modules = {seat: str(self.config.policy_mapping_fn(seat, None)) for seat in self.env.learned}
         self._seat_module = seat_modules
         spaces = self.env.single_action_spaces
-        self._dists = {seat: MultiCategorical(spaces[seat].nvec) for seat in self.env.learned}
+        self._dists = {seat: PaddedMultiCategorical(spaces[seat].nvec) for seat in self.env.learned}
         self._generator = torch.Generator().manual_seed(int(self._seed or 0))
         self._draws = np.random.default_rng(np.random.SeedSequence([int(self._seed or 0), DRAW_STREAM]))
         n = self.env.num_envs
@@ -356,4 +356,4 @@ class LeanPPO(PPO):
                                                inference_only=True)
 
 
-__all__ = ["LeanEnvRunner", "LeanPPO", "MultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]
+__all__ = ["LeanEnvRunner", "LeanPPO", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]

@@ -10,7 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from commons_arena.errors import EpisodeStateError
 from policies.focal import FocalEnv
-from policies.focal_vector import FocalVectorEnv, Mixture, entry_of, observation_scale
+from policies.focal_vector import BackgroundMixture, FocalVectorEnv, entry_of, seat_observation_scale
 from policies.population import Population, thresholds
 
 SEAT = "allocator"
@@ -60,7 +60,7 @@ def test_every_arena_plays_the_per_arena_focal_episode(scenario, seat):
 
 def test_a_mixture_of_backgrounds_is_drawn_per_episode_from_its_seed():
     bluffers = Population.default("crisis").with_agent("search", "greedy_bluffer").with_agent("safety", "greedy_bluffer")
-    mixture = Mixture((None, bluffers), (0.5, 0.5))
+    mixture = BackgroundMixture(("own", "bluffers"), (None, bluffers), (0.5, 0.5))
     env = FocalVectorEnv("crisis", num_envs=6, focal=SEAT, background=mixture)
     assert replay(env, SEAT, [Population.default("crisis"), bluffers], steps=40) >= 6
     entries = [entry_of(s, thresholds([0.5, 0.5])) for s in range(200)]
@@ -77,7 +77,7 @@ def test_several_focal_seats_are_dicts_and_spaces_batch():
 
 
 def test_the_observation_scale_makes_every_feature_order_one():
-    scale = observation_scale("crisis", SEAT, arenas=16)
+    scale = seat_observation_scale("crisis", SEAT, arenas=16)
     env = FocalVectorEnv("crisis", num_envs=16, focal=SEAT)
     obs, _ = env.reset(seed=9)
     assert scale.shape == obs.shape[1:] and (scale >= 1).all()
@@ -99,4 +99,4 @@ def test_bad_input_is_refused_with_what_to_fix():
     with pytest.raises(ValueError, match="other spaces"):
         FocalVectorEnv(["standard", "tests/data/scenarios/hard_cap_cluster.toml"], num_envs=2)
     with pytest.raises(ValueError, match="weight"):
-        Mixture((None,), (-1.0,))
+        BackgroundMixture(("own",), (None,), (-1.0,))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.training.lean import MultiCategorical, gae
+from experiments.training.lean import PaddedMultiCategorical, gae
 from experiments.training.train import TrainArgs, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib]
@@ -71,7 +71,7 @@ def test_gae_over_arrays_is_rllibs_gae_per_episode_chunk(seed):
 def test_the_one_distribution_is_rllibs_multi_categorical(nvec):
     from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
 
-    dist = MultiCategorical(nvec)
+    dist = PaddedMultiCategorical(nvec)
     logits = torch.randn(64, sum(nvec), generator=torch.Generator().manual_seed(1)) * 2
     actions, logp = dist.sample(logits, torch.Generator().manual_seed(2))
     assert actions.shape == (64, len(nvec))
