@@ -176,6 +176,10 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     env, kind_callbacks, kind_parts = args.kind.configure(setup, env, stage)  # a curriculum's, a league's
     callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
     model_config, module_class, learner_class = args.net.module(setup)
+    if args.sampler == "lean" and module_class is None:  # RLlib's default module with the one-tensor distribution
+        from experiments.training.lean import LeanPPOModule
+
+        module_class = LeanPPOModule
     config = build_algorithm_config(
         first, plan,
         scripted=None if setup.scripted_in_env else scripted_factories(setup),

@@ -31,10 +31,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.algorithms.ppo import PPO
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.distribution import Distribution
+from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchMultiCategorical
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import (
     ALL_MODULES,
@@ -120,6 +124,59 @@ class PaddedMultiCategorical:
     @staticmethod
     def logp(log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+class LeanMultiCategorical(TorchMultiCategorical):
+    """RLlib's multi-categorical as one ``[B, k, n_max]`` tensor (:class:`PaddedMultiCategorical`) instead of k
+    ``Categorical`` objects: the same log-probabilities, entropy and KL (``tests/experiments/training/test_lean.py``),
+    about a third of PPO's loss time less. What :class:`LeanPPOModule` trains and acts with."""
+
+    def __init__(self, logits: torch.Tensor, input_lens: Sequence[int]) -> None:
+        Distribution.__init__(self)
+        self.logits, self.padded = logits, PaddedMultiCategorical(input_lens)
+        self.log_probs = self.padded.log_probs(logits)
+        self.real = self.log_probs > -math.inf  # the padding of a sub-space smaller than the largest
+
+    @classmethod
+    def from_logits(cls, logits: torch.Tensor, input_lens: Sequence[int] = (), temperatures: Any = None,
+                    **kwargs: Any) -> LeanMultiCategorical:
+        if temperatures and any(t != 1.0 for t in temperatures):
+            raise ValueError("LeanMultiCategorical has no temperatures")
+        return cls(logits, input_lens)
+
+    def _plogp(self, log_probs: torch.Tensor) -> torch.Tensor:
+        return torch.where(self.real, self.log_probs.exp() * log_probs, torch.zeros_like(log_probs))
+
+    def logp(self, value: torch.Tensor) -> torch.Tensor:
+        return PaddedMultiCategorical.logp(self.log_probs, value.long())
+
+    def entropy(self) -> torch.Tensor:
+        return -self._plogp(self.log_probs).sum(dim=(-1, -2))
+
+    def kl(self, other: Distribution) -> torch.Tensor:
+        assert isinstance(other, LeanMultiCategorical)
+        return self._plogp(self.log_probs - other.log_probs).sum(dim=(-1, -2))
+
+    def sample(self) -> torch.Tensor:
+        uniform = torch.rand(self.log_probs.shape).clamp_(1e-20, 1.0)
+        return torch.argmax(self.log_probs - torch.log(-torch.log(uniform)), dim=-1)
+
+    def rsample(self, sample_shape: Any = ()) -> torch.Tensor:
+        raise NotImplementedError("a categorical has no reparameterised sample")
+
+    def to_deterministic(self) -> TorchDeterministic:
+        return TorchDeterministic(loc=torch.argmax(self.log_probs, dim=-1))
+
+
+class LeanPPOModule(DefaultPPOTorchRLModule):
+    """RLlib's default PPO module (its encoder, heads, checkpoints and export unchanged) acting and training with
+    :class:`LeanMultiCategorical` over its ``MultiDiscrete`` space."""
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.action_space, gym.spaces.MultiDiscrete):
+            self.action_dist_cls = LeanMultiCategorical.get_partial_dist_cls(
+                input_lens=[int(n) for n in self.action_space.nvec])
 
 
 class LeanEnvRunner(BatchedEnvRunner):
@@ -356,4 +413,4 @@ class LeanPPO(PPO):
                                                inference_only=True)
 
 
-__all__ = ["LeanEnvRunner", "LeanPPO", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]
+__all__ = ["LeanEnvRunner", "LeanMultiCategorical", "LeanPPO", "LeanPPOModule", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]

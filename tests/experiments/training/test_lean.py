@@ -85,6 +85,24 @@ def test_the_one_distribution_is_rllibs_multi_categorical(nvec):
     np.testing.assert_allclose(freq, torch.softmax(logits[0, :nvec[0]], -1).numpy(), atol=0.015)
 
 
+@pytest.mark.parametrize("nvec", [[5] * 9, [3, 5, 2, 7]])
+def test_the_learners_distribution_gives_rllibs_logp_entropy_and_kl(nvec):
+    from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
+
+    from experiments.training.lean import LeanMultiCategorical
+
+    gen = torch.Generator().manual_seed(4)
+    logits, other = (torch.randn(256, sum(nvec), generator=gen) * 2 for _ in range(2))
+    actions = torch.stack([torch.randint(0, n, (256,), generator=gen) for n in nvec], -1)
+    ours = [LeanMultiCategorical.from_logits(x, input_lens=nvec) for x in (logits, other)]
+    theirs = [TorchMultiCategorical.from_logits(x, input_lens=nvec) for x in (logits, other)]
+    for mine, rllib in ((ours[0].logp(actions), theirs[0].logp(actions)), (ours[0].entropy(), theirs[0].entropy()),
+                        (ours[0].kl(ours[1]), theirs[0].kl(theirs[1]))):
+        np.testing.assert_allclose(mine.numpy(), rllib.numpy(), rtol=1e-5, atol=1e-5)
+    greedy = ours[0].to_deterministic().sample()
+    assert torch.equal(greedy, theirs[0].to_deterministic().sample().long())
+
+
 TINY = dict(eval_every=2, eval_seeds=2, train_batch_size=256, minibatch_size=128, num_epochs=1,
             num_envs_per_env_runner=16, hidden=(8, 8), quiet=True, iterations=2, sampler="lean")
 
