@@ -289,6 +289,18 @@ def batch_policy(name: str, config: ScenarioConfig | str, agent: str, num_envs: 
     return batched(prototype, num_envs)
 
 
+def has_batch_form(name: str, config: ScenarioConfig | str, agent: str) -> bool:
+    """Whether :func:`batch_policy` gives ``name`` in ``agent``'s seat a batched form (not the per-arena loop):
+    every scripted policy of :data:`BATCHED`, and a ``learned:`` checkpoint over its scenario's own or the cell view."""
+    if name in BATCHED:
+        return True
+    if not name.startswith("learned:"):
+        return False
+    from policies.batch_learned import batchable
+
+    return batchable(make_policy(name, load_scenario(config), agent))
+
+
 def _plain_number(value: Any) -> bool:
     """A finite int, float or bool within :data:`MAX_PARAMETER` (never a list, string or NaN)."""
     return isinstance(value, int | float) and math.isfinite(value) and abs(value) <= MAX_PARAMETER
@@ -315,5 +327,5 @@ def _population_problems(config: ScenarioConfig) -> list[str]:
 scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
-__all__ = ["BATCHED", "FIXED_PREFIX", "ROLES", "PolicySpec", "TeamPolicy", "available_policies", "batch_policy",
+__all__ = ["BATCHED", "FIXED_PREFIX", "has_batch_form", "ROLES", "PolicySpec", "TeamPolicy", "available_policies", "batch_policy",
            "fixed_code_name", "make_policy", "policy_spec", "register"]

@@ -27,10 +27,10 @@ missing rows, and a scenario, checkpoint or background whose content changed sin
 refused unless ``allow_changed``.
 
 **The batched core**: a :class:`Group` of at least :data:`MIN_ARENAS` seeds (below, the per-arena
-path is faster) whose every seat has a batched form (:data:`policies.registry.BATCHED`: the scripted
-teams, brokers and allocators, ``planner``) plays its seeds as batches of up to :data:`MAX_ARENAS` arenas on ``commons_arena.vector_env``
+path is faster) whose every seat has a batched form (:func:`policies.registry.has_batch_form`: the scripted
+teams, brokers and allocators, ``planner``, learned checkpoints) plays its seeds as batches of up to :data:`MAX_ARENAS` arenas on ``commons_arena.vector_env``
 (:func:`play_batched`: arena k plays seed k, every seat's policy reset by the one seeding rule),
-storing exactly the rows the per-arena path stores. The oracle, learned checkpoints, fixed codes,
+storing exactly the rows the per-arena path stores. The oracle, fixed codes, policy sets,
 a uniformly random seat, recordings and observers play per arena through :func:`play`;
 ``PlayOptions(batched=False)`` or ``COMMONS_ARENA_PER_ARENA=1`` force every group per arena
 (tests, A/B timing).
@@ -67,7 +67,7 @@ from policies.base import Policy, uniform_random_policies
 from policies.batch import BatchPolicy
 from policies.focal import FocalEnv, policy_seed
 from policies.population import Entry, Population
-from policies.registry import BATCHED, batch_policy
+from policies.registry import batch_policy, has_batch_form
 from policies.shipping import PackedCheckpoint, install, pack_all
 
 # Rough single-core costs (measured on `standard`: ~4 ms per scripted episode of 12 ticks x
@@ -351,13 +351,14 @@ def focal_policies(group: Group, env: Any) -> dict[str, Policy]:
 
 
 def batched_entries(group: Group) -> dict[str, Entry] | None:
-    """Every seat's entry for ``group`` when each has a batched form (:data:`policies.registry.BATCHED`),
-    else None (the oracle, learned checkpoints, fixed codes, a uniformly random player: they play per arena)."""
+    """Every seat's entry for ``group`` when each has a batched form (:func:`policies.registry.has_batch_form`:
+    the scripted policies and learned checkpoints), else None (the oracle, fixed codes, a policy set, a uniformly
+    random player: they play per arena)."""
     if group.player.uniform_random:
         return None
     agents = focal_agents(group.seat, group.config)
     entries = focal_population(group.background, agents, group.player).resolve(group.config)
-    return entries if all(entry.policy in BATCHED for entry in entries.values()) else None
+    return entries if all(has_batch_form(e.policy, group.config, agent) for agent, e in entries.items()) else None
 
 
 def batched_policies(group: Group, num_envs: int) -> dict[str, BatchPolicy]:
