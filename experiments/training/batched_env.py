@@ -94,8 +94,10 @@ class ArenaView(MultiAgentEnv):
     """One arena of the batch as RLlib's runner and callbacks see a sub-env: its agents, spaces
     and the seed and scenario of the episode it plays. It is never stepped itself."""
 
-    def __init__(self, agents: list[str], obs_spaces: dict[str, Any], act_spaces: dict[str, Any]) -> None:
+    def __init__(self, agents: list[str], obs_spaces: dict[str, Any], act_spaces: dict[str, Any],
+                 batch: BatchedFocalEnv | None = None) -> None:
         super().__init__()
+        self._batch = batch
         self.possible_agents, self.agents = list(agents), list(agents)
         self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
         self.observation_space = gym.spaces.Dict(obs_spaces)
@@ -103,6 +105,11 @@ class ArenaView(MultiAgentEnv):
         self.episode_seed: int | None = None
         self.scenario: ScenarioConfig | None = None
         self.env_seconds = 0.0  # the batch's time is the batch's (BatchedFocalEnv.env_seconds)
+
+    def set_scenario(self, scenario: ScenarioConfig | str) -> None:
+        """What a kind's start asks of every env (experiments.training.callbacks.set_scenario_everywhere)."""
+        if self._batch is not None:
+            self._batch.set_scenario(scenario)
 
 
 @dataclass
@@ -145,7 +152,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         obs_spaces = {a: first[a].one.observation_space() for a in self.learned}
         act_spaces = {a: first[a].one.action_space() for a in self.learned}
         self._check_spaces(obs_spaces, act_spaces)
-        self.views = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
+        self.views = [ArenaView(self.learned, obs_spaces, act_spaces, self) for _ in range(num_envs)]
         self.envs = list(self.views)  # what RLlib's runner reads per sub-env (spaces, agents)
         self.single_observation_spaces, self.single_action_spaces = obs_spaces, act_spaces
         self.single_observation_space = gym.spaces.Dict(obs_spaces)
@@ -181,6 +188,14 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         if key not in self._interfaces:
             self._interfaces[key] = batch_interface(self._interface(self.cfg, config, seat), size)
         return self._interfaces[key]
+
+    def set_scenario(self, scenario: ScenarioConfig | str) -> None:
+        """Every arena plays ``scenario``: the batch's one scenario already (a kind's start), else refused (a
+        switch mid-run: a curriculum, which the batched samplers do not play)."""
+        config = load_scenario(scenario)
+        if [c.content_hash for c in self.pool] != [config.content_hash]:
+            raise ValueError(f"the batched samplers play their run's scenarios throughout; switching to "
+                             f"{config.name!r} mid-run (a curriculum) needs --sampler stock")
 
     def redraw(self, rng: np.random.Generator) -> None:
         """A run over many scenarios (``draw`` > 0): the batch's scenarios become ``draw`` of them, drawn without

@@ -151,6 +151,14 @@ def test_a_mix_background_is_drawn_per_episode_and_tagged_in_the_last_infos():
     assert tags and set(tags) == {0.0, 1.0}  # both backgrounds played, each episode tagged with its draw
 
 
+def test_a_kinds_start_on_its_own_scenario_is_kept_and_a_switch_is_refused():
+    batch = BatchedFocalEnv(config("crisis", "need"), 2)
+    for view in batch.envs:
+        view.set_scenario("crisis")  # a kind's start: every env on the run's own scenario
+    with pytest.raises(ValueError, match="--sampler stock"):
+        batch.envs[0].set_scenario("standard")
+
+
 def test_a_privileged_background_is_refused():
     BatchedFocalEnv(config(background={"agents": {"search": "truthful"}}), 2)  # scripted: fine
     with pytest.raises(ValueError, match="hidden state"):
