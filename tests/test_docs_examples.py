@@ -61,6 +61,7 @@ def all_commands() -> list[tuple[str, int, str]]:
 PYTHON: dict[tuple[str, str], str] = {
     ("README.md", "import commons_arena"): "fast",
     ("docs/environment.md", "import commons_arena"): "fast",
+    ("docs/environment.md", "from pathlib import Path"): "fast",
     ("docs/for_env_authors.md", "import commons_arena"): "fast",
     ("docs/families.md", "from commons_arena.family import generate_scenarios, load_split, refuse_heldout, scenario_to_toml"): "fast",
     ("docs/codecs.md", "from policies.codecs import make_codec, codecs_for_role, DEFAULT_CODECS, CodedPolicy"): "fast",
