@@ -493,6 +493,16 @@ function drawTierCosts(rows) {
   box.appendChild(table);
 }
 
+// Round axis values: a step of 1, 2 or 5 times a power of ten, about `count` of them, from below lo to above hi.
+function niceTicks(lo, hi, count) {
+  if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
+  const raw = (hi - lo) / count, power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw - 1e-12);
+  const out = [];
+  for (let v = Math.floor(lo / step) * step; v < hi + step - 1e-9; v += step) out.push(Math.round(v / step) * step);
+  return out;
+}
+
 function drawRewards() {
   const canvas = $("rewards"), dpr = window.devicePixelRatio || 1;
   const w = canvas.clientWidth || 500, h = canvas.clientHeight || 220;
@@ -505,15 +515,15 @@ function drawRewards() {
   let sum = 0;
   const cumulative = state.rewards.map((r) => (sum += r));
   const values = [0, ...state.rewards, ...cumulative];
-  const lo = Math.min(...values), hi = Math.max(...values, lo + 1);
+  const ticks = niceTicks(Math.min(...values), Math.max(...values), 4), lo = ticks[0], hi = ticks[ticks.length - 1];
   const box = {x0: 44, y0: 14, x1: w - 10, y1: h - 22};
   const ys = (v) => box.y1 - (v - lo) / (hi - lo) * (box.y1 - box.y0);
   const xs = (t) => box.x0 + (t + 0.5) / H * (box.x1 - box.x0);
   ctx.strokeStyle = "#e5e5e5"; ctx.fillStyle = "#666"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  for (let i = 0; i <= 4; i++) {
-    const v = lo + (hi - lo) * i / 4;
+  const digits = Math.max(0, -Math.floor(Math.log10(ticks[1] - ticks[0]) + 1e-9));
+  for (const v of ticks) {
     ctx.beginPath(); ctx.moveTo(box.x0, ys(v)); ctx.lineTo(box.x1, ys(v)); ctx.stroke();
-    ctx.fillText(v.toFixed(1), box.x0 - 4, ys(v));
+    ctx.fillText(v.toFixed(digits), box.x0 - 4, ys(v));
   }
   ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(box.x0, ys(0)); ctx.lineTo(box.x1, ys(0)); ctx.stroke();
   ctx.textAlign = "center"; ctx.textBaseline = "top";

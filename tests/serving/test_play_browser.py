@@ -367,6 +367,13 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         text = chrome.find_element(By.ID, "how-you-did").text
         assert text.startswith("Your return") and "truthful scored" in text
         assert chrome.execute_script("return document.documentElement.scrollWidth") <= width
+        # the team's term table (five columns, long reference names) needs no sideways scroll, on a phone too
+        assert chrome.execute_script("const e = document.querySelector('#term-comparison').parentElement; "
+                                     "return e.scrollWidth <= e.clientWidth + 1")
+        assert "you were starved on" in chrome.find_element(By.ID, "causes").text
+        # the chart's axis values are round: steps of 1, 2 or 5 times a power of ten
+        assert chrome.execute_script("return niceTicks(-3.7, 151.2, 4)") == [-50, 0, 50, 100, 150, 200]
+        assert chrome.execute_script("return niceTicks(0, 0, 4)") == [-1, -0.5, 0, 0.5, 1]
         assert chrome.execute_script("return window.__errors") == []
     finally:
         chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

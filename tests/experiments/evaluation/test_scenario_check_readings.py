@@ -17,7 +17,7 @@ OWN = Path(__file__).parents[3] / "docs/examples/own_cluster.toml"
 def rows(carbon: list[float], score: list[float]) -> list[dict[str, float | str]]:
     out: list[dict[str, float | str]] = [{"allocator": "random", "carbon_kg": 0.0, "score": 0.0},
                                          {"allocator": "oracle", "carbon_kg": 0.0, "score": 1.0}]
-    return out + [{"allocator": f"a{i}", "carbon_kg": c, "score": s} for i, (c, s) in enumerate(zip(carbon, score))]
+    return out + [{"allocator": f"a{i}", "carbon_kg": c, "score": s} for i, (c, s) in enumerate(zip(carbon, score, strict=True))]
 
 
 def test_the_readings_say_when_the_cap_binds_and_when_allocators_barely_differ():
@@ -34,7 +34,7 @@ def test_the_readings_say_when_the_cap_binds_and_when_allocators_barely_differ()
 def test_each_job_shock_with_no_team_says_where_it_lands():
     data = tomllib.loads(OWN.read_text())
     job = {"gpus": 1, "work": 1.0, "slack": 2, "value": 5.0}
-    data["teams"] = [{**team, "name": name} for team, name in zip(data["teams"], ["vision", "speech", "ads", "maps"])]
+    data["teams"] = [{**team, "name": name} for team, name in zip(data["teams"], ["vision", "speech", "ads", "maps"], strict=True)]
     data["population"] = {}
     data["shocks"] = [{"kind": "customer_escalation", "tick": 1, "job": job},
                       {"kind": "compliance_audit", "rate": 0.1, "job": job, "team": "ads"},
