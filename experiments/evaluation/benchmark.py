@@ -45,8 +45,12 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, safe_join
 from experiments.evaluation.engine import DEFAULT_OPTIONS, PlayOptions, PlayReport, planned_keys, play_rosters
 from experiments.evaluation.roster import UNIFORM_RANDOM, Player, Roster, check_roster
+from experiments.evaluation.shipped_references import PATH as SHIPPED_PATH
+from experiments.evaluation.shipped_references import SEEDS as SHIPPED_SEEDS
+from experiments.evaluation.shipped_references import file_content as shipped_content
 from experiments.evaluation.shipped_references import fill_store
-from experiments.evaluation.shipped_references import load as load_shipped
+from experiments.evaluation.shipped_references import load_returns as load_shipped
+from experiments.evaluation.shipped_references import write_returns as write_shipped
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.suite import EvaluationScenario, Suite
 from experiments.evaluation.tables import write_table
@@ -148,6 +152,28 @@ def plan(suite: Suite, policy: str, seeds: Sequence[int], high: dict[str, Player
         players = [focal, Player(reference.name, reference.entry, entrant=False), low] + ([top] if top else [])
         rosters.append(evaluation_roster(suite, evaluation, players, seeds))
     return rosters
+
+
+def anchor_rosters(suite: Suite, seeds: Sequence[int]) -> list[Roster]:
+    """Per evaluation scenario of an allocator suite, a roster of its anchors alone (the players :func:`plan` names
+    ``random`` and ``oracle``: the same store keys)."""
+    top = Player("oracle", Entry("oracle"), "high", entrant=False)
+    return [evaluation_roster(suite, e, [low_anchor(suite.role), top], seeds) for e in suite.evaluations]
+
+
+def remake_references(workers: int = 2, out: Path = SHIPPED_PATH) -> Path:
+    """Play the shipped allocator suites' anchors on the default benchmark seeds and write the shipped file."""
+    import tempfile
+
+    from experiments.evaluation.suite import list_suites, load_suite
+
+    suites = [s for s in map(load_suite, list_suites()) if s.role == ALLOCATOR]
+    seeds = benchmark_seeds(SHIPPED_SEEDS)
+    rosters = [r for suite in suites for r in anchor_rosters(suite, seeds)]
+    with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "refs.sqlite") as store:
+        play_rosters(rosters, store, PlayOptions(workers=workers), desc="references")
+        rows = store.rows([k for r in rosters for k in planned_keys(r)])
+    return write_shipped(shipped_content(rows, seeds), out)
 
 
 def check_plan(suite: Suite, policy: str, seeds: Sequence[int]) -> None:
@@ -264,5 +290,11 @@ def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db
     return result
 
 
-__all__ = ["BenchmarkResult", "benchmark_seeds", "check_plan", "per_seed_scores", "plan", "report_folder",
+__all__ = ["BenchmarkResult", "anchor_rosters", "remake_references", "benchmark_seeds", "check_plan", "per_seed_scores", "plan", "report_folder",
            "run_benchmark", "summary_rows"]
+
+
+if __name__ == "__main__":
+    import tyro
+
+    print(f"wrote {tyro.cli(remake_references)}")

@@ -12,7 +12,7 @@ A copied row holds the return only: ``episode`` is ``{}`` and ``wall_seconds`` 0
 scores read the return alone). ``tests/experiments/evaluation/test_shipped_references.py`` replays a
 sample and compares. Remake the file after a change to the rules, a scenario or a suite::
 
-    python -m experiments.evaluation.shipped_references --workers 2
+    python -m experiments.evaluation.benchmark --workers 2     # benchmark.remake_references
 """
 
 from __future__ import annotations
@@ -24,19 +24,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from commons_arena.enums import ALLOCATOR
 from commons_arena.errors import format_validation_error
 from commons_arena.files import write_file
 from commons_arena.inputs import loads_json, read_text
-from experiments.evaluation.engine import QUIET, PlayOptions, planned_keys, play_rosters
-from experiments.evaluation.roster import Player, Roster
-from experiments.evaluation.store import EpisodeKey, ResultStore
-from experiments.evaluation.suite import Suite, list_suites, load_suite
-from policies.population import Entry
+from experiments.evaluation.engine import planned_keys
+from experiments.evaluation.roster import Roster
+from experiments.evaluation.store import KEY, ResultStore
 
 PATH = Path(__file__).with_name("reference_returns.json")
 SEEDS = 20  # the benchmark's default --seeds: the first seeds of its range
-ANCHORS = ("random", "oracle")  # the allocator seat's score 0 and 1
 
 
 class _Series(BaseModel):
@@ -55,16 +51,7 @@ class _File(BaseModel):
     series: list[_Series]
 
 
-def anchor_rosters(suite: Suite, seeds: Sequence[int]) -> list[Roster]:
-    """Per evaluation scenario, a roster of the anchors alone (the benchmark's players of the same names and
-    entries: their keys are the benchmark's)."""
-    from experiments.evaluation.benchmark import evaluation_roster, low_anchor
-
-    top = Player("oracle", Entry("oracle"), "high", entrant=False)
-    return [evaluation_roster(suite, e, [low_anchor(suite.role), top], seeds) for e in suite.evaluations]
-
-
-def load(path: Path = PATH) -> dict[tuple[Any, ...], tuple[str, float]]:
+def load_returns(path: Path = PATH) -> dict[tuple[Any, ...], tuple[str, float]]:
     """Store key (a tuple in KEY order) -> (policy, return): the file, checked by its model."""
     if not path.is_file():
         return {}
@@ -88,37 +75,21 @@ def fill_store(rosters: Sequence[Roster], store: ResultStore, shipped: dict[tupl
     return copied
 
 
-def compute(suites: Sequence[Suite], seeds: Sequence[int], store: ResultStore, options: PlayOptions = QUIET
-            ) -> dict[str, Any]:
-    """Play the anchors of ``suites`` on ``seeds`` into ``store``; the file's content."""
-    rosters = [r for suite in suites for r in anchor_rosters(suite, seeds)]
-    play_rosters(rosters, store, options, desc="references")
+def file_content(rows: Sequence[dict[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+    """The file's content from stored rows (:meth:`ResultStore.rows`) of every anchor on consecutive ``seeds``."""
     series: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in store.rows([k for r in rosters for k in planned_keys(r)]):
-        key = EpisodeKey(*(row[k] for k in ("seat", "scenario", "scenario_hash", "background", "background_hash",
-                                            "player", "player_hash", "seed")))
-        entry = series.setdefault(key.as_tuple()[:-1], {"key": list(key.as_tuple()[:-1]), "policy": row["policy"],
-                                                         "first_seed": seeds[0], "returns": {}})
-        entry["returns"][key.seed] = row["focal_return"]
+    for row in rows:
+        key = tuple(row[k] for k in KEY[:-1])
+        entry = series.setdefault(key, {"key": list(key), "policy": row["policy"], "first_seed": seeds[0],
+                                        "returns": {}})
+        entry["returns"][row["seed"]] = row["focal_return"]
     for entry in series.values():
         entry["returns"] = [entry["returns"][s] for s in seeds]  # seeds are consecutive: first_seed + i
     return {"format": "commons_arena.reference_returns", "series": list(series.values())}
 
 
-def main(workers: int = 2, out: Path = PATH) -> None:
-    import tempfile
-
-    from experiments.evaluation.benchmark import benchmark_seeds
-    from experiments.evaluation.engine import PlayOptions
-
-    suites = [s for s in map(load_suite, list_suites()) if s.role == ALLOCATOR]
-    with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "refs.sqlite") as store:
-        data = compute(suites, benchmark_seeds(SEEDS), store, PlayOptions(workers=workers))
-    write_file(out, json.dumps(data, separators=(",", ":")) + "\n")
-    print(f"wrote {out}: {sum(len(s['returns']) for s in data['series'])} returns")
+def write_returns(data: dict[str, Any], out: Path = PATH) -> Path:
+    return write_file(out, json.dumps(data, separators=(",", ":")) + "\n")
 
 
-if __name__ == "__main__":
-    import tyro
-
-    tyro.cli(main)
+__all__ = ["PATH", "SEEDS", "file_content", "fill_store", "load_returns", "write_returns"]
