@@ -293,6 +293,8 @@ class Benchmark:
         options = PlayOptions(workers=self.workers, address=self.address, allow_changed=self.allow_changed,
                               progress=self.progress)
         result = run_benchmark(suite, self.policy, seeds, self.out, db=self.db, options=options)
+        if result.shipped:
+            print(f"references: {result.shipped} anchor episodes from the shipped reference returns (not played)")
         for what, report in (("fixed-code selection", result.selection), ("benchmark", result.play)):
             if report is not None and report.played:
                 print(f"{what}: played {report.played} episodes in {report.seconds:.1f} s ({report.mode}); "

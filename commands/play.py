@@ -101,6 +101,9 @@ class ScenariosCheck:
         print(markdown_table(result.misreport))
         print("\ncost per episode (this machine, as measured while checking)")
         print(markdown_table(result.timing))
+        if result.readings:
+            print("\nwhat the table says")
+            print("\n".join(f"- {line}" for line in result.readings))
         if self.out is not None:
             for path in write_check(result, self.out):
                 print(f"wrote {path}")

@@ -556,7 +556,7 @@ def generate_scenarios(family: str | Path | FamilyConfig, count: int, seed: int)
 def scenario_to_toml(config: ScenarioConfig) -> str:
     """A scenario as a TOML file's text: ``scenario_from_dict(tomllib.loads(text))`` has the same
     content hash. Every top-level number is written; a job's or shock's defaults are left out."""
-    data = config.model_dump(mode="json", exclude_none=True)
+    data = config.plain_dump(exclude_none=True)
     for ti, team in enumerate(config.teams):
         data["teams"][ti]["jobs"] = [job.model_dump(mode="json", exclude_defaults=True) for job in team.jobs]
     data["shocks"] = [shock.model_dump(mode="json", exclude_defaults=True) for shock in config.shocks]

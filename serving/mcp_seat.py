@@ -155,6 +155,8 @@ async def _end(session: Session) -> dict[str, Any]:
 
     out = {"your_totals": short(summary["your_totals"]), "episode_totals": short(summary["episode_totals"]),
            "how_you_did": summary["text"]}
+    if summary.get("causes"):  # what happened, in the game's words (serving/causes.py)
+        out["what_happened"] = summary["causes"]
     if summary["references"]:
         out["references"] = short(summary["references"])
         out["reference_terms"] = {name: short(terms) for name, terms in summary["reference_terms"].items()}

@@ -314,6 +314,7 @@ FRONTIER_COLUMNS = ("scenario", "allocator", "welfare", "welfare_ci95", "exploit
                     "exploiting_seat", "from_search", "from_learning", "verdict", "exploitability_margin",
                     "exploitability_margin_low", "exploitability_margin_high", "frontier_at_welfare", "welfare_margin",
                     "welfare_margin_low", "welfare_margin_high", "frontier_at_exploitability", "seeds")
+PRINTED_COLUMNS = ("scenario", "allocator", "welfare", "exploitability", "exploiting_seat", "verdict")
 FRONTIER_PREAMBLE = (
     "# The welfare-exploitability frontier\n\n"
     "**welfare**: the allocator's return against the tier's own population (mean ± 95% CI). **exploitability**: the "
@@ -357,8 +358,9 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
             points[allocator] = point_of(allocator, measured["returns"], cells, resamples)
             cis[allocator], cells_of[allocator] = measured["welfare_ci95"], cells
             seats += seat_table(cells)
-            print(f"  {scenario} {allocator}: welfare {points[allocator].mean_welfare:.1f}, exploitability "
-                  f"{points[allocator].exploitability:.1f} ({points[allocator].exploiting_seat})", flush=True)
+            print(f"  {scenario} {allocator}: welfare {points[allocator].mean_welfare:.1f}, "
+                  f"{exploitability_words(points[allocator].exploitability, points[allocator].exploiting_seat)}",
+                  flush=True)
         scripted = [a for a in allocators if is_scripted(a)]
         everything = mixtures([points[a] for a in scripted], step) if len(scripted) > 1 else [points[a] for a in scripted]
         lines[scenario] = [(p.mean_welfare, p.exploitability) for p in pareto(everything)]
@@ -374,8 +376,16 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
                                                 "(allocators and pairwise mixtures)"))
     for path in written:
         print(f"wrote {path}")
-    print(markdown_table(table))
+    print(markdown_table([{c: r[c] for c in PRINTED_COLUMNS} for r in table]))
+    print(f"(the first {len(PRINTED_COLUMNS)} of its {len(FRONTIER_COLUMNS)} columns: every one is in frontier.md)")
     return rows
+
+
+def exploitability_words(value: float, seat: str) -> str:
+    """The exploitability as what it is: the best gain over truthful that the search found, a lower bound."""
+    if value <= 0:
+        return "exploitability at least 0: no searched code beat truthful in any seat (a lower bound)"
+    return f"exploitability at least {value:.1f} ({seat}: the best code the search found, a lower bound)"
 
 
 __all__ = ["CELLS_DIR", "Point", "beyond", "frontier", "is_scripted", "mixtures", "pareto", "resample_indices", "seat_cell",
