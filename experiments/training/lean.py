@@ -242,6 +242,7 @@ class LeanEnvRunner(BatchedEnvRunner):
             terminated=np.empty((steps, n), bool), truncated=np.empty((steps, n), bool),
             valid=np.empty((steps, n), bool)) for seat in seats}
         counts = {"env": 0, "episodes": 0}
+        done: list[dict[str, Any]] = []  # the sample's finished episodes, in the order they are logged
         finished = np.zeros(n, dtype=bool)  # once: arenas whose episode of this sample has ended
         clock = time.perf_counter()
         used = steps
@@ -271,7 +272,7 @@ class LeanEnvRunner(BatchedEnvRunner):
             counts["env"] += int(valid.sum())
             if ended.any():
                 counts["episodes"] += int(ended.sum())
-                self._log_episodes(np.flatnonzero(ended), step.infos, step.entries)
+                self._finish_episodes(np.flatnonzero(ended), step.infos, step.entries, done)
             self._lean_obs, self._lean_restarting = step.obs, step.terminated[focal] | step.truncated[focal]
             if once:
                 finished |= ended
@@ -284,33 +285,46 @@ class LeanEnvRunner(BatchedEnvRunner):
             out = {seat: Rollout(seat, r.module, r.obs[: used + 1], r.actions[:used], r.logp[:used],
                                  r.dist_inputs[:used], r.rewards[:used], r.terminated[:used], r.truncated[:used],
                                  r.valid[:used]) for seat, r in out.items()}
+        self._log_episodes(done)
         self._log_counts(counts["env"], counts["episodes"], {seat: int(out[seat].valid.sum()) for seat in seats})
         self.metrics.log_value((TIMERS, "lean_sample_s"), time.perf_counter() - clock, reduce="mean")
         return list(out.values())
 
-    def _log_episodes(self, arenas: np.ndarray, infos: Mapping[str, Mapping[str, Any]], entries: np.ndarray) -> None:
-        """RLlib's episode metrics (its keys and windows) and the run's episode totals for ``arenas``."""
+    def _finish_episodes(self, arenas: np.ndarray, infos: Mapping[str, Mapping[str, Any]], entries: np.ndarray,
+                         done: list[dict[str, Any]]) -> None:
+        """Append the episodes ``arenas`` just finished to ``done`` (scenarios interleaved) and clear their sums."""
+        seats = self.env.learned
+        totals = infos.get("allocator", {}).get("episode")
+        for i in arenas[np.argsort(self._log_order[arenas], kind="stable")].tolist():
+            done.append({"agents": {seat: float(self._episode_return[seat][i]) for seat in seats},
+                         "length": int(self._episode_length[i]), "entry": int(entries[i]),
+                         "hash": self.env.scenario_hashes[i], "totals": totals, "row": i})
+        for seat in seats:
+            self._episode_return[seat][arenas] = 0.0
+        self._episode_length[arenas] = 0
+
+    def _log_episodes(self, done: list[dict[str, Any]]) -> None:
+        """RLlib's episode metrics (its keys and windows) and the run's episode totals of the sample's finished
+        episodes. A windowed mean, min or max keeps only the last ``window`` values logged, so only the last
+        ``window`` episodes are logged: the same reduced metrics, without a metrics call per episode."""
         win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
         seats, log = self.env.learned, self.metrics.log_dict
         cfg = ArenaEnvConfig.of(self.config.env_config)
-        for i in arenas[np.argsort(self._log_order[arenas], kind="stable")].tolist():
-            agents = {seat: float(self._episode_return[seat][i]) for seat in seats}
+        for episode in done[-win:]:
+            agents, length = episode["agents"], episode["length"]
             modules: dict[str, float] = {}
             for seat, value in agents.items():
                 modules[self._seat_module[seat]] = modules.get(self._seat_module[seat], 0.0) + value
-            length, total = int(self._episode_length[i]), sum(agents.values())
+            total = sum(agents.values())
             log({EPISODE_LEN_MEAN: length, EPISODE_RETURN_MEAN: total, EPISODE_AGENT_RETURN_MEAN: agents,
                  EPISODE_AGENT_STEPS: dict.fromkeys(seats, length), EPISODE_MODULE_RETURN_MEAN: modules}, window=win)
             log({EPISODE_LEN_MIN: length, EPISODE_RETURN_MIN: total}, reduce="min", window=win)
             log({EPISODE_LEN_MAX: length, EPISODE_RETURN_MAX: total}, reduce="max", window=win)
-            if "allocator" in infos and "episode" in infos["allocator"]:
-                totals = {k: float(v[i]) for k, v in infos["allocator"]["episode"].items()}
-                log_episode_totals(self.metrics, totals, self.env.scenario_hashes[i], cfg, win)
+            if episode["totals"] is not None:
+                totals = {k: float(v[episode["row"]]) for k, v in episode["totals"].items()}
+                log_episode_totals(self.metrics, totals, episode["hash"], cfg, win)
             if cfg.background_mix is not None or cfg.background_mixture is not None:
-                log_background_draw(self.metrics, cfg if cfg.background_mixture else None, int(entries[i]), win)
-        for seat in seats:
-            self._episode_return[seat][arenas] = 0.0
-        self._episode_length[arenas] = 0
+                log_background_draw(self.metrics, cfg if cfg.background_mixture else None, episode["entry"], win)
 
     def _log_counts(self, env_steps: int, episodes: int, agent_steps: Mapping[str, int]) -> None:
         log = self.metrics.log_value
