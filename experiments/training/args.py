@@ -166,6 +166,9 @@ class TrainArgs:
     one or mixed scenarios, a scripted background in the env; refused with the reason otherwise);
     'lean' samples the batched core into arrays and trains PPO from them, no episode objects
     (experiments/training/lean.py; what 'batched' plays, PPO only)"""
+    overlap: bool = False
+    """--sampler lean with remote runners: each samples the next batch while the driver updates (both cores at
+    work; the samples lag the weights by one update, which changes PPO slightly: docs/training.md)"""
     hidden: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the allocator's policy and value networks"""
     eval_every: int = 5
@@ -236,6 +239,8 @@ class TrainArgs:
             (math.isfinite(self.promote_at), f"--promote-at must be a finite number, got {self.promote_at}"),
             (self.promote_after >= 0, f"--promote-after must be 0 or more, got {self.promote_after}"),
             (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
+            (not self.overlap or self.sampler == "lean", "--overlap overlaps the lean sampler with its update: "
+             "pass --sampler lean (and --num-env-runners 1 or more)"),
             (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
             (math.isfinite(self.favour_strength) and self.favour_strength >= 0,

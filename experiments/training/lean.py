@@ -395,16 +395,30 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     return MultiAgentBatch(batches, env_steps=env_steps)
 
 
+def _sample_and_metrics(runner: Any) -> tuple[list[Rollout], Any]:
+    return runner.sample(), runner.get_metrics()
+
+
 class LeanPPO(PPO):
-    """PPO trained from :class:`LeanEnvRunner`'s arrays (module docstring): RLlib's learner, no episodes."""
+    """PPO trained from :class:`LeanEnvRunner`'s arrays (module docstring): RLlib's learner, no episodes.
+
+    ``overlap`` (:class:`OverlappedLeanPPO`, ``--overlap``): with remote runners, each runner samples the next
+    batch while the driver updates on this one, so the two cores work at once; the next batch is then sampled
+    with the weights from before this update (one update behind: PPO's ratio starts off 1 at the first epoch, as
+    in IMPALA-style asynchronous samplers). Without remote runners there is nothing to overlap."""
+
+    overlap = False
 
     def training_step(self) -> None:
+        group = self.env_runner_group
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            parts = foreach_sampling_runner(self, lambda runner: runner.sample())
+            if self.overlap and group.num_remote_env_runners() > 0:
+                parts, metrics = self._overlapped_samples()
+            else:
+                parts = foreach_sampling_runner(self, lambda runner: runner.sample())
+                metrics = group.foreach_env_runner(lambda runner: runner.get_metrics(),
+                                                   local_env_runner=group.num_remote_env_runners() == 0)
             rollouts = [r for part in parts for r in part]
-            group = self.env_runner_group
-            metrics = group.foreach_env_runner(lambda runner: runner.get_metrics(),
-                                               local_env_runner=group.num_remote_env_runners() == 0)
             self.metrics.aggregate(metrics, key=ENV_RUNNER_RESULTS)
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             batch = lean_batch(self, rollouts)
@@ -422,9 +436,30 @@ class LeanPPO(PPO):
             )
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            # with overlap the remote runners take the new weights after the sample in flight (actors run in order)
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
                                                policies=set(learner_results[0].keys()) - {ALL_MODULES},
                                                inference_only=True)
 
+    def _overlapped_samples(self) -> tuple[list[list[Rollout]], list[Any]]:
+        """This iteration's samples (requested during the last update, or now on the first), and the next
+        iteration's requested before they are returned."""
+        group = self.env_runner_group
+        runners = group.num_remote_env_runners()
+        if not getattr(self, "_in_flight", False):
+            group.foreach_env_runner_async(_sample_and_metrics, tag="lean")
+        ready: list[Any] = []
+        while len(ready) < runners:
+            ready += [result for _, result in group.fetch_ready_async_reqs(tags="lean", timeout_seconds=None)]
+        group.foreach_env_runner_async(_sample_and_metrics, tag="lean")  # the next batch, sampled during the update
+        self._in_flight = True
+        return [parts for parts, _ in ready], [metrics for _, metrics in ready]
 
-__all__ = ["LeanEnvRunner", "LeanMultiCategorical", "LeanPPO", "LeanPPOModule", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]
+
+class OverlappedLeanPPO(LeanPPO):
+    """:class:`LeanPPO` with sampling overlapping the update (``--overlap``)."""
+
+    overlap = True
+
+
+__all__ = ["LeanEnvRunner", "LeanMultiCategorical", "LeanPPO", "LeanPPOModule", "OverlappedLeanPPO", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]
