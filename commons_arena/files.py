@@ -84,7 +84,10 @@ def safe_join(folder: str | os.PathLike[str], *names: str) -> Path:
     return Path(folder).joinpath(*(check_name(n) for n in names))
 
 
-def _refuse_link(path: Path, what: str) -> None:
+def refuse_link(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse ``path`` if it is a symlink, dangling or not (a dangling one reads as free, then a write or a
+    ``resolve()`` lands at its target): one line naming it."""
+    path = Path(path)
     if path.is_symlink():
         raise OutputError(f"{path} is a symlink: a command never writes {what} through one; remove it "
                           "or choose another output folder")
@@ -104,7 +107,7 @@ def make_folder(folder: str | os.PathLike[str], new: bool = False,
         if top not in levels:
             raise OutputError(f"{folder} is not inside the output folder {top}")
         for level in levels[: levels.index(top) + 1]:
-            _refuse_link(level, "into a folder")
+            refuse_link(level, "into a folder")
     if new and (folder.exists() or folder.is_symlink()):
         raise OutputError(f"{folder} exists already; a new folder was expected there")
     missing = []
@@ -113,7 +116,7 @@ def make_folder(folder: str | os.PathLike[str], new: bool = False,
         missing.append(here)
         here = here.parent
     if not missing:
-        _refuse_link(folder, "into a folder")
+        refuse_link(folder, "into a folder")
     elif not here.is_dir():
         raise OutputError(f"{here} is not a folder; choose another output folder")
     for level in reversed(missing):
@@ -121,8 +124,8 @@ def make_folder(folder: str | os.PathLike[str], new: bool = False,
             level.mkdir()
         except FileExistsError:
             pass
-        _refuse_link(level, "into a folder")
-    _refuse_link(folder, "into a folder")
+        refuse_link(level, "into a folder")
+    refuse_link(folder, "into a folder")
     if not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; choose another output folder")
     return folder
@@ -135,10 +138,10 @@ def check_target(path: str | os.PathLike[str], what: str = "a file") -> Path:
     before opening."""
     path = Path(path)
     check_name(path.name, "file name")
-    _refuse_link(path.parent, what)
+    refuse_link(path.parent, what)
     if not path.parent.is_dir():
         raise OutputError(f"{path.parent} is not a folder; choose another output folder")
-    _refuse_link(path, what)
+    refuse_link(path, what)
     if path.exists():
         info = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(info.st_mode):
@@ -153,13 +156,13 @@ def check_outputs(folder: str | os.PathLike[str], names: Iterable[str], force: b
     """Before any work: refuse outputs ``folder/<name>`` that :func:`check_target` refuses (with or without
     ``force``) or that exist (without ``force``). A refused command has written nothing."""
     folder = Path(folder)
-    _refuse_link(folder, "a report")
+    refuse_link(folder, "a report")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; choose another output folder")
     for name in names:
         path = safe_join(folder, *Path(name).parts) if "/" in name else safe_join(folder, name)
         if folder.exists():
-            _refuse_link(path, "a report")
+            refuse_link(path, "a report")
             if path.parent.is_dir():
                 check_target(path, "a report")
         if path.exists() and not force:
@@ -283,7 +286,7 @@ def rename_within(path: str | os.PathLike[str], aside: str | os.PathLike[str]) -
     """Rename a folder or file ``path`` to ``aside`` in the same folder (a rerun keeps the earlier run);
     refused if ``path`` is a link or an input, or ``aside`` exists."""
     path, aside = Path(path), Path(aside)
-    _refuse_link(path, "a move")
+    refuse_link(path, "a move")
     if path.exists() and is_input(os.stat(path)):
         raise OutputError(f"{path} is one of this command's inputs: a command never moves its input")
     if aside.exists() or aside.is_symlink():
@@ -326,7 +329,7 @@ def copy_folder(source: str | os.PathLike[str], target: str | os.PathLike[str]) 
     """Copy the regular files and folders under ``source`` to ``target`` (made fresh: an earlier one is
     removed first). A symlink or special file under ``source`` is refused: a copy is data only."""
     source, target = Path(source), Path(target)
-    _refuse_link(target, "a copy")
+    refuse_link(target, "a copy")
     if target.exists():
         remove_tree(target)
     for here, folders, names in os.walk(source):
@@ -349,7 +352,7 @@ def remove_tree(folder: str | os.PathLike[str]) -> None:
     import shutil
 
     folder = Path(folder)
-    _refuse_link(folder, "a removal")
+    refuse_link(folder, "a removal")
     if not folder.exists():
         return
     for here, _, names in os.walk(folder):
@@ -439,5 +442,5 @@ def toml_text(data: Mapping[str, Any], header: Iterable[str] = ()) -> str:
 
 
 __all__ = ["MAX_NAME_BYTES", "OutputError", "OutputStream", "append_line", "check_name", "check_outputs", "check_target",
-           "copy_folder", "make_folder", "point_link", "publish_folder", "remove_file", "remove_tree", "rename_within", "safe_join",
+           "copy_folder", "make_folder", "point_link", "publish_folder", "refuse_link", "remove_file", "remove_tree", "rename_within", "safe_join",
            "toml_key", "toml_text", "toml_value", "write_arrays", "write_figure", "write_file"]

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
-from commons_arena.files import make_folder, point_link, write_file
+from commons_arena.files import make_folder, point_link, refuse_link, write_file
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import LATEST, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
@@ -73,16 +73,18 @@ def run_folder(args: TrainArgs) -> Path:
             raise ValueError(f"nothing to resume in {run}: it has no {RECORD} (not a run folder of `commons-arena train`)")
         return run.resolve()
     run = args.out / args.name
-    if not _holds_files(run):
-        return run.resolve()
-    if args.run_name is not None:
-        raise ValueError(
-            f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
-        )
-    number = 2
-    while _holds_files(args.out / f"{args.name}-{number}"):
-        number += 1
-    return (args.out / f"{args.name}-{number}").resolve()
+    if _holds_files(run) and not run.is_symlink():
+        if args.run_name is not None:
+            raise ValueError(
+                f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
+            )
+        number = 2
+        while _holds_files(args.out / f"{args.name}-{number}"):
+            number += 1
+        run = args.out / f"{args.name}-{number}"
+    # a link at the name, dangling or not, would carry the whole run (pickles included) to its target
+    refuse_link(run, "a run folder")
+    return run.resolve()
 
 
 def point_latest(run: Path) -> None:
@@ -124,9 +126,9 @@ def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
 def run_args(args: TrainArgs) -> TrainArgs:
     """The arguments this session runs with: ``args``, or with ``--resume`` the saved run's
     (:func:`resumed_args`)."""
+    run = run_folder(args)  # a new run's folder is checked here too: before RLlib loads
     if args.resume is None:
         return args
-    run = run_folder(args)
     saved = saved_args(run)
     resumed = replace(resumed_args(saved, args), run_name=run.name)  # the run's name is its folder's
     try:  # the saved arguments pass the same checks as flags, before anything is written

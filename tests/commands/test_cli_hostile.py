@@ -629,3 +629,27 @@ def test_serve_refuses_at_start_a_population_it_cannot_play(capsys, tmp_path, en
     population = tmp_path / "population.toml"
     population.write_text(f"[roles]\n{entry}\n")
     assert_one_line_error(capsys, "serve", "--population", str(population), "--port", "0", match=match)
+
+
+# ------------------------------------------------------------------ round five (issue 52)
+@pytest.mark.parametrize("dangling", [True, False])
+def test_train_refuses_a_link_at_its_run_folder_before_writing(capsys, place, dangling):
+    """A link at the run folder's name (dangling or not) would carry the whole run and `latest` to its target."""
+    target = place / "elsewhere-run"
+    if not dangling:
+        target.mkdir()
+    (place / "runs" / "mine").symlink_to(target)
+    before = snapshot(place)
+    assert_one_line_error(capsys, "train", "--out", str(place / "runs"), "--run-name", "mine", "--iterations", "1",
+                          match="is a symlink")
+    assert snapshot(place) == before and not (target.exists() and any(target.iterdir()))
+
+
+def test_exploit_refuses_a_link_at_a_cell_seat_folder_before_training(capsys, tmp_path):
+    out = tmp_path / "exploit"
+    (out / "standard-edf-search").mkdir(parents=True)
+    (out / "standard-edf-search" / "search").symlink_to(tmp_path / "outside")
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "exploit", "--allocators", "edf", "--scenarios", "standard", "--seats", "search",
+                          "--seeds", "2", "--discount-seeds", "0", "--out", str(out), "--force", match="is a symlink")
+    assert snapshot(tmp_path) == before and not (tmp_path / "outside").exists()
