@@ -131,6 +131,27 @@ def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int 
     return data
 
 
+def tree_sha256(folder: str | os.PathLike[str], what: str = "folder") -> str:
+    """One sha256 over every regular file under ``folder`` (relative path, size, bytes; in sorted order), read
+    without following a link: a symlink or special file inside is an :class:`InputError` (a checkpoint's files
+    are recorded by it before a resume unpickles them)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for here, folders, names in sorted(os.walk(folder, followlinks=False)):  # a linked folder is listed, not entered
+        for name in sorted(names + [d for d in folders if os.path.islink(os.path.join(here, d))]):
+            path = os.path.join(here, name)
+            info = os.stat(path, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{what} {folder}", f"{path} is a link or special file, not one the run wrote")
+            digest.update(f"{os.path.relpath(path, folder)}\0{info.st_size}\0".encode("utf-8", "surrogateescape"))
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
 def read_text(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
               own: bool = False) -> str:
     """:func:`read_bytes` as UTF-8 text (another encoding is an :class:`InputError`)."""
@@ -233,4 +254,4 @@ def load_record(path: str | os.PathLike[str], model: Any, what: str, own: bool =
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "forget_inputs", "is_input",
            "load_json", "load_json_object", "load_record", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text",
-           "remember_input", "too_deep"]
+           "remember_input", "too_deep", "tree_sha256"]

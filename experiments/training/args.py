@@ -193,8 +193,12 @@ class TrainArgs:
     a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
     """continue the run in this folder from its last checkpoint (its experiment.toml wins); the only
-    way to write into an existing run folder. It restores RLlib's full state, which is pickled:
-    resume only runs you made (`learned:` never reads those files)"""
+    way to write into an existing run folder. It restores RLlib's full state, which is pickled: the run
+    records the sha256 of its checkpoint's files, and a checkpoint that differs is refused (`learned:` never
+    reads those files)"""
+    trust_checkpoint: bool = False
+    """with --resume: restore a checkpoint whose files differ from the run's record (or an older run's,
+    which has none): its pickles run code, so only for a folder you made or trust"""
     address: str | None = None
     """Ray cluster address (default: $RAY_ADDRESS, else a local Ray)"""
     torch_threads: int = 1

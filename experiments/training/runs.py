@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, Validati
 
 from commons_arena.errors import format_validation_error
 from commons_arena.files import make_folder, point_link, refuse_link, write_file
-from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
+from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text, tree_sha256
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import LATEST, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import SESSION_FIELDS, load_experiment, write_experiment
@@ -54,6 +54,7 @@ class RunState:
     seconds: float = 0.0
     best_score: float = float("-inf")  # best held-out score of the last stage reached
     history: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint_sha256: str = ""  # of every file under <run>/checkpoint as saved (its pickles: --resume checks them)
 
 
 def _holds_files(folder: Path) -> bool:
@@ -143,7 +144,9 @@ def run_args(args: TrainArgs) -> TrainArgs:
                              f"{' ...' if len(lacking) > 6 else ''}: the values the run trained with are unknown "
                              "(today's defaults may not fit its checkpoint); add them, or start a new run")
     check_saved_files(run)
-    done = saved_state(run, len(resumed.stages)).iterations
+    state = saved_state(run, len(resumed.stages))
+    check_checkpoint(run, state.checkpoint_sha256, args.trust_checkpoint)
+    done = state.iterations
     if resumed.iterations is not None and done >= resumed.iterations:
         raise ValueError(f"cannot resume {run}: it has trained {done} of its {resumed.iterations} iterations; pass "
                          f"--iterations with a larger total to train on")
@@ -156,6 +159,22 @@ SAVED_FILES: dict[str, TypeAdapter[Any]] = {  # what --resume reads back besides
     "observation_scale.json": TypeAdapter(dict[str, list[_FINITE]] | list[_FINITE]),
     "references.json": TypeAdapter(dict[str, dict[str, list[_NUMBER] | _NUMBER]]),
 }
+
+
+def check_checkpoint(run: Path, recorded: str, trust: bool) -> None:
+    """Before RLlib unpickles ``<run>/checkpoint``: its files must hash as the run recorded when it saved them
+    (``state.json``), unless ``trust`` (``--trust-checkpoint``): a planted or changed pickle runs code."""
+    folder = run / "checkpoint"
+    if trust or not (folder.exists() or folder.is_symlink()):
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise ValueError(f"{folder} is a link or not a folder: not the checkpoint this run saved")
+    if not recorded:
+        raise ValueError(f"{folder}: the run recorded no sha256 of its checkpoint (a run made before they were "
+                         "recorded): its pickles run code when restored; pass --trust-checkpoint if you made this folder")
+    if tree_sha256(folder, "checkpoint") != recorded:
+        raise ValueError(f"{folder}: its files differ from what the run saved (state.json's checkpoint_sha256): "
+                         "its pickles run code when restored; pass --trust-checkpoint only if you trust every file there")
 
 
 def check_saved_files(run: Path) -> None:
@@ -187,6 +206,7 @@ class SavedState(BaseModel):
     seconds: Annotated[float, Field(ge=0, le=MAX_MINUTES * 60 * 1000, allow_inf_nan=False)] = 0.0
     best_score: Annotated[float, Field(allow_inf_nan=True)] = float("-inf")  # -inf: no evaluation yet
     history: Annotated[list[dict[str, Any]], Field(max_length=MAX_HISTORY_ROWS)] = []
+    checkpoint_sha256: Annotated[str, Strict(), Field(pattern="^([0-9a-f]{64})?$")] = ""  # "": an older run's
 
     @model_validator(mode="after")
     def _agrees(self) -> SavedState:
@@ -333,6 +353,6 @@ def save_state(run: Path, state: RunState) -> None:
     write_file(run / "history.json", json.dumps(state.history, indent=1))
 
 
-__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "SavedState", "check_saved_files", "has_record",
+__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "SavedState", "check_checkpoint", "check_saved_files", "has_record",
            "legacy_args", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state",
            "saved_args", "saved_history", "saved_state"]

@@ -653,3 +653,45 @@ def test_exploit_refuses_a_link_at_a_cell_seat_folder_before_training(capsys, tm
     assert_one_line_error(capsys, "exploit", "--allocators", "edf", "--scenarios", "standard", "--seats", "search",
                           "--seeds", "2", "--discount-seeds", "0", "--out", str(out), "--force", match="is a symlink")
     assert snapshot(tmp_path) == before and not (tmp_path / "outside").exists()
+
+
+def _run_with_checkpoint(tmp_path: Path, recorded: bool) -> Path:
+    from dataclasses import asdict
+
+    from commons_arena.inputs import tree_sha256
+    from experiments.training.args import TrainArgs
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(iterations=5)), default=str))
+    (run / "checkpoint" / "learner_group").mkdir(parents=True)
+    (run / "checkpoint" / "algorithm_state.pkl").write_bytes(b"the run's own pickle")
+    (run / "checkpoint" / "learner_group" / "state.pkl").write_bytes(b"another")
+    state = {"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint") if recorded else ""}
+    (run / "state.json").write_text(json.dumps(state))
+    return run
+
+
+@pytest.mark.parametrize(("recorded", "plant", "match"), [
+    (False, None, "recorded no sha256 of its checkpoint"),
+    (True, lambda c: (c / "learner_group" / "state.pkl").write_bytes(b"cos\nsystem\n..."), "its files differ"),
+    (True, lambda c: (c / "env_runner.pkl").write_bytes(b"planted"), "its files differ"),
+    (True, lambda c: (c / "module.pkl").symlink_to(c / "algorithm_state.pkl"), "a link or special file"),
+])
+def test_train_resume_refuses_pickles_the_run_did_not_write(capsys, tmp_path, recorded, plant, match):
+    """RLlib's restore unpickles the checkpoint: only files hashing as the run recorded, or --trust-checkpoint."""
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+
+    run = _run_with_checkpoint(tmp_path, recorded)
+    if plant is not None:
+        plant(run / "checkpoint")
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match=match)
+    assert snapshot(tmp_path) == before
+    assert run_args(TrainArgs(resume=run, trust_checkpoint=True)).iterations == 5  # the user's consent
+
+
+def test_train_resume_takes_the_checkpoint_it_recorded(tmp_path):
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+
+    assert run_args(TrainArgs(resume=_run_with_checkpoint(tmp_path, True))).iterations == 5
