@@ -115,7 +115,10 @@ def is_input(info: os.stat_result) -> bool:
 def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
                own: bool = False) -> bytes:
     """A regular file's bytes, refused by type before opening and by size before and while reading.
-    Remembered as an input (:func:`is_input`) unless ``own``: a record this command updates itself."""
+    Remembered as an input (:func:`is_input`) unless ``own``: a record this command updates itself, which is
+    never read through a symlink."""
+    if own and os.path.islink(path):  # a record the command rewrites: the one writer would refuse the link, after the work
+        raise InputError(f"{what} {path}", "a symlink, not the record this program wrote; remove it")
     check_regular(path, what, max_bytes)
     # O_NONBLOCK: should the path become a FIFO between the check and the open, the open does not wait
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

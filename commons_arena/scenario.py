@@ -43,6 +43,10 @@ MAX_LIST = 1000  # intensity profile length, choices, dependencies
 MAX_PRIORITY = 1000
 MAX_TEXT = 10_000  # description characters
 MAX_TIERS = 6
+# No episode return of a valid scenario reaches this: ticks x |weight| x a tick's largest money term (prices of
+# MAX_AMOUNT x MAX_MULTIPLIER on MAX_GPUS of each tier) x a dozen terms is about 6e25. Stored returns, welfare
+# and gains above it are not numbers this program wrote.
+MAX_RETURN = 1e30
 MAX_TEAMS = 8
 MAX_FILE_BYTES = 4 * 2**20
 

@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
 from commons_arena.files import make_folder, point_link, refuse_link, write_file
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text, tree_sha256
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.evaluate import MAX_SCORE
 from experiments.training.args import LATEST, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import SESSION_FIELDS, load_experiment, write_experiment
 
@@ -153,14 +154,6 @@ def run_args(args: TrainArgs) -> TrainArgs:
     return resumed
 
 
-_FINITE = Annotated[float, Field(allow_inf_nan=False)]
-_NUMBER = Annotated[float, Field(allow_inf_nan=True)]
-SAVED_FILES: dict[str, TypeAdapter[Any]] = {  # what --resume reads back besides the record and state.json
-    "observation_scale.json": TypeAdapter(dict[str, list[_FINITE]] | list[_FINITE]),
-    "references.json": TypeAdapter(dict[str, dict[str, list[_NUMBER] | _NUMBER]]),
-}
-
-
 def check_checkpoint(run: Path, recorded: str, trust: bool) -> None:
     """Before RLlib unpickles ``<run>/checkpoint``: its files must hash as the run recorded when it saved them
     (``state.json``), unless ``trust`` (``--trust-checkpoint``): a planted or changed pickle runs code."""
@@ -178,15 +171,8 @@ def check_checkpoint(run: Path, recorded: str, trust: bool) -> None:
 
 
 def check_saved_files(run: Path) -> None:
-    """The run folder's other files a resumed run reads (scales, references, the league's log), checked
-    before anything is written: a damaged or planted one is one line naming it."""
-    for name, adapter in SAVED_FILES.items():
-        path = run / name
-        if path.exists():
-            try:
-                adapter.validate_python(load_json(path, "run file", allow_nan=True, own=True), strict=False)
-            except ValidationError as err:
-                raise ValueError(f"{path}: not the file a run writes: {format_validation_error(err)}") from None
+    """The league's log of a resumed run, checked before anything is written (its scales and references are
+    checked against the run by ``setup.resolve``): a damaged or planted one is one line naming it."""
     league = run / "league.json"
     if league.exists():
         for number, line in enumerate(read_text(league, "league log", MAX_LOG_BYTES, own=True).splitlines(), 1):
@@ -210,8 +196,9 @@ class SavedState(BaseModel):
 
     @model_validator(mode="after")
     def _agrees(self) -> SavedState:
-        if math.isnan(self.best_score) or self.best_score == math.inf:
-            raise ValueError(f"best_score must be a number or -inf (none yet), got {self.best_score}")
+        if self.best_score != -math.inf and not abs(self.best_score) <= MAX_SCORE:  # NaN too: never beaten
+            raise ValueError(f"best_score must be a score (magnitude at most {MAX_SCORE:.0e}) or -inf (none yet), "
+                             f"got {self.best_score}")
         for i, row in enumerate(self.history):
             try:
                 HistoryRow.model_validate(row)

@@ -334,8 +334,8 @@ def test_train_resume_revalidates_the_saved_arguments(capsys, tmp_path, args_jso
     ("state.json", '{"iterations": 1, "history": [{"iteration": 7, "scenario": "standard", "score": 0.1}]}',
      "end at most at iterations"),
     ("state.json", '{"iterations": 1, "extra": 1}', "Extra inputs are not permitted"),
-    ("observation_scale.json", '{"allocator": ["x"]}', "observation_scale.json: not the file a run writes"),
-    ("references.json", "[]", "references.json: not the file a run writes"),
+    ("observation_scale.json", '{"allocator": ["x"]}', "allocator's scale must be"),
+    ("references.json", "[]", "references.json: not the references of this run's held-out scenarios"),
     ("league.json", '{"iteration": "1"}\n', "not a league log row"),
 ])
 def test_train_resume_checks_the_run_folder_before_writing(capsys, tmp_path, name, content, match):
@@ -695,3 +695,63 @@ def test_train_resume_takes_the_checkpoint_it_recorded(tmp_path):
     from experiments.training.runs import run_args
 
     assert run_args(TrainArgs(resume=_run_with_checkpoint(tmp_path, True))).iterations == 5
+
+
+def _scale(size: int, value: float = 1.0) -> list[float]:
+    return [value] * size
+
+
+def _references(seeds: int, value: float = 1.0, scenario: str = "standard") -> str:
+    from experiments.evaluation.evaluate import BASELINE_ALLOCATORS
+
+    return json.dumps({scenario: {name: [value] * seeds for name in ("random", "oracle", *BASELINE_ALLOCATORS)}})
+
+
+
+
+@pytest.mark.parametrize(("name", "content", "match"), [
+    ("observation_scale.json", lambda n, s: json.dumps({"allocator": _scale(n - 1)}), "allocator's scale must be"),
+    ("observation_scale.json", lambda n, s: json.dumps({"allocator": _scale(n, 1e300)}), "allocator's scale must be"),
+    ("observation_scale.json", lambda n, s: json.dumps({"search": _scale(n)}), "the run's learning seats are"),
+    ("observation_scale.json", lambda n, s: '{"allocator": [NaN]}', "NaN is not a JSON number"),
+    ("references.json", lambda n, s: _references(s, scenario="crisis"), "held-out scenarios ['standard']"),
+    ("references.json", lambda n, s: _references(s - 1), "must be %s returns"),
+    ("references.json", lambda n, s: _references(s, 1e300), "magnitude at most"),
+    ("references.json", lambda n, s: _references(s).replace("1.0", "NaN", 1), "NaN is not a JSON number"),
+    ("state.json", lambda n, s: '{"iterations": 1, "best_score": 1e300}', "best_score must be a score"),
+    ("state.json", lambda n, s: '{"iterations": 1, "best_score": NaN}', "best_score must be a score"),
+])
+def test_train_resume_checks_what_it_reads_against_the_run(capsys, tmp_path, name, content, match):
+    """Scales, references and the best score are checked against the run's seats, shapes, scenarios and seeds
+    before the record is rewritten, `latest` moves or Ray starts (they trained, then failed, or stored NaN)."""
+    from dataclasses import asdict
+
+    import commons_arena
+    from experiments.training.args import TrainArgs
+
+    args = TrainArgs(iterations=5)
+    run = _train_run(tmp_path, json.dumps(asdict(args), default=str))
+    size = commons_arena.parallel_env("standard").observation_space(ALLOCATOR).shape[0]
+    (run / name).write_text(content(size, args.eval_seeds))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match=match.replace("%s", str(args.eval_seeds)))
+    assert snapshot(tmp_path) == before
+
+
+def test_train_resume_refuses_a_linked_state_and_a_checkpoint_of_another_network(capsys, tmp_path):
+    import shutil
+
+    from commons_arena.inputs import tree_sha256
+
+    run = _run_with_checkpoint(tmp_path, recorded=True)
+    (run / "elsewhere.json").write_text((run / "state.json").read_text())
+    (run / "state.json").unlink()
+    (run / "state.json").symlink_to(run / "elsewhere.json")
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="state.json: a symlink")
+    (run / "state.json").unlink()
+    shutil.rmtree(run / "checkpoint")
+    shutil.copytree(Path(__file__).parents[2] / "checkpoints" / "universal", run / "checkpoint")
+    (run / "state.json").write_text(json.dumps({"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint")}))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="its checkpoint: its network is 'cells'")
+    assert snapshot(tmp_path) == before
