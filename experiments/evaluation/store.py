@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 from commons_arena.errors import format_validation_error
 from commons_arena.files import check_target, make_folder
 from commons_arena.inputs import InputError, loads_json
+from commons_arena.scenario import MAX_RETURN
 
 T = TypeVar("T")
 
@@ -155,7 +156,12 @@ class ResultStore:
 
 
 _Text = Annotated[str, Strict(), Field(min_length=1, max_length=4_096)]
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
+# A stored figure as a table or a verdict reads it back (a return, a gain, welfare, a CI, an episode's statistic):
+# finite and no larger than a scenario can pay (a forged NaN or inf would drop a row from a table, or flip a
+# verdict, silently); an int stays an int (a count). The one definition: every record model uses it.
+StoredNumber = (Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]  # as SQLite holds one
+                | Annotated[float, Field(ge=-MAX_RETURN, le=MAX_RETURN, allow_inf_nan=False)])
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # a mixture's weight
 
 
 class StoredRow(BaseModel):
@@ -173,8 +179,8 @@ class StoredRow(BaseModel):
     player_hash: _Text
     policy: Annotated[str, Strict(), Field(max_length=1_000_000)]
     seed: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
-    focal_return: Annotated[float, Strict(), _Finite] | Annotated[int, Strict()]
-    episode: dict[str, dict[str, Any]]
+    focal_return: StoredNumber
+    episode: dict[str, dict[str, StoredNumber]]
     wall_seconds: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] | Annotated[int, Strict(), Field(ge=0)]
     finished_at: Annotated[str, Strict(), Field(max_length=64)]
 
