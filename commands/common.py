@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import commons_arena
+from commons_arena.files import check_tree
 from commons_arena.spaces import MAX_SEED
 from experiments.seeds import validate_seeds
 
@@ -54,6 +55,8 @@ def refuse_overwrite(path: Path, force: bool, inputs: Iterable[Path] = (), what:
     if exists and not force:
         kind = "holds files" if path.is_dir() else "exists"
         raise UsageError(f"{path} already {kind}; pass --force to overwrite, or choose another output")
+    if what == "folder" and path.is_dir():
+        check_tree(path)  # a link inside is refused now, not after the work
 
 
 def check_number(flag: str, value: float, low: float, high: float) -> None:

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from commons_arena.files import check_tree
+
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite, same_file, scenario_names, seed_list
 from commons_arena.enums import TIERS
@@ -144,6 +146,8 @@ class Tournament:
         # the folder's tables are rewritten: only the default database's own folder is resumed without --force
         if not (db.is_file() and same_file(db, out / "results.sqlite")):
             refuse_overwrite(out, self.force, inputs=inputs, what="folder")
+        else:  # resumed: still no link inside to meet after the episodes
+            check_tree(out)
 
     def run(self):
         from experiments.evaluation.engine import PlayOptions

@@ -169,6 +169,23 @@ def check_outputs(folder: str | os.PathLike[str], names: Iterable[str], force: b
             raise OutputError(f"{path} already exists; pass {flag} to replace it")
 
 
+RUN_LINK = "latest"  # the one link a command makes itself (point_link): a run parent's newest run
+
+
+def check_tree(folder: str | os.PathLike[str]) -> None:
+    """Before any work: refuse an existing output folder holding a symlink (but a run parent's ``latest``) or
+    a special file anywhere inside it. :func:`write_file` would refuse it too, but only when it got there: after
+    the work, with a half-written folder left behind."""
+    for here, folders, names in os.walk(folder):
+        for name in [*folders, *names]:
+            item = Path(here) / name
+            if item.is_symlink() and name != RUN_LINK:
+                raise OutputError(f"{item} is a symlink: a command never writes through one; remove it or choose "
+                                  "another output folder")
+            if not item.is_symlink() and not (item.is_dir() or item.is_file()):
+                raise OutputError(f"{item} is a special file; remove it or choose another output folder")
+
+
 def _tmp_beside(path: Path) -> tuple[int, Path]:
     fd, name = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".tmp", dir=path.parent)
     return fd, Path(name)
@@ -441,6 +458,6 @@ def toml_text(data: Mapping[str, Any], header: Iterable[str] = ()) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-__all__ = ["MAX_NAME_BYTES", "OutputError", "OutputStream", "append_line", "check_name", "check_outputs", "check_target",
+__all__ = ["MAX_NAME_BYTES", "OutputError", "OutputStream", "append_line", "check_name", "check_outputs", "check_target", "check_tree",
            "copy_folder", "make_folder", "point_link", "publish_folder", "refuse_link", "remove_file", "remove_tree", "rename_within", "safe_join",
            "toml_key", "toml_text", "toml_value", "write_arrays", "write_figure", "write_file"]

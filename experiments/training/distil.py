@@ -287,7 +287,7 @@ def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_ac
                  "zero_accuracy": float((truth == zero).mean())}
 
 
-def _scenarios(args: DistilArgs) -> list[ScenarioConfig]:
+def distil_scenarios(args: DistilArgs) -> list[ScenarioConfig]:
     from commons_arena.family import load_split, refuse_heldout
     from commons_arena.scenario import load_scenario
 
@@ -305,7 +305,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     from policies.universal import UniversalInterface
 
     args.validate()
-    configs = _scenarios(args)
+    configs = distil_scenarios(args)
     probe = UniversalInterface(configs[0], ALLOCATOR, "need")
     n_actions, zero = probe.n_actions, probe.zero
     check = configs[: args.check_scenarios]

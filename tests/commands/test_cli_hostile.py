@@ -755,3 +755,46 @@ def test_train_resume_refuses_a_linked_state_and_a_checkpoint_of_another_network
     before = snapshot(tmp_path)
     assert_one_line_error(capsys, "train", "--resume", str(run), match="its checkpoint: its network is 'cells'")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--experiment", "league"], "league members switch per episode"),
+    (["--experiment", "allocator_curriculum"], "a curriculum switches every env's scenario"),
+    (["--use-lstm"], "use_lstm"),
+    (["--no-scripted-in-env"], "the background plays as RLlib modules"),
+])
+def test_train_refuses_what_the_batched_sampler_cannot_play_before_any_work(capsys, place, argv, match):
+    """Refused by the arguments' checks: before the run folder, `latest`, the references and Ray (LSTM crashed)."""
+    before = snapshot(place)
+    assert_one_line_error(capsys, "train", "--sampler", "batched", *argv, "--out", str(place / "runs"),
+                          match=match)
+    assert snapshot(place) == before
+
+
+@pytest.mark.parametrize(("argv", "inside"), [
+    (["evaluate", "--seeds", "2", "--out", "{out}", "--force"], "evaluation.md"),
+    (["scenarios", "check", "standard", "--seeds", "1", "--out", "{out}", "--force"], "timing.md"),
+    (["benchmark", "planner", "--suite", "tiers", "--seeds", "1", "--out", "{out}", "--force"], "tiers/planner/x.md"),
+    (["tournament", "--seeds", "1", "--workers", "1", "--out", "{out}", "--force"], "tables/scores.md"),
+    (["frontier", "--scenarios", "standard", "--allocators", "drf", "edf", "--seeds", "2", "--out", "{out}",
+      "--force"], "cells/a.json"),
+    (["psro", "--out", "{out}", "--force"], "psro.md"),
+    (["distil", "--out", "{out}", "--force"], "distil.json"),
+])
+def test_every_command_refuses_a_link_among_its_outputs_before_it_plays(capsys, tmp_path, argv, inside):
+    """A link in an output folder was refused by the one writer only when it got there: after the work, with a
+    half-written folder left. It is refused with the other checks, before anything is played or written."""
+    out = tmp_path / "out"
+    (out / inside).parent.mkdir(parents=True, exist_ok=True)
+    (out / inside).symlink_to(tmp_path / "elsewhere")
+    before = snapshot(tmp_path)
+    started = time.perf_counter()
+    assert_one_line_error(capsys, *[a.format(out=out) for a in argv], match="is a symlink")
+    assert snapshot(tmp_path) == before and time.perf_counter() - started < 20
+
+
+def test_distil_checks_its_scenarios_before_its_output(capsys, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("a user's file")
+    assert_one_line_error(capsys, "distil", "--scenarios", "nope", "--out", str(tmp_path / "out"),
+                          match="no scenario named 'nope'")
