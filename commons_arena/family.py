@@ -667,18 +667,23 @@ def heldout_hashes() -> frozenset[str]:
     return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).hashes)
 
 
+@functools.cache
 def heldout_game_hashes() -> frozenset[str]:
-    """The game hashes (``ScenarioConfig.game_hash``: no name, no description) of every held-out split."""
-    return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).game_hashes)
+    """The canonical game hashes (``ScenarioConfig.canonical_game_hash``: no name or description, labels by place,
+    numbers at the digits that change an episode) of every held-out split's scenarios, regenerated (and so
+    checked against the split file's pinned hashes) once per process."""
+    return frozenset(c.canonical_game_hash for name in list_splits() if split_file(name).heldout
+                     for c in load_split(name))
 
 
 def refuse_heldout(configs: Iterable[ScenarioConfig], what: str) -> None:
     """Raise if any of ``configs`` is a held-out scenario's game: ``what`` (e.g. "training") must not read them.
-    Compared by game content (``game_hash``), so a renamed or re-described copy is refused too."""
+    Compared by game content in a canonical form (``canonical_game_hash``), so a renamed, re-described or
+    relabelled copy, or one nudged below the digits that change an episode, is refused too."""
     held = heldout_game_hashes()
-    bad = [c for c in configs if c.game_hash in held]
+    bad = [c for c in configs if c.canonical_game_hash in held]
     if bad:
-        names = ", ".join(f"{c.name} (game {c.game_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        names = ", ".join(f"{c.name} (game {c.canonical_game_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
         raise FamilyError(f"{what} must not read held-out scenarios (compared by game content, whatever the name), "
                           f"got {len(bad)}: {names}")
 
