@@ -63,7 +63,6 @@ CHECK_FIRST_SEED = SEED_RANGES["distil_check"].first  # never played while colle
 MAX_DISTIL_ROUNDS = 1_000
 MAX_DISTIL_SCENARIOS = 100_000
 MAX_CLIP = 64  # a correction of more GPUs than any tier holds asks nothing new
-MAX_LR = 10.0
 MAX_COLLECT_EPISODES = 1_000_000  # rounds x seeds: the training seed range's block per scenario
 
 
@@ -112,6 +111,7 @@ class DistilArgs:
             MAX_EVAL_SEEDS,
             MAX_HIDDEN,
             MAX_LAYERS,
+            MAX_LR,
             MAX_RUNNERS,
             MAX_TRAIN_SEED,
         )

@@ -262,6 +262,10 @@ BIG = str(10**30)
     (["train", "--num-env-runners", str(10**6)], "--num-env-runners must be at most"),
     (["train", "--torch-threads", str(10**9)], "--torch-threads must be at most"),
     (["train", "--selection-refine", "-1"], "--selection-refine must be >= 0"),
+    (["train", "--lr", "1e300"], "--lr must be in [0, 10]"),  # issue 52: reached torch after Ray
+    (["train", "--zero-bias", "1e300"], "--zero-bias must be in [0, 100]"),
+    (["train", "--best-code-bias", "1e300"], "--best-code-bias must be in [0, 100]"),
+    (["train", "--entropy-coeff", "1e300"], "--entropy-coeff must be in [0, 100]"),
     (["train", "--selection-refine", "3990"], "--selection-seeds + --selection-refine must be at most 4000"),
     (["train", "--train-seeds", "1", "2", "--compare-seeds", str(10**12)], "--compare-seeds must be"),
     (["train", "--train-seeds", "1", BIG], "--train-seeds must be distinct seeds in"),
@@ -798,3 +802,19 @@ def test_distil_checks_its_scenarios_before_its_output(capsys, tmp_path):
     (tmp_path / "out" / "mine.txt").write_text("a user's file")
     assert_one_line_error(capsys, "distil", "--scenarios", "nope", "--out", str(tmp_path / "out"),
                           match="no scenario named 'nope'")
+
+
+def test_scenarios_generate_force_removes_only_what_its_index_lists(capsys, tmp_path):
+    """Issue 52: a user's file named like a generated scenario was deleted by `--force`."""
+    out = tmp_path / "gen"
+    code, _, err = run_cli(capsys, "scenarios", "generate", "broad", "--count", "2", "--seed", "3", "--out", str(out))
+    assert code == 0, err
+    first = json.loads((out / "index.json").read_text())
+    mine = out / "00007_0123456789ab.toml"  # named like one, listed by no index
+    mine.write_text("# my own scenario notes\n")
+    code, _, err = run_cli(capsys, "scenarios", "generate", "broad", "--count", "1", "--seed", "4", "--out", str(out),
+                           "--force")
+    assert code == 0, err
+    assert mine.read_text() == "# my own scenario notes\n"
+    assert not any((out / row["file"]).exists() for row in first)  # the earlier run's own files went
+    assert len(json.loads((out / "index.json").read_text())) == 1
