@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
 from commons_arena.files import make_folder, point_link, refuse_link, write_file
@@ -265,6 +265,14 @@ def legacy_args(path: Path) -> dict[str, Any]:
     return saved
 
 
+def _score(value: float) -> float:
+    """A held-out score or return as a run writes it: NaN (undefined where random = oracle) or of magnitude at
+    most :data:`MAX_SCORE` (an inf or 1e300 is not one: it would win every table it reaches)."""
+    if not (math.isnan(value) or abs(value) <= MAX_SCORE):
+        raise ValueError(f"must be a score of magnitude at most {MAX_SCORE:.0e} (or NaN: undefined), got {value}")
+    return value
+
+
 class HistoryRow(BaseModel):
     """One held-out evaluation of ``history.json``, as the readers of a run folder use it (aggregate,
     analyze, the learning curve); other keys are the run's own figures and are kept."""
@@ -274,8 +282,8 @@ class HistoryRow(BaseModel):
     env_steps: Annotated[int, Strict(), Field(ge=0)] = 0
     scenario: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
     minutes: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
-    score: Annotated[float, Field(allow_inf_nan=True)] | None = None
-    returns: dict[str, Annotated[float, Field(allow_inf_nan=True)]] | None = None
+    score: Annotated[float, AfterValidator(_score)] | None = None
+    returns: dict[str, Annotated[float, AfterValidator(_score)]] | None = None
     declared_to_need: dict[str, Annotated[float, Field(allow_inf_nan=True)]] | None = None
 
     @model_validator(mode="after")
@@ -283,6 +291,8 @@ class HistoryRow(BaseModel):
         for key, value in (self.model_extra or {}).items():
             if key.startswith("score/") and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ValueError(f"{key} must be a number, got {value!r:.40}")
+            if key.startswith("score/"):
+                _score(value)
         if self.score is None and not any(k.startswith("score/") for k in self.model_extra or {}):
             raise ValueError("a row needs its held-out score (score, or score/<tier> for each tier of a mix)")
         return self
@@ -303,11 +313,10 @@ def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
         raise ValueError(f"{path} is not a run's history: a JSON list of evaluation rows")
     checked = []
     for i, row in enumerate(rows):
-        try:
-            HistoryRow.model_validate(row)
+        try:  # the model's defaults filled in (an older row without minutes): what its readers use
+            checked.append(HistoryRow.model_validate(row).model_dump())
         except ValidationError as err:
             raise ValueError(f"{path}: row {i}: {format_validation_error(err)}") from None
-        checked.append(dict(row))
     iterations = [row["iteration"] for row in checked]
     if iterations != sorted(set(iterations)):
         raise ValueError(f"{path}: the rows' iterations must rise, got {iterations[:10]}")

@@ -818,3 +818,35 @@ def test_scenarios_generate_force_removes_only_what_its_index_lists(capsys, tmp_
     assert mine.read_text() == "# my own scenario notes\n"
     assert not any((out / row["file"]).exists() for row in first)  # the earlier run's own files went
     assert len(json.loads((out / "index.json").read_text())) == 1
+
+
+@pytest.mark.parametrize(("rows", "final", "match"), [
+    ({"score": 1e400}, None, "score: must be a score of magnitude at most"),
+    ({"score": None, "score/standard": 1e300}, None, "must be a score of magnitude at most"),
+    ({}, '{"standard": {"score": 1e400}}', "a number \"score\" of magnitude at most"),
+    ({"iteration": 4}, None, "share no evaluated iteration"),
+])
+def test_seed_report_refuses_unbounded_scores_and_writes_no_half_report(capsys, tmp_path, rows, final, match):
+    """Issue 52: a forged score, a row without minutes (a KeyError), a single-tier mix (a TypeError) or seeds that
+    share no iteration were tracebacks, some after part of the report was written."""
+    parent = tmp_path / "seeds"
+    parent.mkdir()
+    _seed_run(parent, 1, **rows)
+    _seed_run(parent, 2, **({"score": None, "score/standard": 0.5} if "score/standard" in rows else {}))
+    if final is not None:
+        (parent / "s1" / "final_scores.json").write_text(final)
+    assert_one_line_error(capsys, "seed-report", str(parent), "--compare-seeds", "0", match=match)
+    assert sorted(p.name for p in parent.iterdir()) == ["s1", "s2"]
+
+
+def test_seed_report_reads_rows_without_minutes_and_single_tier_mixes(capsys, tmp_path):
+    parent = tmp_path / "seeds"
+    parent.mkdir()
+    for seed in (1, 2):
+        folder = _seed_run(parent, seed, score=None, **{"score/standard": 0.1 * seed})
+        row = json.loads((folder / "history.json").read_text())[0]
+        del row["minutes"]
+        (folder / "history.json").write_text(json.dumps([row]))
+    code, out, err = run_cli(capsys, "seed-report", str(parent), "--compare-seeds", "0")
+    assert code == 0, err
+    assert {"aggregate.md", "aggregate.json", "learning_curves.png"} <= {p.name for p in parent.iterdir()}
