@@ -10,11 +10,11 @@ from typing import Annotated, Literal
 
 import tyro
 
-from commons_arena.files import check_tree
-
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite, same_file, scenario_names, seed_list
 from commons_arena.enums import TIERS
+from commons_arena.files import check_tree
+from commons_arena.inputs import what_is
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 
@@ -180,7 +180,7 @@ MAX_WORKERS = 1024
 def check_database(path: Path) -> None:
     """An existing ``--db`` must be a SQLite file (the first 16 bytes say so), never another kind of file."""
     if not path.is_file():
-        raise UsageError(f"--db {path} is not a file")
+        raise UsageError(f"--db {path} is {what_is(path)}, not a results database file; choose another file")
     with open(path, "rb") as fh:
         header = fh.read(16)
     if header and header != b"SQLite format 3\x00":

@@ -18,11 +18,10 @@ from typing import Literal
 
 import tyro
 
-from commons_arena.files import check_tree
-
 import commons_arena
 from commands.common import MAX_SEEDS, UsageError, check_number, paired_seed_list, refuse_overwrite, seed_list
 from commons_arena.enums import TIERS
+from commons_arena.files import check_tree
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
-from commons_arena.files import check_tree
-
 import commons_arena
 from commands.common import MAX_SEEDS, UsageError, check_number, paired_seed_list, refuse_overwrite
+from commons_arena.files import check_tree
 from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import MAX_TRAIN_SEED, TrainArgs

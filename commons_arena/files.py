@@ -47,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from commons_arena.inputs import is_input
+from commons_arena.inputs import is_input, what_is
 
 MAX_NAME_BYTES = 200
 """longest single file or folder name a command writes (most file systems allow 255; a temp prefix needs room)"""
@@ -145,7 +145,8 @@ def check_target(path: str | os.PathLike[str], what: str = "a file") -> Path:
     if path.exists():
         info = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(info.st_mode):
-            raise OutputError(f"{path} exists and is not a regular file; remove it or choose another output")
+            raise OutputError(f"{path} exists and is {what_is(path)}, not a regular file; remove it or choose another "
+                              "output")
         if is_input(info):
             raise OutputError(f"{path} is one of this command's inputs: a command never writes over its input; "
                               "choose another output folder")

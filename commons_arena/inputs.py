@@ -69,6 +69,15 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
+def what_is(path: str | os.PathLike[str]) -> str:
+    """What is at ``path`` as an error names it: "a file", "a folder", "a FIFO", "a socket", ... ("nothing")."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return "nothing"
+    return "a file" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
+
+
 def check_regular(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> os.stat_result:
     """``path``'s status if it is a regular file of at most ``max_bytes`` (a symlink to one counts);
     else :class:`InputError`. ``FileNotFoundError`` passes through (callers word it)."""
@@ -257,4 +266,4 @@ def load_record(path: str | os.PathLike[str], model: Any, what: str, own: bool =
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "forget_inputs", "is_input",
            "load_json", "load_json_object", "load_record", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text",
-           "remember_input", "too_deep", "tree_sha256"]
+           "remember_input", "too_deep", "tree_sha256", "what_is"]

@@ -503,6 +503,8 @@ def _first_tick(records):
     (lambda r: _first_tick(r)["actions"]["allocator"].__setitem__("extra", 1), "has parts"),
     (lambda r: r[0].__setitem__("format_version", 9), "format_version 9"),
     (lambda r: r[0].__setitem__("seed", 1.5), "the seed must be an integer"),
+    (lambda r: r.pop(), "ends before its summary line: the file was cut"),  # issue 52: was "DIFFERS" (exit 1)
+    (lambda r: r.__delitem__(slice(5, None)), "ends before its summary line: the file was cut"),
 ])
 def test_verify_calls_a_malformed_recording_bad_input_not_a_difference(capsys, tmp_path, mutate, match):
     path = tmp_path / "bad.jsonl"
@@ -850,3 +852,18 @@ def test_seed_report_reads_rows_without_minutes_and_single_tier_mixes(capsys, tm
     code, out, err = run_cli(capsys, "seed-report", str(parent), "--compare-seeds", "0")
     assert code == 0, err
     assert {"aggregate.md", "aggregate.json", "learning_curves.png"} <= {p.name for p in parent.iterdir()}
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["evaluate", "--seeds", "1", "--out", "{fifo}"], "{fifo} is a FIFO; give a folder for the output"),
+    (["scenarios", "generate", "broad", "--count", "1", "--seed", "1", "--out", "{fifo}"], "is a FIFO; give a folder"),
+    (["tournament", "--seeds", "1", "--workers", "1", "--out", "{tmp}/t", "--db", "{fifo}"],
+     "--db {fifo} is a FIFO, not a results database file"),
+    (["replay", str(GOLDEN), "-o", "{fifo}", "--force"], "{fifo} exists and is a FIFO, not a regular file"),
+])
+def test_a_fifo_output_is_named_a_fifo(capsys, place, argv, match):
+    """Issue 52 (section 14): a FIFO given as an output was called "a file" or "not a file"."""
+    fifo = str(place / "fifo")
+    before = snapshot(place)
+    assert_one_line_error(capsys, *[a.format(fifo=fifo, tmp=place) for a in argv], match=match.format(fifo=fifo))
+    assert snapshot(place) == before
