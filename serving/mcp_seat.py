@@ -396,6 +396,11 @@ class McpEndpoint:
             await _jsonrpc_error(send, 405, "Method Not Allowed: this MCP endpoint is stateless; POST JSON-RPC "
                                  "messages to /mcp", headers=[(b"allow", b"POST")])
             return
+        content_type = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+        if content_type != b"application/json":  # the SDK's answer to it was a plain-text 400, not JSON-RPC
+            await _jsonrpc_error(send, 415, "Unsupported Media Type: POST JSON-RPC messages to /mcp with "
+                                 "Content-Type: application/json")
+            return
         body, more = bytearray(), True
         while more:
             message = await receive()

@@ -632,3 +632,12 @@ def test_mcp_tools_take_arguments_as_sent_and_echo_little_of_them(http):
     error, text = tool_answer(answer)
     assert error and f"nests deeper than {MAX_JSON_DEPTH} levels; an action nests 3 deep" in text, text
     mcp_call(http, "end_episode", {"session_id": sid})
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_an_mcp_post_of_another_content_type_is_a_jsonrpc_error(http, content_type):
+    """Issue 52 (section 14): the SDK answered a plain-text 400; every /mcp refusal is a JSON-RPC error."""
+    headers = {"accept": "application/json, text/event-stream", **({"content-type": content_type} if content_type else {})}
+    response = http.post("/mcp", content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), headers=headers)
+    assert response.status_code == 415 and response.json()["error"]["code"] == -32600, response.text
+    assert "Content-Type: application/json" in response.json()["error"]["message"]
