@@ -86,9 +86,13 @@ class ResultStore:
         make_folder(self.path.parent)
         check_target(self.path, "the results store")  # SQLite owns the file: never through a link, never an input
         self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)  # explicit transactions
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(SCHEMA)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(SCHEMA)
+        except sqlite3.DatabaseError as err:  # SQLite's own words name no file ("file is not a database")
+            self.conn.close()
+            raise ValueError(f"results store {self.path}: {err}; choose another database (--db) or --out") from None
 
     def __enter__(self) -> ResultStore:
         return self

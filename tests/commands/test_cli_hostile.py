@@ -867,3 +867,13 @@ def test_a_fifo_output_is_named_a_fifo(capsys, place, argv, match):
     before = snapshot(place)
     assert_one_line_error(capsys, *[a.format(fifo=fifo, tmp=place) for a in argv], match=match.format(fifo=fifo))
     assert snapshot(place) == before
+
+
+def test_a_damaged_results_database_is_named_in_its_error(capsys, tmp_path):
+    """Issue 52 (section 14): SQLite's "file is not a database" named no file."""
+    db = tmp_path / "results.sqlite"
+    db.write_bytes(b"SQLite format 3\x00" + b"damaged" * 20)
+    before = db.read_bytes()
+    assert_one_line_error(capsys, "tournament", "--seeds", "1", "--workers", "1", "--out", str(tmp_path / "out"),
+                          "--db", str(db), match=f"results store {db}: file is not a database")
+    assert db.read_bytes() == before
