@@ -100,7 +100,7 @@ def search_seeds(count: int = SELECTION, refine: int = REFINE) -> tuple[list[int
 
 # ---------------------------------------------------------------------------- seat cells
 def cell_path(out: Path, scenario: str, allocator: str, seat: str) -> Path:
-    return out / CELLS_DIR / f"{scenario}-{slug(allocator)}-{seat}.json"
+    return out / CELLS_DIR / f"{slug(scenario)}-{slug(allocator)}-{seat}.json"
 
 
 def seat_cell(scenario: str, allocator: str, seat: str, seeds: Sequence[int], path: Path,
@@ -375,7 +375,7 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
         for allocator in allocators:
             cells = [seat_cell(scenario, allocator, seat, seeds, cell_path(out, scenario, allocator, seat), first,
                                second, exploit_dir) for seat in config.team_names]
-            measured = welfare(scenario, allocator, seeds, out / WELFARE_DIR / f"{scenario}-{slug(allocator)}.json")
+            measured = welfare(scenario, allocator, seeds, out / WELFARE_DIR / f"{slug(scenario)}-{slug(allocator)}.json")
             points[allocator] = point_of(allocator, measured["returns"], cells, resamples)
             cis[allocator], cells_of[allocator] = measured["welfare_ci95"], cells
             seats += seat_table(cells)
