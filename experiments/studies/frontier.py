@@ -78,9 +78,16 @@ class _Returns(TypedDict):
 
 
 # a seat cell as the one reader (commons_arena.inputs.load_record) takes it back: every return finite and bounded
-_SeatCell = TypedDict("_SeatCell", {"scenario": str, "allocator": str, "seat": str,
-                                    "seeds": list[Annotated[int, Strict(), Field(ge=0)]], "truthful": _Returns,
-                                    "do_nothing": _Returns, "best": _Returns, "best_name": str, "source": str})
+class _SeatCell(TypedDict):
+    scenario: str
+    allocator: str
+    seat: str
+    seeds: list[Annotated[int, Strict(), Field(ge=0)]]
+    truthful: _Returns
+    do_nothing: _Returns
+    best: _Returns
+    best_name: str
+    source: str
 class _StoredCell(TypedDict):
     key: dict[str, Any]
     cell: _SeatCell

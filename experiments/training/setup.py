@@ -32,6 +32,8 @@ from experiments.training.networks import check_warm_start
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seats import SeatPlan, module_scales
 from policies.checkpoint_format import MAX_SCALE, MIN_SCALE, SIDECAR
+from policies.learned import check_fits, read_sidecar
+from policies.policy_set import SET_DIR
 from policies.population import Population
 
 SCALE_EPISODES = 8  # episodes per (scenario, allocator) that observation scales are fitted on
@@ -239,13 +241,18 @@ def saved_references(setup: RunSetup, run: Path) -> dict[str, References] | None
 
 
 def check_saved_checkpoint(setup: RunSetup, run: Path) -> None:
-    """A resumed allocator's checkpoint must be the network its record describes (spaces, codec, history,
-    layers): its data-only sidecar is read, never RLlib's pickles."""
+    """A resumed run's checkpoint must be the networks its record describes: the allocator alone its spaces, codec,
+    history and layers; several learning seats each its seat's spaces. Its data-only sidecars are read, never
+    RLlib's pickles."""
     checkpoint = run / "checkpoint"
     if setup.plan.seats == [ALLOCATOR] and not setup.args.use_lstm and (checkpoint / SIDECAR).is_file():
         args = setup.args
         check_warm_start(str(checkpoint), setup.stages, args.codec, args.history, args.hidden, args.net,
                          where=f"--resume {run}: its checkpoint")
+    for seat in setup.plan.seats if setup.plan.seats != [ALLOCATOR] else ():
+        if (checkpoint / SET_DIR / seat / SIDECAR).is_file():
+            folder = checkpoint / SET_DIR / seat
+            check_fits(read_sidecar(folder), setup.stages[0], seat, folder)
 
 
 def measure(setup: RunSetup, run: Path) -> RunSetup:

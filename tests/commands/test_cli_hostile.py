@@ -877,3 +877,18 @@ def test_a_damaged_results_database_is_named_in_its_error(capsys, tmp_path):
     assert_one_line_error(capsys, "tournament", "--seeds", "1", "--workers", "1", "--out", str(tmp_path / "out"),
                           "--db", str(db), match=f"results store {db}: file is not a database")
     assert db.read_bytes() == before
+
+
+def test_train_resume_refuses_a_seat_checkpoint_that_does_not_fit_the_seat(capsys, tmp_path):
+    import shutil
+    from dataclasses import asdict
+
+    from commons_arena.inputs import tree_sha256
+    from experiments.training.args import TrainArgs
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(experiment="seats_ppo", learners=("search",))), default=str))
+    shutil.copytree(Path(__file__).parents[2] / "checkpoints" / "universal", run / "checkpoint" / "policies" / "search")
+    (run / "state.json").write_text(json.dumps({"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint")}))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="is a universal allocator; 'search'")
+    assert snapshot(tmp_path) == before
