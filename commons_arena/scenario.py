@@ -44,6 +44,11 @@ MAX_LIST = 1000  # intensity profile length, choices, dependencies
 MAX_PRIORITY = 1000
 MAX_TEXT = 10_000  # description characters
 MAX_TIERS = 6
+GAME_DIGITS = 6  # significant digits of a number the held-out refusal compares (canonical_game_hash)
+# No episode return of a valid scenario reaches this: ticks x |weight| x a tick's largest money term (prices of
+# MAX_AMOUNT x MAX_MULTIPLIER on MAX_GPUS of each tier) x a dozen terms is about 6e25. Stored returns, welfare
+# and gains above it are not numbers this program wrote.
+MAX_RETURN = 1e30
 MAX_TEAMS = 8
 MAX_FILE_BYTES = 4 * 2**20
 
@@ -371,6 +376,23 @@ class RewardWeights(_Frozen):
 NOT_GAME = ("name", "description", "difficulty", "population")  # fields the environment never reads
 
 
+
+def _rounded(value: Any) -> Any:
+    """``value`` (JSON data) with every float at :data:`GAME_DIGITS` significant digits (iteratively: no recursion)."""
+    def one(item: Any) -> Any:
+        return float(f"{item:.{GAME_DIGITS}g}") if isinstance(item, float) else item
+
+    root = [value]
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        keys = node.keys() if isinstance(node, dict) else range(len(node))
+        for key in keys:
+            node[key] = one(node[key])
+            if isinstance(node[key], dict | list):
+                stack.append(node[key])
+    return root[0]
+
 class ScenarioConfig(_Frozen):
     """Everything that makes one scenario: the numbers the rules (docs/rules.md) leave to scenario files."""
 
@@ -529,6 +551,31 @@ class ScenarioConfig(_Frozen):
         canonical = json.dumps(self.plain_dump(exclude=set(NOT_GAME)), sort_keys=True,
                                separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @cached_property
+    def canonical_game_hash(self) -> str:
+        """sha256 (first 12 hex) of the game in a canonical form: what the held-out refusal compares. Beyond
+        :attr:`game_hash` (pinned in the split files, so left as it is), labels count by their place (team *i*,
+        tier *i*, a team's job *j*, and the shocks' and dependencies' references to them) and numbers at
+        :data:`GAME_DIGITS` significant digits: a relabelled team or tier, or a number nudged by 1e-9, plays
+        the same episodes, so it is the same game."""
+        canonical = json.dumps(_rounded(self._game_by_place()), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def _game_by_place(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", exclude=set(NOT_GAME))
+        teams = {team["name"]: i for i, team in enumerate(data["teams"])}
+        tiers = {tier["name"]: i for i, tier in enumerate(data["gpu_tiers"])}
+        for tier in data["gpu_tiers"]:
+            tier["name"] = tiers[tier["name"]]
+        for team in data["teams"]:
+            team["name"] = teams[team["name"]]
+            jobs = {job["id"]: j for j, job in enumerate(team["jobs"])}
+            for job in team["jobs"]:
+                job["id"], job["depends_on"] = jobs[job["id"]], [jobs.get(d, d) for d in job["depends_on"]]
+        for shock in data["shocks"]:
+            shock["team"], shock["tier"] = teams.get(shock["team"], shock["team"]), tiers.get(shock["tier"], shock["tier"])
+        return data
 
 
 def random_order(rng: random.Random, names: Sequence[str]) -> list[str]:

@@ -32,6 +32,7 @@ from tqdm import tqdm
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder
+from commons_arena.scenario import MAX_RETURN
 from experiments.evaluation.engine import Group, play_episodes
 from experiments.evaluation.roster import Player
 from experiments.evaluation.store import EpisodeKey
@@ -69,6 +70,9 @@ TABLE_COLUMNS = (
 )
 STAT_COLUMNS = TABLE_COLUMNS[10:]
 Episodes = dict[tuple[str, ...], list[dict[str, dict[str, float]]]]  # (scenario, allocator[, team, style]) -> episodes
+
+
+MAX_SCORE = 2 * MAX_RETURN / 1e-9  # a normalised score's largest magnitude: returns over the smallest span it divides by
 
 
 def normalised_score(reward: float, random_reward: float, oracle_reward: float) -> float:
