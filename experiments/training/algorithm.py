@@ -207,9 +207,6 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     if args.sampler == "lean":  # arrays, not episodes: the runner's rollouts, PPO's update from a batch
         from experiments.training.lean import LeanEnvRunner, LeanPPO, OverlappedLeanPPO
 
-        if args.algo != "PPO" or args.use_lstm:
-            raise ValueError("--sampler lean trains PPO over feed-forward modules; use --sampler batched for "
-                             f"{'an LSTM' if args.use_lstm else args.algo}")
         config = config.env_runners(env_runner_cls=LeanEnvRunner)
         config.algo_class = OverlappedLeanPPO if args.overlap else LeanPPO
     ppo_only: dict[str, Any] = {"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}  # APPO has none

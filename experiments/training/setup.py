@@ -89,8 +89,8 @@ def resolve(args: TrainArgs) -> RunSetup:
         raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
     if args.mixture is not None and not args.scripted_in_env:
         raise ValueError("--mixture plays inside the env: drop --no-scripted-in-env")
-    if args.sampler == "batched" and (why := batched_refusal(args, plan, kind.scripted_in_env(args))) is not None:
-        raise ValueError(f"--sampler batched cannot play this run ({why}); use --sampler stock")
+    if args.sampler != "stock" and (why := batched_refusal(args, plan, kind.scripted_in_env(args))) is not None:
+        raise ValueError(f"--sampler {args.sampler} cannot play this run ({why}); use --sampler stock")
     setup = RunSetup(
         args=args,
         stages=stages,
@@ -112,15 +112,13 @@ def resolve(args: TrainArgs) -> RunSetup:
 
 
 def batched_refusal(args: TrainArgs, plan: SeatPlan, scripted_in_env: bool) -> str | None:
-    """Why the batched sampler cannot play this run, asked of its arguments (before the run folder, references
-    or Ray); ``batched_env.unsupported_reason`` asks the built env config the same when RLlib builds it."""
+    """Why the batched or lean sampler cannot play this run, asked of its arguments (before the run folder,
+    references or Ray); ``batched_env.unsupported_reason`` asks the built env config the same when RLlib builds it."""
+    lean = args.sampler == "lean"
     reasons = ((args.kind.batched_refusal, args.kind.batched_refusal),
-               (args.mix_background, "background_mix: a background mix is drawn per episode"),
-               (args.mixture, "background_mixture: a mixture of backgrounds is drawn per episode"),
-               (plan.identity, "seat_identity: shared team modules (seat identities) are self-play"),
                (not scripted_in_env, "the background plays as RLlib modules (scripted_in_env is off)"),
-               (args.net.cell_view, "the shape-free (cells) allocator plays clusters of many shapes"),
-               (args.use_lstm, "use_lstm: its modules carry a state the batched runner does not"))
+               (args.use_lstm, "use_lstm: its modules carry a state the batched runners do not"),
+               (lean and args.algo != "PPO", f"{args.algo}: the lean update is PPO's"))
     return next((why for part, why in reasons if part), None)
 
 
