@@ -171,3 +171,25 @@ def test_a_family_run_plays_one_whole_episode_per_arena_of_a_fresh_draw_of_scena
         assert drawn[0] != drawn[1]
     finally:
         algo.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_an_overlapped_run_samples_on_a_remote_runner_during_the_update_reproducibly(ray_session, tmp_path):
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.lean import OverlappedLeanPPO
+    from experiments.training.setup import resolve
+
+    overlapped = {**TINY, "num_env_runners": 1, "overlap": True}
+    weights = [(train(TrainArgs(out=tmp_path, run_name=name, experiment="allocator_mixed", **overlapped))
+                / "arena_policy.safetensors").read_bytes() for name in ("a", "b")]
+    assert weights[0] == weights[1]  # one runner, one sample in flight: the same order every run
+    algo = build_algorithm(resolve(TrainArgs(experiment="allocator_mixed", **overlapped)))
+    try:
+        assert isinstance(algo, OverlappedLeanPPO)
+        steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(3)]
+        assert steps[0] > 0 and steps[0] < steps[1] < steps[2]  # each iteration trains on a fresh sample
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError, match="--overlap"):
+        TrainArgs(experiment="allocator_mixed", overlap=True, sampler="batched").validate()
