@@ -225,8 +225,8 @@ class FocalVectorEnv(VectorEnv):
             self.single_observation_space = self.seat_observation_spaces[self.focal[0]]
             self.single_action_space = self.seat_action_spaces[self.focal[0]]
         else:
-            self.single_observation_space = spaces.Dict(self.seat_observation_spaces)
-            self.single_action_space = spaces.Dict(self.seat_action_spaces)
+            self.single_observation_space = spaces.Dict(dict(self.seat_observation_spaces))  # type: ignore[arg-type]
+            self.single_action_space = spaces.Dict(dict(self.seat_action_spaces))  # type: ignore[arg-type]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.scenario_of = np.concatenate([np.full(g.size, k, dtype=np.int64) for k, g in enumerate(self.groups)])
@@ -289,7 +289,7 @@ class FocalVectorEnv(VectorEnv):
         if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
             seeds = [int(seed) + i for i in range(self.num_envs)]
         else:
-            seeds = list(seed)
+            seeds = [int(s) for s in seed]  # type: ignore[union-attr]
             if len(seeds) != self.num_envs:
                 raise ValueError(f"reset got {len(seeds)} seeds for {self.num_envs} arenas: give one per arena")
         for group in self.groups:
@@ -305,7 +305,8 @@ class FocalVectorEnv(VectorEnv):
             raise commons_arena.EpisodeStateError("step() called before reset(); call reset(seed=...) first")
         return [self._step_group(group, dict(part)) for group, part in zip(self.groups, actions, strict=True)]
 
-    def merge(self, steps: Sequence[GroupStep]) -> tuple[dict[str, np.ndarray], ...]:
+    def merge(self, steps: Sequence[GroupStep]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
+                                                          dict[str, np.ndarray], dict[str, dict[str, Any]]]:
         """Rewards, terminated, truncated and infos of every arena (seat -> ``(N,)`` arrays) from the groups' steps."""
         cat = np.concatenate
         rewards = {a: cat([step.reward[a] for step in steps]) for a in self.focal}

@@ -285,7 +285,9 @@ def batch_policy(name: str, config: ScenarioConfig | str, agent: str, num_envs: 
     if batched is None:
         from policies.batch_learned import BatchLearned, batchable
 
-        return BatchLearned(prototype, num_envs) if batchable(prototype) else LoopBatchPolicy(make, num_envs)
+        if batchable(prototype):
+            return BatchLearned(prototype, num_envs)  # type: ignore[arg-type]  # batchable: a LearnedPolicy
+        return LoopBatchPolicy(make, num_envs)
     return batched(prototype, num_envs)
 
 

@@ -69,11 +69,12 @@ def train_ppo(args: Args) -> list[float]:
     torch.set_num_threads(1)
     env = FocalVectorEnv(args.scenario, num_envs=args.num_envs, focal=args.seat)
     scale = torch.from_numpy(seat_observation_scale(args.scenario, args.seat, seed=args.seed))
-    nvec = [int(n) for n in env.single_action_space.nvec]
-    agent = ActorCritic(env.single_observation_space.shape[0], nvec)
+    nvec = [int(n) for n in env.seat_action_spaces[args.seat].nvec]
+    width = int(env.seat_observation_spaces[args.seat].shape[0])
+    agent = ActorCritic(width, nvec)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr)
     T, N = args.steps, args.num_envs
-    obs_buf = torch.zeros((T + 1, N, env.single_observation_space.shape[0]))
+    obs_buf = torch.zeros((T + 1, N, width))
     act_buf = torch.zeros((T, N, len(nvec)), dtype=torch.long)
     logp_buf, rew_buf, done_buf, valid_buf = (torch.zeros((T, N)) for _ in range(4))
     obs, _ = env.reset(seed=args.seed)

@@ -173,8 +173,9 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
         self.scenario_names = [g.config.name for g in self.groups for _ in range(g.size)]
         self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
-        if getattr(self, "single_observation_spaces", None):  # a redraw: the spaces RLlib was given must hold
-            self._check_spaces(self.single_observation_spaces, self.single_action_spaces)
+        given: Any = getattr(self, "single_observation_spaces", None)
+        if given:  # a redraw: the spaces RLlib was given must hold
+            self._check_spaces(given, self.single_action_spaces or {})
 
     def _check_spaces(self, obs_spaces: Mapping[str, Any], act_spaces: Mapping[str, Any]) -> None:
         for group, interfaces in zip(self.groups, self.interfaces, strict=True):
@@ -305,8 +306,9 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             for a in self.learned:
                 seat_info: dict[str, Any] = {"reward_terms": {k: v[i] for k, v in terms_of[a].items()},
                                              "scenario_hash": self.scenario_hashes[i]}
-                if ended_list[i] and episode[a] is not None:
-                    seat_info["episode"] = {k: float(v[i]) for k, v in episode[a].items()}
+                totals = episode[a]
+                if ended_list[i] and totals is not None:
+                    seat_info["episode"] = {k: float(v[i]) for k, v in totals.items()}
                     seat_info.update(background_tag(self.cfg, int(entries[i])))
                 seat_infos[a] = seat_info
             infos.append(seat_infos)

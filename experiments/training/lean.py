@@ -138,8 +138,8 @@ class LeanMultiCategorical(TorchMultiCategorical):
         self.real = self.log_probs > -math.inf  # the padding of a sub-space smaller than the largest
 
     @classmethod
-    def from_logits(cls, logits: torch.Tensor, input_lens: Sequence[int] = (), temperatures: Any = None,
-                    **kwargs: Any) -> LeanMultiCategorical:
+    def from_logits(cls, logits: torch.Tensor, input_lens: Sequence[int] = (),  # type: ignore[override]
+                    temperatures: Any = None, **kwargs: Any) -> LeanMultiCategorical:
         if temperatures and any(t != 1.0 for t in temperatures):
             raise ValueError("LeanMultiCategorical has no temperatures")
         return cls(logits, input_lens)
@@ -147,22 +147,19 @@ class LeanMultiCategorical(TorchMultiCategorical):
     def _plogp(self, log_probs: torch.Tensor) -> torch.Tensor:
         return torch.where(self.real, self.log_probs.exp() * log_probs, torch.zeros_like(log_probs))
 
-    def logp(self, value: torch.Tensor) -> torch.Tensor:
+    def logp(self, value: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return PaddedMultiCategorical.logp(self.log_probs, value.long())
 
-    def entropy(self) -> torch.Tensor:
+    def entropy(self) -> torch.Tensor:  # type: ignore[override]
         return -self._plogp(self.log_probs).sum(dim=(-1, -2))
 
-    def kl(self, other: Distribution) -> torch.Tensor:
+    def kl(self, other: Distribution) -> torch.Tensor:  # type: ignore[override]
         assert isinstance(other, LeanMultiCategorical)
         return self._plogp(self.log_probs - other.log_probs).sum(dim=(-1, -2))
 
-    def sample(self) -> torch.Tensor:
+    def sample(self) -> torch.Tensor:  # type: ignore[override]
         uniform = torch.rand(self.log_probs.shape).clamp_(1e-20, 1.0)
         return torch.argmax(self.log_probs - torch.log(-torch.log(uniform)), dim=-1)
-
-    def rsample(self, sample_shape: Any = ()) -> torch.Tensor:
-        raise NotImplementedError("a categorical has no reparameterised sample")
 
     def to_deterministic(self) -> TorchDeterministic:
         return TorchDeterministic(loc=torch.argmax(self.log_probs, dim=-1))
@@ -175,12 +172,17 @@ class LeanPPOModule(DefaultPPOTorchRLModule):
     def setup(self) -> None:
         super().setup()
         if isinstance(self.action_space, gym.spaces.MultiDiscrete):
-            self.action_dist_cls = LeanMultiCategorical.get_partial_dist_cls(
+            self.action_dist_cls = LeanMultiCategorical.get_partial_dist_cls(  # type: ignore[misc]
                 input_lens=[int(n) for n in self.action_space.nvec])
 
 
 class LeanEnvRunner(BatchedEnvRunner):
     """RLlib's multi-agent env runner whose :meth:`sample` fills :class:`Rollout` arrays (module docstring)."""
+
+    env: Any  # a BatchedFocalEnv once make_env ran (RLlib types it as an optional vector env)
+    module: Any
+    metrics: Any
+    config: Any
 
     # A run over more scenarios than this (the universal allocator's family split: 200) plays this many of them
     # per sample, drawn anew every sample, each arena one whole episode: the core's cost is per scenario and call.
@@ -408,6 +410,10 @@ class LeanPPO(PPO):
     in IMPALA-style asynchronous samplers). Without remote runners there is nothing to overlap."""
 
     overlap = False
+    env_runner_group: Any  # RLlib types these optional; a built algorithm has them
+    learner_group: Any
+    metrics: Any
+    config: Any
 
     def training_step(self) -> None:
         group = self.env_runner_group
@@ -438,7 +444,7 @@ class LeanPPO(PPO):
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             # with overlap the remote runners take the new weights after the sample in flight (actors run in order)
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
-                                               policies=set(learner_results[0].keys()) - {ALL_MODULES},
+                                               policies=sorted(set(learner_results[0].keys()) - {ALL_MODULES}),
                                                inference_only=True)
 
     def _overlapped_samples(self) -> tuple[list[list[Rollout]], list[Any]]:
