@@ -21,6 +21,7 @@ mix unless ``--allow-changed``; once the new version has rows, it is accepted.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -108,7 +109,11 @@ class ResultStore:
                wall_seconds: float) -> bool:
         """Store one finished episode in its own transaction; False if that episode was already stored.
 
-        ``episode`` is every agent's ``infos["episode"]``, or that already as JSON."""
+        ``episode`` is every agent's ``infos["episode"]``, or that already as JSON. A return that is not a finite
+        number within :data:`MAX_RETURN` is refused (SQLite would store NaN as NULL and the row would be dropped)."""
+        if not (math.isfinite(float(focal_return)) and abs(float(focal_return)) <= MAX_RETURN):
+            raise ValueError(f"episode {key.as_tuple()!r:.200}: its return {focal_return!r} is not a finite number "
+                             f"within {MAX_RETURN:g}; nothing stored")
         if not isinstance(episode, str):
             episode = json.dumps(episode, sort_keys=True)
         cursor = self.conn.execute(
