@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import commons_arena
+from commons_arena.files import check_tree
+from commons_arena.inputs import what_is
 from commons_arena.spaces import MAX_SEED
 from experiments.seeds import validate_seeds
 
@@ -49,11 +51,13 @@ def refuse_overwrite(path: Path, force: bool, inputs: Iterable[Path] = (), what:
         if not path.parent.is_dir():
             raise UsageError(f"the folder {path.parent} does not exist; create it first or choose another output")
     elif path.exists() and not path.is_dir():
-        raise UsageError(f"{path} is a file; give a folder for the output")
+        raise UsageError(f"{path} is {what_is(path)}; give a folder for the output")
     exists = path.is_file() or (path.is_dir() and any(path.iterdir()))
     if exists and not force:
         kind = "holds files" if path.is_dir() else "exists"
         raise UsageError(f"{path} already {kind}; pass --force to overwrite, or choose another output")
+    if what == "folder" and path.is_dir():
+        check_tree(path)  # a link inside is refused now, not after the work
 
 
 def check_number(flag: str, value: float, low: float, high: float) -> None:

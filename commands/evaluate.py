@@ -13,6 +13,8 @@ import tyro
 import commons_arena
 from commands.common import UsageError, check_number, refuse_overwrite, same_file, scenario_names, seed_list
 from commons_arena.enums import TIERS
+from commons_arena.files import check_tree
+from commons_arena.inputs import what_is
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 
@@ -144,6 +146,8 @@ class Tournament:
         # the folder's tables are rewritten: only the default database's own folder is resumed without --force
         if not (db.is_file() and same_file(db, out / "results.sqlite")):
             refuse_overwrite(out, self.force, inputs=inputs, what="folder")
+        else:  # resumed: still no link inside to meet after the episodes
+            check_tree(out)
 
     def run(self):
         from experiments.evaluation.results import PlayOptions
@@ -176,7 +180,7 @@ MAX_WORKERS = 1024
 def check_database(path: Path) -> None:
     """An existing ``--db`` must be a SQLite file (the first 16 bytes say so), never another kind of file."""
     if not path.is_file():
-        raise UsageError(f"--db {path} is not a file")
+        raise UsageError(f"--db {path} is {what_is(path)}, not a results database file; choose another file")
     with open(path, "rb") as fh:
         header = fh.read(16)
     if header and header != b"SQLite format 3\x00":
@@ -295,6 +299,8 @@ class Benchmark:
         options = PlayOptions(workers=self.workers, address=self.address, allow_changed=self.allow_changed,
                               progress=self.progress)
         result = run_benchmark(suite, self.policy, seeds, self.out, db=self.db, options=options)
+        if result.shipped:
+            print(f"references: {result.shipped} anchor episodes from the shipped reference returns (not played)")
         for what, report in (("fixed-code selection", result.selection), ("benchmark", result.play)):
             if report is not None and report.played:
                 print(f"{what}: played {report.played} episodes in {report.seconds:.1f} s ({report.mode}); "

@@ -21,6 +21,7 @@ import tyro
 import commons_arena
 from commands.common import MAX_SEEDS, UsageError, check_number, paired_seed_list, refuse_overwrite, seed_list
 from commons_arena.enums import TIERS
+from commons_arena.files import check_tree
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS, validate_lineup
 from experiments.seeds import SEED_RANGES
 
@@ -156,6 +157,8 @@ class Frontier:
 
         if not (self.out / CELLS_DIR).is_dir():  # an earlier (or interrupted) frontier run's folder is resumed
             refuse_overwrite(self.out, self.force, what="folder")
+        else:  # resumed: still no link inside to meet after the episodes
+            check_tree(self.out)
 
     def run(self):
         from experiments.studies.frontier import frontier

@@ -24,8 +24,8 @@ class GenerateScenarios:
 
     Scenario i depends only on (family, seed, i), so a bigger --count extends a smaller one.
     Every argument is checked before anything is written; a folder that holds files is only
-    written into with --force (which first removes the scenario files and index.json a previous
-    run left there, and nothing else)."""
+    written into with --force (which first removes the scenario files a previous run's index.json
+    lists, and that index, and nothing else)."""
 
     family: tyro.conf.Positional[str]
     """family name (e.g. broad) or path to a family TOML file"""
@@ -101,6 +101,9 @@ class ScenariosCheck:
         print(markdown_table(result.misreport))
         print("\ncost per episode (this machine, as measured while checking)")
         print(markdown_table(result.timing))
+        if result.readings:
+            print("\nwhat the table says")
+            print("\n".join(f"- {line}" for line in result.readings))
         if self.out is not None:
             for path in write_check(result, self.out):
                 print(f"wrote {path}")

@@ -15,6 +15,7 @@ import tyro
 
 import commons_arena
 from commands.common import MAX_SEEDS, UsageError, check_number, paired_seed_list, refuse_overwrite
+from commons_arena.files import check_tree
 from experiments.evaluation.evaluate import validate_lineup
 from experiments.seeds import SEED_RANGES
 from experiments.training.args import MAX_TRAIN_SEED, TrainArgs
@@ -151,6 +152,8 @@ class Exploit:
                 raise UsageError(f"--seats: {err}") from None
         if not is_exploit_folder(self.out):  # an earlier exploit run's folder is resumed
             refuse_overwrite(self.out, self.force, what="folder")
+        else:  # resumed: still no link inside to meet after the training
+            check_tree(self.out)
 
     def learning_seats(self) -> list[str]:
         return [*self.seats, *(["broker"] if self.broker and "broker" not in self.seats else [])]
@@ -272,6 +275,8 @@ class Psro:
         load_psro(self.config)
         if not is_psro_folder(self.out):  # an earlier psro run's folder is resumed
             refuse_overwrite(self.out, self.force, what="folder")
+        else:  # resumed: still no link inside to meet after the training
+            check_tree(self.out)
 
     def run(self):
         from experiments.studies.psro import psro
@@ -291,7 +296,10 @@ class Distil:
     """write into an --out folder that holds other files (its checkpoint, distil.json and rows.npz are replaced)"""
 
     def validate(self) -> None:
+        from experiments.training.distil import distil_scenarios
+
         self.args.validate()
+        distil_scenarios(self.args)  # the scenarios and the hold-out rule first: before the output is looked at
         refuse_overwrite(self.args.out, self.force, what="folder")
 
     def run(self):

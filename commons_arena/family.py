@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -32,10 +33,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, Strict, TypeAdapter, model_validator
+from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind
 from commons_arena.files import check_target, make_folder, remove_file, toml_text, toml_value, write_file
+from commons_arena.inputs import load_record
 from commons_arena.scenario import (
     ARCHETYPES,
     MAX_AMOUNT,
@@ -556,7 +559,7 @@ def generate_scenarios(family: str | Path | FamilyConfig, count: int, seed: int)
 def scenario_to_toml(config: ScenarioConfig) -> str:
     """A scenario as a TOML file's text: ``scenario_from_dict(tomllib.loads(text))`` has the same
     content hash. Every top-level number is written; a job's or shock's defaults are left out."""
-    data = config.model_dump(mode="json", exclude_none=True)
+    data = config.plain_dump(exclude_none=True)
     for ti, team in enumerate(config.teams):
         data["teams"][ti]["jobs"] = [job.model_dump(mode="json", exclude_defaults=True) for job in team.jobs]
     data["shocks"] = [shock.model_dump(mode="json", exclude_defaults=True) for shock in config.shocks]
@@ -574,16 +577,36 @@ def scenario_filename(index: int, config: ScenarioConfig) -> str:
     return f"{index:05d}_{config.content_hash}.toml"
 
 
+class _IndexRow(TypedDict):
+    index: Annotated[int, Strict(), Field(ge=0, le=MAX_GENERATE)]
+    name: str
+    hash: str
+    file: Annotated[str, Field(pattern=_WRITTEN.pattern)]
+
+
+_INDEX = TypeAdapter(Annotated[list[_IndexRow], Field(max_length=MAX_GENERATE)])
+
+
+def listed_scenarios(out: Path) -> list[Path]:
+    """What an earlier :func:`write_scenarios` wrote in ``out``, by its ``index.json`` (read by the one reader):
+    the files it lists that are there, and the index itself; nothing without an index."""
+    index = out / "index.json"
+    if not index.is_file() and not index.is_symlink():
+        return []
+    rows = load_record(index, _INDEX, "scenario index", own=True)
+    return [index, *(out / row["file"] for row in rows if os.path.lexists(out / row["file"]))]
+
+
 def write_scenarios(configs: Iterable[ScenarioConfig], out: Path, replace: bool = False) -> list[Path]:
     """Write each scenario as ``<index>_<hash>.toml`` in ``out`` (created if missing) and an
     ``index.json`` listing index, name, hash and file; return the scenario paths. The caller
-    checks overwriting; ``replace`` first removes what an earlier call wrote there (files named
-    like these, and index.json), nothing else."""
+    checks overwriting; ``replace`` first removes what an earlier call wrote there (the files its
+    index.json lists, and index.json), nothing else: a user's file merely named like one stays."""
     configs = tuple(configs)
     texts = [scenario_to_toml(c) for c in configs]  # every text before any file
     make_folder(out)
     if replace:
-        olds = [old for old in out.iterdir() if old.name == "index.json" or _WRITTEN.fullmatch(old.name)]
+        olds = listed_scenarios(out)
         for old in olds:  # all checked before any is removed: a link is removed as a link, an input never
             if not old.is_symlink():
                 check_target(old)
@@ -667,18 +690,23 @@ def heldout_hashes() -> frozenset[str]:
     return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).hashes)
 
 
+@functools.cache
 def heldout_game_hashes() -> frozenset[str]:
-    """The game hashes (``ScenarioConfig.game_hash``: no name, no description) of every held-out split."""
-    return frozenset(h for name in list_splits() if split_file(name).heldout for h in split_file(name).game_hashes)
+    """The canonical game hashes (``ScenarioConfig.canonical_game_hash``: no name or description, labels by place,
+    numbers at the digits that change an episode) of every held-out split's scenarios, regenerated (and so
+    checked against the split file's pinned hashes) once per process."""
+    return frozenset(c.canonical_game_hash for name in list_splits() if split_file(name).heldout
+                     for c in load_split(name))
 
 
 def refuse_heldout(configs: Iterable[ScenarioConfig], what: str) -> None:
     """Raise if any of ``configs`` is a held-out scenario's game: ``what`` (e.g. "training") must not read them.
-    Compared by game content (``game_hash``), so a renamed or re-described copy is refused too."""
+    Compared by game content in a canonical form (``canonical_game_hash``), so a renamed, re-described or
+    relabelled copy, or one nudged below the digits that change an episode, is refused too."""
     held = heldout_game_hashes()
-    bad = [c for c in configs if c.game_hash in held]
+    bad = [c for c in configs if c.canonical_game_hash in held]
     if bad:
-        names = ", ".join(f"{c.name} (game {c.game_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        names = ", ".join(f"{c.name} (game {c.canonical_game_hash})" for c in bad[:3]) + (" ..." if len(bad) > 3 else "")
         raise FamilyError(f"{what} must not read held-out scenarios (compared by game content, whatever the name), "
                           f"got {len(bad)}: {names}")
 

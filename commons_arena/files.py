@@ -47,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from commons_arena.inputs import is_input
+from commons_arena.inputs import is_input, what_is
 
 MAX_NAME_BYTES = 200
 """longest single file or folder name a command writes (most file systems allow 255; a temp prefix needs room)"""
@@ -84,7 +84,10 @@ def safe_join(folder: str | os.PathLike[str], *names: str) -> Path:
     return Path(folder).joinpath(*(check_name(n) for n in names))
 
 
-def _refuse_link(path: Path, what: str) -> None:
+def refuse_link(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse ``path`` if it is a symlink, dangling or not (a dangling one reads as free, then a write or a
+    ``resolve()`` lands at its target): one line naming it."""
+    path = Path(path)
     if path.is_symlink():
         raise OutputError(f"{path} is a symlink: a command never writes {what} through one; remove it "
                           "or choose another output folder")
@@ -104,7 +107,7 @@ def make_folder(folder: str | os.PathLike[str], new: bool = False,
         if top not in levels:
             raise OutputError(f"{folder} is not inside the output folder {top}")
         for level in levels[: levels.index(top) + 1]:
-            _refuse_link(level, "into a folder")
+            refuse_link(level, "into a folder")
     if new and (folder.exists() or folder.is_symlink()):
         raise OutputError(f"{folder} exists already; a new folder was expected there")
     missing = []
@@ -113,7 +116,7 @@ def make_folder(folder: str | os.PathLike[str], new: bool = False,
         missing.append(here)
         here = here.parent
     if not missing:
-        _refuse_link(folder, "into a folder")
+        refuse_link(folder, "into a folder")
     elif not here.is_dir():
         raise OutputError(f"{here} is not a folder; choose another output folder")
     for level in reversed(missing):
@@ -121,8 +124,8 @@ def make_folder(folder: str | os.PathLike[str], new: bool = False,
             level.mkdir()
         except FileExistsError:
             pass
-        _refuse_link(level, "into a folder")
-    _refuse_link(folder, "into a folder")
+        refuse_link(level, "into a folder")
+    refuse_link(folder, "into a folder")
     if not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; choose another output folder")
     return folder
@@ -135,14 +138,15 @@ def check_target(path: str | os.PathLike[str], what: str = "a file") -> Path:
     before opening."""
     path = Path(path)
     check_name(path.name, "file name")
-    _refuse_link(path.parent, what)
+    refuse_link(path.parent, what)
     if not path.parent.is_dir():
         raise OutputError(f"{path.parent} is not a folder; choose another output folder")
-    _refuse_link(path, what)
+    refuse_link(path, what)
     if path.exists():
         info = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(info.st_mode):
-            raise OutputError(f"{path} exists and is not a regular file; remove it or choose another output")
+            raise OutputError(f"{path} exists and is {what_is(path)}, not a regular file; remove it or choose another "
+                              "output")
         if is_input(info):
             raise OutputError(f"{path} is one of this command's inputs: a command never writes over its input; "
                               "choose another output folder")
@@ -153,17 +157,34 @@ def check_outputs(folder: str | os.PathLike[str], names: Iterable[str], force: b
     """Before any work: refuse outputs ``folder/<name>`` that :func:`check_target` refuses (with or without
     ``force``) or that exist (without ``force``). A refused command has written nothing."""
     folder = Path(folder)
-    _refuse_link(folder, "a report")
+    refuse_link(folder, "a report")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; choose another output folder")
     for name in names:
         path = safe_join(folder, *Path(name).parts) if "/" in name else safe_join(folder, name)
         if folder.exists():
-            _refuse_link(path, "a report")
+            refuse_link(path, "a report")
             if path.parent.is_dir():
                 check_target(path, "a report")
         if path.exists() and not force:
             raise OutputError(f"{path} already exists; pass {flag} to replace it")
+
+
+RUN_LINK = "latest"  # the one link a command makes itself (point_link): a run parent's newest run
+
+
+def check_tree(folder: str | os.PathLike[str]) -> None:
+    """Before any work: refuse an existing output folder holding a symlink (but a run parent's ``latest``) or
+    a special file anywhere inside it. :func:`write_file` would refuse it too, but only when it got there: after
+    the work, with a half-written folder left behind."""
+    for here, folders, names in os.walk(folder):
+        for name in [*folders, *names]:
+            item = Path(here) / name
+            if item.is_symlink() and name != RUN_LINK:
+                raise OutputError(f"{item} is a symlink: a command never writes through one; remove it or choose "
+                                  "another output folder")
+            if not item.is_symlink() and not (item.is_dir() or item.is_file()):
+                raise OutputError(f"{item} is a special file; remove it or choose another output folder")
 
 
 def _tmp_beside(path: Path) -> tuple[int, Path]:
@@ -283,7 +304,7 @@ def rename_within(path: str | os.PathLike[str], aside: str | os.PathLike[str]) -
     """Rename a folder or file ``path`` to ``aside`` in the same folder (a rerun keeps the earlier run);
     refused if ``path`` is a link or an input, or ``aside`` exists."""
     path, aside = Path(path), Path(aside)
-    _refuse_link(path, "a move")
+    refuse_link(path, "a move")
     if path.exists() and is_input(os.stat(path)):
         raise OutputError(f"{path} is one of this command's inputs: a command never moves its input")
     if aside.exists() or aside.is_symlink():
@@ -326,7 +347,7 @@ def copy_folder(source: str | os.PathLike[str], target: str | os.PathLike[str]) 
     """Copy the regular files and folders under ``source`` to ``target`` (made fresh: an earlier one is
     removed first). A symlink or special file under ``source`` is refused: a copy is data only."""
     source, target = Path(source), Path(target)
-    _refuse_link(target, "a copy")
+    refuse_link(target, "a copy")
     if target.exists():
         remove_tree(target)
     for here, folders, names in os.walk(source):
@@ -349,7 +370,7 @@ def remove_tree(folder: str | os.PathLike[str]) -> None:
     import shutil
 
     folder = Path(folder)
-    _refuse_link(folder, "a removal")
+    refuse_link(folder, "a removal")
     if not folder.exists():
         return
     for here, _, names in os.walk(folder):
@@ -438,6 +459,6 @@ def toml_text(data: Mapping[str, Any], header: Iterable[str] = ()) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-__all__ = ["MAX_NAME_BYTES", "OutputError", "OutputStream", "append_line", "check_name", "check_outputs", "check_target",
-           "copy_folder", "make_folder", "point_link", "publish_folder", "remove_file", "remove_tree", "rename_within", "safe_join",
+__all__ = ["MAX_NAME_BYTES", "OutputError", "OutputStream", "append_line", "check_name", "check_outputs", "check_target", "check_tree",
+           "copy_folder", "make_folder", "point_link", "publish_folder", "refuse_link", "remove_file", "remove_tree", "rename_within", "safe_join",
            "toml_key", "toml_text", "toml_value", "write_arrays", "write_figure", "write_file"]

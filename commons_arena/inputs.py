@@ -69,6 +69,15 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
+def what_is(path: str | os.PathLike[str]) -> str:
+    """What is at ``path`` as an error names it: "a file", "a folder", "a FIFO", "a socket", ... ("nothing")."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return "nothing"
+    return "a file" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
+
+
 def check_regular(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> os.stat_result:
     """``path``'s status if it is a regular file of at most ``max_bytes`` (a symlink to one counts);
     else :class:`InputError`. ``FileNotFoundError`` passes through (callers word it)."""
@@ -115,7 +124,10 @@ def is_input(info: os.stat_result) -> bool:
 def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
                own: bool = False) -> bytes:
     """A regular file's bytes, refused by type before opening and by size before and while reading.
-    Remembered as an input (:func:`is_input`) unless ``own``: a record this command updates itself."""
+    Remembered as an input (:func:`is_input`) unless ``own``: a record this command updates itself, which is
+    never read through a symlink."""
+    if own and os.path.islink(path):  # a record the command rewrites: the one writer would refuse the link, after the work
+        raise InputError(f"{what} {path}", "a symlink, not the record this program wrote; remove it")
     check_regular(path, what, max_bytes)
     # O_NONBLOCK: should the path become a FIFO between the check and the open, the open does not wait
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -129,6 +141,27 @@ def read_bytes(path: str | os.PathLike[str], what: str = "file", max_bytes: int 
     if not own and len(_INPUTS) < MAX_REMEMBERED:
         _INPUTS.add(_identity(info))
     return data
+
+
+def tree_sha256(folder: str | os.PathLike[str], what: str = "folder") -> str:
+    """One sha256 over every regular file under ``folder`` (relative path, size, bytes; in sorted order), read
+    without following a link: a symlink or special file inside is an :class:`InputError` (a checkpoint's files
+    are recorded by it before a resume unpickles them)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for here, folders, names in sorted(os.walk(folder, followlinks=False)):  # a linked folder is listed, not entered
+        for name in sorted(names + [d for d in folders if os.path.islink(os.path.join(here, d))]):
+            path = os.path.join(here, name)
+            info = os.stat(path, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{what} {folder}", f"{path} is a link or special file, not one the run wrote")
+            digest.update(f"{os.path.relpath(path, folder)}\0{info.st_size}\0".encode("utf-8", "surrogateescape"))
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_text(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,
@@ -233,4 +266,4 @@ def load_record(path: str | os.PathLike[str], model: Any, what: str, own: bool =
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_RECORDING_BYTES", "InputError", "TooDeep", "check_regular", "forget_inputs", "is_input",
            "load_json", "load_json_object", "load_record", "load_toml_file", "loads_json", "loads_toml", "read_bytes", "read_text",
-           "remember_input", "too_deep"]
+           "remember_input", "too_deep", "tree_sha256", "what_is"]

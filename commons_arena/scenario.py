@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -43,6 +44,11 @@ MAX_LIST = 1000  # intensity profile length, choices, dependencies
 MAX_PRIORITY = 1000
 MAX_TEXT = 10_000  # description characters
 MAX_TIERS = 6
+GAME_DIGITS = 6  # significant digits of a number the held-out refusal compares (canonical_game_hash)
+# No episode return of a valid scenario reaches this: ticks x |weight| x a tick's largest money term (prices of
+# MAX_AMOUNT x MAX_MULTIPLIER on MAX_GPUS of each tier) x a dozen terms is about 6e25. Stored returns, welfare
+# and gains above it are not numbers this program wrote.
+MAX_RETURN = 1e30
 MAX_TEAMS = 8
 MAX_FILE_BYTES = 4 * 2**20
 
@@ -205,6 +211,14 @@ class UrgentJob(_Frozen):
     """higher runs first among the team's jobs with the same deadline"""
 
 
+SHOCK_KEYS = {  # a shock's keys that only some kinds read, and those kinds (tick, rate, duration, job: every kind)
+    "tier": {ShockKind.PRODUCTION_INCIDENT},
+    "gpus_offline": {ShockKind.PRODUCTION_INCIDENT},
+    "price_multiplier": {ShockKind.MARKET_CRISIS},
+    "inventory_factor": {ShockKind.MARKET_CRISIS},
+}
+
+
 class ShockSpec(_Frozen):
     """A shock fired at a fixed ``tick`` or, each tick, with probability ``rate``."""
 
@@ -243,6 +257,17 @@ class ShockSpec(_Frozen):
         if self.intensity_multiplier != 1.0 and self.shock_kind is not ShockKind.GRID_SPIKE:
             # the allocator sees which kinds are active, so only a grid spike may change the intensity
             raise ValueError(f"only a grid_spike has an intensity_multiplier; {self.kind} cannot")
+        # a key the kind never reads is a mistake the file's author would not see in any episode: refuse it (at its
+        # default it is harmless: a whole model_dump() loads back)
+        fields = type(self).model_fields
+        idle = sorted(k for k, kinds in SHOCK_KEYS.items()
+                      if self.shock_kind not in kinds and getattr(self, k) != fields[k].default)
+        if self.team is not None and self.job is None:
+            idle = ["team", *idle]
+        if idle:
+            raise ValueError(f"{', '.join(idle)} {'means' if len(idle) == 1 else 'mean'} nothing for a {self.kind} shock"
+                             + (" with no job (team names the team its job goes to)" if "team" in idle else "")
+                             + "; remove it")
         return self
 
     @property
@@ -351,6 +376,23 @@ class RewardWeights(_Frozen):
 NOT_GAME = ("name", "description", "difficulty", "population")  # fields the environment never reads
 
 
+
+def _rounded(value: Any) -> Any:
+    """``value`` (JSON data) with every float at :data:`GAME_DIGITS` significant digits (iteratively: no recursion)."""
+    def one(item: Any) -> Any:
+        return float(f"{item:.{GAME_DIGITS}g}") if isinstance(item, float) else item
+
+    root = [value]
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        keys = node.keys() if isinstance(node, dict) else range(len(node))
+        for key in keys:
+            node[key] = one(node[key])
+            if isinstance(node[key], dict | list):
+                stack.append(node[key])
+    return root[0]
+
 class ScenarioConfig(_Frozen):
     """Everything that makes one scenario: the numbers the rules (docs/rules.md) leave to scenario files."""
 
@@ -382,6 +424,10 @@ class ScenarioConfig(_Frozen):
     """scheduled and random shocks ([[shocks]] tables)"""
     rewards: RewardWeights = RewardWeights()
     """reward weights per role ([rewards.allocator], [rewards.team], [rewards.broker])"""
+    shock_teams: Literal["usual", "drawn"] = "usual"
+    """where the job of a shock with no `team` goes: usual (the kind's usual team if the scenario has it, else the
+    first team) or drawn (the teams in turn, in an order drawn once from the game's hash: spread over the teams,
+    the same in every episode)"""
     population: dict[str, Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=dict)
     """agent -> the policy that plays it by default (a registered name, `name:key=value,...` or `learned:PATH`);
     a seat not named plays its default (allocator: proportional, teams: their archetype, broker: demand_priced)"""
@@ -424,7 +470,7 @@ class ScenarioConfig(_Frozen):
             if shock.tier is not None and shock.tier not in tiers:
                 problems.append(f"{where}.tier: unknown tier {shock.tier!r}; tiers are {tiers}")
             if shock.job is not None:
-                target = shock.target_team(teams)
+                target = self.target_team(shock)
                 if target not in teams:
                     problems.append(
                         f"{where}.team: {target!r} is not one of this scenario's teams {teams}; name one of them"
@@ -463,10 +509,38 @@ class ScenarioConfig(_Frozen):
     def agents(self) -> tuple[str, ...]:
         return (ALLOCATOR, *self.team_names, BROKER)
 
+    def plain_dump(self, **options: Any) -> dict[str, Any]:
+        """``model_dump(mode="json")`` without keys newer than the shipped scenarios when at their defaults (so
+        adding one changes no content hash, game hash or written file)."""
+        data = self.model_dump(mode="json", **options)
+        if data.get("shock_teams") == "usual":
+            del data["shock_teams"]
+        return data
+
+    @cached_property
+    def shock_targets(self) -> tuple[str | None, ...]:
+        """Per shock, the team its job goes to (None: it injects no job); see ``shock_teams``."""
+        teams = self.team_names
+        out = [spec.target_team(teams) for spec in self.shocks]
+        if self.shock_teams == "drawn" and teams:
+            rng = random.Random(int(self.game_hash, 16))  # seeded by the game: every episode and both paths agree
+            order: list[str] = []
+            for i, spec in enumerate(self.shocks):
+                if spec.job is not None and spec.team is None:
+                    if not order:  # each team once per round, in a drawn order
+                        order = random_order(rng, teams)
+                    out[i] = order.pop()
+        return tuple(out)
+
+    def target_team(self, shock: ShockSpec) -> str | None:
+        """The team ``shock`` (one of :attr:`shocks`) injects its job into (:attr:`shock_targets`)."""
+        index = next((i for i, spec in enumerate(self.shocks) if spec is shock), None)
+        return shock.target_team(self.team_names) if index is None else self.shock_targets[index]
+
     @cached_property
     def content_hash(self) -> str:
         """sha256 (first 12 hex) of the validated content: comments and layout don't count."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(self.plain_dump(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     @cached_property
@@ -474,9 +548,40 @@ class ScenarioConfig(_Frozen):
         """sha256 (first 12 hex) of the game alone: :data:`NOT_GAME` (the name, the description, the difficulty
         label, the default background population) left out, so a renamed copy of a scenario has its game hash.
         What guards the held-out splits (``commons_arena.family.refuse_heldout``)."""
-        canonical = json.dumps(self.model_dump(mode="json", exclude=set(NOT_GAME)), sort_keys=True,
+        canonical = json.dumps(self.plain_dump(exclude=set(NOT_GAME)), sort_keys=True,
                                separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @cached_property
+    def canonical_game_hash(self) -> str:
+        """sha256 (first 12 hex) of the game in a canonical form: what the held-out refusal compares. Beyond
+        :attr:`game_hash` (pinned in the split files, so left as it is), labels count by their place (team *i*,
+        tier *i*, a team's job *j*, and the shocks' and dependencies' references to them) and numbers at
+        :data:`GAME_DIGITS` significant digits: a relabelled team or tier, or a number nudged by 1e-9, plays
+        the same episodes, so it is the same game."""
+        canonical = json.dumps(_rounded(self._game_by_place()), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def _game_by_place(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", exclude=set(NOT_GAME))
+        teams = {team["name"]: i for i, team in enumerate(data["teams"])}
+        tiers = {tier["name"]: i for i, tier in enumerate(data["gpu_tiers"])}
+        for tier in data["gpu_tiers"]:
+            tier["name"] = tiers[tier["name"]]
+        for team in data["teams"]:
+            team["name"] = teams[team["name"]]
+            jobs = {job["id"]: j for j, job in enumerate(team["jobs"])}
+            for job in team["jobs"]:
+                job["id"], job["depends_on"] = jobs[job["id"]], [jobs.get(d, d) for d in job["depends_on"]]
+        for shock in data["shocks"]:
+            shock["team"], shock["tier"] = teams.get(shock["team"], shock["team"]), tiers.get(shock["tier"], shock["tier"])
+        return data
+
+
+def random_order(rng: random.Random, names: Sequence[str]) -> list[str]:
+    order = list(names)
+    rng.shuffle(order)
+    return order
 
 
 def worst_overlap_multiplier(shocks: tuple[ShockSpec, ...], attr: str, max_ticks: int) -> float:

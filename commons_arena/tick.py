@@ -145,7 +145,7 @@ def _start_shock(rules: Rules, s: ArenaState, spec: ShockSpec) -> Event:
     s.effects.append(shocks.Effect(spec=spec, tier_index=tier, until=t + spec.duration - 1))
     event: Event = {"tick": t, "kind": kind.label, "until": t + spec.duration - 1}
     if spec.job is not None:
-        target = spec.target_team(rules.config.team_names)
+        target = rules.config.target_team(spec)
         assert target is not None  # a job shock always has a team (ShockSpec.target_team's default)
         team = rules.team_index[target]
         s.injected += 1

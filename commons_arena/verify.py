@@ -176,6 +176,9 @@ def verify_recording(path: str | os.PathLike[str], scenario: str | Path | None =
         raise RecordingRefused(f"{path}: {err} (pass the scenario file the recording was made with)") from None
     for n, episode in enumerate(episodes):
         _check_header(episode["header"], config, f"{path} episode {n}")
+        if episode["summary"] is None:  # the writer always ends an episode with one (complete: false if cut short)
+            raise RecordingRefused(f"{path} episode {n}: ends before its summary line: the file was cut, so it "
+                                   "cannot be checked; verify the whole recording")
     observations = "observations" in first
     with tempfile.TemporaryDirectory(prefix="commons_arena_verify_") as tmp:
         replay_path = Path(tmp) / "replay.jsonl"

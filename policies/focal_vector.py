@@ -13,7 +13,7 @@ one seat on it as on any ``gymnasium.vector.VectorEnv``::
 =================  ==========================================================================
 focal              one seat (``"allocator"``): single spaces, arrays; several seats: dicts by seat
 observations       float32 ``(N, obs_dim)``, the seat's raw observation (``docs/environment.md``);
-                   :meth:`observation_scale` is a divisor that makes every feature O(1)
+                   :func:`seat_observation_scale` is a divisor that makes every feature O(1)
 actions            int64 ``(N, act_dim)`` in the seat's ``MultiDiscrete`` space
 rewards            float64 ``(N,)``; terminated / truncated bool ``(N,)``
 autoreset          Gymnasium's ``NEXT_STEP``: the step after an arena's last step ignores its actions,
@@ -34,6 +34,7 @@ the same class (:mod:`experiments.training.batched_env`, :mod:`experiments.train
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ from commons_arena.spaces import make_action_space, make_observation_space, role
 from policies.batch import BatchPolicy
 from policies.focal import policy_seed
 from policies.learned import observation_scale as learned_scale
-from policies.population import Population
+from policies.population import Population, draw, thresholds
 from policies.registry import batch_policy, policy_spec
 
 
@@ -70,11 +71,45 @@ def split_arenas(num_envs: int, weights: Sequence[float]) -> list[int]:
     return counts
 
 
+Background = Population | Mapping[str, Any] | None  # None: each scenario's own population
+
+
+@dataclass(frozen=True)
+class BackgroundMixture:
+    """Backgrounds drawn per episode: every arena, when it starts an episode, plays entry *k* (named ``names[k]``)
+    with probability ``weights[k] / sum(weights)``, drawn from its episode seed (:func:`entry_of`)."""
+
+    names: tuple[str, ...]
+    backgrounds: tuple[Background, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.backgrounds or not len(self.names) == len(self.weights) == len(self.backgrounds):
+            raise ValueError(f"a mixture needs one name and one weight per background, got {len(self.names)} names "
+                             f"and {len(self.weights)} weights for {len(self.backgrounds)}")
+        if not all(math.isfinite(w) and w >= 0 for w in self.weights) or sum(self.weights) <= 0:
+            raise ValueError(f"mixture weights must be non-negative with a positive sum, got {list(self.weights)}")
+
+
+MIXTURE_STREAM = 0x313C  # an episode's mixture entry: its own stream of the episode seed
+
+
+def entry_of(episode_seed: int, cuts: Sequence[float]) -> int:
+    """The mixture entry the episode of ``episode_seed`` plays (boundaries ``cuts``: :func:`thresholds`)."""
+    return draw(np.random.default_rng([int(episode_seed), MIXTURE_STREAM]), cuts)
+
+
+def _population(background: Background, config: ScenarioConfig) -> Population:
+    return background if isinstance(background, Population) else (
+        Population.from_dict(background) if background else Population.default(config))
+
+
 class FocalGroup:
-    """The arenas of one scenario: rows ``offset .. offset + size`` of the batch, its core and background."""
+    """The arenas of one scenario: rows ``offset .. offset + size`` of the batch, its core and background
+    (one set of batched policies per entry of a mixture; each arena's entry drawn per episode)."""
 
     def __init__(self, config: ScenarioConfig, size: int, offset: int, focal: Sequence[str],
-                 background: Population) -> None:
+                 background: Population | Sequence[Population], weights: Sequence[float] = (1.0,)) -> None:
         self.config, self.size, self.offset = config, size, offset
         self.rows = slice(offset, offset + size)
         self.core = commons_arena.vector_env(scenario=config, num_envs=size)
@@ -82,24 +117,43 @@ class FocalGroup:
         unknown = [seat for seat in focal if seat not in self.seat_index]
         if unknown:
             raise ValueError(f"focal seat(s) {unknown} are not seats of {config.name!r} ({list(config.agents)})")
-        entries = background.resolve(config, strict=False)
-        self.background: dict[str, BatchPolicy] = {}
-        for seat in config.agents:
+        populations = [background] if isinstance(background, Population) else list(background)
+        self.backgrounds = [self._policies(p, focal) for p in populations]
+        self.cuts = thresholds(weights)
+        self.entry = np.zeros(size, dtype=np.int64)  # the mixture entry each arena's episode plays
+        self.raw: dict[str, np.ndarray] = {}  # every seat's last observation (the background acts on it)
+        self.ended = np.zeros(size, dtype=bool)  # arenas whose episode ended at the last step (NEXT_STEP)
+
+    def _policies(self, background: Population, focal: Sequence[str]) -> dict[str, BatchPolicy]:
+        entries = background.resolve(self.config, strict=False)
+        policies: dict[str, BatchPolicy] = {}
+        for seat in self.config.agents:
             if seat in focal:
                 continue
             entry = entries[seat]
             if policy_spec(entry.policy).needs_env:
                 raise ValueError(f"{entry.policy!r} in {seat!r} reads the hidden state of one arena: it cannot play "
                                  "in a batch (give the seat another policy)")
-            self.background[seat] = batch_policy(entry.policy, config, seat, size, **dict(entry.params))
-        self.raw: dict[str, np.ndarray] = {}  # every seat's last observation (the background acts on it)
-        self.ended = np.zeros(size, dtype=bool)  # arenas whose episode ended at the last step (NEXT_STEP)
+            policies[seat] = batch_policy(entry.policy, self.config, seat, self.size, **dict(entry.params))
+        return policies
 
     def start(self, arenas: np.ndarray) -> None:
-        """The background policies of ``arenas`` start the core's episodes there (the one seeding rule)."""
+        """The background policies of ``arenas`` start the core's episodes there (the one seeding rule; a
+        mixture's entry drawn from the episode seed)."""
         seeds = [self.core.episode_seeds[i] for i in arenas.tolist()]
-        for seat, policy in self.background.items():
-            policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
+        if len(self.backgrounds) > 1:
+            self.entry[arenas] = [entry_of(s, self.cuts) for s in seeds]
+        for policies in self.backgrounds:
+            for seat, policy in policies.items():
+                policy.reset([policy_seed(s, self.seat_index[seat]) for s in seeds], arenas)
+
+    def act(self) -> dict[str, np.ndarray]:
+        """Every background seat's action in every arena (a mixture: each arena's entry's)."""
+        if len(self.backgrounds) == 1:
+            return {seat: policy.act(self.raw[seat]) for seat, policy in self.backgrounds[0].items()}
+        rows = np.arange(self.size)
+        return {seat: np.stack([p[seat].act(self.raw[seat]) for p in self.backgrounds])[self.entry, rows]
+                for seat in self.backgrounds[0]}
 
 
 @dataclass
@@ -120,7 +174,7 @@ class FocalVectorEnv(VectorEnv):
 
     def __init__(self, scenario: str | ScenarioConfig | Sequence[str | ScenarioConfig] = "standard",
                  num_envs: int = 1, focal: str | Sequence[str] = "allocator",
-                 background: Population | Mapping[str, Any] | None = None,
+                 background: Background | BackgroundMixture = None,
                  weights: Sequence[float] | None = None, shapes: str = "same",
                  cache: dict[tuple[str, int], FocalGroup] | None = None) -> None:
         if shapes not in ("same", "any"):
@@ -147,9 +201,10 @@ class FocalVectorEnv(VectorEnv):
                 group = cache[key]
                 group.offset, group.rows = offset, slice(offset, offset + size)
             else:
-                chosen = background if isinstance(background, Population) else (
-                    Population.from_dict(background) if background else Population.default(config))
-                group = FocalGroup(config, size, offset, self.focal, chosen)
+                mixture = (background if isinstance(background, BackgroundMixture)
+                           else BackgroundMixture(("background",), (background,), (1.0,)))
+                group = FocalGroup(config, size, offset, self.focal, [_population(b, config) for b in mixture.backgrounds],
+                                   mixture.weights)
                 if cache is not None:
                     cache.setdefault(key, group)
             self.groups.append(group)
@@ -170,8 +225,8 @@ class FocalVectorEnv(VectorEnv):
             self.single_observation_space = self.seat_observation_spaces[self.focal[0]]
             self.single_action_space = self.seat_action_spaces[self.focal[0]]
         else:
-            self.single_observation_space = spaces.Dict(self.seat_observation_spaces)
-            self.single_action_space = spaces.Dict(self.seat_action_spaces)
+            self.single_observation_space = spaces.Dict(dict(self.seat_observation_spaces))  # type: ignore[arg-type]
+            self.single_action_space = spaces.Dict(dict(self.seat_action_spaces))  # type: ignore[arg-type]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.scenario_of = np.concatenate([np.full(g.size, k, dtype=np.int64) for k, g in enumerate(self.groups)])
@@ -186,6 +241,11 @@ class FocalVectorEnv(VectorEnv):
         return tuple(names)
 
     # ------------------------------------------------------------------ api
+    @property
+    def mixture_entry(self) -> np.ndarray:
+        """Each arena's mixture entry this episode (all 0 without a mixture)."""
+        return np.concatenate([g.entry for g in self.groups])
+
     @property
     def episode_seeds(self) -> list[int]:
         """Each arena's current episode seed."""
@@ -229,7 +289,7 @@ class FocalVectorEnv(VectorEnv):
         if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
             seeds = [int(seed) + i for i in range(self.num_envs)]
         else:
-            seeds = list(seed)
+            seeds = [int(s) for s in seed]  # type: ignore[union-attr]
             if len(seeds) != self.num_envs:
                 raise ValueError(f"reset got {len(seeds)} seeds for {self.num_envs} arenas: give one per arena")
         for group in self.groups:
@@ -245,7 +305,8 @@ class FocalVectorEnv(VectorEnv):
             raise commons_arena.EpisodeStateError("step() called before reset(); call reset(seed=...) first")
         return [self._step_group(group, dict(part)) for group, part in zip(self.groups, actions, strict=True)]
 
-    def merge(self, steps: Sequence[GroupStep]) -> tuple[dict[str, np.ndarray], ...]:
+    def merge(self, steps: Sequence[GroupStep]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
+                                                          dict[str, np.ndarray], dict[str, dict[str, Any]]]:
         """Rewards, terminated, truncated and infos of every arena (seat -> ``(N,)`` arrays) from the groups' steps."""
         cat = np.concatenate
         rewards = {a: cat([step.reward[a] for step in steps]) for a in self.focal}
@@ -256,8 +317,8 @@ class FocalVectorEnv(VectorEnv):
 
     def observation_scale(self, seat: str | None = None, seed: int = 0) -> np.ndarray:
         """A divisor per feature of ``seat``'s observation (default: the first focal seat) that makes every
-        feature O(1): :func:`observation_scale` of this env's first scenario and background."""
-        return observation_scale(self.groups[0].config, seat or self.focal[0], seed=seed)
+        feature O(1): :func:`seat_observation_scale` of this env's first scenario and background."""
+        return seat_observation_scale(self.groups[0].config, seat or self.focal[0], seed=seed)
 
     def close_extras(self, **kwargs: Any) -> None:
         for group in getattr(self, "groups", ()):
@@ -271,9 +332,7 @@ class FocalVectorEnv(VectorEnv):
 
     def _step_group(self, group: FocalGroup, focal_actions: dict[str, np.ndarray]) -> GroupStep:
         restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call
-        joint = dict(focal_actions)
-        for seat, policy in group.background.items():
-            joint[seat] = policy.act(group.raw[seat])
+        joint = {**group.act(), **focal_actions}
         obs, reward, terminated, truncated, info = group.core.step(joint)
         group.raw = obs
         if restarting.size:
@@ -304,7 +363,7 @@ class FocalVectorEnv(VectorEnv):
         return by_seat[self.focal[0]] if self.single_seat else by_seat
 
 
-def observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, arenas: int = 64,
+def seat_observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, arenas: int = 64,
                       background: Population | Mapping[str, Any] | None = None) -> np.ndarray:
     """A positive divisor per observation feature of ``seat`` that puts every feature in about [-1, 1]:
     the largest magnitude seen in one episode of ``arenas`` arenas where ``seat`` acts uniformly at random
@@ -320,4 +379,4 @@ def observation_scale(scenario: str | ScenarioConfig, seat: str, seed: int = 0, 
     return learned_scale(np.concatenate(seen))
 
 
-__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "observation_scale", "split_arenas"]
+__all__ = ["FocalGroup", "FocalVectorEnv", "GroupStep", "BackgroundMixture", "entry_of", "seat_observation_scale", "split_arenas"]

@@ -330,7 +330,7 @@ class OracleAllocator:
         for m, spec in enumerate(spec for spec in cfg.shocks if spec.tick is not None and t <= spec.tick <= last):
             if spec.job is None:
                 continue
-            i = self._team_index[spec.target_team(cfg.team_names)]
+            i = self._team_index[cfg.target_team(spec)]
             tmpl = spec.job
             idx = len(s.jobs[i]) + m
             deadline = spec.tick + tmpl.slack

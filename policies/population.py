@@ -38,10 +38,12 @@ scenario does not have are errors that say what is known.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from commons_arena.arena import ArenaEnv
 from commons_arena.files import toml_key, toml_value, write_file
@@ -236,4 +238,18 @@ class Population:
         return {agent: entry.policy for agent, entry in self.resolve(config, strict=False).items()}
 
 
-__all__ = ["Entry", "Population", "PopulationError", "check_entry"]
+
+
+def thresholds(weights: Sequence[float]) -> list[float]:
+    """:func:`draw`'s boundaries for ``weights``: the cumulative probabilities without the last (1)."""
+    w = np.asarray(weights, dtype=float)
+    return [float(x) for x in np.cumsum(w / w.sum())[:-1]]
+
+
+def draw(rng: np.random.Generator, thresholds: Sequence[float]) -> int:
+    """The index drawn by one uniform number ``u`` of ``rng``: the number of thresholds ``<= u``
+    (one threshold ``p``: 0 when ``u < p``, the ``--mix-share`` rule). Mixtures of populations are drawn so."""
+    return int(np.searchsorted(thresholds, rng.random(), side="right"))
+
+
+__all__ = ["Entry", "Population", "PopulationError", "check_entry", "draw", "thresholds"]

@@ -269,8 +269,22 @@ def batch_policy(name: str, config: ScenarioConfig | str, agent: str, num_envs: 
     if batched is None:
         from policies.batch_learned import BatchLearned, batchable
 
-        return BatchLearned(prototype, num_envs) if batchable(prototype) else LoopBatchPolicy(make, num_envs)
+        if batchable(prototype):
+            return BatchLearned(prototype, num_envs)  # type: ignore[arg-type]  # batchable: a LearnedPolicy
+        return LoopBatchPolicy(make, num_envs)
     return batched(prototype, num_envs)
+
+
+def has_batch_form(name: str, config: ScenarioConfig | str, agent: str) -> bool:
+    """Whether :func:`batch_policy` gives ``name`` in ``agent``'s seat a batched form (not the per-arena loop):
+    every scripted policy of :data:`BATCHED`, and a ``learned:`` checkpoint over its scenario's own or the cell view."""
+    if name in BATCHED:
+        return True
+    if not name.startswith("learned:"):
+        return False
+    from policies.batch_learned import batchable
+
+    return batchable(make_policy(name, load_scenario(config), agent))
 
 
 def _plain_number(value: Any) -> bool:
@@ -299,5 +313,5 @@ def _population_problems(config: ScenarioConfig) -> list[str]:
 scenario_module.POPULATION_CHECKS.append(_population_problems)
 
 
-__all__ = ["BATCHED", "FIXED_PREFIX", "ROLES", "PolicySpec", "available_policies", "batch_policy",
+__all__ = ["BATCHED", "FIXED_PREFIX", "has_batch_form", "ROLES", "PolicySpec", "available_policies", "batch_policy",
            "fixed_code_name", "make_policy", "policy_spec", "register"]

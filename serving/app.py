@@ -18,6 +18,8 @@ route                       what it does
 ``GET /sessions/{id}/recording``  the episode's JSONL recording once it has ended
 ``POST /preview``           ``{"session_id", "action"}`` → what the action would do this tick
                             (spend, carbon, idle; jobs' tiers; prices), nothing played
+``GET /sessions/{id}/default``  the entries the play page's form starts from this tick, the
+                            rule that made them and what was lowered to stay in range
 ``GET /sessions/{id}/summary``  once ended: the seat's own totals, the episode's, and what
                             reference policies scored in the seat on the same seed
 ``WS /ws``                  one session per connection; messages ``{"type": "reset" | "step"
@@ -70,6 +72,7 @@ import commons_arena
 from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep
 from commons_arena.scenario import load_scenario
 from serving.briefing import seat_guide
+from serving.explain import default_action as explain_default
 from serving.explain import preview as explain_preview
 from serving.page_assets import SHARED_STYLE, shared_asset_path
 from serving.seat_references import summary_args, summary_of
@@ -323,6 +326,12 @@ async def post_preview(request: Request) -> dict[str, Any]:
     return await session.run(preview_of, session, data.get("action"))
 
 
+@routes.get("/sessions/{session_id}/default")
+async def default(request: Request, session_id: str) -> dict[str, Any]:
+    session = hosted(request).store.get(session_id)
+    return await session.run(default_of, session)
+
+
 @routes.get("/sessions/{session_id}/summary")
 async def summary(request: Request, session_id: str) -> dict[str, Any]:
     args = summary_args(hosted(request).store.get(session_id))
@@ -415,12 +424,23 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     return app
 
 
-def preview_of(session: Session, action: Any) -> dict[str, Any]:
-    """``POST /preview``: what ``action`` would do in the session's seat this tick (serving/explain.py)."""
+def _playing_seat(session: Session) -> str:
     if session.options is None or session.done:
         raise ServeError(409, "EPISODE_DONE" if session.done else "NOT_RESET",
                          "no tick to preview: the episode has ended" if session.done else "no episode yet: send reset")
-    seat = session.options.seats[0]
+    return session.options.seats[0]
+
+
+def default_of(session: Session) -> dict[str, Any]:
+    """``GET /sessions/{id}/default``: the form's starting entries this tick (serving/explain.py)."""
+    seat = _playing_seat(session)
+    spec, vector = session.specs[seat], session.observations[seat]
+    return explain_default(spec, encode_observation(spec, vector), vector)
+
+
+def preview_of(session: Session, action: Any) -> dict[str, Any]:
+    """``POST /preview``: what ``action`` would do in the session's seat this tick (serving/explain.py)."""
+    seat = _playing_seat(session)
     spec = session.specs[seat]
     try:
         return explain_preview(spec, encode_observation(spec, session.observations[seat]), action)

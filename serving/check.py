@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 
 from commons_arena.inputs import InputError, loads_json
@@ -76,13 +77,70 @@ class ScenarioCheck:
         return all(self.checks.values())
 
 
+class _Deadline(httpcore.NetworkBackend):
+    """httpcore's sockets under one deadline (``at``, monotonic seconds) over a whole request: every connect,
+    write and read waits at most what is left of it. httpx's own timeouts are per read, so headers dripped a
+    byte a second never ran out; a body was already cut by the read loop, the headers come before it."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self.backend, self.at = backend, math.inf
+
+    def left(self, timeout: float | None) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the request's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self.backend.connect_tcp(host, port, self.left(timeout), local_address, socket_options),
+                               self)
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self.backend.connect_unix_socket(path, self.left(timeout), socket_options), self)
+
+    def sleep(self, seconds: float) -> None:
+        self.backend.sleep(seconds)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream, deadline: _Deadline) -> None:
+        self.stream, self.deadline = stream, deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.stream.read(max_bytes, self.deadline.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.stream.write(buffer, self.deadline.left(timeout))
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self.stream.start_tls(ssl_context, server_hostname, self.deadline.left(timeout)),
+                               self.deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.stream.get_extra_info(info)
+
+
 class _Http:
-    """The checker's only way to the server: every request within ``timeout`` seconds in all (a body dripped a
-    byte at a time does not reset it), every answer at most :data:`MAX_RESPONSE_BYTES` and parsed by the one
-    strict, depth-limited JSON reader; the whole check within ``budget`` seconds."""
+    """The checker's only way to the server: every request within ``timeout`` seconds in all, headers included
+    (:class:`_Deadline`; a body or headers dripped a byte at a time do not reset it), every answer at most
+    :data:`MAX_RESPONSE_BYTES` and parsed by the one strict, depth-limited JSON reader; the whole check within
+    ``budget`` seconds."""
 
     def __init__(self, url: str, timeout: float, budget: float = float("inf"),
                  transport: httpx.BaseTransport | None = None) -> None:
+        if transport is None:  # a real server: its sockets under the request's deadline
+            transport = httpx.HTTPTransport()
+            pool = transport._pool  # httpx names no hook for the network backend; httpcore's pool holds it here
+            self.sockets: _Deadline | None = _Deadline(pool._network_backend)
+            pool._network_backend = self.sockets
+        else:  # a test's in-process server: no sockets
+            self.sockets = None
         self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, transport=transport)
         self.timeout = timeout
         self.ends = time.monotonic() + budget
@@ -93,6 +151,8 @@ class _Http:
             raise CheckError(f"{method} {path}: the check ran over its time budget; give a larger --timeout or "
                              "fewer --scenarios")
         deadline = min(now + self.timeout, self.ends)
+        if self.sockets is not None:
+            self.sockets.at = deadline
         chunks, size = [], 0
         try:
             with self.client.stream(method, path, json=body, params=params) as response:
@@ -106,6 +166,9 @@ class _Http:
                     chunks.append(chunk)
                 status = response.status_code
         except httpx.HTTPError as err:
+            if time.monotonic() >= deadline:
+                raise CheckError(f"{method} {path}: the check ran over its time budget" if deadline == self.ends
+                                 else f"{method} {path}: no complete answer within {self.timeout:g} s") from None
             raise CheckError(f"{method} {path}: {type(err).__name__}: {str(err)[:200]}") from None
         text = b"".join(chunks)
         if status != 200:

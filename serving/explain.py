@@ -9,9 +9,12 @@ module, so a person, a program and a language model are told the same numbers:
   spot GPU costs now;
 * :func:`placement`: the placement rule (docs/rules.md section 4) and, for a team, which
   tier each of its visible jobs runs on;
+* :func:`default_action`: the entries the page's form starts from each tick (a move a person can
+  play as is: the allocator's is ``proportional``'s, a team's is its true need within its range);
 * :func:`preview`: what the pending action would do this tick, before it is sent:
   spend, carbon, grants beyond the declarations and the reward terms they make, for the allocator; where each
-  job would run and how many requested GPUs would sit idle, for a team; prices, cuts and
+  job would run next tick (when the request is granted: a job due this tick is left out) and how many
+  requested GPUs would sit idle, for a team; prices, cuts and
   profit if everything sells, for the broker.
 
 Everything here reads the seat's own observation and the scenario's public facts only
@@ -29,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from commons_arena.mechanics.market import repair_purchases
-from serving.wire import SeatSpec, decode_action
+from policies.base import Policy
+from policies.registry import make_policy
+from serving.wire import SeatSpec, decode_action, encode_action
 
 PLACEMENT_RULE = ("A job runs only with ALL its GPUs at once on ONE tier whose memory per GPU fits it; among the "
                   "fitting tiers with enough GPUs left it takes the one with the least memory (so GPUs of two "
@@ -144,6 +149,55 @@ def placement_lines(spec: SeatSpec, observation: dict[str, Any]) -> list[str]:
     return lines
 
 
+# --------------------------------------------------------------------------- the form's default
+DEFAULT_RULES = {
+    "allocator": ("Each tick the entries start from proportional's move (a reference on the end screen): buy the "
+                  "shortfall between the teams' declarations and the GPUs online from the cheapest offer, paced over "
+                  "the budget; grant each team its declaration, or, where a tier is asked for more than it has, "
+                  "shares proportional to the declarations that hand out every GPU of the tier (largest "
+                  "remainder). At tick 0 no team has declared yet, so it grants nothing."),
+    "team": ("Each tick the entries start from: request = your true need this tick (a truthful declaration), "
+             "lowered to the most a request may ask where the need is more; stance accept."),
+    "broker": "Each tick the entries start from: quantity = your whole inventory; price level = the middle of the grid.",
+}
+
+
+_PROPORTIONAL: dict[tuple[str, str], Policy] = {}
+
+
+def _proportional(spec: SeatSpec) -> Policy:
+    """``proportional`` for the seat, built once per scenario content (it is deterministic and memoryless)."""
+    key = (spec.config.content_hash, spec.seat)
+    if key not in _PROPORTIONAL:
+        _PROPORTIONAL[key] = make_policy("proportional", spec.config, spec.seat)
+    return _PROPORTIONAL[key]
+
+
+def default_action(spec: SeatSpec, observation: dict[str, Any], vector: np.ndarray) -> dict[str, Any]:
+    """The form's starting entries this tick (``action``, named), what rule made them (``rule``) and what
+    was changed to keep them in range (``notes``); ``vector`` is the seat's flat observation."""
+    notes: list[str] = []
+    if spec.role == "allocator":
+        flat = [int(v) for v in np.asarray(_proportional(spec).act(vector)).tolist()]
+    else:
+        flat = [0] * spec.action_size
+        for part in spec.actions:
+            if spec.role == "team" and part.name == "request":
+                want = [int(round(v)) for v in observation["need"]]
+            elif spec.role == "broker" and part.name == "quantity":
+                want = [int(round(v)) for v in observation["inventory"]]
+            elif spec.role == "broker" and part.name == "price_level":
+                want = [int(h) // 2 for h in part.high]
+            else:
+                continue
+            for k, (value, high) in enumerate(zip(want, map(int, part.high), strict=True)):
+                flat[part.start + k] = min(value, high)
+                if value > high:
+                    notes.append(f"{part.name}.{part.labels[0][k]}: {value} is more than this entry allows ({high}); "
+                                 f"set to {high}")
+    return {"action": encode_action(spec, flat), "rule": DEFAULT_RULES[spec.role], "notes": notes}
+
+
 # --------------------------------------------------------------------------- preview
 def _weights(spec: SeatSpec) -> Any:
     return getattr(spec.config.rewards, spec.role)
@@ -216,7 +270,9 @@ def _preview_team(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.ndarr
     jobs = []
     for job in _job_rows(obs):
         gpus, where = int(job["gpus"]), None
-        if job["ready"]:
+        # the request is next tick's grant: a job due this tick is past its deadline by then and takes no GPU of it
+        due_now = int(job["ticks_to_deadline"]) < 1
+        if job["ready"] and not due_now:
             for tier in _fits(spec, job["min_memory_gb"]):
                 if free[tier] >= gpus:
                     free[tier] -= gpus
@@ -230,7 +286,7 @@ def _preview_team(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.ndarr
 
         late = where is not None and ticks(where) > left
         faster = next((names[t] for t in _fits(spec, job["min_memory_gb"]) if ticks(t) <= left), None) if late else None
-        jobs.append({"slot": job["slot"], "gpus": gpus, "ready": bool(job["ready"]),
+        jobs.append({"slot": job["slot"], "gpus": gpus, "ready": bool(job["ready"]), "due_now": due_now,
                      "runs_on": None if where is None else names[where],
                      "ticks_needed": None if where is None else ticks(where), "too_slow": late, "in_time_on": faster,
                      "smallest_fit": (lambda t: None if t is None else names[t])(fitting_tier(spec, job["min_memory_gb"])),
@@ -281,7 +337,10 @@ def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:
     if spec.role == "team":
         lines = []
         for j in p["jobs"]:
-            if not j["ready"]:
+            if j["due_now"]:
+                lines.append(f"{j['slot']} ({j['gpus']} GPU) is due this tick: this request is for the next tick, too "
+                             "late for it (it runs, or not, on this tick's grant)")
+            elif not j["ready"]:
                 lines.append(f"{j['slot']} ({j['gpus']} GPU) is not ready: it cannot run yet")
             elif j["runs_on"] is None:
                 lines.append(f"{j['slot']} ({j['gpus']} GPU, needs {j['smallest_fit']} or larger) would NOT run: no "
@@ -304,5 +363,5 @@ def _lines(spec: SeatSpec, p: dict[str, Any]) -> list[str]:
             f"profit if all sells {p['profit_if_all_sold']:.3g}; cut as invalid {p['invalid_units']}"]
 
 
-__all__ = ["LAG_RULE", "PLACEMENT_RULE", "fitting_tier", "intensity_now", "placement", "placement_lines", "preview",
+__all__ = ["DEFAULT_RULES", "LAG_RULE", "default_action", "PLACEMENT_RULE", "fitting_tier", "intensity_now", "placement", "placement_lines", "preview",
            "tier_cost_lines", "tier_costs"]

@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import reprlib
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -110,7 +111,14 @@ def _tool_error(err: ServeError, tool: str = "") -> ToolError:
 
 
 def _plain_error(message: str) -> ToolError:
-    return ToolError(f"INVALID_ARGUMENT: {message}")
+    text = f"INVALID_ARGUMENT: {message}"
+    return ToolError(text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…")
+
+
+def _echo(value: Any) -> str:
+    """A client's value as an error repeats it: a few items and characters of it (a 20,000-element seed drew a
+    60 KB answer)."""
+    return reprlib.repr(value)
 
 
 def _tick_lines(spec: SeatSpec, observation: dict[str, Any]) -> list[str]:
@@ -155,6 +163,8 @@ async def _end(session: Session) -> dict[str, Any]:
 
     out = {"your_totals": short(summary["your_totals"]), "episode_totals": short(summary["episode_totals"]),
            "how_you_did": summary["text"]}
+    if summary.get("causes"):  # what happened, in the game's words (serving/causes.py)
+        out["what_happened"] = summary["causes"]
     if summary["references"]:
         out["references"] = short(summary["references"])
         out["reference_terms"] = {name: short(terms) for name, terms in summary["reference_terms"].items()}
@@ -216,8 +226,12 @@ def register_tool(server: MCPServer, fn: Any, parameters: dict[str, Any]) -> Non
     # the arguments a call cannot do without are required in the schema a client reads; the tool keeps its
     # default of None so a missing one is answered in one sentence (session_of, action_of), not a validation dump
     needed = [name for name in ("session_id", "action") if name in parameters]
+    registered_tool = server._tool_manager.get_tool(fn.__name__)
     if needed:
-        server._tool_manager.get_tool(fn.__name__).parameters["required"] = needed  # type: ignore[union-attr]
+        registered_tool.parameters["required"] = needed  # type: ignore[union-attr]
+    # the arguments as the client sent them: the SDK json.loads a JSON-looking string of a parameter not typed
+    # str, before this module's length and depth checks (action_of) and into a value echoed back
+    object.__setattr__(registered_tool.fn_metadata, "pre_parse_json", dict)  # type: ignore[union-attr]
 
 
 def build_mcp(settings: ServeSettings, store: SessionStore) -> MCPServer:
@@ -317,11 +331,12 @@ class SeatTools:
         """Open an episode in one seat. Returns session_id, the briefing (the rules, the scoring, the action format:
         read it once, it is not repeated) and the observation of tick 0. Then call act once per tick."""
         if seat is not None and (not isinstance(seat, str) or seat not in self.seats):
-            raise _plain_error(f"seat must be one of {self.seats}, got {seat!r}; call start_episode again.")
+            raise _plain_error(f"seat must be one of {self.seats}, got {_echo(seat)}; call start_episode again.")
         if scenario is not None and (not isinstance(scenario, str) or scenario not in self.scenarios):
-            raise _plain_error(f"scenario must be one of {self.scenarios}, got {scenario!r}; call start_episode again.")
+            raise _plain_error(f"scenario must be one of {self.scenarios}, got {_echo(scenario)}; "
+                               "call start_episode again.")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise _plain_error(f"seed must be a whole number, 0 or more, got {seed!r}; call start_episode again.")
+            raise _plain_error(f"seed must be a whole number, 0 or more, got {_echo(seed)}; call start_episode again.")
         try:
             session = self.store.open("http")  # reaped like an HTTP session when idle
         except ServeError as err:
@@ -343,7 +358,7 @@ class SeatTools:
         """The seat's observation now (changes nothing); with briefing=true the whole briefing again. After the end:
         your totals, the episode's, and what reference policies scored in your seat on the same seed."""
         if not isinstance(briefing, bool):
-            raise _plain_error(f"briefing must be true or false, got {briefing!r}; call observe again.")
+            raise _plain_error(f"briefing must be true or false, got {_echo(briefing)}; call observe again.")
         session = self.session_of(session_id, "observe")
         async with session.turn:
             if session.options is None:
@@ -403,6 +418,11 @@ class McpEndpoint:
             # stateless: no stream outlives a request, so no GET stream is held open (the spec's 405)
             await _jsonrpc_error(send, 405, "Method Not Allowed: this MCP endpoint is stateless; POST JSON-RPC "
                                  "messages to /mcp", headers=[(b"allow", b"POST")])
+            return
+        content_type = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+        if content_type != b"application/json":  # the SDK's answer to it was a plain-text 400, not JSON-RPC
+            await _jsonrpc_error(send, 415, "Unsupported Media Type: POST JSON-RPC messages to /mcp with "
+                                 "Content-Type: application/json")
             return
         body, more = bytearray(), True
         while more:

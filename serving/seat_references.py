@@ -36,6 +36,7 @@ from commons_arena.spaces import role_of
 from policies.focal import FocalEnv, run_episode
 from policies.population import Population
 from serving.briefing import split_totals
+from serving.causes import PREFIX, CauseCounter, cause_lines
 from serving.session import ServeError, Session
 
 REFERENCES: dict[str, tuple[str, ...]] = {
@@ -70,8 +71,8 @@ def _own(episode: Mapping[str, Any]) -> dict[str, float]:
 
 def seat_reference_episodes(config: ScenarioConfig, seed: int, seat: str, population: Population | None = None
                             ) -> dict[str, dict[str, float]]:
-    """Reference name -> its ``return`` and reward terms (``term/...``) in ``seat`` on ``seed`` against
-    ``population``'s other seats."""
+    """Reference name -> its ``return``, reward terms (``term/...``) and causes (``cause/...``,
+    :mod:`serving.causes`) in ``seat`` on ``seed`` against ``population``'s other seats."""
     population = population or Population.default(config)
     key = _key(config, seed, seat, population)
     with _lock:
@@ -88,7 +89,7 @@ def seat_reference_episodes(config: ScenarioConfig, seed: int, seat: str, popula
             return {n: dict(e) for n, e in cached.items()}
         role = role_of(config, seat)
         out: dict[str, dict[str, float]] = {}
-        env = commons_arena.parallel_env(config)
+        env = CauseCounter(commons_arena.parallel_env(config), seat)
         for name in REFERENCES[role]:
             if name == NOTHING:  # the seat is focal and never acts: all zeros every tick
                 focal = FocalEnv(env, (seat,), population)
@@ -96,6 +97,7 @@ def seat_reference_episodes(config: ScenarioConfig, seed: int, seat: str, popula
                 out[name] = _own(focal.play_out()[seat]["episode"])
             else:
                 out[name] = _own(run_episode(env, population.with_agent(seat, name), seed=seed, strict=False)[seat])
+            out[name].update({PREFIX + k: float(v) for k, v in env.counts.items()})
     finally:
         _computing.release()
     with _lock:
@@ -119,16 +121,16 @@ def summary_args(session: Session) -> tuple[Any, ...]:
     seat = session.options.seats[0]
     episode = dict(session.env.seat_infos.get(seat, {}).get("episode", {}))
     return (session.options.config, int(session.seed or 0), seat, float(session.returns[seat]),
-            session.options.population, episode)
+            session.options.population, episode, dict(session.causes.counts) if session.causes else None)
 
 
 def summary_of(config: ScenarioConfig, seed: int, seat: str, own: float, population: Population | None,
-               episode: dict[str, Any]) -> dict[str, Any]:
+               episode: dict[str, Any], causes: dict[str, int] | None = None) -> dict[str, Any]:
     """The seat's own totals, the episode's, and the references on the same seed (off the event loop: the
     references may play whole episodes). Busy references are a 503 ``REFERENCES_BUSY``."""
     totals = split_totals(episode)
     try:
-        refs = how_you_did(config, seed, seat, own, population, own_terms=totals["yours"])
+        refs = how_you_did(config, seed, seat, own, population, own_terms=totals["yours"], own_causes=causes)
     except ReferencesBusy as err:
         raise ServeError(503, "REFERENCES_BUSY", str(err), your_totals=totals["yours"],
                          episode_totals=totals["episode"]) from None
@@ -154,13 +156,17 @@ def biggest_losses(own_terms: Mapping[str, float], reference_terms: Mapping[str,
 
 
 def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
-                population: Population | None = None, own_terms: Mapping[str, float] | None = None) -> dict[str, Any]:
+                population: Population | None = None, own_terms: Mapping[str, float] | None = None,
+                own_causes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The seat's return beside the references', each reference's reward terms, the term that lost the seat the
-    most against each (when ``own_terms``, the seat's ``term/...`` totals, are given), and lines of text saying
-    where it stands."""
+    most against each (when ``own_terms``, the seat's ``term/...`` totals, are given), the causes in the game's
+    words beside the references' (when ``own_causes`` are given) and lines of text saying where it stands."""
     episodes = seat_reference_episodes(config, seed, seat, population)
     refs = {n: e["return"] for n, e in episodes.items()}
-    terms = {n: {k: v for k, v in e.items() if k != "return"} for n, e in episodes.items()}
+    terms = {n: {k: v for k, v in e.items() if k.startswith("term/")} for n, e in episodes.items()}
+    their_causes = {n: {k.removeprefix(PREFIX): v for k, v in e.items() if k.startswith(PREFIX)}
+                    for n, e in episodes.items()}
+    causes = cause_lines(role_of(config, seat), dict(own_causes), their_causes) if own_causes is not None else []
     best_name = max(refs, key=lambda n: refs[n])
     beaten = [n for n, r in refs.items() if own_return >= r - 1e-9]
     text = (f"Your return {own_return:.1f}; on the same seed in your seat "
@@ -177,7 +183,7 @@ def how_you_did(config: ScenarioConfig, seed: int, seat: str, own_return: float,
                  "allocator, what this seat declares did not pay here (the allocator seat, or a scenario where teams "
                  "compete for scarce GPUs, is where choices count).")
     return {"seat": seat, "seed": seed, "scenario": config.name, "return": own_return, "references": refs,
-            "reference_terms": terms, "biggest_loss": losses, "best": best_name, "beaten": beaten, "text": text}
+            "reference_terms": terms, "causes": causes, "biggest_loss": losses, "best": best_name, "beaten": beaten, "text": text}
 
 
 __all__ = ["NOTHING", "REFERENCES", "WAIT_SECONDS", "ReferencesBusy", "biggest_losses", "how_you_did",

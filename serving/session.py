@@ -43,6 +43,7 @@ from policies.base import Policy
 from policies.focal import FocalEnv
 from policies.population import Entry, Population, PopulationError
 from serving.briefing import parse_text_action, render_briefing
+from serving.causes import CauseCounter
 from serving.wire import ActionError, SeatSpec, decode_action, encode_observation, seat_spec
 
 ON_INVALID = ("reject", "noop")
@@ -315,6 +316,7 @@ class Session:
         self.invalid: Counter[str] = Counter()
         self.last_invalid: dict[str, str] = {}
         self.recording: list[str] | None = None
+        self.causes: CauseCounter | None = None
         self.turn = asyncio.Lock()  # one request at a time on this session, in arrival order (asyncio's Lock is FIFO)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -336,8 +338,9 @@ class Session:
             self.options = None  # the session waits for a reset that works
             raise _bad(f"population: {err}", "population") from None
         recorder = _MemoryRecording(table.env) if options.record else None
+        self.causes = CauseCounter(recorder or table.env, options.seats[0])  # what the end screen names
         # the focal/background substrate: the client's seats are focal, the table's other policies act inside
-        self.env = FocalEnv(recorder or table.env, options.seats, table.policies)
+        self.env = FocalEnv(self.causes, options.seats, table.policies)
         self.table, self.options = table, options
         self.specs = {seat: seat_spec(options.config, seat) for seat in options.seats}
         self.seed = options.seed if options.seed is not None else secrets.randbelow(2**31)

@@ -29,12 +29,32 @@ BLOCK = re.compile(r"^```(bash|python)[^\n]*\n(.*?)^```", re.M | re.S)
 
 
 def blocks() -> list[tuple[str, int, str, str]]:
-    """(page relative to the checkout, line, language, body) of every bash and python block."""
+    """(page relative to the checkout, line, language, body) of every bash and python block; an indented block
+    (four spaces, after a blank line, outside a fence) whose first line is a ``commons-arena`` command is bash."""
     out = []
     for page in PAGES:
         text = page.read_text()
         for m in BLOCK.finditer(text):
             out.append((page.relative_to(ROOT).as_posix(), text[:m.start()].count("\n") + 1, m.group(1), m.group(2)))
+        out += [(page.relative_to(ROOT).as_posix(), line, "bash", body) for line, body in indented_blocks(text)]
+    return sorted(out, key=lambda b: (PAGES.index(ROOT / b[0]), b[1]))
+
+
+def indented_blocks(text: str) -> list[tuple[int, str]]:
+    """(first line, dedented body) of each indented code block that starts with a ``commons-arena`` command."""
+    out, lines, fenced, i = [], text.split("\n"), False, 0
+    while i < len(lines):
+        if lines[i].lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and lines[i].startswith("    ") and (i == 0 or not lines[i - 1].strip()):
+            start = i
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                i += 1
+            body = "\n".join(line[4:] for line in lines[start:i]).strip("\n") + "\n"
+            if body.startswith("commons-arena "):
+                out.append((start + 1, body))
+            continue
+        i += 1
     return out
 
 
@@ -61,6 +81,8 @@ def all_commands() -> list[tuple[str, int, str]]:
 PYTHON: dict[tuple[str, str], str] = {
     ("README.md", "import commons_arena"): "fast",
     ("docs/environment.md", "import commons_arena"): "fast",
+    ("docs/environment.md", "from policies.focal_vector import BackgroundMixture, FocalVectorEnv, seat_observation_scale"): "fast",
+    ("docs/environment.md", "from pathlib import Path"): "fast",
     ("docs/for_env_authors.md", "import commons_arena"): "fast",
     ("docs/families.md", "from commons_arena.family import generate_scenarios, load_split, refuse_heldout, scenario_to_toml"): "fast",
     ("docs/codecs.md", "from policies.codecs import make_codec, codecs_for_role, DEFAULT_CODECS, CodedPolicy"): "fast",
@@ -98,7 +120,8 @@ RUNS = [
 ]
 # Commands not run here, by regex, with the reason (and the test that covers what they do, where one does).
 NOT_RUN: list[tuple[str, str]] = [
-    (r"learned:runs/|runs/latest|runs/allocator_|runs/selfplay|--resume runs/|seed-report|compare-checkpoint runs/|--config runs/",
+    (r"learned:runs/|runs/latest|runs/allocator_|runs/selfplay|--resume runs/|seed-report|compare-checkpoint (runs|/tmp)/|"
+      r"--config runs/",
      "needs a run that only training makes"),
     (r"^commons-arena scenarios generate my_family\.toml", "a family file of the reader's own (the broad family runs)"),
     (r"^commons-arena (train|distil|exploit|arms-race|psro) |^SEEDS=|^'SEEDS=",
@@ -107,10 +130,10 @@ NOT_RUN: list[tuple[str, str]] = [
      "tests/experiments/studies/test_frontier.py: small ones)"),
     (r"--suite team-search", "choosing the best fixed code plays 4,320 episodes first: minutes (the own_suite "
      "benchmarks run)"),
-    (r"'learned:<run>/best'|OLD_CHECKPOINT", "a placeholder for a run or an old checkpoint of the reader's own"),
+    (r"'learned:<run>/best|OLD_CHECKPOINT", "a placeholder for a run or an old checkpoint of the reader's own"),
     (r"^commons-arena tournament (docs/roster_example|ROSTER)\.toml", "the example roster is 1,080 episodes, "
      "minutes (rosters: tests/experiments/evaluation/test_tournament.py; the flag form runs)"),
-    (r"--address ray://", "joins a Ray cluster"),
+    (r"--address ray://|^RAY_ADDRESS=", "joins a Ray cluster"),
     (r"^commons-arena evaluate --scenarios all", "every scenario x every allocator: minutes (evaluate runs above)"),
     (r"--suite heldout-allocator", "the 80-scenario held-out suite: minutes (the own_suite benchmarks run)"),
     (r"^commons-arena serve( |$)", "a server that runs until stopped (tests/serving starts the same app)"),
@@ -119,6 +142,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"^bash scripts/main\.sh", "the whole pipeline: set-up, training, tournament (scripts/main.sh, by hand)"),
     (r"-m pytest", "the test suite itself"),
     (r"^python -m experiments\.studies\.observability", "a study of minutes (its tests: tests/experiments/studies)"),
+    (r"^python -m experiments\.examples\.ppo_one_seat", "trains for minutes (tests/experiments/examples: a small run)"),
     (r"^cp ", "copies a training run's files (the recipe's last step)"),
 ]
 

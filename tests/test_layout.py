@@ -45,7 +45,7 @@ LAYERS: dict[str, set[str]] = {
 NO_RLLIB = ("commons_arena", "policies", "serving")  # RLlib (and Ray) live where training lives: experiments/
 # inside experiments, lowest first: each may import only those before it ("experiments": its top-level modules)
 EXPERIMENT_LAYERS = ["experiments", "experiments.viewing", "experiments.evaluation", "experiments.training",
-                     "experiments.studies", "experiments.bench"]
+                     "experiments.studies", "experiments.bench", "experiments.examples"]
 NO_RLLIB_IN_EXPERIMENTS = ("experiments", "experiments.viewing", "experiments.evaluation")  # RLlib: training and up
 
 

@@ -35,6 +35,7 @@ def test_wheel_ships_every_scenario_and_loads_them(tmp_path):
     assert assets <= set(names), "the replay page's asset files are package data (its style sheet: the server's)"
     # the benchmark's suites are package data: `commons-arena benchmark --suite NAME` works from a wheel
     assert {f"experiments/suites/{n}.toml" for n in ("heldout-allocator", "tiers", "team-search", "broker")} <= set(names)
+    assert "experiments/evaluation/reference_returns.json" in names  # their anchors' returns: a cold benchmark plays none
     # the play page's files ship beside the server that serves them
     assert {f"serving/assets/play.{ext}" for ext in ("html", "css", "js")} <= set(names)
     # the front door: the console script is the command line's package, shipped beside the others

@@ -84,14 +84,17 @@ class BatchLedger:
         return episode_summary(self.term_names[agent], list(self.totals[agent].T), stats, self.owned_gpus)
 
 
+MAX_NUM_ENVS = 4_096  # arenas of one batch (an env runner's most; each holds a scenario's arrays of every job)
+
+
 class VectorArenaEnv(AgentSpaces):
     """``num_envs`` arenas of one scenario, stepped at once (module docstring)."""
 
     metadata = {"name": "commons_arena_vector_v0", "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, scenario: str | ScenarioConfig = "standard", num_envs: int = 1) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or not 1 <= num_envs <= MAX_NUM_ENVS:
+            raise ValueError(f"num_envs must be an integer in [1, {MAX_NUM_ENVS}], got {str(num_envs)[:40]}")
         self.config = load_scenario(scenario)
         self.rules: Rules = rules_for(self.config)
         self.num_envs = int(num_envs)

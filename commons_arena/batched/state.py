@@ -87,7 +87,7 @@ class Tables:
         specs = config.shocks
         K = len(specs)
         random_index = np.cumsum([spec.tick is None for spec in specs], dtype=np.int64) - 1
-        targets = [spec.target_team(config.team_names) for spec in specs]  # None: the shock injects no job
+        targets = list(config.shock_targets)  # None: the shock injects no job
         team_of = [-1 if target is None else rules.team_index[target] for target in targets]
         # a random job shock may fire at every tick (one more for the tick an ended arena plays before its reset)
         injected = [sum((1 if spec.tick is not None else config.max_ticks + 1) for spec, team in zip(specs, team_of, strict=True)

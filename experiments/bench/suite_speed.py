@@ -1,7 +1,9 @@
 """How long ``commons-arena benchmark`` takes: one policy over a suite, cold and warm.
 
-*Cold* is a fresh results store: the references (random and oracle anchors, the ``planner``
-reference) are played beside the policy, the oracle's MILP per tick dominating. *Warm* is a
+*Cold* is a fresh results store: the ``planner`` reference is played beside the policy and the
+anchors (random, oracle) of a shipped suite are copied from the shipped reference returns
+(``experiments/evaluation/shipped_references.py``; a suite of one's own plays them, the oracle's
+MILP per tick then dominating). *Warm* is a
 second policy on the same store: only its own episodes are played (the references are cached).
 The target (issue 28): ``planner`` on 50 held-out evaluation scenarios x 20 seeds within 5
 minutes on 2 cores with nothing else running; that is the cold figure, since ``planner`` is
@@ -89,7 +91,7 @@ def main(args: Args) -> dict[str, float]:
             figures[label] = seconds
             summary = result.summary[0]
             print(f"{label}: {policy}: {seconds:.1f} s wall ({result.play.played} episodes played, "
-                  f"{result.play.already_stored} already stored, {result.play.mode}); IQM {summary['iqm']:.3f} "
+                  f"{result.shipped} anchors shipped, {result.play.already_stored} already stored, {result.play.mode}); IQM {summary['iqm']:.3f} "
                   f"[{summary['iqm_low']:.3f}, {summary['iqm_high']:.3f}]; {load_average()}")
     if args.oracle_spread:
         spread = oracle_spread(suite, seeds[0])

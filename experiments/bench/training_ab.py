@@ -116,12 +116,12 @@ def main(args: Args) -> dict[str, list[float]]:
         for kind in args.kinds:
             sides = {sampler: (args.b, f"{KINDS[kind]} {SAMPLERS[sampler]}") for sampler in args.samplers}
             print(f"== {kind}")
-            compare(sides, args)
+            compare_sides(sides, args)
         return {}
-    return compare({"A": (args.a, f"{args.args} {args.a_args}"), "B": (args.b, f"{args.args} {args.b_args}")}, args)
+    return compare_sides({"A": (args.a, f"{args.args} {args.a_args}"), "B": (args.b, f"{args.args} {args.b_args}")}, args)
 
 
-def compare(sides: dict[str, tuple[Path, str]], args: Args) -> dict[str, list[float]]:
+def compare_sides(sides: dict[str, tuple[Path, str]], args: Args) -> dict[str, list[float]]:
     """Each side's env steps/s over ``args.rounds`` turns, the order of the sides reversed every other round."""
     rates: dict[str, list[float]] = {side: [] for side in sides}
     names = list(sides)

@@ -8,7 +8,9 @@ scenario + focal seat + background). Each is a :class:`~experiments.evaluation.r
 of one scenario x one background, and every roster goes through the tournaments' engine
 (:func:`experiments.evaluation.results.fill_store`) into one SQLite store, so a rerun plays
 only the missing rows and the references are played once per store, whichever policy is
-benchmarked next.
+benchmarked next. The shipped allocator suites' anchors (``random``, ``oracle``) are not played at
+all: their returns ship as data, keyed by scenario content hash and seed
+(:mod:`experiments.evaluation.shipped_references`); a suite of one's own plays them.
 
 **Players per evaluation scenario**, all on the same benchmark seeds (experiments/seeds.py):
 
@@ -43,6 +45,12 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, safe_join
 from experiments.evaluation.results import DEFAULT_OPTIONS, PlayOptions, PlayReport, fill_store, planned_keys
 from experiments.evaluation.roster import UNIFORM_RANDOM, Player, Roster, check_roster
+from experiments.evaluation.shipped_references import PATH as SHIPPED_PATH
+from experiments.evaluation.shipped_references import SEEDS as SHIPPED_SEEDS
+from experiments.evaluation.shipped_references import copy_shipped_anchors
+from experiments.evaluation.shipped_references import file_content as shipped_content
+from experiments.evaluation.shipped_references import load_returns as load_shipped
+from experiments.evaluation.shipped_references import write_returns as write_shipped
 from experiments.evaluation.store import ResultStore
 from experiments.evaluation.suite import EvaluationScenario, Suite
 from experiments.evaluation.tables import write_table
@@ -129,6 +137,7 @@ class BenchmarkResult:
     scores: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation scenario
     summary: list[dict[str, Any]] = field(default_factory=list)  # the policy and the reference across the suite
     written: list[Path] = field(default_factory=list)
+    shipped: int = 0  # anchor episodes copied from the shipped reference returns (experiments/evaluation/shipped_references.py)
 
 
 def plan(suite: Suite, policy: str, seeds: Sequence[int], high: dict[str, Player] | None = None) -> list[Roster]:
@@ -143,6 +152,28 @@ def plan(suite: Suite, policy: str, seeds: Sequence[int], high: dict[str, Player
         players = [focal, Player(reference.name, reference.entry, entrant=False), low] + ([top] if top else [])
         rosters.append(evaluation_roster(suite, evaluation, players, seeds))
     return rosters
+
+
+def anchor_rosters(suite: Suite, seeds: Sequence[int]) -> list[Roster]:
+    """Per evaluation scenario of an allocator suite, a roster of its anchors alone (the players :func:`plan` names
+    ``random`` and ``oracle``: the same store keys)."""
+    top = Player("oracle", Entry("oracle"), "high", entrant=False)
+    return [evaluation_roster(suite, e, [low_anchor(suite.role), top], seeds) for e in suite.evaluations]
+
+
+def remake_references(workers: int = 2, out: Path = SHIPPED_PATH) -> Path:
+    """Play the shipped allocator suites' anchors on the default benchmark seeds and write the shipped file."""
+    import tempfile
+
+    from experiments.evaluation.suite import list_suites, load_suite
+
+    suites = [s for s in map(load_suite, list_suites()) if s.role == ALLOCATOR]
+    seeds = benchmark_seeds(SHIPPED_SEEDS)
+    rosters = [r for suite in suites for r in anchor_rosters(suite, seeds)]
+    with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "refs.sqlite") as store:
+        fill_store(rosters, store, PlayOptions(workers=workers), desc="references")
+        rows = store.rows([k for r in rosters for k in planned_keys(r)])
+    return write_shipped(shipped_content(rows, seeds), out)
 
 
 def check_plan(suite: Suite, policy: str, seeds: Sequence[int]) -> None:
@@ -213,10 +244,13 @@ def summary_rows(suite: Suite, policy: str, scores: dict[str, list[list[float]]]
         iqm, iqm_low, iqm_high = stratified_bootstrap_ci(scores[name], "iqm")
         mean, mean_low, mean_high = stratified_bootstrap_ci(scores[name], "mean")
         p, p_low, p_high = probability_of_improvement(scores[name], scores[reference])
+        interval: tuple[float | str, ...] = (p_low, p_high)
+        if name == reference:  # a policy against itself: one half by definition, nothing to resample
+            p, interval = 0.5, ("-", "-")
         scored = sum(1 for task in scores[name] if any(np.isfinite(task)))
         rows.append({"policy": name, "suite": suite.name, "evaluation_scenarios": scored, "iqm": iqm,
                      "iqm_low": iqm_low, "iqm_high": iqm_high, "mean": mean, "mean_low": mean_low,
-                     "mean_high": mean_high, "vs": reference, "p_improve": p, "p_low": p_low, "p_high": p_high})
+                     "mean_high": mean_high, "vs": reference, "p_improve": p, "p_low": interval[0], "p_high": interval[1]})
     return rows
 
 
@@ -238,9 +272,11 @@ def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db
     with ResultStore(path) as store:
         high, selection = best_codes(suite, store, options)
         rosters = plan(suite, policy, seeds, high)
+        shipped = copy_shipped_anchors(rosters, store, load_shipped())  # the shipped suites' anchors: never replayed
         report = fill_store(rosters, store, options, desc="benchmark")
         rows, scores = score_tables(suite, policy, rosters, store, seeds)
-    result = BenchmarkResult(suite, policy, list(seeds), report, selection, rows, summary_rows(suite, policy, scores))
+    result = BenchmarkResult(suite, policy, list(seeds), report, selection, rows, summary_rows(suite, policy, scores),
+                             shipped=shipped)
     folder = report_folder(out, suite, policy)
     make_folder(folder, root=out)  # no level under out a symlink
     anchors = ("random 0, oracle 1" if suite.role == ALLOCATOR
@@ -254,5 +290,11 @@ def run_benchmark(suite: Suite, policy: str, seeds: Sequence[int], out: Path, db
     return result
 
 
-__all__ = ["BenchmarkResult", "benchmark_seeds", "check_plan", "per_seed_scores", "plan", "report_folder",
+__all__ = ["BenchmarkResult", "anchor_rosters", "remake_references", "benchmark_seeds", "check_plan", "per_seed_scores", "plan", "report_folder",
            "run_benchmark", "summary_rows"]
+
+
+if __name__ == "__main__":
+    import tyro
+
+    print(f"wrote {tyro.cli(remake_references)}")

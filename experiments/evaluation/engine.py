@@ -11,12 +11,12 @@ traces, fixed codes, best-response reports, the codec measurements, ``evaluate``
 ``run_episode`` / ``FocalEnv`` call).
 
 **Which path** :func:`play` takes is its own choice: a scenario played by a population whose every
-seat has a batched form (:data:`policies.registry.BATCHED`: the scripted teams, brokers and
-allocators, ``planner``), on at least :data:`MIN_ARENAS` seeds (below, the per-arena path is
-faster), with no observer and no recording, plays on the batched core (``commons_arena.vector_env``,
+seat has a batched form (:func:`policies.registry.has_batch_form`: the scripted teams, brokers and
+allocators, ``planner``, learned checkpoints), on at least :data:`MIN_ARENAS` seeds (below, the per-arena
+path is faster), with no observer and no recording, plays on the batched core (``commons_arena.vector_env``,
 batches of up to :data:`MAX_ARENAS` arenas, arena k playing seed k, every seat reset by the one
 seeding rule), giving the per-arena path's episodes bit for bit. Everything else (the oracle,
-learned checkpoints, fixed codes, built policies, observers, recordings) plays per arena.
+fixed codes, policy sets, built policies, a uniformly random seat, observers, recordings) plays per arena.
 ``batched=False`` or ``COMMONS_ARENA_PER_ARENA=1`` force the per-arena path (tests, A/B timing).
 
 **Groups**: a :class:`Group` is one player in the focal seat of one
@@ -48,7 +48,7 @@ from policies.base import Policy, uniform_random_policies
 from policies.batch import BatchPolicy
 from policies.focal import FocalEnv, policy_seed
 from policies.population import Entry, Population
-from policies.registry import BATCHED, batch_policy
+from policies.registry import batch_policy, has_batch_form
 
 MAX_ARENAS = 256  # the batched path plays its seeds in batches of at most this many arenas
 # ...and only at least this many seeds: below it the per-arena path is faster (in-process, warm, edf,
@@ -142,7 +142,8 @@ def batched_entries(env: ArenaEnv | ScenarioConfig | str, lineup: Lineup, num_se
         return None
     config = commons_arena.load_scenario(env)
     entries = lineup.resolve(config, strict=False)
-    if set(entries) != set(config.agents) or any(entry.policy not in BATCHED for entry in entries.values()):
+    if set(entries) != set(config.agents) or not all(has_batch_form(entry.policy, config, agent)
+                                                      for agent, entry in entries.items()):
         return None
     return config, entries
 

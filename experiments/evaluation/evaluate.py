@@ -32,6 +32,7 @@ from tqdm import tqdm
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder
+from commons_arena.scenario import MAX_RETURN
 from experiments.evaluation.engine import play
 from experiments.evaluation.tables import write_table
 from experiments.seeds import validate_seeds
@@ -67,6 +68,9 @@ TABLE_COLUMNS = (
 )
 STAT_COLUMNS = TABLE_COLUMNS[10:]
 Episodes = dict[tuple[str, ...], list[dict[str, dict[str, float]]]]  # (scenario, allocator[, team, style]) -> episodes
+
+
+MAX_SCORE = 2 * MAX_RETURN / 1e-9  # a normalised score's largest magnitude: returns over the smallest span it divides by
 
 
 def normalised_score(reward: float, random_reward: float, oracle_reward: float) -> float:

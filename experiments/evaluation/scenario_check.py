@@ -14,6 +14,8 @@
    ``pays`` says whether the 95% interval lies above 0 (yes), below (no) or spans it (?).
 4. **Cost**: milliseconds per episode, scripted (the mean over the scripted allocators' episodes)
    and with the oracle (a MILP per tick), measured while checking.
+5. **What the table says** (:func:`readings`): when the carbon cap binds for every scripted allocator,
+   when the scripted allocators barely differ, and which team each job shock with no ``team`` lands on.
 
 The default (10 seeds) takes a few seconds on ``standard``.
 """
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 import commons_arena
-from commons_arena.enums import ALLOCATOR
+from commons_arena.enums import ALLOCATOR, DEFAULT_SHOCK_TEAM
 from commons_arena.files import make_folder
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.engine import play
@@ -38,6 +40,8 @@ from experiments.statistics import paired_difference
 from policies.population import Population
 
 MISREPORT_ALLOCATORS = ("proportional", "planner")
+BINDS = 0.95  # mean emissions at this share of the cap or more: the cap, not the work, set how much ran
+BARELY = 0.1  # scripted allocators' normalised scores within this span: the cluster does not tell them apart
 CHECK_COLUMNS = ("allocator", "reward_mean", "reward_ci95", "score", "ratio", "completed", "missed", "invalid_units",
                  "spend", "idle_gpu_ticks", "carbon_kg", "fairness")
 
@@ -49,6 +53,7 @@ class CheckResult:
     scores: list[dict[str, Any]] = field(default_factory=list)
     misreport: list[dict[str, Any]] = field(default_factory=list)
     timing: list[dict[str, Any]] = field(default_factory=list)
+    readings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         c = self.config
@@ -96,7 +101,40 @@ def check_scenario(scenario: str | Path | ScenarioConfig, seeds: Sequence[int],
         {"episodes": "oracle", "count": len(seconds[ORACLE]), "ms_per_episode": 1000 * float(np.mean(seconds[ORACLE])),
          "ms_per_tick": 1000 * float(np.mean(seconds[ORACLE])) / config.max_ticks},
     ]
+    result.readings = readings(config, result.scores)
     return result
+
+
+def shock_landings(config: ScenarioConfig) -> list[str]:
+    """Per job shock without a ``team``: the team its job goes to and by which rule."""
+    lines = []
+    for i, spec in enumerate(config.shocks):
+        if spec.job is None or spec.team is not None:
+            continue
+        when = f"tick {spec.tick}" if spec.tick is not None else f"rate {spec.rate:g} per tick"
+        team = config.target_team(spec)
+        why = ("a seeded draw (shock_teams = \"drawn\")" if config.shock_teams == "drawn" else
+               "the kind's usual team" if DEFAULT_SHOCK_TEAM.get(spec.shock_kind) == team else
+               "the first team: set its `team`, or shock_teams = \"drawn\" to spread such shocks over the teams")
+        lines.append(f"shocks[{i}] {spec.kind} ({when}): its job goes to {team} ({why})")
+    return lines
+
+
+def readings(config: ScenarioConfig, scores: Sequence[dict[str, Any]]) -> list[str]:
+    """What the scores table says, in sentences (module docstring, point 5)."""
+    scripted = [row for row in scores if row["allocator"] not in (RANDOM, ORACLE)]
+    out: list[str] = []
+    cap = config.carbon.cap_kg
+    carbon = [row["carbon_kg"] for row in scripted]
+    if carbon and min(carbon) >= BINDS * cap:
+        out.append(f"the carbon cap binds for every scripted allocator: they emit {min(carbon):.3g}-{max(carbon):.3g} "
+                   f"of {cap:g} kg ({config.carbon.mode} cap), so the cap, not their rule, decides how much runs; only "
+                   "the oracle plans carbon over the whole episode")
+    score = [row["score"] for row in scripted]
+    if len(score) > 1 and max(score) - min(score) < BARELY:
+        out.append(f"the scripted allocators barely differ: scores {min(score):.2f}-{max(score):.2f} (random 0, oracle "
+                   f"1, a span under {BARELY:g}); this cluster does not tell their rules apart")
+    return out + shock_landings(config)
 
 
 def write_check(result: CheckResult, out: Path) -> list[Path]:
@@ -107,4 +145,5 @@ def write_check(result: CheckResult, out: Path) -> list[Path]:
     return written
 
 
-__all__ = ["MISREPORT_ALLOCATORS", "CheckResult", "check_scenario", "write_check"]
+__all__ = ["BARELY", "BINDS", "MISREPORT_ALLOCATORS", "CheckResult", "check_scenario", "readings", "shock_landings",
+           "write_check"]

@@ -21,6 +21,7 @@ mix unless ``--allow-changed``; once the new version has rows, it is accepted.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 from commons_arena.errors import format_validation_error
 from commons_arena.files import check_target, make_folder
 from commons_arena.inputs import InputError, loads_json
+from commons_arena.scenario import MAX_RETURN
 
 T = TypeVar("T")
 
@@ -85,9 +87,13 @@ class ResultStore:
         make_folder(self.path.parent)
         check_target(self.path, "the results store")  # SQLite owns the file: never through a link, never an input
         self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)  # explicit transactions
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(SCHEMA)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(SCHEMA)
+        except sqlite3.DatabaseError as err:  # SQLite's own words name no file ("file is not a database")
+            self.conn.close()
+            raise ValueError(f"results store {self.path}: {err}; choose another database (--db) or --out") from None
 
     def __enter__(self) -> ResultStore:
         return self
@@ -103,7 +109,11 @@ class ResultStore:
                wall_seconds: float) -> bool:
         """Store one finished episode in its own transaction; False if that episode was already stored.
 
-        ``episode`` is every agent's ``infos["episode"]``, or that already as JSON."""
+        ``episode`` is every agent's ``infos["episode"]``, or that already as JSON. A return that is not a finite
+        number within :data:`MAX_RETURN` is refused (SQLite would store NaN as NULL and the row would be dropped)."""
+        if not (math.isfinite(float(focal_return)) and abs(float(focal_return)) <= MAX_RETURN):
+            raise ValueError(f"episode {key.as_tuple()!r:.200}: its return {focal_return!r} is not a finite number "
+                             f"within {MAX_RETURN:g}; nothing stored")
         if not isinstance(episode, str):
             episode = json.dumps(episode, sort_keys=True)
         cursor = self.conn.execute(
@@ -155,7 +165,12 @@ class ResultStore:
 
 
 _Text = Annotated[str, Strict(), Field(min_length=1, max_length=4_096)]
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
+# A stored figure as a table or a verdict reads it back (a return, a gain, welfare, a CI, an episode's statistic):
+# finite and no larger than a scenario can pay (a forged NaN or inf would drop a row from a table, or flip a
+# verdict, silently); an int stays an int (a count). The one definition: every record model uses it.
+StoredNumber = (Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]  # as SQLite holds one
+                | Annotated[float, Field(ge=-MAX_RETURN, le=MAX_RETURN, allow_inf_nan=False)])
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # a mixture's weight
 
 
 class StoredRow(BaseModel):
@@ -173,8 +188,8 @@ class StoredRow(BaseModel):
     player_hash: _Text
     policy: Annotated[str, Strict(), Field(max_length=1_000_000)]
     seed: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
-    focal_return: Annotated[float, Strict(), _Finite] | Annotated[int, Strict()]
-    episode: dict[str, dict[str, Any]]
+    focal_return: StoredNumber
+    episode: dict[str, dict[str, StoredNumber]]
     wall_seconds: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] | Annotated[int, Strict(), Field(ge=0)]
     finished_at: Annotated[str, Strict(), Field(max_length=64)]
 

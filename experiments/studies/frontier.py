@@ -47,14 +47,18 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, Strict, TypeAdapter
+from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, write_file
+from commons_arena.inputs import load_record
 from experiments.evaluation.fixed_codes import SELECTION_SEEDS, Arena
+from experiments.evaluation.store import StoredNumber
 from experiments.evaluation.tables import markdown_table, write_table
 from experiments.statistics import mean_ci95, paired_difference
 from experiments.studies.exploit import slug
@@ -66,6 +70,28 @@ REFINE = 120  # seeds of the search's second look (experiments/evaluation/best_c
 SELECTION = 30  # seeds of its first look
 DO_NOTHING: dict[str, Any] = {"bluff": 0.0, "escalate_after": 1_000_000}  # truthful's: declares 0, never escalates
 TRUTHFUL, NOTHING, BEST = "truthful", "do_nothing", "best"
+
+
+class _Returns(TypedDict):
+    seat: list[StoredNumber]
+    allocator: list[StoredNumber]
+
+
+# a seat cell as the one reader (commons_arena.inputs.load_record) takes it back: every return finite and bounded
+class _SeatCell(TypedDict):
+    scenario: str
+    allocator: str
+    seat: str
+    seeds: list[Annotated[int, Strict(), Field(ge=0)]]
+    truthful: _Returns
+    do_nothing: _Returns
+    best: _Returns
+    best_name: str
+    source: str
+class _StoredCell(TypedDict):
+    key: dict[str, Any]
+    cell: _SeatCell
+CELL_RECORD = TypeAdapter(_StoredCell)
 
 
 def is_scripted(allocator: str) -> bool:
@@ -81,7 +107,7 @@ def search_seeds(count: int = SELECTION, refine: int = REFINE) -> tuple[list[int
 
 # ---------------------------------------------------------------------------- seat cells
 def cell_path(out: Path, scenario: str, allocator: str, seat: str) -> Path:
-    return out / CELLS_DIR / f"{scenario}-{slug(allocator)}-{seat}.json"
+    return out / CELLS_DIR / f"{slug(scenario)}-{slug(allocator)}-{seat}.json"
 
 
 def seat_cell(scenario: str, allocator: str, seat: str, seeds: Sequence[int], path: Path,
@@ -98,8 +124,11 @@ def seat_cell(scenario: str, allocator: str, seat: str, seeds: Sequence[int], pa
     key = {"scenario_hash": config.content_hash, "allocator_identity": allocator_identity(allocator), "seat": seat,
            "seeds": [int(s) for s in seeds], "selection": [int(s) for s in selection],
            "refine": [int(s) for s in refine], "exploit": None if run is None else str(run)}
-    if path.is_file():
-        stored = json.loads(path.read_text())
+    if path.is_file() or path.is_symlink():
+        stored = load_record(path, CELL_RECORD, "frontier cell", own=True)
+        lengths = {len(stored["cell"][part][who]) for part in (TRUTHFUL, NOTHING, BEST) for who in ("seat", "allocator")}
+        if lengths != {len(stored["cell"]["seeds"])}:
+            raise ValueError(f"frontier cell {path}: not the record this program writes: one return per seed")
         if stored["key"] == key:
             return dict(stored["cell"])
     arena = Arena(config, allocator, seat)
@@ -314,6 +343,7 @@ FRONTIER_COLUMNS = ("scenario", "allocator", "welfare", "welfare_ci95", "exploit
                     "exploiting_seat", "from_search", "from_learning", "verdict", "exploitability_margin",
                     "exploitability_margin_low", "exploitability_margin_high", "frontier_at_welfare", "welfare_margin",
                     "welfare_margin_low", "welfare_margin_high", "frontier_at_exploitability", "seeds")
+PRINTED_COLUMNS = ("scenario", "allocator", "welfare", "exploitability", "exploiting_seat", "verdict")
 FRONTIER_PREAMBLE = (
     "# The welfare-exploitability frontier\n\n"
     "**welfare**: the allocator's return against the tier's own population (mean ± 95% CI). **exploitability**: the "
@@ -353,12 +383,13 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
         for allocator in allocators:
             cells = [seat_cell(scenario, allocator, seat, seeds, cell_path(out, scenario, allocator, seat), first,
                                second, exploit_dir) for seat in config.team_names]
-            measured = welfare(scenario, allocator, seeds, out / WELFARE_DIR / f"{scenario}-{slug(allocator)}.json")
+            measured = welfare(scenario, allocator, seeds, out / WELFARE_DIR / f"{slug(scenario)}-{slug(allocator)}.json")
             points[allocator] = point_of(allocator, measured["returns"], cells, resamples)
             cis[allocator], cells_of[allocator] = measured["welfare_ci95"], cells
             seats += seat_table(cells)
-            print(f"  {scenario} {allocator}: welfare {points[allocator].mean_welfare:.1f}, exploitability "
-                  f"{points[allocator].exploitability:.1f} ({points[allocator].exploiting_seat})", flush=True)
+            print(f"  {scenario} {allocator}: welfare {points[allocator].mean_welfare:.1f}, "
+                  f"{exploitability_words(points[allocator].exploitability, points[allocator].exploiting_seat)}",
+                  flush=True)
         scripted = [a for a in allocators if is_scripted(a)]
         everything = mixtures([points[a] for a in scripted], step) if len(scripted) > 1 else [points[a] for a in scripted]
         lines[scenario] = [(p.mean_welfare, p.exploitability) for p in pareto(everything)]
@@ -374,8 +405,16 @@ def frontier(scenarios: Sequence[str], allocators: Sequence[str], seeds: Sequenc
                                                 "(allocators and pairwise mixtures)"))
     for path in written:
         print(f"wrote {path}")
-    print(markdown_table(table))
+    print(markdown_table([{c: r[c] for c in PRINTED_COLUMNS} for r in table]))
+    print(f"(the first {len(PRINTED_COLUMNS)} of its {len(FRONTIER_COLUMNS)} columns: every one is in frontier.md)")
     return rows
+
+
+def exploitability_words(value: float, seat: str) -> str:
+    """The exploitability as what it is: the best gain over truthful that the search found, a lower bound."""
+    if value <= 0:
+        return "exploitability at least 0: no searched code beat truthful in any seat (a lower bound)"
+    return f"exploitability at least {value:.1f} ({seat}: the best code the search found, a lower bound)"
 
 
 __all__ = ["CELLS_DIR", "Point", "beyond", "frontier", "is_scripted", "mixtures", "pareto", "resample_indices", "seat_cell",

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import Field, Strict, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts of typing_extensions on Python 3.11
 
 import commons_arena
@@ -56,6 +56,7 @@ from commons_arena.errors import format_validation_error
 from commons_arena.files import make_folder, write_file
 from commons_arena.inputs import load_json_object
 from experiments.evaluation.metagame import zero_sum_nash
+from experiments.evaluation.store import Share, StoredNumber
 from experiments.evaluation.tables import markdown_table
 from experiments.statistics import mean_ci95
 from experiments.studies.arms_race import continuation, seat_roster, tournament_series
@@ -95,7 +96,7 @@ class Member:
 
 # ------------------------------------------------------------------ the steps' records read back
 
-_Number = Annotated[float, Field(allow_inf_nan=True)] | Annotated[int, Strict()]
+_Number = StoredNumber  # finite, bounded (experiments/evaluation/store.py)
 
 
 class _Member(TypedDict):
@@ -109,8 +110,8 @@ class _Game(TypedDict):
     members: Annotated[list[_Member], Field(max_length=(MAX_ROUNDS + 1) * MAX_PSRO_SEATS)]
     gain: list[list[_Number]]
     gain_ci95: list[list[_Number]]
-    member_mixture: dict[PsroName, _Number]
-    allocator_mixture: dict[PsroName, _Number]
+    member_mixture: dict[PsroName, Share]
+    allocator_mixture: dict[PsroName, Share]
     equilibrium_gain: _Number
 
 

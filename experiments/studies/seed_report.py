@@ -22,6 +22,7 @@ figure moves between these seeds, not as the spread of all training runs.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import numpy as np
 
 from commons_arena.files import check_outputs, write_file
 from commons_arena.inputs import load_json_object
+from experiments.evaluation.evaluate import MAX_SCORE
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import first_seed
 from experiments.statistics import bootstrap_ci, iqm, iqm_of
@@ -66,9 +68,11 @@ def seed_runs(parent: Path) -> list[SeedRun]:
         final_path = folder / "final_scores.json"
         final = load_json_object(final_path, "final scores", allow_nan=True) if final_path.exists() else {}
         for tier, report in final.items():
-            if not isinstance(report, dict) or isinstance(report.get("score"), bool) \
-                    or not isinstance(report.get("score"), int | float):
-                raise ValueError(f"{final_path}: {tier}: expected an object with a number \"score\"")
+            score = report.get("score") if isinstance(report, dict) else None
+            if isinstance(score, bool) or not isinstance(score, int | float) \
+                    or not (math.isnan(score) or abs(score) <= MAX_SCORE):  # NaN: undefined where random = oracle
+                raise ValueError(f"{final_path}: {tier}: expected an object with a number \"score\" of magnitude at "
+                                 f"most {MAX_SCORE:.0e}")
         seed = args.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"{folder}: its recorded seed must be an integer")
@@ -86,6 +90,11 @@ def seed_runs(parent: Path) -> list[SeedRun]:
     return sorted(runs, key=lambda r: r.seed)
 
 
+def is_mixed(run: SeedRun) -> bool:
+    """Whether the run's last evaluation scored per tier (``score/<tier>``: a mix, even of one tier)."""
+    return any(key.startswith("score/") for key in run.history[-1])
+
+
 def tiers(run: SeedRun) -> list[str]:
     """The scenarios the run is judged on: every tier of a mix, else the last row's scenario."""
     last = run.history[-1]
@@ -100,7 +109,7 @@ def final_scores(run: SeedRun) -> dict[str, float]:
     names = tiers(run)
     if run.final:
         scores = {t: float(run.final[t]["score"]) for t in names if t in run.final}
-    elif len(names) > 1:
+    elif is_mixed(run):
         scores = {t: float(last[f"score/{t}"]) for t in names}
     else:
         scores = {names[0]: float(last["score"])}
@@ -143,8 +152,14 @@ def pooled_comparison(rows: list[dict[str, Any]], seeds: list[int]) -> list[dict
 def curve_rows(runs: list[SeedRun]) -> dict[str, list[dict[str, Any]]]:
     """Tier (or ``score``) -> rows of iteration, mean score over seeds and its min-max band,
     at the iterations every seed evaluated."""
-    key_names = {t: f"score/{t}" for t in tiers(runs[0])} if len(tiers(runs[0])) > 1 else {"score": "score"}
-    common = set.intersection(*({row["iteration"] for row in r.history} for r in runs))
+    key_names = {t: f"score/{t}" for t in tiers(runs[0])} if is_mixed(runs[0]) else {"score": "score"}
+    # the iterations every seed evaluated on every tier (a row judged elsewhere, a curriculum's earlier stage, lacks them)
+    common = set.intersection(*({row["iteration"] for row in r.history if all(row.get(k) is not None
+                                                                              for k in key_names.values())}
+                                for r in runs))
+    if not common:
+        raise ValueError(f"{runs[0].folder.parent}: the seeds' runs share no evaluated iteration: not one experiment "
+                         "over seeds (same --eval-every and budget)")
     curves: dict[str, list[dict[str, Any]]] = {}
     for label, key in key_names.items():
         rows = []
@@ -210,18 +225,22 @@ def write_seed_report(parent: Path, compare_seeds: int = 100, progress: bool = F
     scores = score_table(runs)
     head = runs[0].args
     learns_allocator = kind_of(head["experiment"]).allocator_learns(head.get("learners", TrainArgs().learners))
+    curves = curve_rows(runs)
+    rows: list[dict[str, Any]] = []
     pooled: list[dict[str, Any]] = []
     if learns_allocator and compare_seeds > 0:
         checkpoints = {f"s{r.seed}": r.folder / "best" for r in runs}
         episodes = list(range(COMPARE_FIRST_SEED, COMPARE_FIRST_SEED + compare_seeds))
         rows = compare_many(checkpoints, tiers(runs[0]), episodes, progress=progress)
-        write_csv(rows, parent / "vs_scripted.csv")
         pooled = pooled_comparison(rows, [r.seed for r in runs])
-    learning_curve(curve_rows(runs), None, parent / "learning_curves.png", y="score", x="iteration",
+    text = seed_report_markdown(runs, scores, pooled, compare_seeds)
+    # every figure computed before the first file: a refusal or an error leaves no half report
+    if rows:
+        write_csv(rows, parent / "vs_scripted.csv")
+    learning_curve(curves, None, parent / "learning_curves.png", y="score", x="iteration",
                    title="held-out normalised score over training seeds")
     write_file(parent / "aggregate.json", json.dumps({"seeds": [r.seed for r in runs], "final_scores": scores,
                                                       "vs_scripted": pooled}, indent=1))
-    text = seed_report_markdown(runs, scores, pooled, compare_seeds)
     path = write_file(parent / "aggregate.md", text)
     print(text)
     return path

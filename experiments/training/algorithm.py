@@ -176,6 +176,10 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     env, kind_callbacks, kind_parts = args.kind.configure(setup, env, stage)  # a curriculum's, a league's
     callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
     model_config, module_class, learner_class = args.net.module(setup)
+    if args.sampler == "lean" and module_class is None:  # RLlib's default module with the one-tensor distribution
+        from experiments.training.lean import LeanPPOModule
+
+        module_class = LeanPPOModule
     config = build_algorithm_config(
         first, plan,
         scripted=None if setup.scripted_in_env else scripted_factories(setup),
@@ -201,13 +205,10 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
             raise ValueError(f"--sampler {args.sampler} cannot play this run ({why}); use --sampler stock")
         config = config.env_runners(env_runner_cls=BatchedEnvRunner)
     if args.sampler == "lean":  # arrays, not episodes: the runner's rollouts, PPO's update from a batch
-        from experiments.training.lean import LeanEnvRunner, LeanPPO
+        from experiments.training.lean import LeanEnvRunner, LeanPPO, OverlappedLeanPPO
 
-        if args.algo != "PPO" or args.use_lstm:
-            raise ValueError("--sampler lean trains PPO over feed-forward modules; use --sampler batched for "
-                             f"{'an LSTM' if args.use_lstm else args.algo}")
         config = config.env_runners(env_runner_cls=LeanEnvRunner)
-        config.algo_class = LeanPPO
+        config.algo_class = OverlappedLeanPPO if args.overlap else LeanPPO
     ppo_only: dict[str, Any] = {"vf_clip_param": args.vf_clip} if args.algo == "PPO" else {}  # APPO has none
     # typed as the base AlgorithmConfig, whose training() lacks PPO's and APPO's lambda_ and entropy_coeff
     config = config.training(  # type: ignore[call-arg]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, get_args, get_origin
 
 import tyro
 
+from commons_arena.batched.env import MAX_NUM_ENVS
 from experiments.seeds import first_seed
 from experiments.training.kinds import KINDS, Kind, kind_of
 from experiments.training.networks import NETWORKS, Network, network_of
@@ -32,7 +33,7 @@ MAX_TRAIN_SEED = 2**31 - 1  # RLlib seeds numpy's generators (< 2**32) with seed
 SELECTION_ROOM = 4_000  # seeds of the evaluate range (experiments/seeds.py) a search may choose on
 MAX_EVAL_SEEDS = 100_000  # held-out episodes of one evaluation or report (the commands' --seeds bound)
 MAX_RUNNERS = 256
-MAX_ENVS_PER_RUNNER = 4_096
+MAX_ENVS_PER_RUNNER = MAX_NUM_ENVS  # one batch of the batched sampler
 MAX_BATCH = 10_000_000
 MAX_EPOCHS = 1_000
 MAX_HIDDEN = 4_096  # widest layer; at most MAX_LAYERS layers (4 x 65536 would be 12.9 billion weights)
@@ -40,6 +41,9 @@ MAX_LAYERS = 8
 MAX_TORCH_THREADS = 256
 MAX_ITERATIONS = 10_000_000
 MAX_MINUTES = 1_000_000.0  # ~2 years
+MAX_LR = 10.0  # a step this size already diverges; 1e300 reached torch (after Ray) as inf
+MAX_LOGIT_BIAS = 100.0  # --zero-bias, --best-code-bias: at 100 the start is already certain (e^-100 elsewhere)
+MAX_ENTROPY_COEFF = 100.0
 MAX_FIRST_SEED = 2**63 - 1  # a held-out seed: reset() takes any int >= 0, a results row stores int64
 
 
@@ -166,6 +170,9 @@ class TrainArgs:
     one or mixed scenarios, a scripted background in the env; refused with the reason otherwise);
     'lean' samples the batched core into arrays and trains PPO from them, no episode objects
     (experiments/training/lean.py; what 'batched' plays, PPO only)"""
+    overlap: bool = False
+    """--sampler lean with remote runners: each samples the next batch while the driver updates (both cores at
+    work; the samples lag the weights by one update, which changes PPO slightly: docs/training.md)"""
     hidden: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the allocator's policy and value networks"""
     eval_every: int = 5
@@ -195,8 +202,12 @@ class TrainArgs:
     a taken --run-name is refused: runs never share a folder"""
     resume: Path | None = None
     """continue the run in this folder from its last checkpoint (its experiment.toml wins); the only
-    way to write into an existing run folder. It restores RLlib's full state, which is pickled:
-    resume only runs you made (`learned:` never reads those files)"""
+    way to write into an existing run folder. It restores RLlib's full state, which is pickled: the run
+    records the sha256 of its checkpoint's files, and a checkpoint that differs is refused (`learned:` never
+    reads those files)"""
+    trust_checkpoint: bool = False
+    """with --resume: restore a checkpoint whose files differ from the run's record (or an older run's,
+    which has none): its pickles run code, so only for a folder you made or trust"""
     address: str | None = None
     """Ray cluster address (default: $RAY_ADDRESS, else a local Ray)"""
     torch_threads: int = 1
@@ -222,11 +233,13 @@ class TrainArgs:
             (1 <= self.minibatch_size <= max(self.train_batch_size, 1),
              f"--minibatch-size must be between 1 and --train-batch-size ({self.train_batch_size}), got {self.minibatch_size}"),
             (self.num_epochs >= 1, f"--num-epochs must be at least 1, got {self.num_epochs}"),
-            (math.isfinite(self.lr) and self.lr >= 0, f"--lr must be a number >= 0 (0 freezes the policy), got {self.lr}"),
+            (math.isfinite(self.lr) and 0 <= self.lr <= MAX_LR,
+             f"--lr must be in [0, {MAX_LR:g}] (0 freezes the policy), got {self.lr}"),
             (math.isfinite(self.gamma) and 0 < self.gamma <= 1, f"--gamma must be in (0, 1], got {self.gamma}"),
             (math.isfinite(self.gae_lambda) and 0 <= self.gae_lambda <= 1,
              f"--gae-lambda must be in [0, 1], got {self.gae_lambda}"),
-            (math.isfinite(self.entropy_coeff) and self.entropy_coeff >= 0, f"--entropy-coeff must be >= 0, got {self.entropy_coeff}"),
+            (math.isfinite(self.entropy_coeff) and 0 <= self.entropy_coeff <= MAX_ENTROPY_COEFF,
+             f"--entropy-coeff must be in [0, {MAX_ENTROPY_COEFF:g}], got {self.entropy_coeff}"),
             (self.vf_clip > 0, f"--vf-clip must be > 0 (inf: no clip), got {self.vf_clip}"),
             (1 <= len(self.hidden) <= MAX_LAYERS and all(1 <= h <= MAX_HIDDEN for h in self.hidden),
              f"--hidden needs 1 to {MAX_LAYERS} layer sizes in [1, {MAX_HIDDEN}], got {list(self.hidden)[:MAX_LAYERS + 1]}"),
@@ -236,12 +249,14 @@ class TrainArgs:
             (math.isfinite(self.promote_at), f"--promote-at must be a finite number, got {self.promote_at}"),
             (self.promote_after >= 0, f"--promote-after must be 0 or more, got {self.promote_after}"),
             (self.torch_threads >= 1, f"--torch-threads must be at least 1, got {self.torch_threads}"),
+            (not self.overlap or self.sampler == "lean", "--overlap overlaps the lean sampler with its update: "
+             "pass --sampler lean (and --num-env-runners 1 or more)"),
             (math.isfinite(self.snapshot_margin), f"--snapshot-margin must be a finite number, got {self.snapshot_margin}"),
             (self.snapshot_gap >= 1, f"--snapshot-gap must be at least 1, got {self.snapshot_gap}"),
-            (math.isfinite(self.favour_strength) and self.favour_strength >= 0,
-             f"--zero-bias must be >= 0, got {self.zero_bias}"),
-            (math.isfinite(self.best_code_bias) and self.best_code_bias >= 0,
-             f"--best-code-bias must be >= 0, got {self.best_code_bias}"),
+            (math.isfinite(self.favour_strength) and 0 <= self.favour_strength <= MAX_LOGIT_BIAS,
+             f"--zero-bias must be in [0, {MAX_LOGIT_BIAS:g}], got {self.zero_bias}"),
+            (math.isfinite(self.best_code_bias) and 0 <= self.best_code_bias <= MAX_LOGIT_BIAS,
+             f"--best-code-bias must be in [0, {MAX_LOGIT_BIAS:g}], got {self.best_code_bias}"),
             (self.report_seeds >= 2, f"--report-seeds must be at least 2 (a paired CI), got {self.report_seeds}"),
             (self.report_first_seed >= 0, f"--report-first-seed must be non-negative, got {self.report_first_seed}"),
             (self.selection_seeds >= 1, f"--selection-seeds must be at least 1, got {self.selection_seeds}"),

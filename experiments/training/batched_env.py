@@ -54,10 +54,10 @@ from ray.rllib.utils.metrics import (
 )
 
 from commons_arena.scenario import ScenarioConfig, load_scenario
-from experiments.training.env import TRAINING_SEEDS
+from experiments.training.env import MIX_INFO, MIXTURE_INFO, TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
 from policies.batch_learned import batch_interface
-from policies.focal_vector import FocalVectorEnv
+from policies.focal_vector import Background, BackgroundMixture, FocalVectorEnv
 from policies.learned import ObservationInterface
 from policies.shipping import install
 
@@ -65,9 +65,7 @@ from policies.shipping import install
 def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
     """Why the batched sampler cannot play a run with this env config (None: it can)."""
     cfg = ArenaEnvConfig.of(env)
-    for part, why in ((cfg.background_mix, "background_mix: a background mix is drawn per episode"),
-                      (cfg.background_mixture, "background_mixture: a mixture of backgrounds is drawn per episode"),
-                      (cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
+    for part, why in ((cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
                       (cfg.league, "league: league members switch per episode")):
         if part:
             return why
@@ -76,12 +74,30 @@ def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
     return None
 
 
+def background_of(cfg: ArenaEnvConfig) -> Background | BackgroundMixture:
+    """The run's background: one, a ``--mix-background`` (entry 1, drawn with its share) or a ``--mixture``."""
+    if cfg.background_mix is not None:
+        share = float(cfg.background_mix.share)
+        return BackgroundMixture(("background", "mix"), (cfg.background, cfg.background_mix.background),
+                                 (1.0 - share, share))
+    return cfg.background_mixture or cfg.background
+
+
+def background_tag(cfg: ArenaEnvConfig, entry: int) -> dict[str, Any]:
+    """What a finished episode's infos say about the background it played (as the stock env's do)."""
+    if cfg.background_mix is not None:
+        return {MIX_INFO: float(entry == 1)}
+    return {MIXTURE_INFO: entry} if cfg.background_mixture is not None else {}
+
+
 class ArenaView(MultiAgentEnv):
     """One arena of the batch as RLlib's runner and callbacks see a sub-env: its agents, spaces
     and the seed and scenario of the episode it plays. It is never stepped itself."""
 
-    def __init__(self, agents: list[str], obs_spaces: dict[str, Any], act_spaces: dict[str, Any]) -> None:
+    def __init__(self, agents: list[str], obs_spaces: dict[str, Any], act_spaces: dict[str, Any],
+                 batch: BatchedFocalEnv | None = None) -> None:
         super().__init__()
+        self._batch = batch
         self.possible_agents, self.agents = list(agents), list(agents)
         self.observation_spaces, self.action_spaces = obs_spaces, act_spaces  # type: ignore[assignment]
         self.observation_space = gym.spaces.Dict(obs_spaces)
@@ -89,6 +105,11 @@ class ArenaView(MultiAgentEnv):
         self.episode_seed: int | None = None
         self.scenario: ScenarioConfig | None = None
         self.env_seconds = 0.0  # the batch's time is the batch's (BatchedFocalEnv.env_seconds)
+
+    def set_scenario(self, scenario: ScenarioConfig | str) -> None:
+        """What a kind's start asks of every env (experiments.training.callbacks.set_scenario_everywhere)."""
+        if self._batch is not None:
+            self._batch.set_scenario(scenario)
 
 
 @dataclass
@@ -101,6 +122,7 @@ class ArrayStep:
     truncated: dict[str, np.ndarray]
     infos: dict[str, dict[str, Any]]  # the focal env's (policies.focal_vector)
     restarted: np.ndarray  # rows that are an arena's NEXT_STEP reset: no transition
+    entries: np.ndarray  # the mixture entry each arena's episode plays (0 without a mixture)
 
 
 class BatchedFocalEnv(VectorMultiAgentEnv):
@@ -130,7 +152,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         obs_spaces = {a: first[a].one.observation_space() for a in self.learned}
         act_spaces = {a: first[a].one.action_space() for a in self.learned}
         self._check_spaces(obs_spaces, act_spaces)
-        self.views = [ArenaView(self.learned, obs_spaces, act_spaces) for _ in range(num_envs)]
+        self.views = [ArenaView(self.learned, obs_spaces, act_spaces, self) for _ in range(num_envs)]
         self.envs = list(self.views)  # what RLlib's runner reads per sub-env (spaces, agents)
         self.single_observation_spaces, self.single_action_spaces = obs_spaces, act_spaces
         self.single_observation_space = gym.spaces.Dict(obs_spaces)
@@ -142,7 +164,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     def _build(self, configs: Sequence[ScenarioConfig], weights: Sequence[float] | None) -> None:
         """The batch over ``configs`` (arenas split by ``weights``): the focal env, the interfaces, reward scales."""
         cfg = self.cfg
-        self.focal = FocalVectorEnv(list(configs), self.num_envs, focal=self.learned, background=cfg.background,
+        self.focal = FocalVectorEnv(list(configs), self.num_envs, focal=self.learned, background=background_of(cfg),
                                     weights=list(weights) if weights else None, shapes="any", cache=self._groups)
         self.groups = self.focal.groups
         self.interfaces = [{seat: self._batch_interface(g.config, seat, g.size) for seat in self.learned}
@@ -151,8 +173,9 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
         self.scenario_names = [g.config.name for g in self.groups for _ in range(g.size)]
         self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
-        if getattr(self, "single_observation_spaces", None):  # a redraw: the spaces RLlib was given must hold
-            self._check_spaces(self.single_observation_spaces, self.single_action_spaces)
+        given: Any = getattr(self, "single_observation_spaces", None)
+        if given:  # a redraw: the spaces RLlib was given must hold
+            self._check_spaces(given, self.single_action_spaces or {})
 
     def _check_spaces(self, obs_spaces: Mapping[str, Any], act_spaces: Mapping[str, Any]) -> None:
         for group, interfaces in zip(self.groups, self.interfaces, strict=True):
@@ -166,6 +189,14 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         if key not in self._interfaces:
             self._interfaces[key] = batch_interface(self._interface(self.cfg, config, seat), size)
         return self._interfaces[key]
+
+    def set_scenario(self, scenario: ScenarioConfig | str) -> None:
+        """Every arena plays ``scenario``: the batch's one scenario already (a kind's start), else refused (a
+        switch mid-run: a curriculum, which the batched samplers do not play)."""
+        config = load_scenario(scenario)
+        if [c.content_hash for c in self.pool] != [config.content_hash]:
+            raise ValueError(f"the batched samplers play their run's scenarios throughout; switching to "
+                             f"{config.name!r} mid-run (a curriculum) needs --sampler stock")
 
     def redraw(self, rng: np.random.Generator) -> None:
         """A run over many scenarios (``draw`` > 0): the batch's scenarios become ``draw`` of them, drawn without
@@ -206,6 +237,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         reward, terminated, truncated, infos = self.focal.merge(steps)
         self.env_seconds += time.perf_counter() - clock
         restarted = self.focal.restarted.copy()
+        entries = self.focal.mixture_entry  # an arena that ended now keeps its entry until it restarts next step
         if restarted.any():
             for group, interfaces in zip(self.groups, self.interfaces, strict=True):
                 arenas = np.flatnonzero(restarted[group.rows])
@@ -215,7 +247,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             for j in np.flatnonzero(restarted).tolist():
                 self._view(j)
         scaled = {a: reward[a] * self.reward_scale[a] for a in self.learned}
-        return ArrayStep(self._observe([step.obs for step in steps]), scaled, terminated, truncated, infos, restarted)
+        return ArrayStep(self._observe([step.obs for step in steps]), scaled, terminated, truncated, infos, restarted,
+                         entries)
 
     def _observe(self, raw: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The modules' views of every arena from each group's raw observations."""
@@ -254,6 +287,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         terms_of = {a: {k: v.tolist() for k, v in out.infos[a]["reward_terms"].items()} for a in self.learned}
         episode = {a: out.infos[a].get("episode") for a in self.learned}
         ended_list, restarted = ended.tolist(), out.restarted.tolist()
+        entries = out.entries
         observations = [{a: out.obs[a][i] for a in self.learned} for i in range(self.num_envs)]
         rewards, terminateds, truncateds, infos = [], [], [], []
         for i in range(self.num_envs):
@@ -272,8 +306,10 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             for a in self.learned:
                 seat_info: dict[str, Any] = {"reward_terms": {k: v[i] for k, v in terms_of[a].items()},
                                              "scenario_hash": self.scenario_hashes[i]}
-                if ended_list[i] and episode[a] is not None:
-                    seat_info["episode"] = {k: float(v[i]) for k, v in episode[a].items()}
+                totals = episode[a]
+                if ended_list[i] and totals is not None:
+                    seat_info["episode"] = {k: float(v[i]) for k, v in totals.items()}
+                    seat_info.update(background_tag(self.cfg, int(entries[i])))
                 seat_infos[a] = seat_info
             infos.append(seat_infos)
         return (observations, *(np.array(column, dtype=object) for column in (rewards, terminateds, truncateds,

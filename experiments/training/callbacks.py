@@ -62,14 +62,23 @@ class RewardTermsCallback(RLlibCallback):
         final = episode.get_infos(-1, agent_ids=[self.agent_id]).get(self.agent_id) or {}
         totals = final.get("episode", {})
         if MIX_INFO in final:
-            metrics_logger.log_value(MIX_SHARE_KEY, float(final[MIX_INFO]), reduce="mean", window=window)
+            log_background_draw(metrics_logger, None, int(final[MIX_INFO]), window)
         if MIXTURE_INFO in final and env_runner is not None:
-            mixture = ArenaEnvConfig.of(env_runner.config.env_config).background_mixture
-            for i, name in enumerate(mixture.names if mixture else ()):
-                metrics_logger.log_value((MIXTURE_SHARES_KEY, name), float(final[MIXTURE_INFO] == i), reduce="mean",
-                                         window=window)
+            log_background_draw(metrics_logger, ArenaEnvConfig.of(env_runner.config.env_config),
+                                int(final[MIXTURE_INFO]), window)
         log_episode_totals(metrics_logger, totals, final.get("scenario_hash"),
                            ArenaEnvConfig.of(env_runner.config.env_config) if env_runner is not None else None, window)
+
+
+def log_background_draw(metrics_logger: Any, env_config: ArenaEnvConfig | None, entry: int, window: int) -> None:
+    """Which background a finished episode played: of a ``--mix-background`` (``env_config`` None; entry 1: the
+    mix), or of a ``--mixture`` (entry: its index), as the share of the window's episodes that played each."""
+    mixture = None if env_config is None else env_config.background_mixture
+    if mixture is None:
+        metrics_logger.log_value(MIX_SHARE_KEY, float(entry == 1), reduce="mean", window=window)
+        return
+    for i, name in enumerate(mixture.names):
+        metrics_logger.log_value((MIXTURE_SHARES_KEY, name), float(entry == i), reduce="mean", window=window)
 
 
 def log_episode_totals(metrics_logger: Any, totals: dict[str, float], scenario_hash: Any,

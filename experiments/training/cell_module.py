@@ -92,7 +92,8 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         cells, mask = self._split(batch[Columns.OBS])
         real = mask > 0.5
-        embedded = cells.new_zeros((*mask.shape, self.vf_head[-1].in_features))
+        width = int(self.vf_head[-1].in_features)  # type: ignore[arg-type]
+        embedded = cells.new_zeros((*mask.shape, width))
         embedded[real] = self.vf_embed(cells[real])
         weights = mask / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
         pooled = (embedded * weights.unsqueeze(-1)).sum(dim=-2)

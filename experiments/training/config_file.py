@@ -53,7 +53,7 @@ from experiments.training.kinds import SPLIT_PREFIX
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written; on
 # ``--resume`` they are this session's). The one list of them (the budget is recorded: runs.BUDGET).
-SESSION_FIELDS = ("resume", "address", "quiet", "run_name")
+SESSION_FIELDS = ("resume", "trust_checkpoint", "address", "quiet", "run_name")
 POPULATION_FIELDS = ("background", "mix_background", "mixture")  # population (mixture) files whose sha256 the file records
 HEADER = ("# commons-arena experiment file: `commons-arena train --config THIS.toml` reruns it\n"
           "# (flags given beside --config override its values; docs/training.md)\n")

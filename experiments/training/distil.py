@@ -63,7 +63,6 @@ CHECK_FIRST_SEED = SEED_RANGES["distil_check"].first  # never played while colle
 MAX_DISTIL_ROUNDS = 1_000
 MAX_DISTIL_SCENARIOS = 100_000
 MAX_CLIP = 64  # a correction of more GPUs than any tier holds asks nothing new
-MAX_LR = 10.0
 MAX_COLLECT_EPISODES = 1_000_000  # rounds x seeds: the training seed range's block per scenario
 
 
@@ -112,6 +111,7 @@ class DistilArgs:
             MAX_EVAL_SEEDS,
             MAX_HIDDEN,
             MAX_LAYERS,
+            MAX_LR,
             MAX_RUNNERS,
             MAX_TRAIN_SEED,
         )
@@ -287,7 +287,7 @@ def fit_student(features: np.ndarray, labels: np.ndarray, args: DistilArgs, n_ac
                  "zero_accuracy": float((truth == zero).mean())}
 
 
-def _scenarios(args: DistilArgs) -> list[ScenarioConfig]:
+def distil_scenarios(args: DistilArgs) -> list[ScenarioConfig]:
     from commons_arena.family import load_split, refuse_heldout
     from commons_arena.scenario import load_scenario
 
@@ -305,7 +305,7 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     from policies.universal import UniversalInterface
 
     args.validate()
-    configs = _scenarios(args)
+    configs = distil_scenarios(args)
     probe = UniversalInterface(configs[0], ALLOCATOR, "need")
     n_actions, zero = probe.n_actions, probe.zero
     check = configs[: args.check_scenarios]

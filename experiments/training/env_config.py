@@ -18,6 +18,7 @@ import numpy as np
 
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.networks import MLP, Network
+from policies.focal_vector import BackgroundMixture  # entry i (None: each scenario's own population), drawn per episode
 
 # A scenario as the env config carries it: parsed once by the run's setup (a ScenarioConfig,
 # pickled to the env runners as data) or a shipped scenario's name (tests, stand-in envs).
@@ -32,16 +33,6 @@ class BackgroundMix:
 
     background: Background
     share: float
-
-
-@dataclass(frozen=True)
-class BackgroundMixture:
-    """Entry ``i`` (None: each scenario's own population) plays instead of the run's background with
-    probability ``weights[i] / sum(weights)`` (a ``--mixture`` file, :mod:`experiments.training.mixture`)."""
-
-    names: tuple[str, ...]
-    backgrounds: tuple[Background | None, ...]
-    weights: tuple[float, ...]
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ class Kind:
     league: ClassVar[bool] = False  # team seats shared by learned and scripted members: exact scales, league codecs
     chooses_learners: ClassVar[bool] = False  # --learners names the learning seats
     shape_free: ClassVar[bool] = False  # plays clusters of every shape: needs --network cells
+    batched_refusal: ClassVar[str | None] = None  # why --sampler batched cannot play this kind (None: it can)
 
     def stages(self, args: Any) -> tuple[str, ...]:
         """The scenarios of a run (curriculum stages, mixed tiers, a family's split, or ``--scenario``)."""
@@ -161,6 +162,7 @@ class AllocatorCurriculum(Kind):
 
     name = "allocator_curriculum"
     switches_populations = True
+    batched_refusal = "curriculum: a curriculum switches every env's scenario"
 
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS
@@ -286,6 +288,7 @@ class League(Kind):
 
     name = "league"
     switches_populations = True
+    batched_refusal = "league: league members switch per episode"
     league = True
 
     def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:

@@ -40,7 +40,7 @@ from commons_arena.errors import format_validation_error
 from commons_arena.files import toml_text
 from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
-from policies.population import Population
+from policies.population import Population, draw, thresholds
 
 
 class MixtureError(ValueError):
@@ -87,18 +87,6 @@ class Mixture:
 
     def describe(self) -> str:
         return ", ".join(f"{n} {p:.0%}" for n, p in zip(self.names, self.probabilities, strict=True))
-
-
-def thresholds(weights: Sequence[float]) -> list[float]:
-    """:func:`draw`'s boundaries for ``weights``: the cumulative probabilities without the last (1)."""
-    w = np.asarray(weights, dtype=float)
-    return [float(x) for x in np.cumsum(w / w.sum())[:-1]]
-
-
-def draw(rng: np.random.Generator, thresholds: Sequence[float]) -> int:
-    """The index drawn by one uniform number ``u`` of ``rng``: the number of thresholds ``<= u``
-    (one threshold ``p``: 0 when ``u < p``, the ``--mix-share`` rule)."""
-    return int(np.searchsorted(thresholds, rng.random(), side="right"))
 
 
 def mixture_from_dict(data: dict, base: Path | None = None, source: str = "<dict>") -> Mixture:

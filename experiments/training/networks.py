@@ -187,9 +187,10 @@ def network_of(name: str) -> Network:
 
 
 def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | None, history: int,
-                     hidden: Sequence[int], network: Network = MLP) -> dict[str, Any]:
-    """``--init-from``'s sidecar, if its policy fits the run's allocator module; else ValueError naming the flag."""
-    where = f"--init-from {spec}"
+                     hidden: Sequence[int], network: Network = MLP, where: str | None = None) -> dict[str, Any]:
+    """``--init-from``'s sidecar (or, ``where`` saying so, a resumed run's checkpoint's), if its policy fits the
+    run's allocator module; else ValueError naming the flag."""
+    where = where or f"--init-from {spec}"
     try:
         meta = read_sidecar(checkpoint_dir(spec))
     except ValueError as err:  # a CheckpointError: what is wrong with the folder

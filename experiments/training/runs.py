@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
-from commons_arena.files import make_folder, point_link, write_file
-from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text
+from commons_arena.files import make_folder, point_link, refuse_link, write_file
+from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text, tree_sha256
 from commons_arena.scenario import ScenarioConfig
+from experiments.evaluation.evaluate import MAX_SCORE
 from experiments.training.args import LATEST, MAX_ITERATIONS, MAX_MINUTES, TrainArgs
 from experiments.training.config_file import SESSION_FIELDS, load_experiment, write_experiment
 
@@ -54,6 +55,7 @@ class RunState:
     seconds: float = 0.0
     best_score: float = float("-inf")  # best held-out score of the last stage reached
     history: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint_sha256: str = ""  # of every file under <run>/checkpoint as saved (its pickles: --resume checks them)
 
 
 def _holds_files(folder: Path) -> bool:
@@ -73,16 +75,18 @@ def run_folder(args: TrainArgs) -> Path:
             raise ValueError(f"nothing to resume in {run}: it has no {RECORD} (not a run folder of `commons-arena train`)")
         return run.resolve()
     run = args.out / args.name
-    if not _holds_files(run):
-        return run.resolve()
-    if args.run_name is not None:
-        raise ValueError(
-            f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
-        )
-    number = 2
-    while _holds_files(args.out / f"{args.name}-{number}"):
-        number += 1
-    return (args.out / f"{args.name}-{number}").resolve()
+    if _holds_files(run) and not run.is_symlink():
+        if args.run_name is not None:
+            raise ValueError(
+                f"run folder {run} already holds a run; continue it with --resume {run}, or choose another --run-name"
+            )
+        number = 2
+        while _holds_files(args.out / f"{args.name}-{number}"):
+            number += 1
+        run = args.out / f"{args.name}-{number}"
+    # a link at the name, dangling or not, would carry the whole run (pickles included) to its target
+    refuse_link(run, "a run folder")
+    return run.resolve()
 
 
 def point_latest(run: Path) -> None:
@@ -124,9 +128,9 @@ def resumed_args(saved: dict[str, Any], current: TrainArgs) -> TrainArgs:
 def run_args(args: TrainArgs) -> TrainArgs:
     """The arguments this session runs with: ``args``, or with ``--resume`` the saved run's
     (:func:`resumed_args`)."""
+    run = run_folder(args)  # a new run's folder is checked here too: before RLlib loads
     if args.resume is None:
         return args
-    run = run_folder(args)
     saved = saved_args(run)
     resumed = replace(resumed_args(saved, args), run_name=run.name)  # the run's name is its folder's
     try:  # the saved arguments pass the same checks as flags, before anything is written
@@ -141,31 +145,34 @@ def run_args(args: TrainArgs) -> TrainArgs:
                              f"{' ...' if len(lacking) > 6 else ''}: the values the run trained with are unknown "
                              "(today's defaults may not fit its checkpoint); add them, or start a new run")
     check_saved_files(run)
-    done = saved_state(run, len(resumed.stages)).iterations
+    state = saved_state(run, len(resumed.stages))
+    check_checkpoint(run, state.checkpoint_sha256, args.trust_checkpoint)
+    done = state.iterations
     if resumed.iterations is not None and done >= resumed.iterations:
         raise ValueError(f"cannot resume {run}: it has trained {done} of its {resumed.iterations} iterations; pass "
                          f"--iterations with a larger total to train on")
     return resumed
 
 
-_FINITE = Annotated[float, Field(allow_inf_nan=False)]
-_NUMBER = Annotated[float, Field(allow_inf_nan=True)]
-SAVED_FILES: dict[str, TypeAdapter[Any]] = {  # what --resume reads back besides the record and state.json
-    "observation_scale.json": TypeAdapter(dict[str, list[_FINITE]] | list[_FINITE]),
-    "references.json": TypeAdapter(dict[str, dict[str, list[_NUMBER] | _NUMBER]]),
-}
+def check_checkpoint(run: Path, recorded: str, trust: bool) -> None:
+    """Before RLlib unpickles ``<run>/checkpoint``: its files must hash as the run recorded when it saved them
+    (``state.json``), unless ``trust`` (``--trust-checkpoint``): a planted or changed pickle runs code."""
+    folder = run / "checkpoint"
+    if trust or not (folder.exists() or folder.is_symlink()):
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise ValueError(f"{folder} is a link or not a folder: not the checkpoint this run saved")
+    if not recorded:
+        raise ValueError(f"{folder}: the run recorded no sha256 of its checkpoint (a run made before they were "
+                         "recorded): its pickles run code when restored; pass --trust-checkpoint if you made this folder")
+    if tree_sha256(folder, "checkpoint") != recorded:
+        raise ValueError(f"{folder}: its files differ from what the run saved (state.json's checkpoint_sha256): "
+                         "its pickles run code when restored; pass --trust-checkpoint only if you trust every file there")
 
 
 def check_saved_files(run: Path) -> None:
-    """The run folder's other files a resumed run reads (scales, references, the league's log), checked
-    before anything is written: a damaged or planted one is one line naming it."""
-    for name, adapter in SAVED_FILES.items():
-        path = run / name
-        if path.exists():
-            try:
-                adapter.validate_python(load_json(path, "run file", allow_nan=True, own=True), strict=False)
-            except ValidationError as err:
-                raise ValueError(f"{path}: not the file a run writes: {format_validation_error(err)}") from None
+    """The league's log of a resumed run, checked before anything is written (its scales and references are
+    checked against the run by ``setup.resolve``): a damaged or planted one is one line naming it."""
     league = run / "league.json"
     if league.exists():
         for number, line in enumerate(read_text(league, "league log", MAX_LOG_BYTES, own=True).splitlines(), 1):
@@ -185,11 +192,13 @@ class SavedState(BaseModel):
     seconds: Annotated[float, Field(ge=0, le=MAX_MINUTES * 60 * 1000, allow_inf_nan=False)] = 0.0
     best_score: Annotated[float, Field(allow_inf_nan=True)] = float("-inf")  # -inf: no evaluation yet
     history: Annotated[list[dict[str, Any]], Field(max_length=MAX_HISTORY_ROWS)] = []
+    checkpoint_sha256: Annotated[str, Strict(), Field(pattern="^([0-9a-f]{64})?$")] = ""  # "": an older run's
 
     @model_validator(mode="after")
     def _agrees(self) -> SavedState:
-        if math.isnan(self.best_score) or self.best_score == math.inf:
-            raise ValueError(f"best_score must be a number or -inf (none yet), got {self.best_score}")
+        if self.best_score != -math.inf and not abs(self.best_score) <= MAX_SCORE:  # NaN too: never beaten
+            raise ValueError(f"best_score must be a score (magnitude at most {MAX_SCORE:.0e}) or -inf (none yet), "
+                             f"got {self.best_score}")
         for i, row in enumerate(self.history):
             try:
                 HistoryRow.model_validate(row)
@@ -256,6 +265,14 @@ def legacy_args(path: Path) -> dict[str, Any]:
     return saved
 
 
+def _score(value: float) -> float:
+    """A held-out score or return as a run writes it: NaN (undefined where random = oracle) or of magnitude at
+    most :data:`MAX_SCORE` (an inf or 1e300 is not one: it would win every table it reaches)."""
+    if not (math.isnan(value) or abs(value) <= MAX_SCORE):
+        raise ValueError(f"must be a score of magnitude at most {MAX_SCORE:.0e} (or NaN: undefined), got {value}")
+    return value
+
+
 class HistoryRow(BaseModel):
     """One held-out evaluation of ``history.json``, as the readers of a run folder use it (aggregate,
     analyze, the learning curve); other keys are the run's own figures and are kept."""
@@ -265,8 +282,8 @@ class HistoryRow(BaseModel):
     env_steps: Annotated[int, Strict(), Field(ge=0)] = 0
     scenario: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
     minutes: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
-    score: Annotated[float, Field(allow_inf_nan=True)] | None = None
-    returns: dict[str, Annotated[float, Field(allow_inf_nan=True)]] | None = None
+    score: Annotated[float, AfterValidator(_score)] | None = None
+    returns: dict[str, Annotated[float, AfterValidator(_score)]] | None = None
     declared_to_need: dict[str, Annotated[float, Field(allow_inf_nan=True)]] | None = None
 
     @model_validator(mode="after")
@@ -274,6 +291,8 @@ class HistoryRow(BaseModel):
         for key, value in (self.model_extra or {}).items():
             if key.startswith("score/") and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ValueError(f"{key} must be a number, got {value!r:.40}")
+            if key.startswith("score/"):
+                _score(value)
         if self.score is None and not any(k.startswith("score/") for k in self.model_extra or {}):
             raise ValueError("a row needs its held-out score (score, or score/<tier> for each tier of a mix)")
         return self
@@ -294,11 +313,10 @@ def saved_history(run: Path, required: bool = True) -> list[dict[str, Any]]:
         raise ValueError(f"{path} is not a run's history: a JSON list of evaluation rows")
     checked = []
     for i, row in enumerate(rows):
-        try:
-            HistoryRow.model_validate(row)
+        try:  # the model's defaults filled in (an older row without minutes): what its readers use
+            checked.append(HistoryRow.model_validate(row).model_dump())
         except ValidationError as err:
             raise ValueError(f"{path}: row {i}: {format_validation_error(err)}") from None
-        checked.append(dict(row))
     iterations = [row["iteration"] for row in checked]
     if iterations != sorted(set(iterations)):
         raise ValueError(f"{path}: the rows' iterations must rise, got {iterations[:10]}")
@@ -331,6 +349,6 @@ def save_state(run: Path, state: RunState) -> None:
     write_file(run / "history.json", json.dumps(state.history, indent=1))
 
 
-__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "SavedState", "check_saved_files", "has_record",
+__all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "SavedState", "check_checkpoint", "check_saved_files", "has_record",
            "legacy_args", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state",
            "saved_args", "saved_history", "saved_state"]

@@ -22,14 +22,18 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import write_file
 from commons_arena.inputs import load_json
-from commons_arena.scenario import ScenarioConfig
+from commons_arena.scenario import MAX_RETURN, ScenarioConfig
 from experiments.evaluation.engine import Observer, Tick, play
+from experiments.evaluation.evaluate import BASELINE_ALLOCATORS
 from experiments.training.args import TrainArgs
 from experiments.training.kinds import SPLIT_PREFIX
 from experiments.training.mixture import Mixture, load_mixture
 from experiments.training.networks import check_warm_start
 from experiments.training.references import References, anchor_means, cached_reference_returns
 from experiments.training.seats import SeatPlan, module_scales
+from policies.checkpoint_format import MAX_SCALE, MIN_SCALE, SIDECAR
+from policies.learned import check_fits, read_sidecar
+from policies.policy_set import SET_DIR
 from policies.population import Population
 
 SCALE_EPISODES = 8  # episodes per (scenario, allocator) that observation scales are fitted on
@@ -85,7 +89,9 @@ def resolve(args: TrainArgs) -> RunSetup:
         raise ValueError("--mix-background plays inside the env: drop --no-scripted-in-env")
     if args.mixture is not None and not args.scripted_in_env:
         raise ValueError("--mixture plays inside the env: drop --no-scripted-in-env")
-    return RunSetup(
+    if args.sampler != "stock" and (why := batched_refusal(args, plan, kind.scripted_in_env(args))) is not None:
+        raise ValueError(f"--sampler {args.sampler} cannot play this run ({why}); use --sampler stock")
+    setup = RunSetup(
         args=args,
         stages=stages,
         plan=plan,
@@ -98,6 +104,22 @@ def resolve(args: TrainArgs) -> RunSetup:
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
         mixture=None if args.mixture is None else load_mixture(args.mixture, stages),  # every roster on every stage
     )
+    if args.resume is not None:  # what a resume reads back, checked before the record is rewritten or Ray starts
+        run = Path(args.resume)
+        saved_scales(setup, run), saved_references(setup, run)
+        check_saved_checkpoint(setup, run)
+    return setup
+
+
+def batched_refusal(args: TrainArgs, plan: SeatPlan, scripted_in_env: bool) -> str | None:
+    """Why the batched or lean sampler cannot play this run, asked of its arguments (before the run folder,
+    references or Ray); ``batched_env.unsupported_reason`` asks the built env config the same when RLlib builds it."""
+    lean = args.sampler == "lean"
+    reasons = ((args.kind.batched_refusal, args.kind.batched_refusal),
+               (not scripted_in_env, "the background plays as RLlib modules (scripted_in_env is off)"),
+               (args.use_lstm, "use_lstm: its modules carry a state the batched runners do not"),
+               (lean and args.algo != "PPO", f"{args.algo}: the lean update is PPO's"))
+    return next((why for part, why in reasons if part), None)
 
 
 def load_stages(names: Sequence[str]) -> tuple[ScenarioConfig, ...]:
@@ -167,23 +189,81 @@ def with_unit_scales(setup: RunSetup) -> RunSetup:
         lambda: {s: np.ones(env.observation_space(s).shape, np.float32) for s in setup.plan.seats}))
 
 
+def saved_scales(setup: RunSetup, run: Path) -> dict[str, np.ndarray] | None:
+    """A run's ``observation_scale.json`` (None if it has none): one scale per learning seat, of the seat's
+    observation shape, every entry in the sidecar's bounds; else ValueError naming the file."""
+    path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
+    if not path.is_file() and not path.is_symlink():
+        return None
+    saved = load_json(path, "saved record", own=True)  # strict: a NaN is not a scale
+    saved = saved if isinstance(saved, dict) else {ALLOCATOR: saved}
+    env = commons_arena.parallel_env(setup.stages[0])
+    wanted = {} if setup.args.net.cell_view else {s: env.observation_space(s).shape for s in setup.plan.seats}
+    if set(saved) != set(wanted):
+        raise ValueError(f"{path}: scales for {sorted(saved)[:8]}, but the run's learning seats are {sorted(wanted)}")
+    scales = {}
+    for seat, values in saved.items():
+        if (not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, int | float) for v in values)
+                or (len(values),) != wanted[seat] or not all(MIN_SCALE <= v <= MAX_SCALE for v in values)):
+            raise ValueError(f"{path}: {seat}'s scale must be {wanted[seat][0]} numbers in [{MIN_SCALE}, {MAX_SCALE:.0e}] "
+                             "(its observation's size)")
+        scales[seat] = np.asarray(values, dtype=np.float32)
+    return scales
+
+
+def saved_references(setup: RunSetup, run: Path) -> dict[str, References] | None:
+    """A run's ``references.json`` (None if it has none): every judged scenario's reference allocators, each
+    with one finite, bounded return per held-out seed (an older run's: their means); else ValueError naming it."""
+    path = run / "references.json"
+    if not path.is_file() and not path.is_symlink():
+        return None
+    saved = load_json(path, "saved record", own=True)  # strict: a NaN anchor would make every score NaN
+    wanted = sorted({c.name for c in setup.args.kind.judged(setup)})
+    if not isinstance(saved, dict) or sorted(saved) != wanted:
+        raise ValueError(f"{path}: not the references of this run's held-out scenarios {wanted}")
+    for scenario, refs in saved.items():
+        needed = ("random", "oracle", *BASELINE_ALLOCATORS)
+        if not isinstance(refs, dict) or any(name not in refs for name in needed):
+            raise ValueError(f"{path}: {scenario} needs the returns of {list(needed)}")
+        for name, values in refs.items():
+            numbers = values if isinstance(values, list) else [values]
+            if ((isinstance(values, list) and len(values) != len(setup.eval_seeds))
+                    or any(isinstance(v, bool) or not isinstance(v, int | float) or not abs(v) <= MAX_RETURN
+                           for v in numbers)):
+                raise ValueError(f"{path}: {scenario}/{name} must be {len(setup.eval_seeds)} returns (one per held-out "
+                                 f"seed), each of magnitude at most {MAX_RETURN:.0e}")
+    return saved
+
+
+def check_saved_checkpoint(setup: RunSetup, run: Path) -> None:
+    """A resumed run's checkpoint must be the networks its record describes: the allocator alone its spaces, codec,
+    history and layers; several learning seats each its seat's spaces. Its data-only sidecars are read, never
+    RLlib's pickles."""
+    checkpoint = run / "checkpoint"
+    if setup.plan.seats == [ALLOCATOR] and not setup.args.use_lstm and (checkpoint / SIDECAR).is_file():
+        args = setup.args
+        check_warm_start(str(checkpoint), setup.stages, args.codec, args.history, args.hidden, args.net,
+                         where=f"--resume {run}: its checkpoint")
+    for seat in setup.plan.seats if setup.plan.seats != [ALLOCATOR] else ():
+        if (checkpoint / SET_DIR / seat / SIDECAR).is_file():
+            folder = checkpoint / SET_DIR / seat
+            check_fits(read_sidecar(folder), setup.stages[0], seat, folder)
+
+
 def measure(setup: RunSetup, run: Path) -> RunSetup:
     """``setup`` with its observation scales and held-out references, read from the run folder
-    when it has them (a resumed run), else computed and written there."""
-    scale_path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
-    if scale_path.is_file():
-        saved = load_json(scale_path, "saved record", allow_nan=True, own=True)
-        scales = {s: np.asarray(v, dtype=np.float32)
-                  for s, v in (saved if isinstance(saved, dict) else {ALLOCATOR: saved}).items()}
-    else:
+    when it has them (a resumed run, checked as :func:`saved_scales` and :func:`saved_references` say), else
+    computed and written there."""
+    scale_path = run / "observation_scale.json"
+    scales = saved_scales(setup, run)
+    if scales is None:
         scales = fit_scales(setup)
         if (start := setup.args.net.start_scale(setup.args.init_from)) is not None:  # its weights were trained on it
             scales[ALLOCATOR] = start
         write_file(scale_path, json.dumps({s: v.tolist() for s, v in scales.items()}))
     references_path = run / "references.json"  # per-seed returns of every reference allocator
-    if references_path.is_file():
-        references = load_json(references_path, "saved record", allow_nan=True, own=True)
-    else:
+    references = saved_references(setup, run)
+    if references is None:
         cache = setup.args.out / ".references"
         references = {c.name: cached_reference_returns(cache, c, setup.eval_seeds) for c in setup.args.kind.judged(setup)}
         write_file(references_path, json.dumps(references, indent=1))
@@ -191,5 +271,5 @@ def measure(setup: RunSetup, run: Path) -> RunSetup:
 
 
 __all__ = ["RunSetup", "background_population", "fit_scales", "load_stages", "measure",
-           "refuse_heldout_stages", "resolve", "sample_observations", "scale_sample_seeds",
+           "refuse_heldout_stages", "resolve", "sample_observations", "saved_references", "saved_scales", "scale_sample_seeds",
            "with_unit_scales"]

@@ -60,7 +60,7 @@ import torch
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.files import make_folder, write_file
-from commons_arena.inputs import load_json
+from commons_arena.inputs import load_json, tree_sha256
 from experiments.cluster import start_ray
 from experiments.training.algorithm import build_algorithm
 from experiments.training.args import TrainArgs
@@ -202,6 +202,7 @@ def evaluate_and_save(algo: Any, setup: RunSetup, state: RunState, run: Path, re
     reporter.evaluation(row)
     # the sidecar names a scenario whose spaces the networks fit (every tier shares them)
     save_checkpoint(algo, run / "checkpoint", networks, setup, scenarios[0])
+    state.checkpoint_sha256 = tree_sha256(run / "checkpoint", "checkpoint")  # what --resume may unpickle
     # `checkpoint` is the latest (resume continues from it); `best` the best held-out
     # score on the current stage (a report should then use seeds other than these).
     new_stage = len(state.history) > 1 and state.history[-2]["scenario"] != scenario

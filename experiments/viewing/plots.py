@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -223,8 +224,10 @@ def welfare_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.Pat
             ax.plot([x for x, _ in line], [y for _, y in line], "--", color="black", linewidth=1.4, zorder=5,
                     label="scripted frontier")
         ax.set_title(scenario)
-    fig.suptitle(title)
+    # wrapped to the figure's width (about 11 characters an inch at the title's size): never clipped at its ends
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(11 * 4.6 * len(scenarios)))))
     fig.tight_layout()
+    unstack_labels(fig)
     return _save(fig, path)
 
 
@@ -239,14 +242,33 @@ def draw_welfare_exploitability(ax: Any, rows: Sequence[Mapping[str, Any]]) -> l
         ax.errorbar([x], [y], xerr=[_number(row.get("welfare_ci95"), 0.0)],
                     yerr=[_number(row.get("exploitability_ci95"), 0.0)], fmt="o", capsize=3,
                     color=PALETTE[j % len(PALETTE)], label=name)
+        drawn.append((name, x, y))
+    for name, x, y in drawn:  # after the points: welfare_exploitability stacks labels that would overlap
         ax.annotate(name if len(name) <= 28 else name[:12] + "..." + name[-13:], (x, y), xytext=(4, 4),
                     textcoords="offset points", fontsize=7)
-        drawn.append((name, x, y))
+    if drawn and max(abs(y) for _, _, y in drawn) < 1e-9:  # every point at 0: a readable axis, not +-1e-17 noise
+        ax.set_ylim(-1.0, 1.0)
+    ax.yaxis.get_major_formatter().set_useOffset(False)
     ax.axhline(0.0, color="#999", linewidth=0.6)
     ax.set_xlabel("welfare: allocator return, own population (95% CI)")
     ax.set_ylabel("exploitability: max over team seats of the\nbest response's gain over truthful (95% CI)")
     ax.grid(alpha=0.3)
     return drawn
+
+
+def unstack_labels(fig: Figure, step: float = 9.0, tries: int = 40) -> None:
+    """Raise each point label (an annotation) by ``step`` points until its box overlaps no earlier label of its
+    panel: labels of points close together stack instead of overlapping. Reads the drawn sizes, so call it last."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas (welfare_exploitability)
+    for ax in fig.axes:
+        placed: list[Any] = []
+        for text in ax.texts:
+            for _ in range(tries):
+                box = text.get_window_extent(renderer)
+                if not any(box.overlaps(other) for other in placed):
+                    break
+                text.xyann = (text.xyann[0], text.xyann[1] + step)  # type: ignore[attr-defined]  # an Annotation
+            placed.append(text.get_window_extent(renderer))
 
 
 def _number(value: Any, default: float = math.nan) -> float:

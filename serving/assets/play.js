@@ -179,40 +179,13 @@ function drawGuide(spec) {
   const facts = el("ul", {class: "muted"});
   for (const fact of guide.facts) facts.appendChild(el("li", {}, fact.trim()));
   box.appendChild(facts);
-  $("default-rule").textContent = DEFAULT_RULES[spec.role];
 }
 
 // ------------------------------------------------------------------ each tick's entries
-// Each tick the form starts from a default a person can play as is (stated on the page), not from last tick's entries.
-const DEFAULT_RULES = {
-  allocator: "Each tick the entries start from: buy 0; grant = what each team declared for this tick, scaled down " +
-    "to the GPUs online where a tier is asked for more than it has. At tick 0 no team has declared yet, so the " +
-    "default grants nothing (as proportional and planner do); a grant then is a guess at needs you cannot see.",
-  team: "Each tick the entries start from: request = your true need this tick (a truthful declaration); stance accept.",
-  broker: "Each tick the entries start from: quantity = your whole inventory; price level = the middle of the grid.",
-};
-
+// Each tick the form starts from a default a person can play as is (GET /sessions/{id}/default: the rule is said on
+// the page, and what it lowered to stay in range is said under the form), not from last tick's entries.
 function inputsOf(part) {
   return [...document.querySelectorAll(`fieldset[data-part="${part}"] [data-index]`)];
-}
-
-function defaults(role, obs, part) {
-  const size = part.shape.reduce((a, b) => a * b, 1);
-  if (role === "allocator" && part.name === "grant") {
-    const tiers = part.shape[1], out = [];
-    for (let r = 0; r < part.shape[0]; r++) {
-      for (let t = 0; t < tiers; t++) {
-        const total = obs.declared.reduce((sum, row) => sum + row[t], 0), online = obs.online[t];
-        const asked = obs.declared[r][t];
-        out.push(total <= online ? asked : Math.floor(asked * online / total));
-      }
-    }
-    return out;
-  }
-  if (role === "team" && part.name === "request") return obs.need.map((v) => Math.round(v));
-  if (role === "broker" && part.name === "quantity") return obs.inventory.map((v) => Math.round(v));
-  if (role === "broker" && part.name === "price_level") return part.high.map((h) => Math.floor(h / 2));
-  return new Array(size).fill(0);
 }
 
 // The most each entry may be this tick (not the space's maximum) and why, from what the seat sees now.
@@ -231,12 +204,20 @@ function available(role, obs, part, flat) {
   return [high, ""];
 }
 
-function startEntries(obs) {
+async function startEntries(obs) {
+  const start = await api("GET", `/sessions/${encodeURIComponent(state.session)}/default`);
+  if (state.observation !== obs) return;  // a newer tick arrived meanwhile
   for (const part of state.spec.action) {
-    const values = defaults(state.spec.role, obs, part);
+    const values = [start.action[part.name]].flat(2);  // one number, a row, or rows: flat, in the inputs' order
     for (const input of inputsOf(part.name)) input.value = String(values[Number(input.dataset.index)]);
   }
+  $("default-rule").textContent = start.rule;
+  $("default-notes").textContent = start.notes.length ? "the default was lowered to stay in range: " +
+    start.notes.join("; ") : "";
   limitEntries(obs);
+  rangeProblem();
+  schedulePreview();
+  document.body.dataset.tick = String(obs.metadata.tick);  // the tick is ready to play (tests wait for this)
 }
 
 function limitEntries(obs) {
@@ -351,7 +332,7 @@ function readAction() {
 }
 
 // The server checks every action; checking here first keeps a typo from costing a round trip.
-function rangeProblem(mark = true) {
+function rangeProblem() {
   let problem = "";
   for (const input of document.querySelectorAll("#action-fields input[data-index]")) {
     const text = input.value.trim(), low = Number(input.dataset.low), high = Number(input.dataset.high);
@@ -362,7 +343,7 @@ function rangeProblem(mark = true) {
       message = `${input.name} = ${value} is outside its allowed range [${low}, ${high}]` +
         (input.dataset.why ? ` (${input.dataset.why})` : "");
     }
-    if (mark || message === "") input.classList.toggle("bad", message !== "");
+    input.classList.toggle("bad", message !== "");  // marked whenever checked: "marked red" is then true
     problem = problem || message;
   }
   return problem;
@@ -483,7 +464,7 @@ function showPreview(lines) {
 async function preview() {
   if (!state.session || state.done) return;
   const token = ++state.previewToken;
-  if (rangeProblem(false)) { showPreview(["fix the entries marked red to see what this action would do"]); return; }
+  if (rangeProblem()) { showPreview(["fix the entries marked red to see what this action would do"]); return; }
   const result = await api("POST", "/preview", {session_id: state.session, action: readAction()});
   if (token !== state.previewToken) return;  // a newer preview is on its way
   showPreview(result.lines);
@@ -512,6 +493,16 @@ function drawTierCosts(rows) {
   box.appendChild(table);
 }
 
+// Round axis values: a step of 1, 2 or 5 times a power of ten, about `count` of them, from below lo to above hi.
+function niceTicks(lo, hi, count) {
+  if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
+  const raw = (hi - lo) / count, power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw - 1e-12);
+  const out = [];
+  for (let v = Math.floor(lo / step) * step; v < hi + step - 1e-9; v += step) out.push(Math.round(v / step) * step);
+  return out;
+}
+
 function drawRewards() {
   const canvas = $("rewards"), dpr = window.devicePixelRatio || 1;
   const w = canvas.clientWidth || 500, h = canvas.clientHeight || 220;
@@ -524,15 +515,15 @@ function drawRewards() {
   let sum = 0;
   const cumulative = state.rewards.map((r) => (sum += r));
   const values = [0, ...state.rewards, ...cumulative];
-  const lo = Math.min(...values), hi = Math.max(...values, lo + 1);
+  const ticks = niceTicks(Math.min(...values), Math.max(...values), 4), lo = ticks[0], hi = ticks[ticks.length - 1];
   const box = {x0: 44, y0: 14, x1: w - 10, y1: h - 22};
   const ys = (v) => box.y1 - (v - lo) / (hi - lo) * (box.y1 - box.y0);
   const xs = (t) => box.x0 + (t + 0.5) / H * (box.x1 - box.x0);
   ctx.strokeStyle = "#e5e5e5"; ctx.fillStyle = "#666"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  for (let i = 0; i <= 4; i++) {
-    const v = lo + (hi - lo) * i / 4;
+  const digits = Math.max(0, -Math.floor(Math.log10(ticks[1] - ticks[0]) + 1e-9));
+  for (const v of ticks) {
     ctx.beginPath(); ctx.moveTo(box.x0, ys(v)); ctx.lineTo(box.x1, ys(v)); ctx.stroke();
-    ctx.fillText(v.toFixed(1), box.x0 - 4, ys(v));
+    ctx.fillText(v.toFixed(digits), box.x0 - 4, ys(v));
   }
   ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(box.x0, ys(0)); ctx.lineTo(box.x1, ys(0)); ctx.stroke();
   ctx.textAlign = "center"; ctx.textBaseline = "top";
@@ -643,6 +634,11 @@ function drawSummary(frame) {
 
 function drawReferences(box, summary) {
   box.replaceChildren(el("p", {id: "how-you-did"}, summary.text));
+  if (summary.causes.length) {  // what happened, in the game's words, each reference's count beside yours
+    const causes = el("ul", {id: "causes"});
+    for (const line of summary.causes) causes.appendChild(el("li", {}, line));
+    box.append(el("h3", {}, "what happened (yours, then each reference's on the same seed)"), causes);
+  }
   const rows = [["you", summary.return], ...Object.entries(summary.references)];
   const values = rows.map(([, v]) => v), lo = Math.min(0, ...values), hi = Math.max(0, ...values, lo + 1);
   const x = (v) => Math.round(120 * (v - lo) / (hi - lo));  // one axis for every bar, zero included
@@ -718,12 +714,12 @@ function show(frame) {
   state.done = frame.done;
   $("tick-label").textContent = frame.done ? `episode over (${tick} ticks)` : `tick ${tick} of ${H}`;
   $("tick-label").dataset.tick = String(tick);
-  document.body.dataset.tick = String(tick);
+  if (frame.done) document.body.dataset.tick = String(tick);  // otherwise once the form holds the tick's defaults
   document.body.dataset.done = frame.done ? "1" : "";
   document.body.dataset.summary = "";
   state.observation = frame.observation;
   drawObservation(frame.observation);
-  if (!frame.done) { startEntries(frame.observation); schedulePreview(); }
+  if (!frame.done) startEntries(frame.observation).catch((e) => showError(e.message));
   if (tick >= 1 && !state.folded) {  // read once, then out of the way; what is on screen stays where it was
     const before = $("decide").getBoundingClientRect().top;
     $("guide-box").open = false;

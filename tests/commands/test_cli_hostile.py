@@ -262,6 +262,10 @@ BIG = str(10**30)
     (["train", "--num-env-runners", str(10**6)], "--num-env-runners must be at most"),
     (["train", "--torch-threads", str(10**9)], "--torch-threads must be at most"),
     (["train", "--selection-refine", "-1"], "--selection-refine must be >= 0"),
+    (["train", "--lr", "1e300"], "--lr must be in [0, 10]"),  # issue 52: reached torch after Ray
+    (["train", "--zero-bias", "1e300"], "--zero-bias must be in [0, 100]"),
+    (["train", "--best-code-bias", "1e300"], "--best-code-bias must be in [0, 100]"),
+    (["train", "--entropy-coeff", "1e300"], "--entropy-coeff must be in [0, 100]"),
     (["train", "--selection-refine", "3990"], "--selection-seeds + --selection-refine must be at most 4000"),
     (["train", "--train-seeds", "1", "2", "--compare-seeds", str(10**12)], "--compare-seeds must be"),
     (["train", "--train-seeds", "1", BIG], "--train-seeds must be distinct seeds in"),
@@ -334,8 +338,8 @@ def test_train_resume_revalidates_the_saved_arguments(capsys, tmp_path, args_jso
     ("state.json", '{"iterations": 1, "history": [{"iteration": 7, "scenario": "standard", "score": 0.1}]}',
      "end at most at iterations"),
     ("state.json", '{"iterations": 1, "extra": 1}', "Extra inputs are not permitted"),
-    ("observation_scale.json", '{"allocator": ["x"]}', "observation_scale.json: not the file a run writes"),
-    ("references.json", "[]", "references.json: not the file a run writes"),
+    ("observation_scale.json", '{"allocator": ["x"]}', "allocator's scale must be"),
+    ("references.json", "[]", "references.json: not the references of this run's held-out scenarios"),
     ("league.json", '{"iteration": "1"}\n', "not a league log row"),
 ])
 def test_train_resume_checks_the_run_folder_before_writing(capsys, tmp_path, name, content, match):
@@ -499,6 +503,8 @@ def _first_tick(records):
     (lambda r: _first_tick(r)["actions"]["allocator"].__setitem__("extra", 1), "has parts"),
     (lambda r: r[0].__setitem__("format_version", 9), "format_version 9"),
     (lambda r: r[0].__setitem__("seed", 1.5), "the seed must be an integer"),
+    (lambda r: r.pop(), "ends before its summary line: the file was cut"),  # issue 52: was "DIFFERS" (exit 1)
+    (lambda r: r.__delitem__(slice(5, None)), "ends before its summary line: the file was cut"),
 ])
 def test_verify_calls_a_malformed_recording_bad_input_not_a_difference(capsys, tmp_path, mutate, match):
     path = tmp_path / "bad.jsonl"
@@ -629,3 +635,260 @@ def test_serve_refuses_at_start_a_population_it_cannot_play(capsys, tmp_path, en
     population = tmp_path / "population.toml"
     population.write_text(f"[roles]\n{entry}\n")
     assert_one_line_error(capsys, "serve", "--population", str(population), "--port", "0", match=match)
+
+
+# ------------------------------------------------------------------ round five (issue 52)
+@pytest.mark.parametrize("dangling", [True, False])
+def test_train_refuses_a_link_at_its_run_folder_before_writing(capsys, place, dangling):
+    """A link at the run folder's name (dangling or not) would carry the whole run and `latest` to its target."""
+    target = place / "elsewhere-run"
+    if not dangling:
+        target.mkdir()
+    (place / "runs" / "mine").symlink_to(target)
+    before = snapshot(place)
+    assert_one_line_error(capsys, "train", "--out", str(place / "runs"), "--run-name", "mine", "--iterations", "1",
+                          match="is a symlink")
+    assert snapshot(place) == before and not (target.exists() and any(target.iterdir()))
+
+
+def test_exploit_refuses_a_link_at_a_cell_seat_folder_before_training(capsys, tmp_path):
+    out = tmp_path / "exploit"
+    (out / "standard-edf-search").mkdir(parents=True)
+    (out / "standard-edf-search" / "search").symlink_to(tmp_path / "outside")
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "exploit", "--allocators", "edf", "--scenarios", "standard", "--seats", "search",
+                          "--seeds", "2", "--discount-seeds", "0", "--out", str(out), "--force", match="is a symlink")
+    assert snapshot(tmp_path) == before and not (tmp_path / "outside").exists()
+
+
+def _run_with_checkpoint(tmp_path: Path, recorded: bool) -> Path:
+    from dataclasses import asdict
+
+    from commons_arena.inputs import tree_sha256
+    from experiments.training.args import TrainArgs
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(iterations=5)), default=str))
+    (run / "checkpoint" / "learner_group").mkdir(parents=True)
+    (run / "checkpoint" / "algorithm_state.pkl").write_bytes(b"the run's own pickle")
+    (run / "checkpoint" / "learner_group" / "state.pkl").write_bytes(b"another")
+    state = {"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint") if recorded else ""}
+    (run / "state.json").write_text(json.dumps(state))
+    return run
+
+
+@pytest.mark.parametrize(("recorded", "plant", "match"), [
+    (False, None, "recorded no sha256 of its checkpoint"),
+    (True, lambda c: (c / "learner_group" / "state.pkl").write_bytes(b"cos\nsystem\n..."), "its files differ"),
+    (True, lambda c: (c / "env_runner.pkl").write_bytes(b"planted"), "its files differ"),
+    (True, lambda c: (c / "module.pkl").symlink_to(c / "algorithm_state.pkl"), "a link or special file"),
+])
+def test_train_resume_refuses_pickles_the_run_did_not_write(capsys, tmp_path, recorded, plant, match):
+    """RLlib's restore unpickles the checkpoint: only files hashing as the run recorded, or --trust-checkpoint."""
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+
+    run = _run_with_checkpoint(tmp_path, recorded)
+    if plant is not None:
+        plant(run / "checkpoint")
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match=match)
+    assert snapshot(tmp_path) == before
+    assert run_args(TrainArgs(resume=run, trust_checkpoint=True)).iterations == 5  # the user's consent
+
+
+def test_train_resume_takes_the_checkpoint_it_recorded(tmp_path):
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+
+    assert run_args(TrainArgs(resume=_run_with_checkpoint(tmp_path, True))).iterations == 5
+
+
+def _scale(size: int, value: float = 1.0) -> list[float]:
+    return [value] * size
+
+
+def _references(seeds: int, value: float = 1.0, scenario: str = "standard") -> str:
+    from experiments.evaluation.evaluate import BASELINE_ALLOCATORS
+
+    return json.dumps({scenario: {name: [value] * seeds for name in ("random", "oracle", *BASELINE_ALLOCATORS)}})
+
+
+
+
+@pytest.mark.parametrize(("name", "content", "match"), [
+    ("observation_scale.json", lambda n, s: json.dumps({"allocator": _scale(n - 1)}), "allocator's scale must be"),
+    ("observation_scale.json", lambda n, s: json.dumps({"allocator": _scale(n, 1e300)}), "allocator's scale must be"),
+    ("observation_scale.json", lambda n, s: json.dumps({"search": _scale(n)}), "the run's learning seats are"),
+    ("observation_scale.json", lambda n, s: '{"allocator": [NaN]}', "NaN is not a JSON number"),
+    ("references.json", lambda n, s: _references(s, scenario="crisis"), "held-out scenarios ['standard']"),
+    ("references.json", lambda n, s: _references(s - 1), "must be %s returns"),
+    ("references.json", lambda n, s: _references(s, 1e300), "magnitude at most"),
+    ("references.json", lambda n, s: _references(s).replace("1.0", "NaN", 1), "NaN is not a JSON number"),
+    ("state.json", lambda n, s: '{"iterations": 1, "best_score": 1e300}', "best_score must be a score"),
+    ("state.json", lambda n, s: '{"iterations": 1, "best_score": NaN}', "best_score must be a score"),
+])
+def test_train_resume_checks_what_it_reads_against_the_run(capsys, tmp_path, name, content, match):
+    """Scales, references and the best score are checked against the run's seats, shapes, scenarios and seeds
+    before the record is rewritten, `latest` moves or Ray starts (they trained, then failed, or stored NaN)."""
+    from dataclasses import asdict
+
+    import commons_arena
+    from experiments.training.args import TrainArgs
+
+    args = TrainArgs(iterations=5)
+    run = _train_run(tmp_path, json.dumps(asdict(args), default=str))
+    size = commons_arena.parallel_env("standard").observation_space(ALLOCATOR).shape[0]
+    (run / name).write_text(content(size, args.eval_seeds))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match=match.replace("%s", str(args.eval_seeds)))
+    assert snapshot(tmp_path) == before
+
+
+def test_train_resume_refuses_a_linked_state_and_a_checkpoint_of_another_network(capsys, tmp_path):
+    import shutil
+
+    from commons_arena.inputs import tree_sha256
+
+    run = _run_with_checkpoint(tmp_path, recorded=True)
+    (run / "elsewhere.json").write_text((run / "state.json").read_text())
+    (run / "state.json").unlink()
+    (run / "state.json").symlink_to(run / "elsewhere.json")
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="state.json: a symlink")
+    (run / "state.json").unlink()
+    shutil.rmtree(run / "checkpoint")
+    shutil.copytree(Path(__file__).parents[2] / "checkpoints" / "universal", run / "checkpoint")
+    (run / "state.json").write_text(json.dumps({"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint")}))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="its checkpoint: its network is 'cells'")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--experiment", "league"], "league members switch per episode"),
+    (["--experiment", "allocator_curriculum"], "a curriculum switches every env's scenario"),
+    (["--use-lstm"], "use_lstm"),
+    (["--no-scripted-in-env"], "the background plays as RLlib modules"),
+])
+def test_train_refuses_what_the_batched_sampler_cannot_play_before_any_work(capsys, place, argv, match):
+    """Refused by the arguments' checks: before the run folder, `latest`, the references and Ray (LSTM crashed)."""
+    before = snapshot(place)
+    assert_one_line_error(capsys, "train", "--sampler", "batched", *argv, "--out", str(place / "runs"),
+                          match=match)
+    assert snapshot(place) == before
+
+
+@pytest.mark.parametrize(("argv", "inside"), [
+    (["evaluate", "--seeds", "2", "--out", "{out}", "--force"], "evaluation.md"),
+    (["scenarios", "check", "standard", "--seeds", "1", "--out", "{out}", "--force"], "timing.md"),
+    (["benchmark", "planner", "--suite", "tiers", "--seeds", "1", "--out", "{out}", "--force"], "tiers/planner/x.md"),
+    (["tournament", "--seeds", "1", "--workers", "1", "--out", "{out}", "--force"], "tables/scores.md"),
+    (["frontier", "--scenarios", "standard", "--allocators", "drf", "edf", "--seeds", "2", "--out", "{out}",
+      "--force"], "cells/a.json"),
+    (["psro", "--out", "{out}", "--force"], "psro.md"),
+    (["distil", "--out", "{out}", "--force"], "distil.json"),
+])
+def test_every_command_refuses_a_link_among_its_outputs_before_it_plays(capsys, tmp_path, argv, inside):
+    """A link in an output folder was refused by the one writer only when it got there: after the work, with a
+    half-written folder left. It is refused with the other checks, before anything is played or written."""
+    out = tmp_path / "out"
+    (out / inside).parent.mkdir(parents=True, exist_ok=True)
+    (out / inside).symlink_to(tmp_path / "elsewhere")
+    before = snapshot(tmp_path)
+    started = time.perf_counter()
+    assert_one_line_error(capsys, *[a.format(out=out) for a in argv], match="is a symlink")
+    assert snapshot(tmp_path) == before and time.perf_counter() - started < 20
+
+
+def test_distil_checks_its_scenarios_before_its_output(capsys, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("a user's file")
+    assert_one_line_error(capsys, "distil", "--scenarios", "nope", "--out", str(tmp_path / "out"),
+                          match="no scenario named 'nope'")
+
+
+def test_scenarios_generate_force_removes_only_what_its_index_lists(capsys, tmp_path):
+    """Issue 52: a user's file named like a generated scenario was deleted by `--force`."""
+    out = tmp_path / "gen"
+    code, _, err = run_cli(capsys, "scenarios", "generate", "broad", "--count", "2", "--seed", "3", "--out", str(out))
+    assert code == 0, err
+    first = json.loads((out / "index.json").read_text())
+    mine = out / "00007_0123456789ab.toml"  # named like one, listed by no index
+    mine.write_text("# my own scenario notes\n")
+    code, _, err = run_cli(capsys, "scenarios", "generate", "broad", "--count", "1", "--seed", "4", "--out", str(out),
+                           "--force")
+    assert code == 0, err
+    assert mine.read_text() == "# my own scenario notes\n"
+    assert not any((out / row["file"]).exists() for row in first)  # the earlier run's own files went
+    assert len(json.loads((out / "index.json").read_text())) == 1
+
+
+@pytest.mark.parametrize(("rows", "final", "match"), [
+    ({"score": 1e400}, None, "score: must be a score of magnitude at most"),
+    ({"score": None, "score/standard": 1e300}, None, "must be a score of magnitude at most"),
+    ({}, '{"standard": {"score": 1e400}}', "a number \"score\" of magnitude at most"),
+    ({"iteration": 4}, None, "share no evaluated iteration"),
+])
+def test_seed_report_refuses_unbounded_scores_and_writes_no_half_report(capsys, tmp_path, rows, final, match):
+    """Issue 52: a forged score, a row without minutes (a KeyError), a single-tier mix (a TypeError) or seeds that
+    share no iteration were tracebacks, some after part of the report was written."""
+    parent = tmp_path / "seeds"
+    parent.mkdir()
+    _seed_run(parent, 1, **rows)
+    _seed_run(parent, 2, **({"score": None, "score/standard": 0.5} if "score/standard" in rows else {}))
+    if final is not None:
+        (parent / "s1" / "final_scores.json").write_text(final)
+    assert_one_line_error(capsys, "seed-report", str(parent), "--compare-seeds", "0", match=match)
+    assert sorted(p.name for p in parent.iterdir()) == ["s1", "s2"]
+
+
+def test_seed_report_reads_rows_without_minutes_and_single_tier_mixes(capsys, tmp_path):
+    parent = tmp_path / "seeds"
+    parent.mkdir()
+    for seed in (1, 2):
+        folder = _seed_run(parent, seed, score=None, **{"score/standard": 0.1 * seed})
+        row = json.loads((folder / "history.json").read_text())[0]
+        del row["minutes"]
+        (folder / "history.json").write_text(json.dumps([row]))
+    code, out, err = run_cli(capsys, "seed-report", str(parent), "--compare-seeds", "0")
+    assert code == 0, err
+    assert {"aggregate.md", "aggregate.json", "learning_curves.png"} <= {p.name for p in parent.iterdir()}
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["evaluate", "--seeds", "1", "--out", "{fifo}"], "{fifo} is a FIFO; give a folder for the output"),
+    (["scenarios", "generate", "broad", "--count", "1", "--seed", "1", "--out", "{fifo}"], "is a FIFO; give a folder"),
+    (["tournament", "--seeds", "1", "--workers", "1", "--out", "{tmp}/t", "--db", "{fifo}"],
+     "--db {fifo} is a FIFO, not a results database file"),
+    (["replay", str(GOLDEN), "-o", "{fifo}", "--force"], "{fifo} exists and is a FIFO, not a regular file"),
+])
+def test_a_fifo_output_is_named_a_fifo(capsys, place, argv, match):
+    """Issue 52 (section 14): a FIFO given as an output was called "a file" or "not a file"."""
+    fifo = str(place / "fifo")
+    before = snapshot(place)
+    assert_one_line_error(capsys, *[a.format(fifo=fifo, tmp=place) for a in argv], match=match.format(fifo=fifo))
+    assert snapshot(place) == before
+
+
+def test_a_damaged_results_database_is_named_in_its_error(capsys, tmp_path):
+    """Issue 52 (section 14): SQLite's "file is not a database" named no file."""
+    db = tmp_path / "results.sqlite"
+    db.write_bytes(b"SQLite format 3\x00" + b"damaged" * 20)
+    before = db.read_bytes()
+    assert_one_line_error(capsys, "tournament", "--seeds", "1", "--workers", "1", "--out", str(tmp_path / "out"),
+                          "--db", str(db), match=f"results store {db}: file is not a database")
+    assert db.read_bytes() == before
+
+
+def test_train_resume_refuses_a_seat_checkpoint_that_does_not_fit_the_seat(capsys, tmp_path):
+    import shutil
+    from dataclasses import asdict
+
+    from commons_arena.inputs import tree_sha256
+    from experiments.training.args import TrainArgs
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(experiment="seats_ppo", learners=("search",))), default=str))
+    shutil.copytree(Path(__file__).parents[2] / "checkpoints" / "universal", run / "checkpoint" / "policies" / "search")
+    (run / "state.json").write_text(json.dumps({"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint")}))
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="is a universal allocator; 'search'")
+    assert snapshot(tmp_path) == before

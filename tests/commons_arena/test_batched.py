@@ -19,6 +19,7 @@ seeds) is ``slow``.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
@@ -306,6 +307,11 @@ def test_bad_seeds_are_refused(bad) -> None:
 def test_bad_num_envs_and_step_before_reset() -> None:
     with pytest.raises(ValueError, match="num_envs"):
         commons_arena.vector_env("standard", num_envs=0)
+    started = time.perf_counter()
+    for huge in (10**9, 10**30, np.int64(2**62)):  # issue 52: bounded, named, before any array is made
+        with pytest.raises(ValueError, match=r"num_envs must be an integer in \[1, 4096\]"):
+            commons_arena.vector_env("standard", num_envs=huge)
+    assert time.perf_counter() - started < 1
     with pytest.raises(RuntimeError, match="reset"):
         commons_arena.vector_env("standard", num_envs=2).step({})
 

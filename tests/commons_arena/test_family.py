@@ -364,3 +364,50 @@ def test_any_valid_family_generates_valid_scenarios(data, seed):
                         and t.owned + t.spot_inventory >= job.gpus]
                 assert any((job.deadline - job.arrival + 1) * job.gpus * t.speed >= job.work * (1 - 1e-9) for t in fits) \
                     or job.work / (job.gpus * max(t.speed for t in fits)) > config.max_ticks
+
+
+def _relabel(data: dict, team: str, tier: str) -> dict:
+    """``data`` with its first team and its first tier renamed, the shocks' references to them too."""
+    out = json.loads(json.dumps(data))
+    old_team, old_tier = out["teams"][0]["name"], out["gpu_tiers"][0]["name"]
+    out["teams"][0]["name"], out["gpu_tiers"][0]["name"] = team, tier
+    out.pop("population", None)  # names the seats; not the game
+    for shock in out.get("shocks", []):
+        if shock.get("team") == old_team:
+            shock["team"] = team
+        if shock.get("tier") == old_tier:
+            shock["tier"] = tier
+    return out
+
+
+def _nudged(data: dict) -> dict:
+    out = json.loads(json.dumps(data))
+    out["budget"] = out["budget"] + 1e-9
+    out["gpu_tiers"][0]["op_cost"] = out["gpu_tiers"][0]["op_cost"] * (1 + 1e-9)
+    return out
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: _relabel(d, "innocent_team", d["gpu_tiers"][0]["name"]),
+    lambda d: _relabel(d, d["teams"][0]["name"], "innocent_tier"),
+    lambda d: _relabel(d, "x", "y"),
+    _nudged,
+])
+def test_a_relabelled_or_nudged_heldout_game_is_still_refused(change):
+    """Issue 52: held out by the game, not its labels: team and tier names count by place, numbers at the digits
+    that change an episode (each of these played the held-out episodes exactly, and trained)."""
+    held = load_split("broad-heldout")[3]
+    data = tomllib.loads(scenario_to_toml(held))
+    copy = scenario_from_dict(change(data))
+    assert copy.game_hash != held.game_hash  # the pinned hash sees a label; the canonical one does not
+    assert copy.canonical_game_hash == held.canonical_game_hash
+    with pytest.raises(FamilyError, match="held-out"):
+        refuse_heldout([copy], "training")
+
+
+def test_the_canonical_game_hash_still_tells_splits_and_scenarios_apart():
+    train = [c.canonical_game_hash for c in load_split("broad-train")]
+    held = [c.canonical_game_hash for c in load_split("broad-heldout")]
+    assert len(set(train)) == len(train) and len(set(held)) == len(held) and set(train).isdisjoint(held)
+    shipped = [commons_arena.load_scenario(n).canonical_game_hash for n in commons_arena.list_scenarios()]
+    assert len(set(shipped)) == len(shipped) and set(shipped).isdisjoint(held)

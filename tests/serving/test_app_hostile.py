@@ -614,3 +614,30 @@ def test_fuzz_mcp(served):
         assert http.get("/info").json()["sessions"] == 0
     times = sorted(watch.times)
     assert times[len(times) * 9 // 10] < 0.1
+
+
+# ------------------------------------------------------------------ round five (issue 52)
+def test_mcp_tools_take_arguments_as_sent_and_echo_little_of_them(http):
+    """The SDK json.loads'd a JSON-looking string argument before the tool's own length and depth checks, and a
+    20,000-element seed drew a 60 KB answer: the tool reads what was sent, and repeats a few characters of it."""
+    huge = "[" + ",".join(["7"] * 20_000) + "]"
+    for arguments in ({"seed": huge}, {"seed": [7] * 20_000}, {"seat": huge}, {"scenario": huge}):
+        status, answer = mcp_call(http, "start_episode", arguments)
+        error, text = tool_answer(answer)
+        assert status == 200 and error and "INVALID_ARGUMENT" in text and len(text) < 600, text[:200]
+    status, answer = mcp_call(http, "start_episode", {"seed": 3})
+    sid = tool_answer(answer)[1]["session_id"]
+    deep = '{"buy": ' + "[" * 40 + "]" * 40 + "}"  # within the text limit; deeper than an action may nest
+    _, answer = mcp_call(http, "act", {"session_id": sid, "action": deep})
+    error, text = tool_answer(answer)
+    assert error and f"nests deeper than {MAX_JSON_DEPTH} levels; an action nests 3 deep" in text, text
+    mcp_call(http, "end_episode", {"session_id": sid})
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_an_mcp_post_of_another_content_type_is_a_jsonrpc_error(http, content_type):
+    """Issue 52 (section 14): the SDK answered a plain-text 400; every /mcp refusal is a JSON-RPC error."""
+    headers = {"accept": "application/json, text/event-stream", **({"content-type": content_type} if content_type else {})}
+    response = http.post("/mcp", content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), headers=headers)
+    assert response.status_code == 415 and response.json()["error"]["code"] == -32600, response.text
+    assert "Content-Type: application/json" in response.json()["error"]["message"]

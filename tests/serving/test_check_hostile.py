@@ -137,3 +137,37 @@ def test_the_command_words_a_hostile_server_in_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "/step.done must be bool" in err
     assert json.dumps  # (the module's json import is used by the fake server's answers)
+
+
+def test_headers_dripped_a_byte_at_a_time_run_into_the_one_deadline():
+    """Issue 52: httpx's timeouts are per read, so a server dripping its headers ran past 90 s with --timeout 5;
+    one deadline covers the whole request, headers included (a real socket: the fake transports have none)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000:  # 100 s at this pace
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(CheckError, match="GET /info: no complete answer within 1 s"):
+            check_server(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=1.0)
+        assert time.monotonic() - started < 4
+    finally:
+        stop.set()
+        server.close()
+        thread.join(timeout=5)

@@ -122,6 +122,9 @@ def test_a_person_plays_a_full_episode(chrome, server, downloads):
     set_value(chrome, "request.small", 7)  # the line follows the entry: now what is wrong with 7...
     chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
     assert chrome.find_element(By.ID, "error").text.startswith("request.small = 7 is outside")
+    # ...and the preview's "marked red" is true: the entry is marked
+    wait(chrome, "return document.getElementById('preview').textContent.includes('marked red')")
+    assert chrome.execute_script("return document.querySelector(\"[name='request.small']\").classList.contains('bad')")
     set_value(chrome, "request.small", 1)  # ...and goes once the entry is fixed
     chrome.execute_script("document.getElementById('action-fields').dispatchEvent(new Event('input'))")
     assert chrome.find_element(By.ID, "error").text == ""
@@ -182,7 +185,10 @@ def assert_team_defaults(chrome):
     entries = chrome.execute_script("return [...document.querySelectorAll('#action-fields [data-index]')]"
                                     ".map((e) => Number(e.value))")
     need = chrome.execute_script("return state.observation.need")
-    assert entries == [*map(round, need), 0]
+    highs = chrome.execute_script("return [...document.querySelectorAll('#action-fields input[data-index]')]"
+                                  ".map((e) => Number(e.dataset.high))")
+    assert entries == [*(min(round(n), h) for n, h in zip(need, highs, strict=True)), 0]  # the need, within range
+    assert chrome.execute_script("return document.querySelectorAll('#action-fields .bad').length") == 0
 
 
 def assert_tables_fit(chrome):
@@ -219,12 +225,14 @@ def test_the_allocator_sees_what_is_available_and_costs_as_costs(chrome, server)
             price = obs["offer_price"][t]
             afford = int(obs["budget"] // price) if price > 0 else 99
             assert highs[f"buy.{tier}"] == min(int(parts["buy"].high[t]), obs["offer_qty"][t], afford)
-            asked = [row[t] for row in obs["declared"]]
             for r, team in enumerate(config.team_names):
                 space = int(parts["grant"].high[parts["grant"].flat_index((r, t))])
                 assert highs[f"grant.{team}.{tier}"] == min(space, obs["online"][t] + values[f"buy.{tier}"])
-                default = asked[r] if sum(asked) <= obs["online"][t] else asked[r] * obs["online"][t] // sum(asked)
-                assert values[f"grant.{team}.{tier}"] == default
+        # the defaults are proportional's move, every GPU of an over-asked tier handed out
+        start = httpx.get(f"{server}/sessions/{chrome.execute_script('return state.session')}/default").json()["action"]
+        assert values == {**{f"buy.{tier}": v for tier, v in zip(config.tier_names, start["buy"], strict=True)},
+                          **{f"grant.{team}.{tier}": start["grant"][r][t] for r, team in enumerate(config.team_names)
+                             for t, tier in enumerate(config.tier_names)}}
         if tick == 1:  # over-granting a tier is said before it is played (the rules cut it, charged as invalid)
             set_value(chrome, "grant.search.small", int(obs["online"][0]))
             set_value(chrome, "grant.robotics.small", int(obs["online"][0]))
@@ -237,6 +245,8 @@ def test_the_allocator_sees_what_is_available_and_costs_as_costs(chrome, server)
     assert chrome.find_element(By.ID, "error").text == ""
     wait(chrome, "return document.body.dataset.summary === '1'")
     assert_tables_fit(chrome)
+    causes = chrome.find_element(By.ID, "causes").text  # the cause in the game's words, each reference's beside
+    assert "teams were starved on" in causes and "GPU-tick(s) left ungranted" in causes and "proportional" in causes
     # the end summary: a cost is red (missed, idle GPU-ticks, spend...) whatever its sign, a gain green
     rows = chrome.execute_script("return [...document.querySelectorAll('#summary tr[data-key]')].map("
                                  "(r) => [r.dataset.key, r.children[1].className, r.children[1].textContent])")
@@ -357,6 +367,13 @@ def test_the_page_is_laid_out_for_play(chrome, server, width, height):
         text = chrome.find_element(By.ID, "how-you-did").text
         assert text.startswith("Your return") and "truthful scored" in text
         assert chrome.execute_script("return document.documentElement.scrollWidth") <= width
+        # the team's term table (five columns, long reference names) needs no sideways scroll, on a phone too
+        assert chrome.execute_script("const e = document.querySelector('#term-comparison').parentElement; "
+                                     "return e.scrollWidth <= e.clientWidth + 1")
+        assert "you were starved on" in chrome.find_element(By.ID, "causes").text
+        # the chart's axis values are round: steps of 1, 2 or 5 times a power of ten
+        assert chrome.execute_script("return niceTicks(-3.7, 151.2, 4)") == [-50, 0, 50, 100, 150, 200]
+        assert chrome.execute_script("return niceTicks(0, 0, 4)") == [-1, -0.5, 0, 0.5, 1]
         assert chrome.execute_script("return window.__errors") == []
     finally:
         chrome.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

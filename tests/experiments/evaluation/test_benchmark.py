@@ -178,6 +178,8 @@ def test_benchmark_scores_are_normalised_from_the_stored_rows_and_a_rerun_plays_
         assert row["return"] == pytest.approx(np.mean(got["edf"]))
     summary = {r["policy"]: r for r in result.summary}
     assert summary["planner"]["p_improve"] == pytest.approx(0.5)
+    assert summary["planner"]["p_low"] == summary["planner"]["p_high"] == "-"  # against itself: no interval
+    assert summary["edf"]["p_low"] <= summary["edf"]["p_improve"] <= summary["edf"]["p_high"]
     assert summary["edf"]["mean"] == pytest.approx(np.mean([r["score"] for r in result.scores]))
     assert (tmp_path / "out" / "tiny-suite" / "edf" / "summary.md").is_file()
     # resumable: the same benchmark again plays nothing; another policy plays only its own episodes

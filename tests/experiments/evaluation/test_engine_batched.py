@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import commons_arena
@@ -78,6 +79,27 @@ def test_a_scripted_tournament_stores_the_same_rows_batched_and_per_arena(tmp_pa
     batched, per_arena = both_ways(tmp_path, [roster], monkeypatch)
     assert len(batched) == roster.episodes == 2 * len(roster.players) * 2
     assert batched == per_arena
+
+
+def test_learned_allocators_store_the_same_rows_batched_and_per_arena(tmp_path, monkeypatch):
+    from policies.learned import ModuleInterface, save_policy
+    from tests.policies.test_batch_learned import random_network
+
+    config = commons_arena.load_scenario("crisis")
+    interface = ModuleInterface(config, "allocator", np.ones(interface_width(config), np.float32), "need", 2)
+    nvec = [int(n) for n in interface.action_space().nvec]
+    save_policy(tmp_path / "mlp", random_network(interface.input_size, nvec, seed=3), config, "allocator",
+                np.ones(interface_width(config), np.float32), "need", 2)
+    roster = roster_from_dict({"scenarios": ["crisis"], "seeds": [3, 4, 9],
+                               "entrants": [f"learned:{tmp_path / 'mlp'}", "learned:universal"],
+                               "anchors": {"low": "random", "high": "planner"}}, source="(test)")
+    assert all(on_batched_core(g) for g in missing_groups(roster, set()) if g.player.name.startswith("learned:"))
+    batched, per_arena = both_ways(tmp_path, [roster], monkeypatch, only_batched=False)
+    assert len(batched) == roster.episodes and batched == per_arena
+
+
+def interface_width(config: Any) -> int:
+    return commons_arena.parallel_env(config).observation_space("allocator").shape[0]
 
 
 def test_a_group_longer_than_one_batch_plays_in_several_in_seed_order(tmp_path, monkeypatch):

@@ -505,3 +505,21 @@ def test_the_engine_plays_what_run_episode_plays_and_shows_every_tick():
     ticks = [s for s in watched.seen if s[0] == "tick"]
     assert len(ticks) == 2 * config.max_ticks and [s[2] for s in ticks[:config.max_ticks]] == list(range(config.max_ticks))
     assert [s[:2] for s in watched.seen if s[0] != "tick"] == [("begin", 3), ("end", 3), ("begin", 4), ("end", 4)]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1e300])
+def test_a_stored_row_with_an_unbounded_return_is_refused_not_dropped(tmp_path, value):
+    """Issue 52: `StoredRow` accepted inf (the row then dropped from a table that still counted it)."""
+    from experiments.evaluation.store import EpisodeKey, ResultStore
+
+    key = EpisodeKey("allocator", "standard", "h", "default", "h", "edf", "h", 1)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.append(key, "edf", 1.0, {"allocator": {"return": value}}, 0.1)
+        with pytest.raises(ValueError, match="not a row this program stores") as err:
+            store.rows()
+        assert "\n" not in str(err.value)
+    # an unbounded focal return is refused when written (a NaN one SQLite stored as NULL and dropped)
+    with ResultStore(tmp_path / "f.sqlite") as store:
+        with pytest.raises(ValueError, match="is not a finite number") as err:
+            store.append(key, "edf", value, {"allocator": {"return": 1.0}}, 0.1)
+        assert "\n" not in str(err.value) and store.rows() == []

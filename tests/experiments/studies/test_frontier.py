@@ -163,3 +163,31 @@ def test_the_command_writes_the_frontier_and_resumes(tmp_path: Path) -> None:
     before = {p: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
     main(args)  # resumed: every cell read back
     assert {p: p.stat().st_mtime_ns for p in (out / "cells").iterdir()} == before
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    ("[]", "Input should be a valid dictionary"),
+    ('"a string"', "Input should be a valid dictionary"),
+    ('{"key": {}}', "cell: Field required"),
+    ('{"key": {}, "cell": 5}', "cell: Input should be a valid dictionary"),
+    ("CELL_NAN", "NaN is not a JSON number"),
+    ("CELL_HUGE", "cell.best.seat.0"),
+    ("CELL_SHORT", "one return per seed"),
+])
+def test_a_tampered_seat_cell_is_one_line_and_no_nan_reaches_a_verdict(tmp_path: Path, content: str, match: str) -> None:
+    """Issue 52: a cell file is read by the one reader (5 tracebacks), every return finite and bounded (a forged
+    NaN flipped a verdict)."""
+    returns = {"seat": [1.0, 2.0], "allocator": [3.0, 4.0]}
+    cell = {"scenario": "crisis", "allocator": "drf", "seat": "search", "seeds": SEEDS[:2], TRUTHFUL: returns,
+            NOTHING: returns, BEST: {**returns, "seat": [float("nan"), 2.0]}, "best_name": "x", "source": "search"}
+    if content == "CELL_NAN":
+        content = json.dumps({"key": {}, "cell": cell})
+    elif content == "CELL_HUGE":
+        content = json.dumps({"key": {}, "cell": {**cell, BEST: {**returns, "seat": [1e300, 2.0]}}})
+    elif content == "CELL_SHORT":
+        content = json.dumps({"key": {}, "cell": {**cell, BEST: {**returns, "seat": [1.0]}}})
+    path = tmp_path / "cell.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=match) as err:
+        seat_cell("crisis", "drf", "search", SEEDS[:2], path, [1000], [])
+    assert "\n" not in str(err.value) and "cell.json" in str(err.value)

@@ -310,6 +310,12 @@ GOOD_GAME = {"allocators": {"A0": "planner"}, "members": [{"name": "r1-search", 
     ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain": [[1.0, 2.0]]}}, "game.gain must be 1 rows of 1"),
     ({"key": {"k": 1}, "game": {**GOOD_GAME, "member_mixture": {}}}, "mixtures must weigh"),
     ({"key": {"k": 1}, "game": {**GOOD_GAME, "members": [{"name": "r1-search"}]}}, "members.0.seat: Field required"),
+    # issue 52: gains finite and bounded, weights in [0, 1]
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain": [[float("nan")]]}}, "game: gain.0.0"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "equilibrium_gain": float("inf")}}, "equilibrium_gain"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "gain_ci95": [[1e300]]}}, "gain_ci95.0.0"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "member_mixture": {"r1-search": 2.0}}}, "member_mixture.r1-search"),
+    ({"key": {"k": 1}, "game": {**GOOD_GAME, "allocator_mixture": {"A0": -1.0}}}, "allocator_mixture.A0"),
 ])
 def test_a_tampered_step_record_is_refused_naming_the_file(tmp_path, record, match):
     """Issue 44: psro's stored steps are read back into checked models (five tracebacks came from them)."""

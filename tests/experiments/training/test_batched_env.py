@@ -127,7 +127,6 @@ def test_mixed_scenarios_split_the_arenas_and_keep_each_arenas_scenario():
 
 
 @pytest.mark.parametrize("extra, reason", [
-    ({"background_mix": BackgroundMix({"agents": {"search": "greedy_bluffer"}}, 0.5)}, "background_mix"),
     ({"curriculum": Curriculum(("standard", "crisis"), promote_at=0.6)}, "curriculum"),
     ({"scripted_in_env": False}, "scripted_in_env"),
 ])
@@ -136,6 +135,28 @@ def test_runs_it_cannot_play_are_refused_with_the_reason(extra, reason):
     assert reason in (unsupported_reason(cfg) or "")
     with pytest.raises(ValueError, match="--sampler stock"):
         BatchedFocalEnv(cfg, 4)
+
+
+def test_a_mix_background_is_drawn_per_episode_and_tagged_in_the_last_infos():
+    from experiments.training.env import MIX_INFO
+
+    cfg = config("crisis", "need", background_mix=BackgroundMix({"agents": {"search": "greedy_bluffer"}}, 0.5))
+    batch = BatchedFocalEnv(cfg, 8)
+    batch.reset(seed=4)
+    nvec = batch.single_action_spaces[ALLOCATOR].nvec
+    tags = []
+    for _ in range(30):
+        *_, infos = batch.step([{ALLOCATOR: np.zeros(len(nvec), np.int64)} for _ in range(8)])
+        tags += [info[ALLOCATOR][MIX_INFO] for info in infos if "episode" in info[ALLOCATOR]]
+    assert tags and set(tags) == {0.0, 1.0}  # both backgrounds played, each episode tagged with its draw
+
+
+def test_a_kinds_start_on_its_own_scenario_is_kept_and_a_switch_is_refused():
+    batch = BatchedFocalEnv(config("crisis", "need"), 2)
+    for view in batch.envs:
+        view.set_scenario("crisis")  # a kind's start: every env on the run's own scenario
+    with pytest.raises(ValueError, match="--sampler stock"):
+        batch.envs[0].set_scenario("standard")
 
 
 def test_a_privileged_background_is_refused():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.training.lean import MultiCategorical, gae
+from experiments.training.lean import PaddedMultiCategorical, gae
 from experiments.training.train import TrainArgs, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib]
@@ -71,7 +71,7 @@ def test_gae_over_arrays_is_rllibs_gae_per_episode_chunk(seed):
 def test_the_one_distribution_is_rllibs_multi_categorical(nvec):
     from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
 
-    dist = MultiCategorical(nvec)
+    dist = PaddedMultiCategorical(nvec)
     logits = torch.randn(64, sum(nvec), generator=torch.Generator().manual_seed(1)) * 2
     actions, logp = dist.sample(logits, torch.Generator().manual_seed(2))
     assert actions.shape == (64, len(nvec))
@@ -83,6 +83,24 @@ def test_the_one_distribution_is_rllibs_multi_categorical(nvec):
     drawn, _ = dist.sample(many, torch.Generator().manual_seed(3))
     freq = np.bincount(drawn[:, 0].numpy(), minlength=nvec[0]) / len(drawn)
     np.testing.assert_allclose(freq, torch.softmax(logits[0, :nvec[0]], -1).numpy(), atol=0.015)
+
+
+@pytest.mark.parametrize("nvec", [[5] * 9, [3, 5, 2, 7]])
+def test_the_learners_distribution_gives_rllibs_logp_entropy_and_kl(nvec):
+    from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
+
+    from experiments.training.lean import LeanMultiCategorical
+
+    gen = torch.Generator().manual_seed(4)
+    logits, other = (torch.randn(256, sum(nvec), generator=gen) * 2 for _ in range(2))
+    actions = torch.stack([torch.randint(0, n, (256,), generator=gen) for n in nvec], -1)
+    ours = [LeanMultiCategorical.from_logits(x, input_lens=nvec) for x in (logits, other)]
+    theirs = [TorchMultiCategorical.from_logits(x, input_lens=nvec) for x in (logits, other)]
+    for mine, rllib in ((ours[0].logp(actions), theirs[0].logp(actions)), (ours[0].entropy(), theirs[0].entropy()),
+                        (ours[0].kl(ours[1]), theirs[0].kl(theirs[1]))):
+        np.testing.assert_allclose(mine.numpy(), rllib.numpy(), rtol=1e-5, atol=1e-5)
+    greedy = ours[0].to_deterministic().sample()
+    assert torch.equal(greedy, theirs[0].to_deterministic().sample().long())
 
 
 TINY = dict(eval_every=2, eval_seeds=2, train_batch_size=256, minibatch_size=128, num_epochs=1,
@@ -153,3 +171,25 @@ def test_a_family_run_plays_one_whole_episode_per_arena_of_a_fresh_draw_of_scena
         assert drawn[0] != drawn[1]
     finally:
         algo.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_an_overlapped_run_samples_on_a_remote_runner_during_the_update_reproducibly(ray_session, tmp_path):
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.lean import OverlappedLeanPPO
+    from experiments.training.setup import resolve
+
+    overlapped = {**TINY, "num_env_runners": 1, "overlap": True}
+    weights = [(train(TrainArgs(out=tmp_path, run_name=name, experiment="allocator_mixed", **overlapped))
+                / "arena_policy.safetensors").read_bytes() for name in ("a", "b")]
+    assert weights[0] == weights[1]  # one runner, one sample in flight: the same order every run
+    algo = build_algorithm(resolve(TrainArgs(experiment="allocator_mixed", **overlapped)))
+    try:
+        assert isinstance(algo, OverlappedLeanPPO)
+        steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(3)]
+        assert steps[0] > 0 and steps[0] < steps[1] < steps[2]  # each iteration trains on a fresh sample
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError, match="--overlap"):
+        TrainArgs(experiment="allocator_mixed", overlap=True, sampler="batched").validate()
