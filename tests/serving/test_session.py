@@ -50,7 +50,12 @@ def test_everything_that_touches_a_session_runs_on_the_event_loop():
     from serving.mcp_seat import build_mcp
 
     app = create_app(ServeSettings())
-    endpoints = [route.endpoint for route in app.routes if hasattr(route, "endpoint") and hasattr(route, "methods")
+
+    def flat(routes: list) -> list:  # an included router (serving.app.routes) is one entry of app.routes
+        return [r for route in routes
+                for r in (flat(route.original_router.routes) if hasattr(route, "original_router") else [route])]
+
+    endpoints = [route.endpoint for route in flat(app.routes) if hasattr(route, "endpoint") and hasattr(route, "methods")
                  or type(route).__name__ == "APIWebSocketRoute"]
     handlers = [e if inspect.isfunction(e) else e.__call__ for e in endpoints]  # /mcp: an ASGI app
     assert len(handlers) > 10 and all(inspect.iscoroutinefunction(h) for h in handlers), \
