@@ -235,7 +235,7 @@ def analyze(run: Path, seeds: Sequence[int], checkpoint: str = "checkpoint") -> 
     report["together"] = together_rows(config, info, seeds, trained)
     start = [info.untrained] if info.untrained else []
     report["returns_over_training"] = [{"env_steps": r["env_steps"], **r["returns"]}
-                                       for r in [*start, *info.history] if "returns" in r]
+                                       for r in [*start, *info.history] if r.get("returns")]
     if teams:
         report["teams_over_training"] = [
             {"env_steps": row["env_steps"], **{t: row["declared_to_need"].get(t, float("nan")) for t in teams}}

@@ -20,6 +20,7 @@ SEEDS = [700000, 700001, 700002]
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.rllib
 def test_untrained_and_planner_only_allocators_are_not_credited(ray_session, tmp_path):
     from experiments.training.train import TrainArgs, train  # imports RLlib: only the test that trains
 
