@@ -117,7 +117,7 @@ def plot(history: list[dict[str, Any]], anchors: Mapping[str, Mapping[str, float
     true need, every curve starting at its iteration-0 (untrained) value when the run kept it."""
     scenario = history[-1]["scenario"]
     start = [dict(untrained)] if untrained else []
-    if not allocator or "returns" in history[-1]:
+    if not allocator or history[-1].get("returns"):
         seats_figure([*start, *history], path, f"{scenario}: learning seats on held-out seeds (playing together)")
         return
     tiers = [scenario] if scenario in anchors else list(anchors)  # a mix: baselines' mean score over its tiers
@@ -134,7 +134,7 @@ def seats_figure(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = [r for r in rows if "returns" in r]
+    rows = [r for r in rows if r.get("returns")]
     ratios = [r for r in rows if r.get("declared_to_need")]
     fig = Figure(figsize=(12 if ratios else 7, 4.5), dpi=100)
     FigureCanvasAgg(fig)
