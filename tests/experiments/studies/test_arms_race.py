@@ -168,8 +168,8 @@ def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_pat
         _, infos = env.reset(seed=seed)
         played.append(env.mix_background_played)
         assert infos[ALLOCATOR][MIX_INFO] == float(env.mix_background_played)
-        assert (env.seats.background["search"].bluff == 3.7) == env.mix_background_played
-        assert env.seats.background["robotics"].bluff != 3.7  # the other seats: the scenario's own
+        assert (env.seats.background["search"].params["bluff"] == 3.7) == env.mix_background_played
+        assert env.seats.background["robotics"].params["bluff"] != 3.7  # the other seats: the scenario's own
     assert 0.2 < np.mean(played) < 0.4
     # with a per-episode mix of tiers (allocator_mixed) both draws happen: every tier meets the mix background
     tiers = ArenaRLlibEnv(replace(crisis, scenarios=("standard", "crisis"), background_mix=BackgroundMix(mix.to_dict(), 0.5)))
@@ -177,7 +177,7 @@ def test_the_mix_background_plays_in_its_share_of_episodes_and_is_tagged(tmp_pat
     for seed in range(60):
         tiers.reset(seed=seed)
         met.add((tiers.par_env.config.name, tiers.mix_background_played))
-        assert (tiers.seats.background["search"].bluff == 3.7) == tiers.mix_background_played
+        assert (tiers.seats.background["search"].params["bluff"] == 3.7) == tiers.mix_background_played
     assert met == {("standard", True), ("standard", False), ("crisis", True), ("crisis", False)}
     # without a mix nothing is drawn: the episode seeds are those of an env that never heard of it
     plain, again = ArenaRLlibEnv(crisis), ArenaRLlibEnv(crisis)

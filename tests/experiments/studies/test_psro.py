@@ -115,8 +115,8 @@ def test_the_env_plays_each_mixture_entry_in_its_share_and_the_single_mix_as_bef
         entries.append(env.mixture_entry)
         assert (twin.mixture_entry, twin.episode_seed) == (env.mixture_entry, env.episode_seed)  # reproducible
         assert infos[ALLOCATOR][MIXTURE_INFO] == env.mixture_entry and MIX_INFO not in infos[ALLOCATOR]
-        assert (env.seats.background["search"].bluff == 3.7) == (env.mixture_entry == 1)
-        assert (env.seats.background["robotics"].bluff == 2.9) == (env.mixture_entry == 2)
+        assert (env.seats.background["search"].params["bluff"] == 3.7) == (env.mixture_entry == 1)
+        assert (env.seats.background["robotics"].params["bluff"] == 2.9) == (env.mixture_entry == 2)
     shares = np.bincount(entries, minlength=3) / len(entries)
     assert np.allclose(shares, [0.5, 0.25, 0.25], atol=0.08)  # ~3.5 standard errors at 400 episodes
     # --mix-background: the draws and episode seeds of the rule it always had (u < share, then the seed)
