@@ -136,6 +136,9 @@ class LeanMultiCategorical(TorchMultiCategorical):
         self.logits, self.padded = logits, PaddedMultiCategorical(input_lens)
         self.log_probs = self.padded.log_probs(logits)
         self.real = self.log_probs > -math.inf  # the padding of a sub-space smaller than the largest
+        # the padding's log-probabilities as 0 for the sums below: 0 * -inf is nan, and a torch.where that drops
+        # it in the forward pass still sends nan back through the unselected branch
+        self.finite_log_probs = self.log_probs.masked_fill(~self.real, 0.0)
 
     @classmethod
     def from_logits(cls, logits: torch.Tensor, input_lens: Sequence[int] = (),  # type: ignore[override]
@@ -145,17 +148,18 @@ class LeanMultiCategorical(TorchMultiCategorical):
         return cls(logits, input_lens)
 
     def _plogp(self, log_probs: torch.Tensor) -> torch.Tensor:
-        return torch.where(self.real, self.log_probs.exp() * log_probs, torch.zeros_like(log_probs))
+        """``p * log_probs`` summed over every sub-action (padding: p = 0, ``log_probs`` finite there)."""
+        return (self.log_probs.exp() * log_probs).sum(dim=(-1, -2))
 
     def logp(self, value: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return PaddedMultiCategorical.logp(self.log_probs, value.long())
 
     def entropy(self) -> torch.Tensor:  # type: ignore[override]
-        return -self._plogp(self.log_probs).sum(dim=(-1, -2))
+        return -self._plogp(self.finite_log_probs)
 
     def kl(self, other: Distribution) -> torch.Tensor:  # type: ignore[override]
         assert isinstance(other, LeanMultiCategorical)
-        return self._plogp(self.log_probs - other.log_probs).sum(dim=(-1, -2))
+        return self._plogp(self.finite_log_probs - other.finite_log_probs)
 
     def sample(self) -> torch.Tensor:  # type: ignore[override]
         uniform = torch.rand(self.log_probs.shape).clamp_(1e-20, 1.0)

@@ -94,11 +94,19 @@ def test_the_learners_distribution_gives_rllibs_logp_entropy_and_kl(nvec):
     gen = torch.Generator().manual_seed(4)
     logits, other = (torch.randn(256, sum(nvec), generator=gen) * 2 for _ in range(2))
     actions = torch.stack([torch.randint(0, n, (256,), generator=gen) for n in nvec], -1)
-    ours = [LeanMultiCategorical.from_logits(x, input_lens=nvec) for x in (logits, other)]
-    theirs = [TorchMultiCategorical.from_logits(x, input_lens=nvec) for x in (logits, other)]
+    leaves = [[x.clone().requires_grad_() for x in (logits, other)] for _ in range(2)]
+    ours = [LeanMultiCategorical.from_logits(x, input_lens=nvec) for x in leaves[0]]
+    theirs = [TorchMultiCategorical.from_logits(x, input_lens=nvec) for x in leaves[1]]
     for mine, rllib in ((ours[0].logp(actions), theirs[0].logp(actions)), (ours[0].entropy(), theirs[0].entropy()),
                         (ours[0].kl(ours[1]), theirs[0].kl(theirs[1]))):
-        np.testing.assert_allclose(mine.numpy(), rllib.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(mine.detach().numpy(), rllib.detach().numpy(), rtol=1e-5, atol=1e-5)
+        # the gradients PPO's loss takes through each term: finite (the padding of a smaller sub-space is -inf)
+        # and RLlib's
+        grads = [torch.autograd.grad(term.sum(), leaf, retain_graph=True, allow_unused=True, materialize_grads=True)
+                 for term, leaf in ((mine, leaves[0]), (rllib, leaves[1]))]
+        for g_ours, g_theirs in zip(*grads, strict=True):
+            assert torch.isfinite(g_ours).all()
+            np.testing.assert_allclose(g_ours.numpy(), g_theirs.numpy(), rtol=1e-4, atol=1e-5)
     greedy = ours[0].to_deterministic().sample()
     assert torch.equal(greedy, theirs[0].to_deterministic().sample().long())
 
