@@ -215,6 +215,10 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
         num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
         entropy_coeff=args.entropy_coeff, **ppo_only)
+    if args.sampler == "lean" and learner_class is None:  # modules of unequal rows: each its own epochs
+        from experiments.training.lean import LeanPPOLearner
+
+        learner_class = LeanPPOLearner
     if learner_class is not None and args.algo == "PPO":  # the shape-free allocator: PPO clipped per cell
         config = config.training(learner_class=learner_class)
     return config

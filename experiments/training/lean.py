@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.ppo import PPO
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.distribution import Distribution
 from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchMultiCategorical
@@ -67,6 +68,7 @@ from ray.rllib.utils.metrics import (
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
 )
+from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 
 from experiments.training.batched_env import BatchedEnvRunner
 from experiments.training.callbacks import foreach_sampling_runner, log_background_draw, log_episode_totals
@@ -401,6 +403,44 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     return MultiAgentBatch(batches, env_steps=env_steps)
 
 
+class EqualEpochsIterator:
+    """Minibatches in which every module goes through its rows exactly ``num_epochs`` times, in the same number
+    of steps: the largest module's minibatches hold ``minibatch_size`` rows, a smaller module's proportionally
+    fewer. RLlib's ``MiniBatchCyclicIterator`` gives every module ``minibatch_size`` rows a step and runs until
+    the largest has its epochs, so with teams sharing a module (three seats' rows) the allocator's and the
+    broker's modules went through their rows three times as often as asked, at that cost. Every module is in
+    every step: RLlib's gradient step reads a gradient for every module's parameters."""
+
+    def __init__(self, batch: MultiAgentBatch, num_epochs: int, minibatch_size: int, shuffle: bool) -> None:
+        self.batch, self.num_epochs, self.shuffle = batch, num_epochs, shuffle
+        self.steps = max(math.ceil(len(b) / minibatch_size) for b in batch.policy_batches.values())
+        if any(len(b) < self.steps for b in batch.policy_batches.values()):
+            raise ValueError(f"every module needs at least {self.steps} rows for {self.steps} minibatches a "
+                             f"epoch, got {({m: len(b) for m, b in batch.policy_batches.items()})}")
+
+    def __iter__(self) -> Iterator[MultiAgentBatch]:
+        modules = self.batch.policy_batches
+        bounds = {m: np.linspace(0, len(b), self.steps + 1).round().astype(int) for m, b in modules.items()}
+        for _ in range(self.num_epochs):
+            if self.shuffle:
+                for b in modules.values():
+                    b.shuffle()
+            for j in range(self.steps):
+                yield MultiAgentBatch({m: b.slice(int(bounds[m][j]), int(bounds[m][j + 1]))
+                                       for m, b in modules.items()}, len(self.batch))
+
+
+class LeanPPOLearner(PPOTorchLearner):
+    """RLlib's PPO learner whose minibatches over several modules are :class:`EqualEpochsIterator`'s."""
+
+    def _create_iterator_if_necessary(self, **kwargs: Any) -> Iterable:
+        batch_iter = super()._create_iterator_if_necessary(**kwargs)
+        if isinstance(batch_iter, MiniBatchCyclicIterator) and len(batch_iter._batch.policy_batches) > 1:
+            return EqualEpochsIterator(batch_iter._batch, batch_iter._num_epochs, batch_iter._minibatch_size,
+                                       batch_iter._shuffle_batch_per_epoch)
+        return batch_iter
+
+
 def _sample_and_metrics(runner: Any) -> tuple[list[Rollout], Any]:
     return runner.sample(), runner.get_metrics()
 
@@ -472,4 +512,4 @@ class OverlappedLeanPPO(LeanPPO):
     overlap = True
 
 
-__all__ = ["LeanEnvRunner", "LeanMultiCategorical", "LeanPPO", "LeanPPOModule", "OverlappedLeanPPO", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]
+__all__ = ["EqualEpochsIterator", "LeanEnvRunner", "LeanMultiCategorical", "LeanPPO", "LeanPPOLearner", "LeanPPOModule", "OverlappedLeanPPO", "PaddedMultiCategorical", "Rollout", "gae", "lean_batch", "values_of"]

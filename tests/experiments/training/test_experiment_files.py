@@ -133,6 +133,8 @@ MIX_ROSTER = 'name = "bluffing search"\n\n[agents]\nsearch = { policy = "truthfu
     "experiment, runners, mix, sampler",
     [# the main job's sampler (experiments/configs/main.toml: the batched core, in the driver)
      ("allocator_mixed", 0, False, "batched"), ("selfplay", 0, False, "stock"),
+     # five modules of unequal rows through the lean path's learner (experiments/training/lean.py)
+     ("selfplay", 0, False, "lean"),
      # two remote env runners with half the episodes against another background (--mix-background)
      ("allocator_mixed", 2, True, "stock")],
 )

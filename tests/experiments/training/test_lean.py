@@ -201,3 +201,26 @@ def test_an_overlapped_run_samples_on_a_remote_runner_during_the_update_reproduc
         algo.stop()
     with pytest.raises(ValueError, match="--overlap"):
         TrainArgs(experiment="allocator_mixed", overlap=True, sampler="batched").validate()
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_module_goes_through_its_rows_num_epochs_times_in_the_same_steps(shuffle):
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+    from experiments.training.lean import EqualEpochsIterator
+
+    rows = {"allocator": 70, "teams": 300, "broker": 71}  # teams: three seats' rows in one shared module
+    batch = MultiAgentBatch({m: SampleBatch({"row": np.arange(n)}) for m, n in rows.items()}, env_steps=70)
+    steps = list(EqualEpochsIterator(batch, num_epochs=3, minibatch_size=64, shuffle=shuffle))
+    assert len(steps) == 3 * 5  # ceil(300 / 64) minibatches an epoch
+    for step in steps:
+        assert set(step.policy_batches) == set(rows)  # every module in every step: RLlib reads every gradient
+        assert len(step.policy_batches["teams"]) <= 64
+    for module, n in rows.items():
+        seen = np.concatenate([step.policy_batches[module]["row"] for step in steps])
+        assert np.array_equal(np.bincount(seen, minlength=n), np.full(n, 3))  # each row exactly num_epochs times
+        first_epoch = np.concatenate([step.policy_batches[module]["row"] for step in steps[:5]])
+        assert np.array_equal(np.sort(first_epoch), np.arange(n))
+    with pytest.raises(ValueError, match="at least 5 rows"):
+        EqualEpochsIterator(MultiAgentBatch({"a": SampleBatch({"row": np.arange(300)}),
+                                             "b": SampleBatch({"row": np.arange(3)})}, 3), 1, 64, False)
