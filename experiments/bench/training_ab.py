@@ -68,6 +68,9 @@ KINDS = {
     "universal": "--config experiments/configs/universal.toml",
     "best_response": "--config experiments/configs/best_response.toml",
     "selfplay": "--config experiments/configs/selfplay.toml --scenario crisis",
+    # stock only (docs/training.md says why): `--kinds league curriculum --samplers stock`
+    "league": "--experiment league --scenario standard",
+    "curriculum": "--experiment allocator_curriculum --action-codec need",
 }
 SAMPLERS = {
     "stock": "--sampler stock --num-env-runners 0 --num-envs-per-env-runner 32 --train-batch-size 8192 "

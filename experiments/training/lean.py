@@ -386,7 +386,13 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     first = rollouts[0].seat  # every seat of an arena steps together: count one seat's rows
     env_steps = sum(int(r.valid.sum()) for r in rollouts if r.seat == first)
     for r in rollouts:
-        values = values_of(algorithm, r.module, r.obs)
+        # values where GAE reads them: a transition's row and the row after it (its bootstrap); a drawn run's
+        # arenas idle after their one episode, and no row there needs a value
+        needed = np.zeros(r.obs.shape[:2], dtype=bool)
+        needed[:-1] |= r.valid
+        needed[1:] |= r.valid
+        values = np.zeros(r.obs.shape[:2], dtype=np.float32)
+        values[needed] = values_of(algorithm, r.module, r.obs[needed])
         advantages = gae(r.rewards, values, r.terminated, r.truncated, cfg.gamma, cfg.lambda_)
         keep = r.valid
         rows = {Columns.OBS: r.obs[:-1][keep], Columns.ACTIONS: r.actions[keep],
