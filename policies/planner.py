@@ -53,16 +53,13 @@ once its pace would exceed the cap; a hard cap it does not yet pace over the epi
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from commons_arena.enums import ShockKind, Stance
-from commons_arena.mechanics import carbon
-from commons_arena.numerics import left_to_right_sum
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS
 from policies.base import ScriptedPolicy
@@ -149,136 +146,6 @@ class InflationBelief:
         self.log_w += np.where(exposed_if == exposed, 0.0, AUDIT)
 
 
-# ---------------------------------------------------------------------- a hard cap as a budget
-
-
-def carbon_budget(left_kg: np.ndarray, demand_kw: np.ndarray, intensity: np.ndarray,
-                  value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """This tick's carbon allowance (kg) and the carbon price (value per kg) of a hard cap
-    spent as a budget over the rest of the episode, per arena (a leading axis of ``n``).
-
-    ``left_kg (n,)``: the cap's carbon left; ``demand_kw (n,)``: the power of the waiting work
-    (assumed to wait as much in every tick to come: the planner cannot see future jobs);
-    ``intensity (n, H)``: the grid's kg/kWh in this tick (column 0) and the ticks after it
-    (0 past the episode's end: a tick that emits nothing is neutral); ``value (n, H)``: what a
-    kW-tick of that work is worth in each tick (the urgency of waiting work raises column 0).
-
-    The rule (a water-filling, the shadow price of the budget). Serving a share ``x_s`` of the
-    demand in tick ``s`` is worth ``value_s x (x_s - x_s**2 / 2)`` per kW: the planner serves
-    its most urgent teams first, so the last GPU of a tick is worth least (its marginal value
-    falls linearly from ``value_s`` to 0). It emits ``demand x x_s x intensity_s``. Spending
-    ``left_kg`` where it is worth most gives every tick the same marginal value per kg,
-    ``price``: ``x_s = clip(1 - price x intensity_s / value_s, 0, 1)``, with ``price`` the one at
-    which the emissions planned over the remaining ticks equal ``left_kg``. So a clean tick
-    (low intensity) gets more GPUs than a dirty one, an urgent tick more than a quiet one, and
-    the last tick spends whatever is left. Where serving all the demand in every tick fits the
-    cap the budget does not bind: price 0, allowance ``inf`` (the plan is left as it was).
-
-    The spent carbon is piecewise linear in the price (a tick stops spending at its breakpoint
-    ``value_s / intensity_s``), so ``price`` is solved exactly: breakpoints sorted, the
-    segment holding ``left_kg`` found from running sums, one linear equation solved on it.
-    Every step is element-wise or along each row, so a row's result does not depend on the
-    others (the per-arena and the batched planner call this one function).
-    """
-    left = np.maximum(np.asarray(left_kg, dtype=np.float64), 0.0)
-    demand = np.asarray(demand_kw, dtype=np.float64)
-    i = np.asarray(intensity, dtype=np.float64)
-    v = np.maximum(np.asarray(value, dtype=np.float64), VALUE_FLOOR)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        stop = np.where(i > 0, v / np.where(i > 0, i, 1.0), np.inf)  # the price at which each tick stops spending
-        rank = np.argsort(-stop, axis=-1, kind="stable")  # the last to stop first
-        s_i = np.take_along_axis(i, rank, axis=-1)
-        s_stop = np.take_along_axis(stop, rank, axis=-1)
-        s_w = np.take_along_axis(i * i / v, rank, axis=-1)  # intensity / breakpoint
-        s1 = np.cumsum(s_i, axis=-1)  # running sums over the ticks still spending (left to right, row by row)
-        s2 = np.cumsum(s_w, axis=-1)
-        before1, before2 = s1 - s_i, s2 - s_w  # the same sums before each tick joins
-        full = demand * s1[:, -1]  # kg if every tick served all its demand
-        binding = (demand > 0) & (full > left)
-        need = np.where(binding, left / np.where(binding, demand, 1.0), 0.0)  # the budget in kW-ticks of intensity
-        # planned spending (in kW-ticks of intensity) at each breakpoint, minus the budget: rises along the row
-        at_stop = before1 - np.where(before2 > 0, s_stop * before2, 0.0) - need[:, None]
-        k = np.maximum((at_stop <= 0).sum(axis=-1), 1) - 1  # the last tick still spending at the price
-        a1 = np.take_along_axis(s1, k[:, None], axis=-1)[:, 0]
-        a2 = np.take_along_axis(s2, k[:, None], axis=-1)[:, 0]
-        price = np.where(binding & (a2 > 0), (a1 - need) / np.where(a2 > 0, a2, 1.0), 0.0)
-        price = np.maximum(price, 0.0)
-        share = np.clip(1.0 - price * i[:, 0] / v[:, 0], 0.0, 1.0)
-    import os
-    if os.environ.get("PM") == "step":
-        pos = np.argmax(rank == 0, axis=-1)  # where this tick sits in the order
-        ahead_i = np.take_along_axis(before1, pos[:, None], axis=-1)[:, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.clip((need - ahead_i) / np.where(i[:, 0] > 0, i[:, 0], 1.0), 0.0, 1.0)
-        share = np.where(i[:, 0] > 0, share, 1.0)
-        kk = np.minimum((before1 < need[:, None]).sum(axis=-1), i.shape[1]) - 1
-        price = np.where(binding, np.take_along_axis(s_stop, np.maximum(kk, 0)[:, None], axis=-1)[:, 0], 0.0)
-    allowance = np.where(binding, demand * share * i[:, 0], np.inf)
-    if os.environ.get("PM") == "pace":
-        c = float(os.environ.get("PC", "2"))
-        live = (i > 0).sum(axis=-1)
-        allowance = np.where(binding, left * np.minimum(1.0, c / np.maximum(live, 1)), np.inf)
-    return allowance, price
-
-
-VALUE_FLOOR = 1e-9  # value per kW-tick: work worth nothing still stops spending at a finite price
-
-
-class HardCapBudget:
-    """The inputs of :func:`carbon_budget` read from allocator observations ``(n, obs_dim)`` and
-    need estimates ``(n, teams, tiers)`` of one scenario (public parameters: tier power, the
-    intensity profile, the horizon), for the per-arena planner (a batch of one) and the batched one."""
-
-    def __init__(self, planner: PlannerAllocator) -> None:
-        config = planner.config
-        self.hard = config.carbon.mode == "hard"
-        self.power = np.array(planner.power, dtype=np.float64)
-        self.gpu_tick_value = planner.gpu_tick_value
-        H = planner.max_ticks
-        profile = [carbon.intensity_at(config.carbon.intensity, t) for t in range(H)]
-        self.ahead = np.array(profile + [0.0] * H, dtype=np.float64)  # tick -> intensity; 0 past the end
-        self._columns = np.arange(H)
-        sl = planner.obs_layout.slices
-        self._tick, self._used = sl["tick"].start, sl["carbon_used"].start
-        self._online, self._offer = sl["online"], sl["offer_qty"]
-        self._pressure, self._stance = sl["pressure"], sl["stance"]
-        self.i_escalate, self.n_teams = planner.i_escalate, planner.n_teams
-        self.cap = config.carbon.cap_kg
-
-    def __call__(self, obs: np.ndarray, need: np.ndarray, headroom_kg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(allowance_kg (n,), price (n,), kg_cost (n, tiers))`` per row (:func:`carbon_budget`) for the
-        need estimates ``need (n, teams, tiers)`` and the hard cap's carbon left ``headroom_kg (n,)``."""
-        o = np.asarray(obs).astype(np.float64)
-        n = len(o)
-        tick = o[:, self._tick].astype(np.int64)
-        # the waiting work's power: the need (GPUs per tier x kW) up to what could run (online + offered)
-        capacity_kw = left_to_right_sum((o[:, self._online] + o[:, self._offer]) * self.power)
-        gpus = need.astype(np.float64)
-        team_kw = left_to_right_sum(gpus * self.power)  # (n, teams)
-        need_kw = left_to_right_sum(team_kw)
-        demand = np.minimum(need_kw, capacity_kw)
-        # a GPU-tick is worth what buying one is worth to its team (the plan's step 3): more when urgent
-        pressure = o[:, self._pressure]
-        escalating = o[:, self._stance].reshape(n, self.n_teams, -1)[:, :, self.i_escalate] > 0.5
-        worth = self.gpu_tick_value * (1.0 + 0.5 * pressure + 0.5 * escalating)
-        team_gpus = gpus.sum(axis=2)  # (n, teams), whole numbers: exact
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_kw = np.where(need_kw > 0, 1.0 / np.where(need_kw > 0, need_kw, 1.0), 0.0)
-        now = left_to_right_sum(worth * team_gpus) * per_kw  # value of a kW-tick of the waiting work, now
-        import os
-        if os.environ.get("PV") == "0":
-            now = self.gpu_tick_value * left_to_right_sum(team_gpus) * per_kw
-        later = self.gpu_tick_value * left_to_right_sum(team_gpus) * per_kw  # ... and in a tick without urgency
-        H = len(self._columns)
-        intensity = self.ahead[tick[:, None] + self._columns[None, :]]
-        value = np.concatenate([now[:, None], np.broadcast_to(later[:, None], (n, H - 1))], axis=1)
-        value = value * float(os.environ.get("PD", "1")) ** self._columns[None, :]
-        allowance, price = carbon_budget(headroom_kg, demand, intensity, value)
-        # the price as a cost per GPU-tick of each tier in this tick (what step 3 weighs a purchase with)
-        kg_cost = price[:, None] * (self.power[None, :] * intensity[:, :1])
-        return allowance, price, kg_cost
-
-
 @dataclass(slots=True)
 class _Seen:
     """What the previous tick's observation showed (for the evidence of this tick)."""
@@ -347,7 +214,6 @@ class PlannerAllocator(ScriptedPolicy):
         self.i_escalate = int(Stance.ESCALATE)
         self._tier_index = np.arange(T)[None, :]  # row index of self.unreachable per (team, tier)
         self._limits = LimitReader(config, self.obs_layout)
-        self._budget = HardCapBudget(self)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -472,19 +338,12 @@ class PlannerAllocator(ScriptedPolicy):
                     left[j] -= give
                     n -= give
                 unmet[i][k] = n
-        # a hard cap: this tick's share of the carbon left, and its price (None: a soft cap, priced past the cap)
-        limits = self._limits(obs)
-        budget_kg: list[float] | None = None
-        if limits.headroom_kg is not None and __import__("os").environ.get("PB", "1") != "0":
-            allowance, _, kg = self._budget(obs[None], np.asarray(need, dtype=np.int64)[None], np.array([limits.headroom_kg]))
-            budget_kg = kg[0].tolist()
-            limits = replace(limits, headroom_kg=min(limits.headroom_kg, float(allowance[0])))
         # 3. buy what is worth buying
         buy = [0] * T
         if any(n > 0 for row in unmet for n in row):
             ticks_left = max(self.max_ticks - tick, 1)
             money = max(budget * min(1.0, self.pacing / ticks_left) - SPEND_EPS, 0.0)
-            kg_cost = self._kg_cost(obs, tick) if budget_kg is None else budget_kg
+            kg_cost = self._kg_cost(obs, tick)
             w = self.weights
             for i in order:
                 worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[i] + 0.5 * escalating[i])
@@ -511,15 +370,7 @@ class PlannerAllocator(ScriptedPolicy):
         # within every observed limit (a hard cap's carbon left above all): teams it serves last give up first
         served = set(order)
         trim_order = order + [i for i in range(N) if i not in served]
-        import os
-        if budget_kg is not None and os.environ.get("PO") == "board":
-            trim_order = sorted(range(N), key=lambda i: (-self.board[i], i))
-        if budget_kg is not None and os.environ.get("PO") == "cont":
-            lg = getattr(self, "_lg", None)
-            if lg is not None and tick > 0:
-                trim_order = [i for i in trim_order if lg[i] > 0] + [i for i in trim_order if lg[i] <= 0]
-        buy, grant = fit_action(limits, buy, grant, trim_order)
-        self._lg = [sum(r) for r in grant]
+        buy, grant = fit_action(self._limits(obs), buy, grant, trim_order)
         return buy + [g for row in grant for g in row]
 
     def _kg_cost(self, obs: np.ndarray, tick: int) -> list[float]:
