@@ -47,7 +47,11 @@ baselines' step): purchases within the offer and the budget, grants within onlin
 GPUs and within a hard carbon cap's carbon left, the teams it serves last giving up their
 units first, purchases the carbon cut leaves unused given back. So the planner is repaired
 only when an incident or a grid spike fires in the tick it acts. (It prices a soft cap's kg
-once its pace would exceed the cap; a hard cap it does not yet pace over the episode.)
+once its pace would exceed the cap.) A hard cap it spends as work waits, not as a budget paced
+over the episode: pacing it (by the carbon left, the intensity forecast and the urgency of the
+waiting work) was measured below this on every binding-cap cluster tried, since carbon held
+back turns work in progress into missed deadlines (docs/bring_your_own_cluster.md, "When a
+hard cap binds"; ``scripts/planner_hard_cap.py``).
 """
 
 from __future__ import annotations

@@ -144,6 +144,8 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"^python -m experiments\.studies\.observability", "a study of minutes (its tests: tests/experiments/studies)"),
     (r"^python -m experiments\.examples\.ppo_one_seat", "trains for minutes (tests/experiments/examples: a small run)"),
     (r"^cp ", "copies a training run's files (the recipe's last step)"),
+    (r"^python scripts/planner_hard_cap\.py", "a paired measurement of about a minute (30 seeds x 9 allocators, the "
+     "oracle's MILP included); tests/policies/test_planner.py plays both hard-cap example files"),
 ]
 
 
