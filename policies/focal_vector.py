@@ -299,11 +299,14 @@ class FocalVectorEnv(VectorEnv):
         self.restarted[:] = False
         self._started = True
 
-    def step_groups(self, actions: Sequence[Mapping[str, np.ndarray]]) -> list[GroupStep]:
-        """One tick of every arena from each group's focal actions (seat -> ``(size, act_dim)``)."""
+    def step_groups(self, actions: Sequence[Mapping[str, np.ndarray] | None]) -> list[GroupStep]:
+        """One tick of every arena from each group's focal actions (seat -> ``(size, act_dim)``). A group whose
+        actions are None is not stepped: its arenas keep their state, and its part of the result is their last
+        observation with zero rewards and no flags (a sampler whose arenas of that scenario are done with it)."""
         if not self._started:
             raise commons_arena.EpisodeStateError("step() called before reset(); call reset(seed=...) first")
-        return [self._step_group(group, dict(part)) for group, part in zip(self.groups, actions, strict=True)]
+        return [self._idle_group(group) if part is None else self._step_group(group, dict(part))
+                for group, part in zip(self.groups, actions, strict=True)]
 
     def merge(self, steps: Sequence[GroupStep]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
                                                           dict[str, np.ndarray], dict[str, dict[str, Any]]]:
@@ -329,6 +332,13 @@ class FocalVectorEnv(VectorEnv):
         if not self.same_shapes:
             raise ValueError("the scenarios give the focal seats different shapes: step them by scenario "
                              "(reset_groups, step_groups)")
+
+    def _idle_group(self, group: FocalGroup) -> GroupStep:
+        self.restarted[group.rows] = False
+        none = np.zeros(group.size, dtype=bool)
+        return GroupStep({a: group.raw[a] for a in self.focal}, {a: np.zeros(group.size) for a in self.focal},
+                         dict.fromkeys(self.focal, none), dict.fromkeys(self.focal, none),
+                         {a: {"reward_terms": {}} for a in self.focal})
 
     def _step_group(self, group: FocalGroup, focal_actions: dict[str, np.ndarray]) -> GroupStep:
         restarting = np.flatnonzero(group.ended)  # NEXT_STEP: the core resets these in this call

@@ -173,6 +173,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             g.config.content_hash, 1.0))) for g in self.groups]) for a in self.learned}
         self.scenario_names = [g.config.name for g in self.groups for _ in range(g.size)]
         self.scenario_hashes = [g.config.content_hash for g in self.groups for _ in range(g.size)]
+        self._views: list[dict[str, np.ndarray]] = []  # each group's last views (an idle group's rows: these)
         given: Any = getattr(self, "single_observation_spaces", None)
         if given:  # a redraw: the spaces RLlib was given must hold
             self._check_spaces(given, self.single_action_spaces or {})
@@ -228,10 +229,13 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             self._view(j)
         return self._observe([g.raw for g in self.groups])
 
-    def step_arrays(self, codes: Mapping[str, np.ndarray]) -> ArrayStep:
-        """One step of every arena from the modules' codes (seat -> ``(N, k)``)."""
-        actions = [{seat: interface.act(group.raw[seat], codes[seat][group.rows]) for seat, interface in interfaces.items()}
-                   for group, interfaces in zip(self.groups, self.interfaces, strict=True)]
+    def step_arrays(self, codes: Mapping[str, np.ndarray], idle: Sequence[bool] | None = None) -> ArrayStep:
+        """One step of every arena from the modules' codes (seat -> ``(N, k)``). Groups marked ``idle`` are not
+        stepped (``FocalVectorEnv.step_groups``): their rows are their last views, zero rewards and no flags."""
+        idle = idle if idle is not None else [False] * len(self.groups)
+        actions = [None if skip else {seat: interface.act(group.raw[seat], codes[seat][group.rows])
+                                      for seat, interface in interfaces.items()}
+                   for group, interfaces, skip in zip(self.groups, self.interfaces, idle, strict=True)]
         clock = time.perf_counter()
         steps = self.focal.step_groups(actions)
         reward, terminated, truncated, infos = self.focal.merge(steps)
@@ -247,14 +251,18 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
             for j in np.flatnonzero(restarted).tolist():
                 self._view(j)
         scaled = {a: reward[a] * self.reward_scale[a] for a in self.learned}
-        return ArrayStep(self._observe([step.obs for step in steps]), scaled, terminated, truncated, infos, restarted,
-                         entries)
+        return ArrayStep(self._observe([step.obs for step in steps], idle), scaled, terminated, truncated, infos,
+                         restarted, entries)
 
-    def _observe(self, raw: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """The modules' views of every arena from each group's raw observations."""
-        return {seat: np.concatenate([interfaces[seat].observe(part[seat])
-                                      for part, interfaces in zip(raw, self.interfaces, strict=True)])
-                for seat in self.learned}
+    def _observe(self, raw: Sequence[Mapping[str, np.ndarray]], idle: Sequence[bool] | None = None
+                 ) -> dict[str, np.ndarray]:
+        """The modules' views of every arena from each group's raw observations (an idle group: its last views)."""
+        idle = idle if idle is not None else [False] * len(self.groups)
+        views = self._views = [self._views[j] if skip else {seat: interfaces[seat].observe(part[seat])
+                                                            for seat in self.learned}
+                               for j, (part, interfaces, skip) in enumerate(zip(raw, self.interfaces, idle,
+                                                                                strict=True))]
+        return {seat: np.concatenate([v[seat] for v in views]) for seat in self.learned}
 
     def _view(self, j: int) -> None:
         view = self.views[j]

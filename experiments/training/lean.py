@@ -266,7 +266,8 @@ class LeanEnvRunner(BatchedEnvRunner):
                     actions, logp = self._dists[seat].sample(logits, self._generator)
                     codes[seat] = rollout.actions[t] = actions.numpy()
                     rollout.logp[t], rollout.dist_inputs[t] = logp.numpy(), logits.numpy()
-            step = env.step_arrays(codes)
+            # a drawn run's scenario whose arenas have all played their episode is not stepped again
+            step = env.step_arrays(codes, [bool(finished[g.rows].all()) for g in env.groups] if once else None)
             valid = ~self._lean_restarting & ~finished
             focal = seats[0]
             ended = (step.terminated[focal] | step.truncated[focal]) & valid

@@ -100,3 +100,30 @@ def test_bad_input_is_refused_with_what_to_fix():
         FocalVectorEnv(["standard", "tests/data/scenarios/hard_cap_cluster.toml"], num_envs=2)
     with pytest.raises(ValueError, match="weight"):
         BackgroundMixture(("own",), (None,), (-1.0,))
+
+
+def test_an_idle_group_keeps_its_arenas_state_and_returns_their_last_observation():
+    from commons_arena.spaces import make_action_space
+
+    env = FocalVectorEnv(["standard", "crisis"], num_envs=6, focal=SEAT, shapes="any")
+    env.reset_groups(seed=3)
+    rng = np.random.default_rng(0)
+    nvec = [make_action_space(g.config, SEAT).nvec for g in env.groups]
+
+    def codes() -> list[dict[str, np.ndarray]]:
+        return [{SEAT: rng.integers(0, n, size=(g.size, len(n)))} for g, n in zip(env.groups, nvec, strict=True)]
+
+    before = env.groups[1].raw[SEAT].copy()
+    first = codes()
+    idle = env.step_groups([first[0], None])[1]  # crisis idles this tick
+    assert np.array_equal(idle.obs[SEAT], before) and not idle.reward[SEAT].any()
+    assert not (idle.terminated[SEAT] | idle.truncated[SEAT]).any() and not env.restarted[env.groups[1].rows].any()
+    ours = [env.step_groups(codes())[1].obs[SEAT] for _ in range(30)]
+    # crisis played on from where it was, through its restarts: as an env that never idled, one tick behind
+    fresh = FocalVectorEnv(["standard", "crisis"], num_envs=6, focal=SEAT, shapes="any")
+    fresh.reset_groups(seed=3)
+    replay = np.random.default_rng(0)
+    steps = [[{SEAT: replay.integers(0, n, size=(g.size, len(n)))} for g, n in zip(env.groups, nvec, strict=True)]
+             for _ in range(31)]
+    crisis = [fresh.step_groups(s)[1].obs[SEAT] for s in steps[1:]]
+    assert all(np.array_equal(a, b) for a, b in zip(ours, crisis, strict=True))
