@@ -502,6 +502,8 @@ def _first_tick(records):
     (lambda r: _first_tick(r)["actions"].__setitem__("ghost", {}), "recorded actions name agents"),
     (lambda r: _first_tick(r)["actions"]["allocator"].__setitem__("extra", 1), "has parts"),
     (lambda r: r[0].__setitem__("format_version", 9), "format_version 9"),
+    (lambda r: r[0].__setitem__("format_version", 1.0), "format_version 1.0"),  # was DIFFERS (exit 1)
+    (lambda r: r[0].__setitem__("format_version", True), "format_version True"),
     (lambda r: r[0].__setitem__("seed", 1.5), "the seed must be an integer"),
     (lambda r: r.pop(), "ends before its summary line: the file was cut"),  # issue 52: was "DIFFERS" (exit 1)
     (lambda r: r.__delitem__(slice(5, None)), "ends before its summary line: the file was cut"),
