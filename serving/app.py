@@ -37,8 +37,8 @@ of openenv-core's response models (which forbid extra fields): what is ours beyo
 in ``observation.metadata`` or at ``/info``.
 
 Errors are JSON with a status that says whose fault it is: 400 malformed JSON (also NaN,
-Infinity, a number that overflows, nesting deeper than :data:`MAX_JSON_DEPTH`, a binary
-WebSocket frame), 404 unknown session, 409 step before reset or after the end, 413 body
+Infinity, a number that overflows, a lone surrogate escape, nesting deeper than :data:`MAX_JSON_DEPTH`, a binary
+WebSocket frame), 404 unknown session or a path no route has, 405 a method the route does not take, 409 step before reset or after the end, 413 body
 too large, 422 an invalid action or parameter (``error.field`` names the entry, ``error.allowed`` its range), 503 the server
 is full. Over the WebSocket the same error is a frame ``{"type": "error", "data": {"code",
 "message", ...}}`` and the connection stays open. Nothing changes in the episode on an error
