@@ -175,7 +175,7 @@ def _router_error(request: Request, err: HTTPException) -> JSONResponse:
 
 def _validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
     """A parameter FastAPI itself refused, in the project's shape (422, naming the first field)."""
-    first = next(iter(err.errors()), {})
+    first: dict[str, Any] = next(iter(err.errors()), {})
     field = ".".join(str(part) for part in first.get("loc", ())[1:]) or None
     return _error_response(ServeError(422, "INVALID_REQUEST", f"{field or 'the request'}: "
                                       f"{_short(str(first.get('msg', 'invalid')))}", field=field))
