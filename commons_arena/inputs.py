@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 from typing import Any
@@ -216,6 +217,7 @@ _STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_
 
 
 _LENIENT = json.JSONDecoder()
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a \uD800..\uDFFF escape: half of a pair, or a lone one
 
 
 def loads_json(text: str | bytes, what: str = "the JSON", allow_nan: bool = False) -> Any:
@@ -229,7 +231,19 @@ def loads_json(text: str | bytes, what: str = "the JSON", allow_nan: bool = Fals
         raise InputError(what, f"not valid JSON: {err}") from None
     if too_deep(value):
         raise TooDeep(what, f"nests deeper than {MAX_DEPTH} levels")
+    if _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("utf-8")) and not _encodable(value):
+        raise InputError(what, "not valid JSON: a \\uD800-\\uDFFF escape that is not half of a surrogate pair "
+                               "is no character (send the character itself, or both halves of the pair)")
     return value
+
+
+def _encodable(value: Any) -> bool:
+    """Whether every string of a decoded JSON value is text UTF-8 can write (no lone surrogate)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def load_json(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_FILE_BYTES,

@@ -142,7 +142,7 @@ def first_difference(recorded: Any, replayed: Any, where: str = "") -> tuple[str
 def _check_header(header: Mapping[str, Any], config: ScenarioConfig, where: str) -> None:
     if header.get("format") != FORMAT:
         raise RecordingRefused(f"{where}: not a commons_arena recording (format {header.get('format')!r:.60})")
-    if header.get("format_version") != FORMAT_VERSION or isinstance(header.get("format_version"), bool):
+    if type(header.get("format_version")) is not int or header.get("format_version") != FORMAT_VERSION:  # 1.0, true
         raise RecordingRefused(f"{where}: recording format_version {header.get('format_version')!r:.60}; this "
                                f"version reads format_version {FORMAT_VERSION}")
     seed = header.get("seed")

@@ -37,8 +37,8 @@ of openenv-core's response models (which forbid extra fields): what is ours beyo
 in ``observation.metadata`` or at ``/info``.
 
 Errors are JSON with a status that says whose fault it is: 400 malformed JSON (also NaN,
-Infinity, a number that overflows, nesting deeper than :data:`MAX_JSON_DEPTH`, a binary
-WebSocket frame), 404 unknown session, 409 step before reset or after the end, 413 body
+Infinity, a number that overflows, a lone surrogate escape, nesting deeper than :data:`MAX_JSON_DEPTH`, a binary
+WebSocket frame), 404 unknown session or a path no route has, 405 a method the route does not take, 409 step before reset or after the end, 413 body
 too large, 422 an invalid action or parameter (``error.field`` names the entry, ``error.allowed`` its range), 503 the server
 is full. Over the WebSocket the same error is a frame ``{"type": "error", "data": {"code",
 "message", ...}}`` and the connection stays open. Nothing changes in the episode on an error
@@ -65,7 +65,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 import commons_arena
@@ -135,8 +138,69 @@ OBSERVATION_EXTRAS = {
 MAX_JSON_DEPTH = MAX_DEPTH  # deepest nesting of a body or message (an action nests 3 deep): every input's rule
 
 
-def _error_response(err: ServeError) -> JSONResponse:
-    return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status)
+def _error_response(err: ServeError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": err.message, "error": err.to_dict()}, status_code=err.status, headers=headers)
+
+
+ERROR_SCHEMA = {  # every error body, the routes' and the router's own (an unknown path or method)
+    "type": "object", "required": ["detail", "error"], "title": "Error",
+    "properties": {"detail": {"type": "string"},
+                   "error": {"type": "object", "required": ["code", "message"], "additionalProperties": True,
+                             "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}},
+}
+ROUTER_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _router_error(request: Request, err: HTTPException) -> JSONResponse:
+    """The router's own refusals (no route at the path, a method the route does not take) in the
+    project's error shape, not Starlette's ``{"detail": "Not Found"}``; ``Allow`` kept on a 405."""
+    where = f"{request.method} {_short(request.url.path)}"
+    headers = dict(err.headers or {})
+    allowed = sorted(m.strip() for m in headers.get("Allow", "").split(",") if m.strip())  # Starlette's: a set
+    if allowed:
+        headers["Allow"] = ", ".join(allowed)
+    if err.status_code == 405:
+        message = f"{where}: this route takes {', '.join(allowed) or 'another method'}"
+        error = ServeError(405, ROUTER_CODES[405], message, allowed=allowed)
+    elif err.status_code == 404:
+        error = ServeError(404, ROUTER_CODES[404], f"{where}: no such route; the routes are listed at GET /openapi.json")
+    else:
+        error = ServeError(err.status_code, "HTTP_ERROR", f"{where}: {_short(str(err.detail))}")
+    return _error_response(error, headers or None)
+
+
+def _validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
+    """A parameter FastAPI itself refused, in the project's shape (422, naming the first field)."""
+    first: dict[str, Any] = next(iter(err.errors()), {})
+    field = ".".join(str(part) for part in first.get("loc", ())[1:]) or None
+    return _error_response(ServeError(422, "INVALID_REQUEST", f"{field or 'the request'}: "
+                                      f"{_short(str(first.get('msg', 'invalid')))}", field=field))
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """``/openapi.json`` as the server answers: every route's errors in :data:`ERROR_SCHEMA` (FastAPI
+    would document a ``422`` of its own validation shape, which no route sends), nothing else of FastAPI's."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                             description="commons_arena's OpenEnv routes; /mcp is Model Context Protocol "
+                                         "(POST JSON-RPC), /ws a WebSocket; limits: docs/limits.md")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        components["Error"] = ERROR_SCHEMA
+        error = {"description": "refused: error.code says why, error.message what to fix",
+                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                responses.pop("422", None)
+                responses["4XX"] = error
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def loads(raw: str | bytes, what: str = "the body") -> Any:
@@ -148,7 +212,7 @@ def loads(raw: str | bytes, what: str = "the body") -> Any:
         raise ServeError(400, "TOO_DEEP", f"{what} nests deeper than {MAX_JSON_DEPTH} levels",
                          limit=MAX_JSON_DEPTH) from None
     except InputError as err:
-        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err.reason}") from None
+        raise ServeError(400, "INVALID_JSON", f"{what} is not valid JSON: {err.reason.removeprefix('not valid JSON: ')}") from None
     return value
 
 
@@ -417,6 +481,9 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     app.state.store = store
     app.state.mcp = McpEndpoint(build_mcp(settings, store), settings.limits.max_body_bytes)
     app.add_exception_handler(ServeError, lambda request, err: _error_response(err))  # type: ignore[arg-type, return-value]
+    app.add_exception_handler(HTTPException, _router_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     # a bug still answers in JSON (Starlette logs it); the tests hold that no request reaches this
     app.add_exception_handler(Exception, lambda request, err: _error_response(_internal(err)))
     app.include_router(routes)

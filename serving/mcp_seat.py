@@ -77,7 +77,8 @@ INSTRUCTIONS = (
     "true; preview shows what an action would cost before you play it. A refused action changes nothing: read the "
     "error and call act again. At the end, act and observe show your totals beside reference policies' scores."
 )
-INVALID_REQUEST = -32600  # JSON-RPC 2.0
+PARSE_ERROR = -32700  # JSON-RPC 2.0
+INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 MAX_ERROR_CHARS = 500  # a tool error (and the SDK's log line of it) quotes at most this much of the request
 AFTER_ACTION_ERROR = {
@@ -424,6 +425,9 @@ class McpEndpoint:
             await _jsonrpc_error(send, 415, "Unsupported Media Type: POST JSON-RPC messages to /mcp with "
                                  "Content-Type: application/json")
             return
+        # a media type's case means nothing (RFC 9110); the SDK compares it as written: hand it the lower case
+        scope = {**scope, "headers": [(k, b"application/json" if k == b"content-type" else v)
+                                      for k, v in scope["headers"]]}
         body, more = bytearray(), True
         while more:
             message = await receive()
@@ -473,8 +477,8 @@ def _not_jsonrpc(body: bytes, arguments: dict[str, frozenset[str]]) -> tuple[int
         value = loads_json(body, "the body")  # the nesting rule of every route and file (commons_arena.inputs)
     except TooDeep as err:
         return 400, f"Invalid Request: {err}", INVALID_REQUEST, None
-    except InputError:
-        return 200, None, 0, None  # the SDK answers a parse error itself
+    except InputError as err:  # the SDK's own parser takes NaN (an id of NaN was a notification, answered 202)
+        return 400, f"Parse error: {str(err).removeprefix('the body: ')[:MAX_ERROR_CHARS]}", PARSE_ERROR, None
     if isinstance(value, dict) and value.get("jsonrpc") != "2.0":
         return 200, ('Invalid Request: an MCP message is JSON-RPC 2.0, {"jsonrpc": "2.0", "id": 1, "method": '
                      '"initialize", "params": {...}}; start with initialize, then tools/list and tools/call'), \

@@ -205,7 +205,10 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
     if coded != codec:
         raise ValueError(f"{where}: it acts through codec {coded or 'none'!r}, the run through {codec or 'none'!r} "
                          f"(pass --action-codec {coded or 'none'})")
-    network.check_start(spec, meta, stages, codec, history, hidden)
+    try:
+        network.check_start(spec, meta, stages, codec, history, hidden)
+    except ValueError as err:  # its checks name --init-from; a resume's checkpoint is named as `where` says
+        raise ValueError(str(err).replace(f"--init-from {spec}", where, 1)) from None
     return meta
 
 

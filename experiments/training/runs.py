@@ -24,7 +24,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from commons_arena.errors import format_validation_error
-from commons_arena.files import make_folder, point_link, refuse_link, write_file
+from commons_arena.files import check_tree, make_folder, point_link, refuse_link, write_file
 from commons_arena.inputs import InputError, load_json, load_json_object, loads_json, read_text, tree_sha256
 from commons_arena.scenario import ScenarioConfig
 from experiments.evaluation.evaluate import MAX_SCORE
@@ -33,6 +33,7 @@ from experiments.training.config_file import SESSION_FIELDS, load_experiment, wr
 
 RECORD = "experiment.toml"  # a run's arguments (config_file.py): `train --config` reruns it, --resume reads it
 LEGACY_RECORD = "args.json"  # the record of runs made before experiment.toml was the only one (read, never written)
+REFERENCE_CACHE = ".references"  # <out>/.references: reference returns shared by the runs of one --out
 SEEDS_PARENT = "seeds.json"  # marks the parent of --train-seeds runs: its experiment.toml is for reruns, not a run's
 # On resume the saved run's arguments win, except config_file.SESSION_FIELDS (this session's) and the
 # budget (a total over the run's sessions), which stays the recorded one unless this session gives one.
@@ -73,7 +74,11 @@ def run_folder(args: TrainArgs) -> Path:
                              f"(--resume {run / 's0'}, ...)")
         if not has_record(run):
             raise ValueError(f"nothing to resume in {run}: it has no {RECORD} (not a run folder of `commons-arena train`)")
-        return run.resolve()
+        run = run.resolve()
+        check_reference_cache(run.parent)
+        return run
+    refuse_link(args.out, "runs")  # as every command's --out (commons_arena.files): not through a link
+    check_reference_cache(args.out)
     run = args.out / args.name
     if _holds_files(run) and not run.is_symlink():
         if args.run_name is not None:
@@ -87,6 +92,17 @@ def run_folder(args: TrainArgs) -> Path:
     # a link at the name, dangling or not, would carry the whole run (pickles included) to its target
     refuse_link(run, "a run folder")
     return run.resolve()
+
+
+def check_reference_cache(out: Path) -> None:
+    """``<out>/.references`` (the reference returns a run reads, or computes and writes there) a plain folder
+    holding no link or special file, checked before the run folder is made (else refused after it)."""
+    cache = out / REFERENCE_CACHE
+    refuse_link(cache, "a reference cache")
+    if cache.exists() and not cache.is_dir():
+        raise ValueError(f"{cache} is not a folder: it holds the runs' reference returns; remove it")
+    if cache.is_dir():
+        check_tree(cache)
 
 
 def point_latest(run: Path) -> None:
@@ -132,7 +148,8 @@ def run_args(args: TrainArgs) -> TrainArgs:
     if args.resume is None:
         return args
     saved = saved_args(run)
-    resumed = replace(resumed_args(saved, args), run_name=run.name)  # the run's name is its folder's
+    # the run's name and place are its folder's: a record's `out` (an edited one too) never sends a file elsewhere
+    resumed = replace(resumed_args(saved, args), run_name=run.name, out=run.parent)
     try:  # the saved arguments pass the same checks as flags, before anything is written
         replace(resumed, resume=None, run_name=None).validate()
     except (TypeError, ValueError) as err:
@@ -189,8 +206,8 @@ class SavedState(BaseModel):
     stage: Annotated[int, Strict(), Field(ge=0, le=MAX_STAGES)] = 0
     iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_ITERATIONS)] = 0
     env_steps: Annotated[int, Strict(), Field(ge=0, le=MAX_ENV_STEPS)] = 0
-    seconds: Annotated[float, Field(ge=0, le=MAX_MINUTES * 60 * 1000, allow_inf_nan=False)] = 0.0
-    best_score: Annotated[float, Field(allow_inf_nan=True)] = float("-inf")  # -inf: no evaluation yet
+    seconds: Annotated[float, Strict(), Field(ge=0, le=MAX_MINUTES * 60 * 1000, allow_inf_nan=False)] = 0.0
+    best_score: Annotated[float, Strict(), Field(allow_inf_nan=True)] = float("-inf")  # -inf: no evaluation yet
     history: Annotated[list[dict[str, Any]], Field(max_length=MAX_HISTORY_ROWS)] = []
     checkpoint_sha256: Annotated[str, Strict(), Field(pattern="^([0-9a-f]{64})?$")] = ""  # "": an older run's
 

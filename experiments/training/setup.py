@@ -12,6 +12,7 @@ config, evaluations, checkpoints) receives the setup instead of re-deriving it f
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -193,7 +194,7 @@ def saved_scales(setup: RunSetup, run: Path) -> dict[str, np.ndarray] | None:
     """A run's ``observation_scale.json`` (None if it has none): one scale per learning seat, of the seat's
     observation shape, every entry in the sidecar's bounds; else ValueError naming the file."""
     path = run / "observation_scale.json"  # learning seat -> scale (a list alone: the allocator's)
-    if not path.is_file() and not path.is_symlink():
+    if not os.path.lexists(path):  # a FIFO or a folder there is refused by the reader
         return None
     saved = load_json(path, "saved record", own=True)  # strict: a NaN is not a scale
     saved = saved if isinstance(saved, dict) else {ALLOCATOR: saved}
@@ -215,7 +216,7 @@ def saved_references(setup: RunSetup, run: Path) -> dict[str, References] | None
     """A run's ``references.json`` (None if it has none): every judged scenario's reference allocators, each
     with one finite, bounded return per held-out seed (an older run's: their means); else ValueError naming it."""
     path = run / "references.json"
-    if not path.is_file() and not path.is_symlink():
+    if not os.path.lexists(path):  # a FIFO or a folder there is refused by the reader
         return None
     saved = load_json(path, "saved record", own=True)  # strict: a NaN anchor would make every score NaN
     wanted = sorted({c.name for c in setup.args.kind.judged(setup)})
@@ -240,14 +241,25 @@ def check_saved_checkpoint(setup: RunSetup, run: Path) -> None:
     history and layers; several learning seats each its seat's spaces. Its data-only sidecars are read, never
     RLlib's pickles."""
     checkpoint = run / "checkpoint"
-    if setup.plan.seats == [ALLOCATOR] and not setup.args.use_lstm and (checkpoint / SIDECAR).is_file():
+    if not os.path.lexists(checkpoint):
+        return
+    # every checkpoint the run saves holds these data-only files beside RLlib's (export.save_policies): without
+    # them the record cannot be checked against it, and a mismatch would fail only after Ray
+    if setup.plan.seats == [ALLOCATOR] and not setup.args.use_lstm and setup.args.net.learned(run) is not None:
         args = setup.args
+        if not (checkpoint / SIDECAR).is_file():
+            raise ValueError(f"--resume {run}: its checkpoint has no {SIDECAR}, which the run writes with every "
+                             "checkpoint: not a checkpoint this run saved; start a new run")
         check_warm_start(str(checkpoint), setup.stages, args.codec, args.history, args.hidden, args.net,
                          where=f"--resume {run}: its checkpoint")
     for seat in setup.plan.seats if setup.plan.seats != [ALLOCATOR] else ():
-        if (checkpoint / SET_DIR / seat / SIDECAR).is_file():
-            folder = checkpoint / SET_DIR / seat
-            check_fits(read_sidecar(folder), setup.stages[0], seat, folder)
+        folder = checkpoint / SET_DIR / seat
+        if setup.args.use_lstm and not (folder / SIDECAR).is_file():  # an LSTM module has no data-only export
+            continue
+        if not (folder / SIDECAR).is_file():
+            raise ValueError(f"--resume {run}: its checkpoint has no {SET_DIR}/{seat}/{SIDECAR}, which the run writes "
+                             "with every checkpoint: not a checkpoint this run saved; start a new run")
+        check_fits(read_sidecar(folder), setup.stages[0], seat, folder)
 
 
 def measure(setup: RunSetup, run: Path) -> RunSetup:

@@ -502,6 +502,8 @@ def _first_tick(records):
     (lambda r: _first_tick(r)["actions"].__setitem__("ghost", {}), "recorded actions name agents"),
     (lambda r: _first_tick(r)["actions"]["allocator"].__setitem__("extra", 1), "has parts"),
     (lambda r: r[0].__setitem__("format_version", 9), "format_version 9"),
+    (lambda r: r[0].__setitem__("format_version", 1.0), "format_version 1.0"),  # was DIFFERS (exit 1)
+    (lambda r: r[0].__setitem__("format_version", True), "format_version True"),
     (lambda r: r[0].__setitem__("seed", 1.5), "the seed must be an integer"),
     (lambda r: r.pop(), "ends before its summary line: the file was cut"),  # issue 52: was "DIFFERS" (exit 1)
     (lambda r: r.__delitem__(slice(5, None)), "ends before its summary line: the file was cut"),
@@ -892,3 +894,96 @@ def test_train_resume_refuses_a_seat_checkpoint_that_does_not_fit_the_seat(capsy
     before = snapshot(tmp_path)
     assert_one_line_error(capsys, "train", "--resume", str(run), match="is a universal allocator; 'search'")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("plant", "match"), [
+    (lambda out, tmp: (tmp / "elsewhere").mkdir() or out.rmdir() or out.symlink_to(tmp / "elsewhere"), "runs/out is a symlink"),
+    (lambda out, tmp: (out / ".references").symlink_to(tmp / "elsewhere"), ".references is a symlink"),
+    (lambda out, tmp: (out / ".references").write_text("x"), ".references is not a folder"),
+    (lambda out, tmp: (out / ".references").mkdir() or os.mkfifo(out / ".references" / "a.json"), "is a special file"),
+    (lambda out, tmp: (out / ".references").mkdir() or (out / ".references" / "a.json").symlink_to(tmp / "x.json"),
+     "a.json is a symlink"),
+])
+def test_train_refuses_a_linked_out_or_reference_cache_before_the_run_folder(tmp_path, plant, match):
+    """`train --out` through a link (every other command refuses it) and a planted `<out>/.references` (read and
+    written by every run there) were refused by the one writer only after the run folder and `latest` were made."""
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+
+    out = tmp_path / "runs" / "out"
+    out.mkdir(parents=True)
+    plant(out, tmp_path)
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        run_args(TrainArgs(out=out, run_name="r"))
+    assert snapshot(tmp_path) == before
+
+
+def test_a_resumed_run_writes_beside_its_folder_whatever_its_record_says(tmp_path):
+    """A record's `out` (edited, or the run folder moved) sent the reference cache a resume writes elsewhere."""
+    from dataclasses import asdict
+
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(iterations=5, out=tmp_path / "outside")), default=str))
+    assert run_args(TrainArgs(resume=run)).out == run.parent.resolve()
+
+
+@pytest.mark.parametrize("state", ['{"iterations": 1, "best_score": "1"}', '{"iterations": 1, "seconds": "5"}'])
+def test_train_resume_reads_a_state_number_only_as_a_number(capsys, tmp_path, state):
+    from dataclasses import asdict
+
+    from experiments.training.args import TrainArgs
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(iterations=5)), default=str))
+    (run / "state.json").write_text(state)
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match="Input should be a valid number")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["observation_scale.json", "references.json"])
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_train_resume_refuses_a_special_record_before_writing(capsys, tmp_path, name, kind):
+    """A FIFO or folder where a record stands read as 'none saved': the record was rewritten and `latest` moved
+    before the writer refused it."""
+    from dataclasses import asdict
+
+    from experiments.training.args import TrainArgs
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(iterations=5)), default=str))
+    os.mkfifo(run / name) if kind == "fifo" else (run / name).mkdir()
+    before = snapshot(tmp_path)
+    assert_one_line_error(capsys, "train", "--resume", str(run), match=f"{name}: a {'FIFO' if kind == 'fifo' else 'folder'}")
+    assert snapshot(tmp_path) == before
+
+
+def test_train_resume_refuses_a_checkpoint_without_the_files_the_run_writes_with_it(tmp_path):
+    """Every checkpoint a run saves holds its data-only sidecar: without it nothing checks the record against the
+    networks, and a changed `hidden` or `history` failed only after Ray."""
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+    from experiments.training.setup import resolve
+
+    run = _run_with_checkpoint(tmp_path, recorded=True)
+    with pytest.raises(ValueError, match="its checkpoint has no arena_policy.json"):
+        resolve(run_args(TrainArgs(resume=run)))
+
+
+@pytest.mark.slow
+@pytest.mark.rllib  # the cells network's layer check builds its module's sizes
+def test_a_resumed_checkpoint_of_other_layers_is_named_as_the_resume(tmp_path):
+    import shutil
+    from dataclasses import asdict
+
+    from commons_arena.inputs import tree_sha256
+    from experiments.training.args import TrainArgs
+    from experiments.training.runs import run_args
+    from experiments.training.setup import resolve
+
+    run = _train_run(tmp_path, json.dumps(asdict(TrainArgs(iterations=5, network="cells")), default=str))
+    shutil.copytree(Path(__file__).parents[2] / "checkpoints" / "universal", run / "checkpoint")
+    (run / "state.json").write_text(json.dumps({"iterations": 1, "checkpoint_sha256": tree_sha256(run / "checkpoint")}))
+    with pytest.raises(ValueError, match=r"^--resume .*: its checkpoint: its network's layers"):  # it said --init-from
+        resolve(run_args(TrainArgs(resume=run)))

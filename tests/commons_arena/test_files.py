@@ -25,6 +25,7 @@ from commons_arena.files import (
     toml_value,
     write_file,
 )
+from commons_arena.inputs import InputError, loads_json
 
 
 @pytest.fixture(autouse=True)
@@ -226,3 +227,14 @@ def test_nothing_written_leaves_a_temp_file_on_error(tmp_path):
     with pytest.raises(RuntimeError):
         files.write_figure(tmp_path / "a.png", Broken())
     assert list(Path(tmp_path).iterdir()) == []
+
+
+@pytest.mark.parametrize("text", [r'{"id": "\ud800"}', r'["\udfff"]', r'{"\uDBFF": 1}', r'"a\ud83d"', r'"\ude00b"'])
+def test_json_with_a_lone_surrogate_is_refused_as_input(text):
+    # a lone \uD800..\uDFFF escape parsed as a str no UTF-8 writer can encode: the server answered 500
+    with pytest.raises(InputError, match="surrogate pair"):
+        loads_json(text.encode(), "the body")
+
+
+def test_json_surrogate_pairs_and_escaped_backslashes_are_fine():
+    assert loads_json(br'["\ud83d\ude00", "\\ud800"]', "the body") == ["\U0001f600", "\\ud800"]
