@@ -216,8 +216,23 @@ def loads(raw: str | bytes, what: str = "the body") -> Any:
     return value
 
 
+def json_media_type(content_type: str | None) -> bool:
+    """Whether a request's ``Content-Type`` may carry the JSON body: absent (a script's bare POST), or JSON
+    (``application/json``, ``application/*+json``; any case, any parameters). A browser sends a cross-site
+    POST without asking first only as ``text/plain`` or a form: refusing those keeps another web page from
+    driving a local server."""
+    if content_type is None:
+        return True
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body, refusing more than ``limit`` bytes before reading them all."""
+    """The request's JSON body, refusing more than ``limit`` bytes before reading them all, and a body declared
+    as anything but JSON (:func:`json_media_type`)."""
+    if not json_media_type(request.headers.get("content-type")):
+        raise ServeError(415, "UNSUPPORTED_MEDIA_TYPE", f"the body is declared {request.headers['content-type']!r}; "
+                         "send JSON with Content-Type: application/json")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ServeError(413, "PAYLOAD_TOO_LARGE", f"request body of {declared} bytes is over the limit of {limit}",

@@ -92,3 +92,21 @@ def test_an_mcp_body_that_is_not_strict_json_is_a_jsonrpc_parse_error(client, bo
 def test_an_mcp_media_type_in_any_case_is_json(client, content_type):
     response = client.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "content-type": content_type})
     assert response.status_code == 200 and "result" in response.json(), response.text  # was the SDK's 415
+
+
+@pytest.mark.parametrize(("content_type", "status"), [
+    # what a browser sends cross-site without asking first: refused, so another page cannot drive the server
+    ("text/plain;charset=UTF-8", 415), ("application/x-www-form-urlencoded", 415), ("multipart/form-data; b=x", 415),
+    ("application/xml", 415),
+    ("application/json", 200), ("APPLICATION/JSON; charset=utf-8", 200), ("application/merge-patch+json", 200),
+    (None, 200),  # a script's bare POST
+])
+def test_a_body_declared_as_anything_but_json_is_refused(client, content_type, status):
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = client.post("/reset", content=b'{"seed": 3}', headers=headers)
+    assert response.status_code == status, response.text
+    if status == 415:
+        error = project_error(response)
+        assert error["code"] == "UNSUPPORTED_MEDIA_TYPE" and "application/json" in error["message"]
+    else:
+        client.post("/close", json={"session_id": response.json()["observation"]["metadata"]["session_id"]})
