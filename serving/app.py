@@ -86,6 +86,7 @@ from serving.wire import (
     action_schema,
     encode_observation,
     form_spec,
+    media_type,
     observation_schema,
     seat_spec,
     strict_json,
@@ -221,10 +222,8 @@ def json_media_type(content_type: str | None) -> bool:
     (``application/json``, ``application/*+json``; any case, any parameters). A browser sends a cross-site
     POST without asking first only as ``text/plain`` or a form: refusing those keeps another web page from
     driving a local server."""
-    if content_type is None:
-        return True
-    media = content_type.split(";")[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+    media = media_type(content_type)
+    return media is None or media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 async def read_json(request: Request, limit: int) -> Any:

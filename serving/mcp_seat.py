@@ -69,7 +69,7 @@ from serving.explain import placement_lines, tier_cost_lines
 from serving.explain import preview as explain_preview
 from serving.seat_references import summary_args, summary_of
 from serving.session import ServeError, ServeSettings, Session, SessionStore, internal_error, off_loop
-from serving.wire import ActionError, SeatSpec, encode_observation
+from serving.wire import ActionError, SeatSpec, encode_observation, media_type
 
 INSTRUCTIONS = (
     "commons_arena: a strategic GPU-allocation game. Call start_episode (choose a seat: allocator, a team name, or "
@@ -420,8 +420,7 @@ class McpEndpoint:
             await _jsonrpc_error(send, 405, "Method Not Allowed: this MCP endpoint is stateless; POST JSON-RPC "
                                  "messages to /mcp", headers=[(b"allow", b"POST")])
             return
-        content_type = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
-        if content_type != b"application/json":  # the SDK's answer to it was a plain-text 400, not JSON-RPC
+        if media_type(dict(scope["headers"]).get(b"content-type")) != "application/json":  # the SDK's answer to it was a plain-text 400, not JSON-RPC
             await _jsonrpc_error(send, 415, "Unsupported Media Type: POST JSON-RPC messages to /mcp with "
                                  "Content-Type: application/json")
             return

@@ -111,6 +111,15 @@ def _short(value: Any, limit: int = 80) -> Any:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def media_type(content_type: str | bytes | None) -> str | None:
+    """A ``Content-Type``'s media type, lower case and without parameters (its case means nothing, RFC 9110);
+    None when the header is absent."""
+    if content_type is None:
+        return None
+    text = content_type.decode("latin-1") if isinstance(content_type, bytes) else content_type
+    return text.split(";")[0].strip().lower()
+
+
 def strict_json(text: str | bytes) -> Any:
     """JSON as the standard defines it (UTF-8; no NaN, Infinity or numbers that overflow to them), at most
     ``MAX_DEPTH`` deep: :func:`commons_arena.inputs.loads_json`, the one strict reader; else ValueError."""

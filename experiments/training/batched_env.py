@@ -232,7 +232,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     def step_arrays(self, codes: Mapping[str, np.ndarray], idle: Sequence[bool] | None = None) -> ArrayStep:
         """One step of every arena from the modules' codes (seat -> ``(N, k)``). Groups marked ``idle`` are not
         stepped (``FocalVectorEnv.step_groups``): their rows are their last views, zero rewards and no flags."""
-        idle = idle if idle is not None else [False] * len(self.groups)
+        idle = list(idle) if idle is not None else [False] * len(self.groups)
         actions = [None if skip else {seat: interface.act(group.raw[seat], codes[seat][group.rows])
                                       for seat, interface in interfaces.items()}
                    for group, interfaces, skip in zip(self.groups, self.interfaces, idle, strict=True)]
@@ -254,15 +254,13 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         return ArrayStep(self._observe([step.obs for step in steps], idle), scaled, terminated, truncated, infos,
                          restarted, entries)
 
-    def _observe(self, raw: Sequence[Mapping[str, np.ndarray]], idle: Sequence[bool] | None = None
-                 ) -> dict[str, np.ndarray]:
-        """The modules' views of every arena from each group's raw observations (an idle group: its last views)."""
-        idle = idle if idle is not None else [False] * len(self.groups)
-        views = self._views = [self._views[j] if skip else {seat: interfaces[seat].observe(part[seat])
-                                                            for seat in self.learned}
-                               for j, (part, interfaces, skip) in enumerate(zip(raw, self.interfaces, idle,
-                                                                                strict=True))]
-        return {seat: np.concatenate([v[seat] for v in views]) for seat in self.learned}
+    def _observe(self, raw: Sequence[Mapping[str, np.ndarray]], idle: Sequence[bool] = ()) -> dict[str, np.ndarray]:
+        """The modules' views of every arena from each group's raw observations; a group marked ``idle`` keeps
+        its last views (it was not stepped)."""
+        self._views = [self._views[j] if j < len(idle) and idle[j]
+                       else {seat: interfaces[seat].observe(part[seat]) for seat in self.learned}
+                       for j, (part, interfaces) in enumerate(zip(raw, self.interfaces, strict=True))]
+        return {seat: np.concatenate([v[seat] for v in self._views]) for seat in self.learned}
 
     def _view(self, j: int) -> None:
         view = self.views[j]

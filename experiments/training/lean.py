@@ -137,10 +137,9 @@ class LeanMultiCategorical(TorchMultiCategorical):
         Distribution.__init__(self)
         self.logits, self.padded = logits, PaddedMultiCategorical(input_lens)
         self.log_probs = self.padded.log_probs(logits)
-        self.real = self.log_probs > -math.inf  # the padding of a sub-space smaller than the largest
-        # the padding's log-probabilities as 0 for the sums below: 0 * -inf is nan, and a torch.where that drops
-        # it in the forward pass still sends nan back through the unselected branch
-        self.finite_log_probs = self.log_probs.masked_fill(~self.real, 0.0)
+        # the padding of a sub-space smaller than the largest (-inf) as 0 for the sums below: 0 * -inf is nan,
+        # and a torch.where that drops it in the forward pass still sends nan back through the unselected branch
+        self.finite_log_probs = self.log_probs.masked_fill(self.log_probs == -math.inf, 0.0)
 
     @classmethod
     def from_logits(cls, logits: torch.Tensor, input_lens: Sequence[int] = (),  # type: ignore[override]
