@@ -71,7 +71,9 @@ class BatchLearned:
         self.interface = batch_interface(policy.interface, num_envs)
 
     def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
-        self.interface.reset(reset_indices(self.num_envs, seeds, index))  # greedy: nothing random to seed
+        rows = reset_indices(self.num_envs, seeds, index)  # greedy: nothing random to seed
+        self.interface.reset(rows)
+        self.network.reset(rows)  # a recurrent network: those arenas start their episodes from the zero state
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         obs = np.asarray(observations)

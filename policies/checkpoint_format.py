@@ -32,8 +32,13 @@ Sidecar fields (``format_version`` 2)::
     network.layers               the forward pass, in order: {"type": "linear", "in": n,
                                  "out": m} (tensors ``layers.<i>.weight`` [m, n] and
                                  ``layers.<i>.bias`` [m]), {"type": "layer_norm", "size": n}
-                                 (``layers.<i>.weight`` / ``.bias`` [n]) or an activation
-                                 {"type": "tanh" | "relu" | "elu" | "silu" | "sigmoid"}
+                                 (``layers.<i>.weight`` / ``.bias`` [n]), an activation
+                                 {"type": "tanh" | "relu" | "elu" | "silu" | "sigmoid"} or
+                                 {"type": "lstm", "in": n, "hidden": h}: one LSTM cell
+                                 (torch's ``LSTMCell``: ``layers.<i>.weight_ih`` [4h, n],
+                                 ``.weight_hh`` [4h, h], ``.bias_ih`` / ``.bias_hh`` [4h]; its
+                                 output is h), whose state the network carries from one call
+                                 to the next until ``reset()`` (zero at an episode's start)
     network.action_distribution  {"type": "multi_categorical", "nvec": [...]}: the last
                                  layer's outputs are the concatenated logits of each
                                  sub-space; the greedy action is the argmax of each
@@ -114,7 +119,15 @@ class Activation(_Strict):
     type: Literal["tanh", "relu", "elu", "silu", "sigmoid"]
 
 
-Layer = Annotated[Linear | LayerNorm | Activation, Field(discriminator="type")]
+class Lstm(_Strict):
+    type: Literal["lstm"]
+    in_: Width = Field(alias="in")
+    hidden: Width
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
+
+
+Layer = Annotated[Linear | LayerNorm | Activation | Lstm, Field(discriminator="type")]
 
 
 class MultiCategorical(_Strict):
@@ -228,6 +241,11 @@ def _check_consistent(sidecar: Sidecar, path: Path) -> None:
             if layer.size != width:
                 raise CheckpointError(f"{path}: network layer {i} normalises {layer.size} values but receives {width}")
             parameters += 2 * width
+        elif isinstance(layer, Lstm):
+            if layer.in_ != width:
+                raise CheckpointError(f"{path}: network layer {i} takes {layer.in_} inputs but receives {width}")
+            parameters += 4 * layer.hidden * (layer.in_ + layer.hidden + 2)
+            width = layer.hidden
         if parameters > MAX_PARAMETERS:
             raise CheckpointError(f"{path}: the network has more than {MAX_PARAMETERS} parameters")
     logits = sum(sidecar.network.action_distribution.nvec)
@@ -249,6 +267,8 @@ def _check_universal(sidecar: Sidecar, path: Path) -> None:
         problems.append(f"observation_shape {sidecar.observation_shape} is not the padded view's [{cells * (u.cell_features + 1)}]")
     if sidecar.observation_scale:
         problems.append("observation_scale must be empty (cell features need no fitted scale)")
+    if any(isinstance(layer, Lstm) for layer in sidecar.network.layers):
+        problems.append("a per-cell network has no recurrent layer")
     if sidecar.input_size != u.cell_features:
         problems.append(f"input_size {sidecar.input_size} is not cell_features {u.cell_features}")
     if len(sidecar.network.action_distribution.nvec) != 1 or len(sidecar.action_nvec) != cells or \
@@ -268,6 +288,10 @@ def expected_tensors(spec: NetworkSpec) -> dict[str, tuple[int, ...]]:
         elif isinstance(layer, LayerNorm):
             shapes[f"layers.{i}.weight"] = (layer.size,)
             shapes[f"layers.{i}.bias"] = (layer.size,)
+        elif isinstance(layer, Lstm):
+            gates = 4 * layer.hidden
+            shapes.update({f"layers.{i}.weight_ih": (gates, layer.in_), f"layers.{i}.weight_hh": (gates, layer.hidden),
+                           f"layers.{i}.bias_ih": (gates,), f"layers.{i}.bias_hh": (gates,)})
     return shapes
 
 
@@ -316,11 +340,13 @@ def _activation(name: str) -> Callable[[], Any]:
     return {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "sigmoid": nn.Sigmoid}[name]
 
 
-def _build_layer(layer: Linear | LayerNorm | Activation) -> Any:
+def _build_layer(layer: Linear | LayerNorm | Activation | Lstm) -> Any:
     import torch.nn as nn
 
     if isinstance(layer, Linear):
         return nn.Linear(layer.in_, layer.out)
+    if isinstance(layer, Lstm):
+        return nn.LSTMCell(layer.in_, layer.hidden)
     if isinstance(layer, LayerNorm):
         return nn.LayerNorm(layer.size, eps=layer.eps)
     return _activation(layer.type)()
@@ -328,7 +354,7 @@ def _build_layer(layer: Linear | LayerNorm | Activation) -> Any:
 
 # Layer type -> builder of the torch module for it (the spec's ``type`` field).
 LAYER_TYPES: dict[str, Callable[[Any], Any]] = {
-    name: _build_layer for name in ("linear", "layer_norm", "tanh", "relu", "elu", "silu", "sigmoid")
+    name: _build_layer for name in ("linear", "layer_norm", "tanh", "relu", "elu", "silu", "sigmoid", "lstm")
 }
 
 
@@ -346,7 +372,8 @@ class PolicyNetwork:
     """The torch network a sidecar describes, with its weights: ``greedy(obs)`` -> action.
 
     Built only from :class:`NetworkSpec` and named tensors; holds no reference to the class
-    that trained it.
+    that trained it. A network with an ``lstm`` layer is recurrent: each call steps every row's
+    state (one row per arena, the same rows every call) until :meth:`reset` clears it.
     """
 
     def __init__(self, spec: NetworkSpec, tensors: dict[str, Any]) -> None:
@@ -360,17 +387,35 @@ class PolicyNetwork:
         self.net = self._root["layers"]
         self.nvec = list(spec.action_distribution.nvec)
         self._greedy = DISTRIBUTIONS[spec.action_distribution.type]
+        self.recurrent = any(isinstance(x, Lstm) for x in spec.layers)
+        self._state: dict[int, tuple[Any, Any]] = {}  # a recurrent layer's (h, c), one row per arena
 
     @property
     def input_size(self) -> int:
         first = self.spec.layers[0]
-        return first.in_ if isinstance(first, Linear) else first.size if isinstance(first, LayerNorm) else -1
+        return first.size if isinstance(first, LayerNorm) else first.in_ if isinstance(first, Linear | Lstm) else -1
+
+    def _forward(self, x: Any) -> Any:
+        if not self.recurrent:
+            return self.net(x)
+        rows = {len(h) for h, _ in self._state.values()}
+        if rows and rows != {len(x)}:
+            raise ValueError(f"a recurrent network carries the state of {rows.pop()} rows; it was called with "
+                             f"{len(x)} (reset() it before another batch of arenas)")
+        for i, (layer, kind) in enumerate(zip(self.net, self.spec.layers, strict=True)):
+            if isinstance(kind, Lstm):
+                self._state[i] = layer(x, self._state.get(i))
+                x = self._state[i][0]
+            else:
+                x = layer(x)
+        return x
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
+        """The network's outputs for ``(B, input_size)`` rows (a recurrent network steps their state)."""
         import torch
 
         with torch.no_grad():
-            return self.net(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
+            return self._forward(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action for one (scaled) observation, int64."""
@@ -384,11 +429,16 @@ class PolicyNetwork:
         import torch
 
         with torch.no_grad():
-            out = self.net(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
+            out = self._forward(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
             return self._greedy(out, self.nvec).numpy().astype(np.int64)
 
-    def reset(self) -> None:
-        """Stateless layers only so far; a recurrent layer type clears its state here."""
+    def reset(self, rows: np.ndarray | None = None) -> None:
+        """Clear a recurrent network's state (``rows``: only theirs, the arenas starting an episode)."""
+        if rows is None:
+            self._state = {}
+        else:
+            for h, c in self._state.values():
+                h[rows], c[rows] = 0.0, 0.0
 
     def tensors(self) -> dict[str, Any]:
         return {k: v.detach().contiguous() for k, v in self._root.state_dict().items()}

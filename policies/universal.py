@@ -297,7 +297,7 @@ class CellNetwork:
         self.network, self.zero = network, int(zero)
         self.input_size = OBS_SIZE
 
-    def reset(self) -> None:
+    def reset(self, rows: np.ndarray | None = None) -> None:
         """Stateless."""
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:

@@ -128,7 +128,7 @@ REFERENCES = {"allocator": ("planner", "proportional"), "team": ("truthful", "gr
 
 def untrained_policy(info: RunInfo) -> str | None:
     """The run's untrained network (``<run>/iteration_0``) as a policy name; None when the run
-    kept only its evaluation there (an LSTM run: no data-only export yet)."""
+    kept only its evaluation there."""
     untrained = info.run / UNTRAINED
     if (untrained / "arena_policy.json").is_file() or (untrained / "policies").is_dir():
         return f"learned:{untrained.resolve()}"

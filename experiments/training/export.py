@@ -20,23 +20,17 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.files import copy_folder
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.cell_module import CellPPOModule, network_from_cell_module
-from experiments.training.rl_modules import ModuleActor, network_from_rl_module
+from experiments.training.rl_modules import network_from_rl_module
 from experiments.training.seats import SeatPlan, fold_identity
 from policies.learned import save_policy
 from policies.policy_set import SET_DIR
 
 
 def seat_networks(algo: Any, plan: SeatPlan) -> dict[str, Any]:
-    """Learning seat -> the data-only greedy network of its module (identity folded in); a
-    recurrent module, which that format cannot hold yet, is played through a :class:`ModuleActor`."""
+    """Learning seat -> the data-only greedy network of its module (identity folded in)."""
     out: dict[str, Any] = {}
     for module_id, seats in plan.modules.items():
         module = algo.get_module(module_id)
-        if module.is_stateful():
-            if any(seat in plan.identity for seat in seats):
-                raise ValueError(f"module {module_id!r} is recurrent: its seat identity cannot be folded in")
-            out.update(dict.fromkeys(seats, ModuleActor(module)))
-            continue
         if isinstance(module, CellPPOModule):  # the shape-free allocator: its per-cell policy
             out.update(dict.fromkeys(seats, network_from_cell_module(module)))
             continue

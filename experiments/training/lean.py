@@ -69,6 +69,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
+from torch.utils._pytree import tree_leaves, tree_map
 
 from experiments.training.batched_env import BatchedEnvRunner
 from experiments.training.callbacks import foreach_sampling_runner, log_background_draw, log_episode_totals
@@ -92,6 +93,7 @@ class Rollout:
     terminated: np.ndarray  # [T, N] bool
     truncated: np.ndarray  # [T, N] bool
     valid: np.ndarray  # [T, N] bool: a transition (False: the row is an arena's NEXT_STEP reset)
+    state: Any = None  # a recurrent module's: its state before each row, a tree of [T + 1, N, ...] arrays
 
 
 class PaddedMultiCategorical:
@@ -107,13 +109,15 @@ class PaddedMultiCategorical:
         self.index = torch.tensor([j * self.n_max + c for j, n in enumerate(self.nvec) for c in range(n)])
 
     def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """``[B, sum(nvec)]`` logits -> ``[B, k, n_max]`` log-probabilities."""
+        """``[..., sum(nvec)]`` logits -> ``[..., k, n_max]`` log-probabilities (a recurrent module's
+        training batch is ``[B, T, ...]``)."""
+        lead = logits.shape[:-1]
         if self.uniform:
-            padded = logits.reshape(-1, self.k, self.n_max)
+            padded = logits.reshape(*lead, self.k, self.n_max)
         else:
-            padded = logits.new_full((logits.shape[0], self.k * self.n_max), -math.inf)
-            padded[:, self.index] = logits
-            padded = padded.reshape(-1, self.k, self.n_max)
+            padded = logits.new_full((*lead, self.k * self.n_max), -math.inf)
+            padded[..., self.index] = logits
+            padded = padded.reshape(*lead, self.k, self.n_max)
         return torch.log_softmax(padded, dim=-1)
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,6 +201,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         super().make_env()
         self._lean_obs: dict[str, np.ndarray] | None = None  # each seat's view before the next step
         self._lean_restarting: np.ndarray | None = None  # arenas whose next row is their NEXT_STEP reset
+        self._lean_state: dict[str, Any] = {}  # a recurrent seat's state before its next step (numpy [N, ...] tree)
         seat_modules = {seat: str(self.config.policy_mapping_fn(seat, None)) for seat in self.env.learned}
         self._seat_module = seat_modules
         spaces = self.env.single_action_spaces
@@ -237,6 +242,12 @@ class LeanEnvRunner(BatchedEnvRunner):
             self._lean_obs = env.reset_arrays(self._seed)
             self._lean_restarting = np.zeros(n, dtype=bool)
         assert self._lean_restarting is not None
+        recurrent = {seat for seat in seats if self.module[self._seat_module[seat]].is_stateful()}
+        if recurrent and once:
+            raise ValueError("a recurrent module learns on a run of fixed scenarios, not a drawn family's")
+        for seat in recurrent - set(self._lean_state):  # a recurrent seat's state before the next step
+            self._lean_state[seat] = tree_map(lambda s: np.repeat(s.numpy()[None], n, axis=0),
+                                              self.module[self._seat_module[seat]].get_initial_state())
         steps = self.steps_per_sample()
         width = {seat: self._lean_obs[seat].shape[1] for seat in seats}
         out = {seat: Rollout(
@@ -247,7 +258,9 @@ class LeanEnvRunner(BatchedEnvRunner):
             dist_inputs=np.empty((steps, n, sum(self._dists[seat].nvec)), np.float32),
             rewards=np.empty((steps, n), np.float32),
             terminated=np.empty((steps, n), bool), truncated=np.empty((steps, n), bool),
-            valid=np.empty((steps, n), bool)) for seat in seats}
+            valid=np.empty((steps, n), bool),
+            state=tree_map(lambda s: np.empty((steps + 1, *s.shape), s.dtype), self._lean_state[seat])
+            if seat in recurrent else None) for seat in seats}
         counts = {"env": 0, "episodes": 0}
         done: list[dict[str, Any]] = []  # the sample's finished episodes, in the order they are logged
         finished = np.zeros(n, dtype=bool)  # once: arenas whose episode of this sample has ended
@@ -260,8 +273,19 @@ class LeanEnvRunner(BatchedEnvRunner):
                     rollout, obs = out[seat], self._lean_obs[seat]
                     rollout.obs[t] = obs
                     module = self.module[rollout.module]
-                    logits = module.forward_exploration({Columns.OBS: torch.from_numpy(obs)})[
-                        Columns.ACTION_DIST_INPUTS]
+                    if seat in recurrent:  # one step of one sequence per arena, from the state it carries
+                        state = self._lean_state[seat]
+                        tree_map(lambda row, s, t=t: row.__setitem__(t, s), rollout.state, state)
+                        result = module.forward_exploration({Columns.OBS: torch.from_numpy(obs[:, None]),
+                                                             Columns.STATE_IN: tree_map(torch.from_numpy, state)})
+                        logits = result[Columns.ACTION_DIST_INPUTS][:, 0]
+                        # an arena restarting on this step begins its next episode from the initial (zero) state
+                        fresh = self._lean_restarting.reshape(-1, *([1] * (next(iter(tree_leaves(state))).ndim - 1)))
+                        self._lean_state[seat] = tree_map(lambda s: np.where(fresh, 0.0, s.numpy()).astype(np.float32),
+                                                          result[Columns.STATE_OUT])
+                    else:
+                        logits = module.forward_exploration({Columns.OBS: torch.from_numpy(obs)})[
+                            Columns.ACTION_DIST_INPUTS]
                     actions, logp = self._dists[seat].sample(logits, self._generator)
                     codes[seat] = rollout.actions[t] = actions.numpy()
                     rollout.logp[t], rollout.dist_inputs[t] = logp.numpy(), logits.numpy()
@@ -289,6 +313,8 @@ class LeanEnvRunner(BatchedEnvRunner):
                     break
         for seat in seats:
             out[seat].obs[used] = self._lean_obs[seat]
+            if seat in recurrent:
+                tree_map(lambda row, s: row.__setitem__(used, s), out[seat].state, self._lean_state[seat])
         if used < steps:
             out = {seat: Rollout(seat, r.module, r.obs[: used + 1], r.actions[:used], r.logp[:used],
                                  r.dist_inputs[:used], r.rewards[:used], r.terminated[:used], r.truncated[:used],
@@ -378,6 +404,87 @@ def values_of(algorithm: Any, module: str, obs: np.ndarray) -> np.ndarray:
     return first.get().reshape(obs.shape[:-1])
 
 
+@dataclass
+class Sequences:
+    """A recurrent module's rows cut into sequences as its learner reads them: each arena's rows split where an
+    episode starts and every ``max_seq_len`` rows within one, zero-padded to ``[B, max_seq_len]``."""
+
+    arena: np.ndarray  # [B, L] the arena of each entry (padding: 0)
+    row: np.ndarray  # [B, L] its row (padding: 0)
+    mask: np.ndarray  # [B, L] bool: an entry, not padding
+    lengths: np.ndarray  # [B] each sequence's entries
+
+    @classmethod
+    def cut(cls, starts: np.ndarray, max_len: int) -> Sequences:
+        """``starts`` ``[R, N]``: the rows that begin an episode (row 0 begins a sequence in every arena)."""
+        rows, arenas = starts.shape
+        begins = starts.T.copy()
+        begins[:, 0] = True
+        index = np.arange(rows)
+        since = index - np.maximum.accumulate(np.where(begins, index, 0), axis=1)  # rows since the episode began
+        first = (begins | (since % max_len == 0)).ravel()  # arena-major: arena i's rows are i * R .. i * R + R - 1
+        which = np.cumsum(first) - 1
+        offset = np.arange(first.size) - np.flatnonzero(first)[which]
+        flat = np.full((int(first.sum()), max_len), -1, dtype=np.int64)
+        flat[which, offset] = np.arange(first.size)
+        mask = flat >= 0
+        arena, row = np.divmod(np.where(mask, flat, 0), rows)
+        return cls(arena, row, mask, mask.sum(axis=1))
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """``[R, N, ...]`` -> ``[B, L, ...]`` (padding: 0)."""
+        out = rows[self.row, self.arena]
+        return np.where(self.mask.reshape(*self.mask.shape, *([1] * (out.ndim - 2))), out, 0).astype(rows.dtype)
+
+    def starts(self, rows: np.ndarray) -> np.ndarray:
+        """``[R, N, ...]`` -> each sequence's first row ``[B, ...]``."""
+        return rows[self.row[:, 0], self.arena[:, 0]]
+
+    def scatter(self, values: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """``[B, L]`` -> ``[R, N]`` (every row is in one sequence)."""
+        out = np.zeros(shape, dtype=values.dtype)
+        out[self.row[self.mask], self.arena[self.mask]] = values[self.mask]
+        return out
+
+
+def recurrent_values(algorithm: Any, module: str, r: Rollout, cut: Sequences) -> np.ndarray:
+    """The learner's values ``[T + 1, N]`` of a recurrent module's rollout: every sequence from the state the
+    runner carried into its first row."""
+    batch = {Columns.OBS: cut.gather(r.obs), Columns.STATE_IN: tree_map(cut.starts, r.state)}
+
+    def compute(learner: Any) -> np.ndarray:
+        with torch.no_grad():
+            return learner.module[module].compute_values(tree_map(torch.from_numpy, batch)).numpy()
+
+    first = next(iter(algorithm.learner_group.foreach_learner(compute)))
+    return cut.scatter(first.get(), r.obs.shape[:2])
+
+
+def recurrent_rows(algorithm: Any, r: Rollout) -> dict[str, Any]:
+    """A recurrent module's training rows: its sequences ``[B, L, ...]`` (those with a transition), each with
+    the state it starts from, ``seq_lens`` and a ``loss_mask`` of the transitions (module docstring)."""
+    cfg = algorithm.config
+    starts = np.zeros(r.obs.shape[:2], dtype=bool)
+    starts[1:] = ~r.valid  # the row after an arena's reset row is its next episode's first
+    max_len = int(algorithm.get_module(r.module).model_config["max_seq_len"])
+    cut = Sequences.cut(starts, max_len)
+    values = recurrent_values(algorithm, r.module, r, cut)
+    advantages = gae(r.rewards, values, r.terminated, r.truncated, cfg.gamma, cfg.lambda_)
+
+    def rows(data: np.ndarray) -> np.ndarray:  # [T, N, ...] plus the bootstrap row T (no transition) -> [B, L, ...]
+        return cut.gather(np.concatenate([data, np.zeros_like(data[:1])]))
+
+    loss_mask = rows(r.valid) & cut.mask
+    keep = loss_mask.any(axis=1)
+    out = {Columns.OBS: cut.gather(r.obs), Columns.ACTIONS: rows(r.actions), Columns.ACTION_LOGP: rows(r.logp),
+           Columns.ACTION_DIST_INPUTS: rows(r.dist_inputs), "advantages": rows(advantages),
+           "value_targets": rows((advantages + values[:-1]).astype(np.float32)), Columns.LOSS_MASK: loss_mask,
+           Columns.SEQ_LENS: cut.lengths}
+    out = {key: value[keep] for key, value in out.items()}
+    out[Columns.STATE_IN] = tree_map(lambda s: cut.starts(s)[keep], r.state)
+    return out
+
+
 def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     """The learner's batch from every runner's rollouts: values, GAE, the valid rows only, advantages
     normalised per module as RLlib's learner connector does (``(a - mean) / max(1e-4, std)``)."""
@@ -385,7 +492,11 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     columns: dict[str, dict[str, list[np.ndarray]]] = {}
     first = rollouts[0].seat  # every seat of an arena steps together: count one seat's rows
     env_steps = sum(int(r.valid.sum()) for r in rollouts if r.seat == first)
+    recurrent: dict[str, list[dict[str, Any]]] = {}
     for r in rollouts:
+        if r.state is not None:
+            recurrent.setdefault(r.module, []).append(recurrent_rows(algorithm, r))
+            continue
         # values where GAE reads them: a transition's row and the row after it (its bootstrap); a drawn run's
         # arenas idle after their one episode, and no row there needs a value
         needed = np.zeros(r.obs.shape[:2], dtype=bool)
@@ -406,6 +517,17 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
         adv = data["advantages"]
         data["advantages"] = ((adv - adv.mean()) / max(1e-4, float(adv.std()))).astype(np.float32)
         batches[module] = SampleBatch(data)
+    for module, parts in recurrent.items():
+        data = {key: np.concatenate([p[key] for p in parts]) for key in parts[0] if key != Columns.STATE_IN}
+        data[Columns.STATE_IN] = tree_map(lambda *s: np.concatenate(s), *[p[Columns.STATE_IN] for p in parts])
+        adv, mask = data["advantages"], data[Columns.LOSS_MASK]
+        mean, std = adv[mask].mean(), max(1e-4, float(adv[mask].std()))
+        data["advantages"] = np.where(mask, (adv - mean) / std, 0.0).astype(np.float32)
+        batches[module] = SampleBatch(data, _zero_padded=True, _max_seq_len=data[Columns.OBS].shape[1])
+    if recurrent:  # as tensors: the learner rebuilds a numpy batch without its zero-padding (which shuffling reads)
+        for module, batch in batches.items():
+            batches[module] = SampleBatch(tree_map(torch.from_numpy, dict(batch)), _zero_padded=batch.zero_padded,
+                                          _max_seq_len=batch.max_seq_len)
     return MultiAgentBatch(batches, env_steps=env_steps)
 
 

@@ -58,11 +58,6 @@ class Network:
 
     def save(self, folder: Path, network: Any, setup: Any, config: ScenarioConfig) -> None:
         """The data-only files ``learned:<folder>`` reads, of the allocator learning alone."""
-        from policies.checkpoint_format import PolicyNetwork
-
-        if not isinstance(network, PolicyNetwork):
-            print("  (an LSTM module has no data-only export yet: no learned:<dir> files written)")
-            return
         save_policy(folder, network, config, ALLOCATOR, setup.scales[ALLOCATOR], codec=setup.codecs.get(ALLOCATOR),
                     history=setup.histories.get(ALLOCATOR, 1))
 

@@ -2,11 +2,9 @@
 touches an ``RLModule`` (``policies/`` never imports RLlib). RLlib and torch are imported
 inside the functions, so importing this module stays cheap.
 
-* :func:`network_from_rl_module` — a default MLP module's greedy actor copied into the
-  data-only :class:`~policies.checkpoint_format.PolicyNetwork` a checkpoint stores;
-* :class:`ModuleActor` — a module that format cannot hold yet (recurrent) behind the same
-  ``reset()`` / ``greedy(obs)`` interface, so a :class:`~policies.learned.LearnedPolicy`
-  plays it during training's held-out evaluation;
+* :func:`network_from_rl_module` — a default MLP or one-layer LSTM module's greedy actor copied
+  into the data-only :class:`~policies.checkpoint_format.PolicyNetwork` a checkpoint stores;
+* :func:`module_action` — a module's own greedy action (state carried), what a copy is held to;
 * :func:`convert_pickled_checkpoint` — ``commons-arena convert-checkpoint``: an old pickled
   checkpoint given the data-only files.
 """
@@ -27,9 +25,10 @@ from policies.learned import SIDECAR, module_dir
 def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
     """The greedy actor of an RLlib default (PPO/APPO) torch module as a :class:`PolicyNetwork`.
 
-    Walks the actor's MLP encoder and the policy head (``torch.nn.Sequential`` of Linear,
-    LayerNorm and activations) and refuses anything else. The copy is checked: its logits
-    must equal the module's own ``forward_inference`` output on random observations.
+    Walks the actor's MLP encoder (or an LSTM encoder's tokenizer MLP and its one-layer LSTM) and
+    the policy head (``torch.nn.Sequential`` of Linear, LayerNorm and activations) and refuses
+    anything else. The copy is checked: its logits must equal the module's own
+    ``forward_inference`` output on random observations (a recurrent one's over three steps).
     """
     import torch
     import torch.nn as nn
@@ -37,18 +36,26 @@ def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
 
     encoder = getattr(module, "encoder", None)
     actor = getattr(encoder, "actor_encoder", encoder)
+    lstm = getattr(actor, "lstm", None)  # RLlib's LSTM encoder: its tokenizer MLP, then the LSTM
     pi = getattr(module, "pi", None)
-    parts = [getattr(getattr(part, "net", None), "mlp", None) for part in (actor, pi)]
-    if not all(isinstance(p, nn.Sequential) for p in parts):
-        raise CheckpointError(
-            f"cannot export {type(module).__name__}: only RLlib's default MLP modules (encoder + pi head) are supported"
-        )
+    parts = [getattr(getattr(part, "net", None), "mlp", None)
+             for part in ((getattr(actor, "tokenizer", None), pi) if lstm is not None else (actor, pi))]
+    if not all(isinstance(p, nn.Sequential) for p in parts) or (
+            lstm is not None and not (isinstance(lstm, nn.LSTM) and lstm.num_layers == 1 and lstm.bias
+                                      and not lstm.bidirectional and not lstm.proj_size and lstm.batch_first)):
+        raise CheckpointError(f"cannot export {type(module).__name__}: only RLlib's default MLP and one-layer LSTM "
+                              f"modules (encoder + pi head) are supported")
+    children = [*parts[0], *([lstm] if lstm is not None else []), *parts[1]]  # type: ignore[misc]
     layers: list[dict[str, Any]] = []
     tensors: dict[str, Any] = {}
     activations = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid"}
-    for child in (c for part in parts for c in part):  # type: ignore[union-attr]
+    for child in children:
         i = len(layers)
-        if isinstance(child, nn.Linear):
+        if isinstance(child, nn.LSTM):  # one layer: torch's LSTMCell weights under the cell's names
+            layers.append({"type": "lstm", "in": child.input_size, "hidden": child.hidden_size})
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                tensors[f"layers.{i}.{name}"] = getattr(child, f"{name}_l0")
+        elif isinstance(child, nn.Linear):
             layers.append({"type": "linear", "in": child.in_features, "out": child.out_features})
             tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"] = child.weight, child.bias
         elif isinstance(child, nn.LayerNorm) and len(child.normalized_shape) == 1:
@@ -63,11 +70,20 @@ def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
          "weights_sha256": "0" * 64}
     )
     network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
-    probe = np.random.default_rng(0).normal(size=(8, network.input_size)).astype(np.float32)
-    with torch.no_grad():
-        theirs = module.forward_inference({Columns.OBS: torch.from_numpy(probe)})[Columns.ACTION_DIST_INPUTS]
-    if not np.allclose(network.logits(probe), theirs.numpy(), atol=1e-5, rtol=1e-5):
-        raise CheckpointError(f"exporting {type(module).__name__} changed its outputs: unsupported module layout")
+    # the copy's check: the same logits on random observations (a recurrent one over three steps of its state)
+    probes = np.random.default_rng(0).normal(size=(3 if network.recurrent else 1, 8, network.input_size))
+    state = torch.utils._pytree.tree_map(lambda s: s[None].repeat(8, *([1] * s.ndim)), module.get_initial_state()) \
+        if network.recurrent else None
+    for probe in probes.astype(np.float32):
+        with torch.no_grad():
+            if state is None:
+                theirs = module.forward_inference({Columns.OBS: torch.from_numpy(probe)})[Columns.ACTION_DIST_INPUTS]
+            else:
+                out = module.forward_inference({Columns.OBS: torch.from_numpy(probe[:, None]), Columns.STATE_IN: state})
+                theirs, state = out[Columns.ACTION_DIST_INPUTS][:, 0], out[Columns.STATE_OUT]
+        if not np.allclose(network.logits(probe), theirs.numpy(), atol=1e-5, rtol=1e-5):
+            raise CheckpointError(f"exporting {type(module).__name__} changed its outputs: unsupported module layout")
+    network.reset()
     return network
 
 
@@ -106,25 +122,6 @@ def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
     action = action.cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
     action = action.reshape(1, -1)[0].astype(np.int64)
     return (action, out[Columns.STATE_OUT]) if stateful else action
-
-
-class ModuleActor:
-    """A live RLlib module as a greedy network (``reset()`` / ``greedy(obs)``, like
-    :class:`~policies.checkpoint_format.PolicyNetwork`); a recurrent module keeps its state
-    from one call to the next until ``reset()``."""
-
-    def __init__(self, module: Any) -> None:
-        self.module = module
-        self._state: Any = None  # None: the module's initial state
-
-    def reset(self) -> None:
-        self._state = None
-
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        if not self.module.is_stateful():
-            return module_action(self.module, obs)
-        action, self._state = module_action(self.module, obs, self._state)
-        return action
 
 
 def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
@@ -174,4 +171,4 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
     return write_checkpoint(checkpoint, fields, network)
 
 
-__all__ = ["ModuleActor", "convert_pickled_checkpoint", "module_action", "network_from_rl_module"]
+__all__ = ["convert_pickled_checkpoint", "module_action", "network_from_rl_module"]

@@ -118,7 +118,7 @@ def batched_refusal(args: TrainArgs, plan: SeatPlan, scripted_in_env: bool) -> s
     lean = args.sampler == "lean"
     reasons = ((args.kind.batched_refusal, args.kind.batched_refusal),
                (not scripted_in_env, "the background plays as RLlib modules (scripted_in_env is off)"),
-               (args.use_lstm, "use_lstm: its modules carry a state the batched runners do not"),
+               (args.use_lstm and not lean, "use_lstm: its modules carry a state only the lean runner carries"),
                (lean and args.algo != "PPO", f"{args.algo}: the lean update is PPO's"))
     return next((why for part, why in reasons if part), None)
 
@@ -254,8 +254,6 @@ def check_saved_checkpoint(setup: RunSetup, run: Path) -> None:
                          where=f"--resume {run}: its checkpoint")
     for seat in setup.plan.seats if setup.plan.seats != [ALLOCATOR] else ():
         folder = checkpoint / SET_DIR / seat
-        if setup.args.use_lstm and not (folder / SIDECAR).is_file():  # an LSTM module has no data-only export
-            continue
         if not (folder / SIDECAR).is_file():
             raise ValueError(f"--resume {run}: its checkpoint has no {SET_DIR}/{seat}/{SIDECAR}, which the run writes "
                              "with every checkpoint: not a checkpoint this run saved; start a new run")

@@ -159,7 +159,7 @@ def keep_untrained(algo: Any, setup: RunSetup, run: Path) -> None:
     networks = save_untrained(algo, setup, run / UNTRAINED, scenarios[0])
     results, _ = held_out_evaluation(setup, networks, scenarios)
     row = {"iteration": 0, "env_steps": 0, "scenario": setup.args.kind.judged_as(scenarios), **results}
-    make_folder(run / UNTRAINED)  # an LSTM module writes no data-only policy there
+    make_folder(run / UNTRAINED)
     write_file(run / UNTRAINED / "heldout.json", json.dumps(row, indent=1))
     print(f"  untrained (iteration 0) on held-out seeds: return {row['eval_return']:.2f}, "
           f"score {row['score']:.3f}" + (f"; {row['returns']}" if "returns" in row else ""))

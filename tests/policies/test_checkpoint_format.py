@@ -47,7 +47,7 @@ def plant_trojans(folder: Path, marker: Path, names=("module_state.pkl", "class_
         (folder / name).write_bytes(pickle.dumps(Trojan(marker)))
 
 
-def rllib_module(obs_size: int, nvec: list[int], hidden=(16, 16), activation="tanh", layernorm=False):
+def rllib_module(obs_size: int, nvec: list[int], hidden=(16, 16), activation="tanh", layernorm=False, lstm=False):
     from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -58,7 +58,8 @@ def rllib_module(obs_size: int, nvec: list[int], hidden=(16, 16), activation="ta
         observation_space=gym.spaces.Box(-1, 1, (obs_size,), np.float32),
         action_space=gym.spaces.MultiDiscrete(nvec),
         model_config=DefaultModelConfig(fcnet_hiddens=list(hidden), fcnet_activation=activation,
-                                        fcnet_use_layernorm=layernorm, vf_share_layers=False),
+                                        fcnet_use_layernorm=layernorm, vf_share_layers=False, use_lstm=lstm,
+                                        lstm_cell_size=8),
     ).build()
 
 
@@ -84,6 +85,30 @@ def test_exported_network_acts_exactly_like_the_rllib_module(tmp_path):
         network = network_from_rl_module(module, [3, 4, 2])
         for obs in np.random.default_rng(1).normal(size=(20, 6)).astype(np.float32):
             assert np.array_equal(network.greedy(obs), module_action(module, obs))
+
+
+def test_an_exported_lstm_acts_like_the_module_with_its_state_carried_and_reset_per_arena():
+    """The ``lstm`` layer: a sequence of greedy actions equals the module's own (state carried), ``reset()``
+    starts again from the zero state, and N arenas in one batch each carry their own row, a reset row only."""
+    module = rllib_module(6, [3, 4, 2], lstm=True)
+    network = network_from_rl_module(module, [3, 4, 2])
+    steps = np.random.default_rng(2).normal(size=(10, 6)).astype(np.float32) * 3
+    state, theirs = None, []
+    for obs in steps:
+        action, state = module_action(module, obs, state)
+        theirs.append(action)
+    for _ in range(2):
+        network.reset()
+        assert all(np.array_equal(network.greedy(obs), a) for obs, a in zip(steps, theirs, strict=True))
+    network.reset()
+    rows = np.stack([steps, steps[::-1]], axis=1)  # two arenas
+    first = np.stack([network.greedy_rows(r) for r in rows[:5]])
+    network.reset(np.array([1]))  # arena 1 starts a new episode: it plays its rows again from zero
+    again = np.stack([network.greedy_rows(np.stack([steps[5 + t], steps[::-1][t]])) for t in range(5)])
+    assert np.array_equal(first[:, 0], np.stack(theirs[:5])) and np.array_equal(again[:, 0], np.stack(theirs[5:]))
+    assert np.array_equal(again[:, 1], first[:, 1])
+    with pytest.raises(ValueError, match="carries the state of 2 rows"):
+        network.greedy(steps[0])
 
 
 def test_sidecar_is_versioned_json_and_weights_are_safetensors(checkpoint):

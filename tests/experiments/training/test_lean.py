@@ -224,3 +224,69 @@ def test_every_module_goes_through_its_rows_num_epochs_times_in_the_same_steps(s
     with pytest.raises(ValueError, match="at least 5 rows"):
         EqualEpochsIterator(MultiAgentBatch({"a": SampleBatch({"row": np.arange(300)}),
                                              "b": SampleBatch({"row": np.arange(3)})}, 3), 1, 64, False)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sequences_cover_every_row_once_and_never_cross_an_episode_start(seed):
+    from experiments.training.lean import Sequences
+
+    rng = np.random.default_rng(seed)
+    starts = rng.random((41, 6)) < 0.1
+    cut = Sequences.cut(starts, 8)
+    seen = np.zeros(starts.shape, dtype=int)
+    np.add.at(seen, (cut.row[cut.mask], cut.arena[cut.mask]), 1)
+    assert (seen == 1).all()
+    assert (cut.lengths == cut.mask.sum(axis=1)).all() and cut.lengths.max() <= 8
+    for b in range(len(cut.lengths)):
+        rows, arena = cut.row[b, : cut.lengths[b]], cut.arena[b, : cut.lengths[b]]
+        assert (np.diff(rows) == 1).all() and (arena == arena[0]).all()  # consecutive rows of one arena
+        assert not starts[rows[1:], arena[0]].any()  # an episode's first row only ever opens a sequence
+    values = rng.normal(size=starts.shape)
+    np.testing.assert_array_equal(cut.scatter(cut.gather(values), starts.shape), values)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_recurrent_learner_reads_the_state_the_runner_carried(ray_session):
+    """--use-lstm on the lean path: the learner's sequences, each from the state the runner carried into it,
+    give back the logits the runner acted on (a sample that starts mid-episode too), and the values of whole
+    episodes run from their start."""
+    from ray.rllib.core.columns import Columns
+
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.lean import Sequences, lean_batch, recurrent_values
+    from experiments.training.setup import resolve, with_unit_scales
+
+    args = TrainArgs(experiment="allocator_mixed", use_lstm=True,
+                     **{**TINY, "num_envs_per_env_runner": 6, "train_batch_size": 6 * 30})
+    algo = build_algorithm(with_unit_scales(resolve(args)))
+    try:
+        module = algo.learner_group._learner.module["allocator"]
+        rollouts = [algo.env_runner.sample()[0] for _ in range(2)]
+        assert all((~r.valid).any() for r in rollouts)  # episodes end inside each: sequences restart from zero
+        assert any(np.abs(leaf[0]).max() > 0 for leaf in torch.utils._pytree.tree_leaves(rollouts[1].state))
+        for rollout in rollouts:
+            batch = lean_batch(algo, [rollout]).policy_batches["allocator"]
+            with torch.no_grad():
+                logits = module.forward_train(dict(batch))[Columns.ACTION_DIST_INPUTS]
+            mask = batch[Columns.LOSS_MASK]
+            assert int(mask.sum()) == int(rollout.valid.sum()) and batch[Columns.OBS].shape[1] == 16
+            np.testing.assert_allclose(logits[mask].numpy(), batch[Columns.ACTION_DIST_INPUTS][mask].numpy(),
+                                       atol=1e-5)
+        # the first sample starts every episode at row 0: its values are the critic run over whole episodes
+        rollout = rollouts[0]
+        starts = np.zeros(rollout.obs.shape[:2], dtype=bool)
+        starts[1:] = ~rollout.valid
+        values = np.zeros(starts.shape, np.float32)
+        zero = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
+        for i in range(starts.shape[1]):
+            bounds = [0, *[b for b in np.flatnonzero(starts[:, i]) if b > 0], starts.shape[0]]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                with torch.no_grad():
+                    values[a:b, i] = module.compute_values({Columns.OBS: torch.from_numpy(rollout.obs[a:b, i][None]),
+                                                            Columns.STATE_IN: zero})[0].numpy()
+        cut = Sequences.cut(starts, 5)  # shorter sequences than episodes: the carried state joins them
+        np.testing.assert_allclose(recurrent_values(algo, "allocator", rollout, cut), values, atol=1e-5)
+        assert np.isfinite(algo.train()["learners"]["allocator"]["total_loss"])  # and an update runs on them
+    finally:
+        algo.stop()

@@ -249,15 +249,20 @@ def test_the_critic_is_not_clipped_and_gae_lambda_reaches_rllib(ray_session):
             algo.stop()
 
 
-def test_recurrent_module_trains_and_is_evaluated_live(ray_session, tmp_path):
-    """use_lstm: held-out evaluation runs the live recurrent module (its state carried
-    through each episode); the data-only checkpoint format has no recurrent layer yet, so
-    no learned:<dir> files are written, and loading says so."""
-    checkpoint = train(TrainArgs(out=tmp_path, run_name="lstm", use_lstm=True, action_codec="relative", **TINY))
+def test_recurrent_module_trains_and_its_checkpoint_plays_as_learned(ray_session, tmp_path):
+    """use_lstm (on the lean path): the checkpoint holds the LSTM as data (policies.checkpoint_format's ``lstm``
+    layer), so held-out evaluation and ``learned:`` play the same network, its state carried through an episode."""
+    from policies.checkpoint_format import load_network
+
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="lstm", use_lstm=True, action_codec="relative",
+                                 **{**TINY, "sampler": "lean"}))
     history = json.loads((checkpoint.parent / "history.json").read_text())
     assert np.isfinite(history[0]["score"])
-    with pytest.raises(ValueError, match="not a commons_arena policy checkpoint"):
-        LearnedPolicy.load(checkpoint, "standard", ALLOCATOR)
+    _, network = load_network(checkpoint)
+    assert network.recurrent and [x.type for x in network.spec.layers].count("lstm") == 1
+    env = commons_arena.parallel_env("standard")
+    population = Population.default(env.config).with_agent(ALLOCATOR, f"learned:{checkpoint}")
+    assert run_episode(env, population, seed=5) == run_episode(env, population, seed=5)  # reset: from zero
 
 
 def test_a_new_run_never_reuses_another_runs_folder(ray_session, tmp_path):
