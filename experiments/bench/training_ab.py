@@ -64,6 +64,8 @@ ray.shutdown()
 # 768 and 256 arenas in the driver; stock samples with RLlib's own runners as the kind's file does.
 KINDS = {
     "main": "--config experiments/configs/main.toml",
+    # the main job with an LSTM (stock and lean: the batched sampler carries no state)
+    "main_lstm": "--config experiments/configs/main.toml --use-lstm",
     "allocator_ppo": "--experiment allocator_ppo --scenario crisis --action-codec need",
     "universal": "--config experiments/configs/universal.toml",
     "best_response": "--config experiments/configs/best_response.toml",
