@@ -200,7 +200,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     if args.sampler != "stock":  # every sub-env of a runner in one call of the batched core
         from experiments.training.batched_env import BatchedEnvRunner, unsupported_reason
 
-        why = unsupported_reason(config.env_config)
+        why = unsupported_reason(config.env_config, lean=args.sampler == "lean")
         if why is not None:
             raise ValueError(f"--sampler {args.sampler} cannot play this run ({why}); use --sampler stock")
         config = config.env_runners(env_runner_cls=BatchedEnvRunner)

@@ -62,10 +62,10 @@ from policies.learned import ObservationInterface
 from policies.shipping import install
 
 
-def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any]) -> str | None:
-    """Why the batched sampler cannot play a run with this env config (None: it can)."""
+def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any], lean: bool = False) -> str | None:
+    """Why the batched sampler (``lean``: the lean one) cannot play a run with this env config (None: it can)."""
     cfg = ArenaEnvConfig.of(env)
-    for part, why in ((cfg.curriculum, "curriculum: a curriculum switches every env's scenario"),
+    for part, why in ((cfg.curriculum and not lean, "curriculum: a curriculum switches every env's scenario"),
                       (cfg.league, "league: league members switch per episode")):
         if part:
             return why
@@ -132,10 +132,11 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     learning seats' module views (:class:`BatchInterface` per scenario) and reward scales, as arrays
     (:meth:`reset_arrays`, :meth:`step_arrays`: the lean sampler's) and as RLlib's per-arena dicts."""
 
-    def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int, draw: int = 0) -> None:
+    def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int, draw: int = 0,
+                 lean: bool = False) -> None:
         super().__init__()
         cfg = ArenaEnvConfig.of(env_config)
-        why = unsupported_reason(cfg)
+        why = unsupported_reason(cfg, lean)
         if why is not None:
             raise ValueError(f"the batched sampler cannot play this run ({why}); train with --sampler stock")
         install(cfg.checkpoints)
@@ -147,6 +148,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self._groups: dict[tuple[str, int], Any] = {}  # a drawn run's groups and interfaces, built once
         self._interfaces: dict[tuple[str, int, str], Any] = {}
         self.draws = draw if draw and len(self.pool) > draw else 0
+        self.lean = lean
+        self.switched = False  # set_scenario switched the scenario: every arena restarts (the lean sampler's reset)
         self._build(self.pool[: self.draws] if self.draws else self.pool, None if self.draws else cfg.scenario_weights)
         first = self.interfaces[0]
         obs_spaces = {a: first[a].one.observation_space() for a in self.learned}
@@ -192,12 +195,18 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         return self._interfaces[key]
 
     def set_scenario(self, scenario: ScenarioConfig | str) -> None:
-        """Every arena plays ``scenario``: the batch's one scenario already (a kind's start), else refused (a
-        switch mid-run: a curriculum, which the batched samplers do not play)."""
+        """Every arena plays ``scenario``: the batch's one scenario already (a kind's start), else a switch mid-run
+        (a curriculum's promotion): the lean sampler's arenas all restart on it at its next sample (the episodes
+        in progress are dropped, not learned from); the batched sampler refuses it."""
         config = load_scenario(scenario)
-        if [c.content_hash for c in self.pool] != [config.content_hash]:
-            raise ValueError(f"the batched samplers play their run's scenarios throughout; switching to "
-                             f"{config.name!r} mid-run (a curriculum) needs --sampler stock")
+        if [c.content_hash for c in self.pool] == [config.content_hash]:
+            return
+        if not self.lean:
+            raise ValueError(f"the batched sampler plays its run's scenarios throughout; switching to "
+                             f"{config.name!r} mid-run (a curriculum) needs --sampler lean or stock")
+        self.pool, self.pool_weights = [config], np.ones(1)
+        self._build(self.pool, None)
+        self.switched = True
 
     def redraw(self, rng: np.random.Generator) -> None:
         """A run over many scenarios (``draw`` > 0): the batch's scenarios become ``draw`` of them, drawn without
@@ -334,11 +343,13 @@ class BatchedEnvRunner(MultiAgentEnvRunner):
     and logged once per :meth:`sample` call, the same sums."""
 
     draw = 0  # BatchedFocalEnv's: every scenario of a run in the batch at once
+    lean = False  # the lean runner (LeanEnvRunner) restarts its arenas when a curriculum switches the scenario
 
     def make_env(self) -> None:
         if self.env is not None:
             self.env.close()
-        self.env = BatchedFocalEnv(self.config.env_config, self.config.num_envs_per_env_runner, draw=self.draw)
+        self.env = BatchedFocalEnv(self.config.env_config, self.config.num_envs_per_env_runner, draw=self.draw,
+                                   lean=self.lean)
         self.num_envs = self.env.num_envs
         self._needs_initial_reset = True
         self._counts: Counter[tuple[str, Any]] = Counter()

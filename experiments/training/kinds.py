@@ -54,6 +54,7 @@ class Kind:
     chooses_learners: ClassVar[bool] = False  # --learners names the learning seats
     shape_free: ClassVar[bool] = False  # plays clusters of every shape: needs --network cells
     batched_refusal: ClassVar[str | None] = None  # why --sampler batched cannot play this kind (None: it can)
+    lean_plays: ClassVar[bool] = False  # the lean sampler plays it all the same (it restarts its arenas at a switch)
 
     def stages(self, args: Any) -> tuple[str, ...]:
         """The scenarios of a run (curriculum stages, mixed tiers, a family's split, or ``--scenario``)."""
@@ -163,6 +164,7 @@ class AllocatorCurriculum(Kind):
     name = "allocator_curriculum"
     switches_populations = True
     batched_refusal = "curriculum: a curriculum switches every env's scenario"
+    lean_plays = True
 
     def stages(self, args: Any) -> tuple[str, ...]:
         return TIERS

@@ -196,6 +196,7 @@ class LeanEnvRunner(BatchedEnvRunner):
     # A run over more scenarios than this (the universal allocator's family split: 200) plays this many of them
     # per sample, drawn anew every sample, each arena one whole episode: the core's cost is per scenario and call.
     draw = DRAWN_SCENARIOS
+    lean = True
 
     def make_env(self) -> None:
         super().make_env()
@@ -230,9 +231,13 @@ class LeanEnvRunner(BatchedEnvRunner):
     def sample(self, **kwargs: Any) -> list[Rollout]:  # type: ignore[override]
         env, seats, n = self.env, self.env.learned, self.env.num_envs
         once = bool(env.draws)  # every arena plays one whole episode of a fresh draw of scenarios
+        restart = once or env.switched  # a curriculum's switch: every arena starts an episode of the new stage
         if once:
             env.redraw(self._draws)
+        if restart:
+            env.switched = False
             self._order_episodes()
+            self._lean_state = {}
             self._lean_obs = env.reset_arrays([int(s) for s in self._draws.integers(0, 2**31 - 1, n)])
             self._lean_restarting = np.zeros(n, dtype=bool)
             for seat in seats:
@@ -318,7 +323,8 @@ class LeanEnvRunner(BatchedEnvRunner):
         if used < steps:
             out = {seat: Rollout(seat, r.module, r.obs[: used + 1], r.actions[:used], r.logp[:used],
                                  r.dist_inputs[:used], r.rewards[:used], r.terminated[:used], r.truncated[:used],
-                                 r.valid[:used]) for seat, r in out.items()}
+                                 r.valid[:used], None if r.state is None else tree_map(lambda s: s[: used + 1], r.state))
+                   for seat, r in out.items()}
         self._log_episodes(done)
         self._log_counts(counts["env"], counts["episodes"], {seat: int(out[seat].valid.sum()) for seat in seats})
         self.metrics.log_value((TIMERS, "lean_sample_s"), time.perf_counter() - clock, reduce="mean")

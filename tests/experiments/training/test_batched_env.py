@@ -155,8 +155,11 @@ def test_a_kinds_start_on_its_own_scenario_is_kept_and_a_switch_is_refused():
     batch = BatchedFocalEnv(config("crisis", "need"), 2)
     for view in batch.envs:
         view.set_scenario("crisis")  # a kind's start: every env on the run's own scenario
-    with pytest.raises(ValueError, match="--sampler stock"):
+    with pytest.raises(ValueError, match="--sampler lean or stock"):
         batch.envs[0].set_scenario("standard")
+    lean = BatchedFocalEnv(config("crisis", "need"), 2, lean=True)  # the lean sampler restarts on the new one
+    lean.envs[0].set_scenario("standard")
+    assert lean.switched and set(lean.scenario_names) == {"standard"}
 
 
 def test_a_privileged_background_is_refused():

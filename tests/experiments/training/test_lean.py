@@ -290,3 +290,33 @@ def test_a_recurrent_learner_reads_the_state_the_runner_carried(ray_session):
         assert np.isfinite(algo.train()["learners"]["allocator"]["total_loss"])  # and an update runs on them
     finally:
         algo.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_curriculum_on_the_lean_path_restarts_every_arena_on_the_next_stage(ray_session):
+    """allocator_curriculum on --sampler lean: a promotion switches the runner's batch to the next stage, every
+    arena restarting there (no episode of the old stage logged after it); the batched sampler still refuses it."""
+    from dataclasses import replace
+
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.setup import resolve, with_unit_scales
+
+    args = TrainArgs(experiment="allocator_curriculum", action_codec="need", promote_at=0.0, promote_after=1,
+                     **{**TINY, "num_envs_per_env_runner": 16})
+    setup = with_unit_scales(resolve(args))  # anchors every training score lands above 0: promoted when allowed
+    references = {c.name: {"random": [-1e4], "oracle": [1e4]} for c in setup.stages}
+    algo = build_algorithm(replace(setup, references=references))
+    try:
+        runner = algo.env_runner
+        names = []
+        for _ in range(3):
+            result = algo.train()
+            names.append((result["curriculum_stage"], {g.config.name for g in runner.env.groups}))
+        assert [stage for stage, _ in names] == [1, 2, 2] and names[-1][1] == {"crisis"}
+        result = algo.train()  # a sample wholly on the last stage: its episodes are crisis's
+        assert set(runner.env.scenario_names) == {"crisis"} and result["env_runners"]["num_episodes"] > 0
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError, match="curriculum"):
+        resolve(TrainArgs(experiment="allocator_curriculum", action_codec="need", sampler="batched"))
