@@ -50,8 +50,12 @@ only when an incident or a grid spike fires in the tick it acts. (It prices a so
 once its pace would exceed the cap.) A hard cap it spends as work waits, not as a budget paced
 over the episode: pacing it (by the carbon left, the intensity forecast and the urgency of the
 waiting work) was measured below this on every binding-cap cluster tried, since carbon held
-back turns work in progress into missed deadlines (docs/bring_your_own_cluster.md, "When a
-hard cap binds"; ``scripts/planner_hard_cap.py``).
+back turns work in progress into missed deadlines. Once the carbon left is below
+``CAP_HORIZON`` ticks of every team's need, it spends it on work that can finish
+(:func:`cap_admission`): the teams it has served in full for the most ticks first, and a team
+is started only if the carbon not yet reserved covers ``CAP_HORIZON`` ticks of its need
+(docs/bring_your_own_cluster.md, "When a hard cap binds"; ``scripts/planner_hard_cap.py``).
+Under a soft cap none of this runs.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ UNKNOWN_STYLE_BLUFF = 1.25  # prior centre for a team whose archetype name says 
 UNREACHABLE = -2.0  # a declared count no integer need maps to under this factor
 MISMATCH = -6.0  # a declaration that does not follow from the revealed need
 AUDIT = -4.0  # an audit outcome this factor does not explain
+CAP_HORIZON = 4.0  # ticks of a team's full need the carbon left must cover to start (or finish) its work
 # count d -> per factor of the grid: is d = ceil(n x factor) for some integer n? (pure, shared)
 _REACHABLE: dict[int, np.ndarray] = {}
 
@@ -148,6 +153,49 @@ class InflationBelief:
         # under factor b the need behind the declaration is about declared / b
         exposed_if = declared_total / BLUFF_GRID * (1 + tolerance) < declared_total - 1e-9
         self.log_w += np.where(exposed_if == exposed, 0.0, AUDIT)
+
+
+def cap_admission(need: np.ndarray, kg_per_gpu: np.ndarray, headroom_kg: np.ndarray, streak: np.ndarray,
+                  rank: np.ndarray, horizon: float = CAP_HORIZON) -> tuple[np.ndarray, np.ndarray]:
+    """Which teams' work a binding hard cap still pays for, in ``n`` arenas: ``(admitted, first)``,
+    both ``(n, teams)`` bool.
+
+    Under a hard cap a job pays only if it completes, on all its GPUs at once, so carbon spent
+    on work the cap later stops is lost. The cap *binds* in an arena when its carbon left
+    (``headroom_kg``) is below ``horizon`` ticks of every team's full need (``need``
+    ``(n, teams, tiers)`` at this tick's ``kg_per_gpu`` ``(n, tiers)``). There, teams are
+    taken in progress first (``streak`` ``(n, teams)``: consecutive ticks served in full; the
+    longest first, its work the closest to done), then in the planner's order (``rank``
+    ``(n, teams)``), and each is admitted only if the carbon not yet reserved covers what it
+    may still burn: ``horizon`` ticks of its need, less the ticks it has run. A team not
+    admitted is not started (its need is dropped, not cut to a part that runs no job). Where
+    the cap does not bind, every team is admitted and none goes first (the plan is unchanged).
+    ``first``: the admitted teams in progress, which the plan serves before the others.
+    """
+    n, N = streak.shape
+    need_kg = (need * kg_per_gpu[:, None, :]).sum(axis=2)
+    live = need_kg > 0
+    binding = headroom_kg < horizon * need_kg.sum(axis=1)
+    running = live & (streak > 0)
+    ar = np.arange(n)
+    walk = np.lexsort((rank, np.where(running, -streak, 0), ~running), axis=-1)
+    left = np.asarray(headroom_kg, dtype=np.float64).copy()
+    admitted = np.ones((n, N), dtype=bool)
+    for p in range(N):
+        i = walk[:, p]
+        reserve = need_kg[ar, i] * np.where(running[ar, i], np.maximum(horizon - streak[ar, i], 1.0), horizon)
+        ok = ~binding | (reserve <= left)
+        left = np.where(binding & ok, left - reserve, left)
+        admitted[ar, i] = ok
+    return admitted, running & admitted & binding[:, None]
+
+
+def served_streak(streak: np.ndarray, need: np.ndarray, grant: np.ndarray) -> np.ndarray:
+    """Each team's consecutive ticks served in full (its grant at least its estimated need, some
+    need): ``streak`` ``(..., teams)`` after a tick planned for ``need`` and granted ``grant``
+    (``(..., teams, tiers)`` each)."""
+    want = need.sum(axis=-1)
+    return np.where((want > 0) & (grant.sum(axis=-1) >= want), streak + 1, 0)
 
 
 @dataclass(slots=True)
@@ -236,6 +284,7 @@ class PlannerAllocator(ScriptedPolicy):
             belief.log_w = row
         self._seen: _Seen | None = None
         self.last_estimate: np.ndarray | None = None
+        self._streak = np.zeros((1, getattr(self, "n_teams", 0)), dtype=np.int64)  # see cap_admission
 
     def _prior(self, archetype: str) -> InflationBelief:
         style = ARCHETYPE_PROFILES.get(archetype)
@@ -297,9 +346,17 @@ class PlannerAllocator(ScriptedPolicy):
     # ------------------------------------------------------------------ plan
     def decide(self, obs: np.ndarray) -> list[int]:
         need = self.observe(obs).tolist()
-        return self.plan(obs, need)
+        if not self._limits.hard:
+            return self.plan(obs, need)
+        action = self.plan(obs, need, self._streak[0])
+        grant = np.array(action[self.n_tiers:], dtype=np.int64).reshape(1, self.n_teams, self.n_tiers)
+        self._streak = served_streak(self._streak, np.array([need], dtype=np.int64), grant)
+        return action
 
-    def plan(self, obs: np.ndarray, need: list[list[int]]) -> list[int]:
+    def plan(self, obs: np.ndarray, need: list[list[int]], streak: np.ndarray | None = None) -> list[int]:
+        """The action for ``need`` (teams x tiers), fitted within the observed limits; ``streak``
+        (per team, under a hard cap): the ticks each has been served in full, for
+        :func:`cap_admission` (None: every team's need is planned for)."""
         N, T = self.n_teams, self.n_tiers
         tick = int(self.field(obs, "tick")[0])
         online = [int(x) for x in self.field(obs, "online")]
@@ -314,6 +371,19 @@ class PlannerAllocator(ScriptedPolicy):
             (i for i in range(N) if totals[i] > 0),
             key=lambda i: (-pressure[i], not escalating[i], -self.board[i], totals[i], i),
         )
+        if streak is not None:
+            # a binding hard cap: finish the work in progress, start only what the carbon left can finish
+            limits = self._limits(obs)
+            rank = np.empty((1, N), dtype=np.int64)
+            rank[0, order + [i for i in range(N) if i not in set(order)]] = np.arange(N)
+            admitted, first = cap_admission(np.array([need], dtype=np.int64), np.array([limits.kg_per_gpu]),
+                                            np.array([limits.headroom_kg]), np.asarray(streak).reshape(1, N), rank)
+            need = [row if admitted[0, i] else [0] * T for i, row in enumerate(need)]
+            totals = [sum(row) for row in need]
+            order = sorted(
+                (i for i in range(N) if totals[i] > 0),
+                key=lambda i: (not first[0, i], -pressure[i], not escalating[i], -self.board[i], totals[i], i),
+            )
         grant = [[0] * T for _ in range(N)]
         left = list(online)
         unmet = [[0] * T for _ in range(N)]
@@ -441,6 +511,7 @@ class BatchPlanner:
         self._prev_credibility = np.zeros((num_envs, N), dtype=np.float64)
         self._prev_audits = np.zeros(num_envs, dtype=np.float64)
         self.last_estimate = np.zeros((num_envs, N, T), dtype=np.int64)
+        self._streak = np.zeros((num_envs, N), dtype=np.int64)  # ticks each team has been served in full (hard cap)
         # per factor of the grid: the deflation the planner applies (its own expression, to the bit)
         self._deflation = [1.0 + (1.0 - P.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
         # (factor, tier, column) -> deflate(...); column 0: nothing declared, else 1 + min(declared, ceiling)
@@ -484,12 +555,19 @@ class BatchPlanner:
         self.log_w[rows] = self._prior
         self._has_prev[rows] = False
         self.last_estimate[rows] = 0
+        self._streak[rows] = 0
 
     def act(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         """Every arena's action (``index``: only these arenas, whose observations are the rows given)."""
         obs = np.asarray(observations)
         need = self.observe(obs, index)
-        return np.clip(self.plan(obs, need), 0, self.planner.high)
+        if not self._limits.one.hard:
+            return np.clip(self.plan(obs, need), 0, self.planner.high)
+        rows = self._rows(obs, index)
+        action = self.plan(obs, need, self._streak[rows])
+        grant = action[:, self.n_tiers:].reshape(len(obs), self.n_teams, self.n_tiers)
+        self._streak[rows] = served_streak(self._streak[rows], need, grant)
+        return np.clip(action, 0, self.planner.high)
 
     # ------------------------------------------------------------------ belief
     def observe(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
@@ -579,9 +657,10 @@ class BatchPlanner:
         return out
 
     # ------------------------------------------------------------------ plan
-    def plan(self, observations: np.ndarray, need: np.ndarray) -> np.ndarray:
+    def plan(self, observations: np.ndarray, need: np.ndarray, streak: np.ndarray | None = None) -> np.ndarray:
         """:meth:`PlannerAllocator.plan` of each row: the (unclipped) action for ``need``
-        ``(arenas, teams, tiers)``, fitted within the observed limits."""
+        ``(arenas, teams, tiers)``, fitted within the observed limits (``streak`` ``(arenas, teams)``:
+        :func:`cap_admission`'s, under a hard cap; None: every team's need is planned for)."""
         obs = np.asarray(observations)
         P = self.planner
         n, N, T = len(obs), self.n_teams, self.n_tiers
@@ -594,12 +673,17 @@ class BatchPlanner:
         budget = self._field(obs, "budget")[:, 0].astype(np.float64)
         pressure = self._field(obs, "pressure").astype(np.float64)
         escalating = self._field(obs, "stance")[:, :, P.i_escalate] > 0.5
+        order = self._order(need, pressure, escalating)
+        if streak is not None:
+            # a binding hard cap: finish the work in progress, start only what the carbon left can finish
+            limits = self._limits(obs)
+            rank = np.empty_like(order)
+            rank[ar[:, None], order] = np.arange(N)[None, :]
+            admitted, first = cap_admission(need, limits.kg_per_gpu, limits.headroom_kg, streak, rank)
+            need = np.where(admitted[..., None], need, 0)
+            order = self._order(need, pressure, escalating, first)
         totals = need.sum(axis=2)
         served = totals > 0
-        # urgency order; the teams without need last, in index order (the trim order's tail)
-        order = np.lexsort((np.broadcast_to(np.arange(N), (n, N)), np.where(served, totals, 0),
-                            np.where(served, -self._board, 0.0), served & ~escalating,
-                            np.where(served, -pressure, 0.0), ~served), axis=-1)
         # the teams in that order (position p: the p-th team served), so the greedy below reads columns
         served_at = np.arange(N)[None, :] < served.sum(axis=1)[:, None]
         need_at = np.take_along_axis(need, order[:, :, None], axis=1)
@@ -632,6 +716,19 @@ class BatchPlanner:
         # within every observed limit: teams it serves last give up first
         buy, grant = self._fit(obs, buy, grant, order)
         return np.concatenate([buy, grant.reshape(n, N * T)], axis=1)
+
+    def _order(self, need: np.ndarray, pressure: np.ndarray, escalating: np.ndarray,
+               first: np.ndarray | None = None) -> np.ndarray:
+        """Per arena, the teams in urgency order (``first``: these teams before the others); the
+        teams without need last, in index order (the trim order's tail)."""
+        n, N = need.shape[:2]
+        totals = need.sum(axis=2)
+        served = totals > 0
+        keys = [np.broadcast_to(np.arange(N), (n, N)), np.where(served, totals, 0), np.where(served, -self._board, 0.0),
+                served & ~escalating, np.where(served, -pressure, 0.0)]
+        if first is not None:
+            keys.append(~(served & first))
+        return np.lexsort((*keys, ~served), axis=-1)
 
     def _spill(self, grant: np.ndarray, left: np.ndarray, unmet: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step 2 of the plan on teams in serving order: each unmet need whole onto the smallest

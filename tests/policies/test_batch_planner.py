@@ -18,8 +18,10 @@ import pytest
 
 import commons_arena
 from commons_arena.enums import ALLOCATOR
+from policies import planner
 from policies.batch import BatchPolicy, LoopBatchPolicy
 from policies.planner import BatchPlanner, PlannerAllocator
+from tests.policies.batch_cases import HARD_CAP
 from tests.policies.batch_streams import case_config, cases, episodes, mixed_actor, schedule
 
 
@@ -97,3 +99,49 @@ def test_a_reset_forgets_only_the_arenas_it_names():
     assert np.array_equal(batch.log_w[[0, 2]], learned[[0, 2]])
     fresh = BatchPlanner(config, 1)
     assert np.array_equal(batch.log_w[1], fresh.log_w[0]) and not np.array_equal(learned[1], fresh.log_w[0])
+
+
+# ------------------------------------------------------------------ a binding hard cap (issue 53, item 3)
+def test_cap_admission_finishes_work_in_progress_and_starts_only_what_the_carbon_left_can_finish():
+    # three teams, one tier at 1 kg per GPU: needs 2, 1, 3 GPUs; team 2 has run 3 ticks in full
+    need = np.array([[[2], [1], [3]]])
+    kg = np.array([[1.0]])
+    streak, rank = np.array([[0, 0, 3]]), np.array([[0, 1, 2]])
+    # 10 kg left, below 4 ticks of every need (24 kg): binding. Team 2 first (1 tick left: 3 kg),
+    # then team 0 (8 kg of 7 left: not started), then team 1 (4 kg of 7 left)
+    admitted, first = planner.cap_admission(need, kg, np.array([10.0]), streak, rank, horizon=4.0)
+    assert admitted.tolist() == [[False, True, True]] and first.tolist() == [[False, False, True]]
+    # 24 kg left covers 4 ticks of every need: nothing changes
+    admitted, first = planner.cap_admission(need, kg, np.array([24.0]), streak, rank, horizon=4.0)
+    assert admitted.all() and not first.any()
+    # a team without need is never dropped
+    admitted, _ = planner.cap_admission(np.array([[[0], [1], [3]]]), kg, np.array([0.0]), streak, rank)
+    assert admitted.tolist() == [[True, False, False]]
+    assert planner.served_streak(np.array([2, 1, 0]), np.array([[1], [2], [0]]), np.array([[1], [1], [0]])).tolist() == [3, 0, 0]
+
+
+def test_the_batched_planner_is_the_planner_where_a_hard_cap_binds(monkeypatch):
+    """Both paths call the one rule; on the hard-cap cluster it drops teams and serves work in progress first."""
+    seen = {"dropped": 0, "first": 0}
+    rule = planner.cap_admission
+
+    def spy(need, *args, **kwargs):
+        admitted, first = rule(need, *args, **kwargs)
+        seen["dropped"] += int((~admitted & (need.sum(axis=2) > 0)).sum())
+        seen["first"] += int(first.sum())
+        return admitted, first
+
+    monkeypatch.setattr(planner, "cap_admission", spy)
+    assert assert_planners_agree(commons_arena.load_scenario(str(HARD_CAP)), num_envs=4, n_episodes=10, seed=3) == 40
+    assert seen["dropped"] > 0 and seen["first"] > 0, seen
+
+
+def test_under_a_soft_cap_the_planner_keeps_no_streak_and_plans_every_need():
+    """Where the cap is soft the planner keeps no streak and plans every team's need."""
+    config = commons_arena.load_scenario("standard")
+    p = PlannerAllocator(config)
+    played = episodes(config, ALLOCATOR, [1], mixed_actor(config, ALLOCATOR, "need", 1))
+    for obs in played[0][1][:5]:
+        action = p.act(obs)
+        assert np.array_equal(action, np.clip(p.plan(obs, p.last_estimate.tolist()), 0, p.high))
+    assert not p._streak.any()

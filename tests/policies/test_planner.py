@@ -262,7 +262,8 @@ HARD_CAP_EXAMPLES = ("docs/examples/own_cluster_hard_cap.toml", "docs/examples/s
 @pytest.mark.parametrize("path", HARD_CAP_EXAMPLES)
 def test_on_the_binding_hard_cap_examples_planner_ends_at_the_cap(path):
     """The clusters of docs/bring_your_own_cluster.md, "When a hard cap binds": the cap binds (planner
-    ends within 2 % of it, never past it). (An incident or a grid spike firing in the tick it acts may
+    ends within 10 % of it, never past it: the end it leaves is carbon too little to finish a team's
+    work, policies.planner.cap_admission). (An incident or a grid spike firing in the tick it acts may
     still cost it a unit: tests/policies/test_limits.py counts those.)"""
     from pathlib import Path
 
@@ -272,7 +273,7 @@ def test_on_the_binding_hard_cap_examples_planner_ends_at_the_cap(path):
     population = Population.default(config).with_agent(ALLOCATOR, "planner")
     for seed in (1000, 1001, 1002):
         episode = run_episode(env, population, seed)[ALLOCATOR]
-        assert 0.98 * config.carbon.cap_kg <= episode["carbon_kg"] <= config.carbon.cap_kg
+        assert 0.9 * config.carbon.cap_kg <= episode["carbon_kg"] <= config.carbon.cap_kg
 
 
 @pytest.mark.slow
