@@ -70,7 +70,6 @@ KINDS = {
     "universal": "--config experiments/configs/universal.toml",
     "best_response": "--config experiments/configs/best_response.toml",
     "selfplay": "--config experiments/configs/selfplay.toml --scenario crisis",
-    # stock only (docs/training.md says why): `--kinds league --samplers stock`
     "league": "--experiment league --scenario standard",
     "curriculum": "--experiment allocator_curriculum --action-codec need",
 }

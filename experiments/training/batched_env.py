@@ -66,7 +66,7 @@ def unsupported_reason(env: ArenaEnvConfig | Mapping[str, Any], lean: bool = Fal
     """Why the batched sampler (``lean``: the lean one) cannot play a run with this env config (None: it can)."""
     cfg = ArenaEnvConfig.of(env)
     for part, why in ((cfg.curriculum and not lean, "curriculum: a curriculum switches every env's scenario"),
-                      (cfg.league, "league: league members switch per episode")):
+                      (cfg.league and not lean, "league: league members switch per episode")):
         if part:
             return why
     if not cfg.scripted_in_env:

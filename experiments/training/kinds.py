@@ -291,6 +291,7 @@ class League(Kind):
     name = "league"
     switches_populations = True
     batched_refusal = "league: league members switch per episode"
+    lean_plays = True
     league = True
 
     def plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:

@@ -91,10 +91,13 @@ def league_mapping(pool: Sequence[str], team_seats: Sequence[str], agent_id: Any
     evaluates the mapping eagerly (``dict.get(agent, mapping(agent))``) and keeps the
     mapping it already has; the learner is returned there and never used.
     """
-    agent = str(agent_id)
+    return member_of(pool, team_seats, str(agent_id), episode_seed(episode))
+
+
+def member_of(pool: Sequence[str], team_seats: Sequence[str], agent: str, seed: int | None) -> str:
+    """Who plays ``agent`` in the episode of ``seed`` (:func:`league_mapping`; the lean runner asks it per arena)."""
     if agent not in team_seats:
         return agent
-    seed = episode_seed(episode)
     if seed is None or team_seats[_draw(str(seed), len(team_seats))] == agent:
         return LEARNER
     return pool[_draw(f"{seed}/{agent}", len(pool))]
@@ -299,6 +302,7 @@ __all__ = [
     "add_snapshot",
     "league_mapping",
     "learner_beats_mix",
+    "member_of",
     "mapping_for",
     "scripted_member_specs",
 ]

@@ -74,9 +74,24 @@ from torch.utils._pytree import tree_leaves, tree_map
 from experiments.training.batched_env import BatchedEnvRunner
 from experiments.training.callbacks import foreach_sampling_runner, log_background_draw, log_episode_totals
 from experiments.training.env_config import ArenaEnvConfig
+from experiments.training.league import EPISODE_SEED as LEAGUE_SEED
+from experiments.training.league import SEAT_RETURN_KEY
+from experiments.training.scripted import AGENT_T, ENV_INDEX, ScriptedRLModule
+from experiments.training.scripted import EPISODE_SEED as SCRIPTED_SEED
 
 DRAWN_SCENARIOS = 16  # scenarios per sample of a run over more (LeanEnvRunner.draw)
 DRAW_STREAM = 0x5CE7  # the runner's stream of scenario draws and episode seeds, beside its action sampling
+
+
+@dataclass
+class SeededEpisode:
+    """What a league's mapping function reads of an episode: its seed (experiments.training.league.episode_seed)."""
+
+    seed: int
+
+    @property
+    def custom_data(self) -> dict[str, int]:
+        return {LEAGUE_SEED: self.seed}
 
 
 @dataclass
@@ -94,6 +109,20 @@ class Rollout:
     truncated: np.ndarray  # [T, N] bool
     valid: np.ndarray  # [T, N] bool: a transition (False: the row is an arena's NEXT_STEP reset)
     state: Any = None  # a recurrent module's: its state before each row, a tree of [T + 1, N, ...] arrays
+    mask: np.ndarray | None = None  # [T, N] bool: the rows its module played (a league seat's); None: every row
+
+    def trained(self) -> np.ndarray:
+        """``[T, N]``: the rows the module learns from (its transitions)."""
+        return self.valid if self.mask is None else self.valid & self.mask
+
+    def head(self, steps: int) -> Rollout:
+        """The first ``steps`` rows (and the observation after them)."""
+        def cut(rows: Any, extra: int = 0) -> Any:
+            return None if rows is None else tree_map(lambda a: a[: steps + extra], rows)
+
+        return Rollout(self.seat, self.module, cut(self.obs, 1), cut(self.actions), cut(self.logp),
+                       cut(self.dist_inputs), cut(self.rewards), cut(self.terminated), cut(self.truncated),
+                       cut(self.valid), cut(self.state, 1), cut(self.mask))
 
 
 class PaddedMultiCategorical:
@@ -271,13 +300,23 @@ class LeanEnvRunner(BatchedEnvRunner):
         finished = np.zeros(n, dtype=bool)  # once: arenas whose episode of this sample has ended
         clock = time.perf_counter()
         used = steps
+        league = ArenaEnvConfig.of(self.config.env_config).league is not None
+        if league:
+            if recurrent:
+                raise ValueError("a league's team module is not recurrent")
+            for rollout in out.values():
+                rollout.mask = np.empty((steps, n), bool)
         for t in range(steps):
             codes: dict[str, np.ndarray] = {}
+            members = self._members() if league else {}
             with torch.no_grad():
                 for seat in seats:
                     rollout, obs = out[seat], self._lean_obs[seat]
                     rollout.obs[t] = obs
                     module = self.module[rollout.module]
+                    if seat in members:  # a league seat: each arena's member of this episode acts in it
+                        codes[seat] = rollout.actions[t] = self._act_members(seat, members[seat], rollout, t)
+                        continue
                     if seat in recurrent:  # one step of one sequence per arena, from the state it carries
                         state = self._lean_state[seat]
                         tree_map(lambda row, s, t=t: row.__setitem__(t, s), rollout.state, state)
@@ -321,14 +360,50 @@ class LeanEnvRunner(BatchedEnvRunner):
             if seat in recurrent:
                 tree_map(lambda row, s: row.__setitem__(used, s), out[seat].state, self._lean_state[seat])
         if used < steps:
-            out = {seat: Rollout(seat, r.module, r.obs[: used + 1], r.actions[:used], r.logp[:used],
-                                 r.dist_inputs[:used], r.rewards[:used], r.terminated[:used], r.truncated[:used],
-                                 r.valid[:used], None if r.state is None else tree_map(lambda s: s[: used + 1], r.state))
-                   for seat, r in out.items()}
+            out = {seat: r.head(used) for seat, r in out.items()}
         self._log_episodes(done)
         self._log_counts(counts["env"], counts["episodes"], {seat: int(out[seat].valid.sum()) for seat in seats})
         self.metrics.log_value((TIMERS, "lean_sample_s"), time.perf_counter() - clock, reduce="mean")
         return list(out.values())
+
+    def _members(self) -> dict[str, np.ndarray]:
+        """A league's team seats: who plays each in each arena's current episode (the run's mapping function of the
+        episode's seed, asked again only when an arena's episode changes)."""
+        seeds = np.asarray(self.env.focal.episode_seeds, dtype=np.int64)
+        known = getattr(self, "_member_seeds", None)
+        if known is None:
+            known = np.full(len(seeds), -1, dtype=np.int64)
+            self._member_table = {seat: np.empty(len(seeds), dtype=object) for seat in self.env.learned}
+        for i in np.flatnonzero(seeds != known).tolist():
+            episode = SeededEpisode(int(seeds[i]))
+            for seat, table in self._member_table.items():
+                table[i] = str(self.config.policy_mapping_fn(seat, episode))
+        self._member_seeds = seeds
+        return self._member_table
+
+    def _act_members(self, seat: str, members: np.ndarray, rollout: Rollout, t: int) -> np.ndarray:
+        """Row ``t`` of a league seat: each member acts in the arenas it plays (the learner and its snapshots sample
+        from their modules; a scripted member's module plays its policy, seeded by the episode as everywhere), and
+        the rollout keeps the learner's rows (``mask``) with their log-probabilities."""
+        obs = self._lean_obs[seat]
+        codes = np.zeros((len(obs), self._dists[seat].k), np.int64)
+        seeds = self._member_seeds
+        for member in sorted(set(members.tolist())):
+            rows = np.flatnonzero(members == member)
+            module = self.module[member]
+            if isinstance(module, ScriptedRLModule):  # its policy per (arena, seat), reset at an episode's first row
+                batch = {Columns.OBS: obs[rows], ENV_INDEX: rows, AGENT_T: self._episode_length[rows],
+                         SCRIPTED_SEED: seeds[rows]}
+                codes[rows] = module.forward_exploration(batch)[Columns.ACTIONS].numpy()
+                continue
+            logits = module.forward_exploration({Columns.OBS: torch.from_numpy(obs[rows])})[Columns.ACTION_DIST_INPUTS]
+            actions, logp = self._dists[seat].sample(logits, self._generator)
+            codes[rows] = actions.numpy()
+            if member == rollout.module:
+                rollout.logp[t, rows], rollout.dist_inputs[t, rows] = logp.numpy(), logits.numpy()
+        assert rollout.mask is not None
+        rollout.mask[t] = members == rollout.module
+        return codes
 
     def _finish_episodes(self, arenas: np.ndarray, infos: Mapping[str, Mapping[str, Any]], entries: np.ndarray,
                          done: list[dict[str, Any]]) -> None:
@@ -336,9 +411,11 @@ class LeanEnvRunner(BatchedEnvRunner):
         seats = self.env.learned
         totals = infos.get("allocator", {}).get("episode")
         for i in arenas[np.argsort(self._log_order[arenas], kind="stable")].tolist():
+            table = getattr(self, "_member_table", None)  # a league's: who played each seat
             done.append({"agents": {seat: float(self._episode_return[seat][i]) for seat in seats},
                          "length": int(self._episode_length[i]), "entry": int(entries[i]),
-                         "hash": self.env.scenario_hashes[i], "totals": totals, "row": i})
+                         "hash": self.env.scenario_hashes[i], "totals": totals, "row": i,
+                         "members": {seat: table[seat][i] for seat in seats} if table else None})
         for seat in seats:
             self._episode_return[seat][arenas] = 0.0
         self._episode_length[arenas] = 0
@@ -352,9 +429,14 @@ class LeanEnvRunner(BatchedEnvRunner):
         cfg = ArenaEnvConfig.of(self.config.env_config)
         for episode in done[-win:]:
             agents, length = episode["agents"], episode["length"]
+            members = episode["members"] or self._seat_module
             modules: dict[str, float] = {}
             for seat, value in agents.items():
-                modules[self._seat_module[seat]] = modules.get(self._seat_module[seat], 0.0) + value
+                modules[members[seat]] = modules.get(members[seat], 0.0) + value
+            if episode["members"]:  # a league's snapshot rule reads each member's return per seat it played
+                for seat, value in agents.items():
+                    self.metrics.log_value((SEAT_RETURN_KEY, members[seat]), value, reduce="mean",
+                                           window=self.config.metrics_num_episodes_for_smoothing)
             total = sum(agents.values())
             log({EPISODE_LEN_MEAN: length, EPISODE_RETURN_MEAN: total, EPISODE_AGENT_RETURN_MEAN: agents,
                  EPISODE_AGENT_STEPS: dict.fromkeys(seats, length), EPISODE_MODULE_RETURN_MEAN: modules}, window=win)
@@ -505,13 +587,14 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
             continue
         # values where GAE reads them: a transition's row and the row after it (its bootstrap); a drawn run's
         # arenas idle after their one episode, and no row there needs a value
+        trained = r.trained()
         needed = np.zeros(r.obs.shape[:2], dtype=bool)
-        needed[:-1] |= r.valid
-        needed[1:] |= r.valid
+        needed[:-1] |= trained
+        needed[1:] |= trained
         values = np.zeros(r.obs.shape[:2], dtype=np.float32)
         values[needed] = values_of(algorithm, r.module, r.obs[needed])
         advantages = gae(r.rewards, values, r.terminated, r.truncated, cfg.gamma, cfg.lambda_)
-        keep = r.valid
+        keep = trained
         rows = {Columns.OBS: r.obs[:-1][keep], Columns.ACTIONS: r.actions[keep],
                 Columns.ACTION_LOGP: r.logp[keep], Columns.ACTION_DIST_INPUTS: r.dist_inputs[keep],
                 "advantages": advantages[keep], "value_targets": (advantages + values[:-1])[keep].astype(np.float32)}

@@ -320,3 +320,40 @@ def test_a_curriculum_on_the_lean_path_restarts_every_arena_on_the_next_stage(ra
         algo.stop()
     with pytest.raises(ValueError, match="curriculum"):
         resolve(TrainArgs(experiment="allocator_curriculum", action_codec="need", sampler="batched"))
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_league_on_the_lean_path_plays_each_arenas_members_and_learns_from_the_learners_rows(ray_session):
+    """--experiment league on --sampler lean: in each arena's episode every team seat is played by the member the
+    run's mapping draws from the episode seed (the learner's rows are the ones trained), each member's return per
+    seat is logged for the snapshot rule, and a snapshot joins the mix and plays from the next episodes."""
+    from experiments.training import league
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.lean import lean_batch
+    from experiments.training.setup import resolve, with_unit_scales
+
+    teams, pool = ["search", "robotics", "safety"], ["team", "scripted_truthful", "scripted_greedy_bluffer"]
+    args = TrainArgs(experiment="league", snapshot_margin=-1e9, snapshot_gap=1,
+                     **{**TINY, "num_envs_per_env_runner": 24, "train_batch_size": 24 * 30})
+    algo = build_algorithm(with_unit_scales(resolve(args)))
+    try:
+        runner = algo.env_runner
+        rollouts = {r.seat: r for r in runner.sample()}
+        seeds = runner._member_seeds  # the episodes the last row played
+        for seat, rollout in rollouts.items():
+            expected = np.array([league.member_of(pool, teams, seat, int(s)) == "team" for s in seeds])
+            np.testing.assert_array_equal(rollout.mask[-1], expected)
+            assert 0 < rollout.mask.mean() < 1  # the learner plays the seat in some arenas, members in others
+        assert (sum(r.mask.astype(int) for r in rollouts.values()) >= 1).all()  # one seat a learner in every episode
+        batch = lean_batch(algo, list(rollouts.values())).policy_batches
+        assert set(batch) == {"team"} and len(batch["team"]) == sum(int(r.trained().sum()) for r in rollouts.values())
+        first = algo.train()
+        assert set(first["env_runners"][league.SEAT_RETURN_KEY]) == set(pool)
+        assert first["league"]["snapshot"] == "team_v1"  # margin -1e9: the learner beats the mix at once
+        mix = first["league"]["mix"]
+        assert mix[-1] == "team_v1" and "team_v1" in runner.module
+        later = [algo.train()["env_runners"][league.SEAT_RETURN_KEY] for _ in range(2)]
+        assert any("team_v1" in returns for returns in later)  # the snapshot plays new episodes
+    finally:
+        algo.stop()
