@@ -117,11 +117,13 @@ TINY = dict(eval_every=2, eval_seeds=2, train_batch_size=256, minibatch_size=128
 
 @pytest.mark.ray
 @pytest.mark.timeout(900)
-def test_a_lean_run_is_reproducible_in_a_fresh_process(ray_session, tmp_path):
-    weights = [(train(TrainArgs(out=tmp_path, run_name=name, experiment="allocator_mixed", **TINY))
+@pytest.mark.parametrize("lstm", [False, True])
+def test_a_lean_run_is_reproducible_in_a_fresh_process(ray_session, tmp_path, lstm):
+    weights = [(train(TrainArgs(out=tmp_path, run_name=name, experiment="allocator_mixed", use_lstm=lstm, **TINY))
                 / "arena_policy.safetensors").read_bytes() for name in ("a", "b")]
     assert weights[0] == weights[1]
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k not in ("quiet", "hidden")]
+    flags += ["--use-lstm"] if lstm else []
     cmd = [sys.executable, "-m", "commands", "train", "--experiment", "allocator_mixed", "--out", str(tmp_path),
            "--run-name", "fresh", "--hidden", "8", "8", "--quiet", *flags]
     root = Path(__file__).resolve().parents[3]
