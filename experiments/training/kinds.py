@@ -60,6 +60,10 @@ class Kind:
         """The scenarios of a run (curriculum stages, mixed tiers, a family's split, or ``--scenario``)."""
         return (args.scenario,)
 
+    def sampler_refusal(self, sampler: str) -> str | None:
+        """Why ``--sampler`` batched or lean cannot play this kind (None: it can)."""
+        return None if sampler == "lean" and self.lean_plays else self.batched_refusal
+
     def seat_plan(self, config: ScenarioConfig, learners: Sequence[str], team_modules: TeamModules) -> SeatPlan:
         """The learning seats (and their modules) of a run on ``config``."""
         if not self.chooses_learners and tuple(learners) != ("allocator",):

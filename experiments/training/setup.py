@@ -116,7 +116,8 @@ def batched_refusal(args: TrainArgs, plan: SeatPlan, scripted_in_env: bool) -> s
     """Why the batched or lean sampler cannot play this run, asked of its arguments (before the run folder,
     references or Ray); ``batched_env.unsupported_reason`` asks the built env config the same when RLlib builds it."""
     lean = args.sampler == "lean"
-    reasons = ((args.kind.batched_refusal and not (lean and args.kind.lean_plays), args.kind.batched_refusal),
+    refusal = args.kind.sampler_refusal(args.sampler)
+    reasons = ((refusal, refusal),
                (not scripted_in_env, "the background plays as RLlib modules (scripted_in_env is off)"),
                (args.use_lstm and not lean, "use_lstm: its modules carry a state only the lean runner carries"),
                (lean and args.algo != "PPO", f"{args.algo}: the lean update is PPO's"))
