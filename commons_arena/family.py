@@ -15,6 +15,8 @@ recipe (family, seed, count) and the content hash of each scenario. :func:`load_
 regenerates the scenarios and refuses, loudly, if any hash differs (the generator or the
 family file drifted), so a frozen split never changes silently. A held-out split's hashes are
 :func:`heldout_hashes`; anything that trains calls :func:`refuse_heldout` on what it reads.
+A **validation set** is carved out of a training split by :func:`hold_out` (a fixed draw,
+:func:`validation_places`): training plays the rest and chooses checkpoints on it.
 
 docs/families.md describes the family file, the generator and the splits.
 """
@@ -28,7 +30,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -711,6 +713,34 @@ def refuse_heldout(configs: Iterable[ScenarioConfig], what: str) -> None:
                           f"got {len(bad)}: {names}")
 
 
+# A validation set is carved out of a training split (never a held-out one) by this stream alone, not by a run's
+# seed: every run that holds out K scenarios of a split holds out the same K, so their scores compare.
+VALIDATION_STREAM = 0x7A11D
+
+
+def validation_places(size: int, count: int) -> tuple[int, ...]:
+    """The places (0-based, sorted) of the ``count`` scenarios a validation set takes out of a split of ``size``:
+    the first ``count`` of one fixed permutation of ``range(size)`` (:data:`VALIDATION_STREAM`). Nested, so a
+    larger set keeps a smaller one's scenarios; at least one scenario is left to train on."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 < count < size:
+        raise FamilyError(f"a validation set takes 1 to {size - 1} of the split's {size} scenarios "
+                          f"(at least one is left to train on), got {count!r}")
+    order = np.random.default_rng(VALIDATION_STREAM).permutation(size)
+    return tuple(sorted(int(i) for i in order[:count]))
+
+
+def hold_out(configs: Sequence[ScenarioConfig], count: int) -> tuple[tuple[ScenarioConfig, ...], tuple[ScenarioConfig, ...]]:
+    """``configs`` (a training split's scenarios, in order) parted into (what training plays, the validation set of
+    ``count`` scenarios, :func:`validation_places`); the two share no game (``canonical_game_hash``)."""
+    places = set(validation_places(len(configs), count))
+    train = tuple(c for i, c in enumerate(configs) if i not in places)
+    validation = tuple(configs[i] for i in sorted(places))
+    shared = {c.canonical_game_hash for c in train} & {c.canonical_game_hash for c in validation}
+    if shared:  # a split never repeats a scenario (split_to_toml), but a copy must not slip into both
+        raise FamilyError(f"the validation set and the training scenarios share {len(shared)} game(s)")
+    return train, validation
+
+
 def split_to_toml(name: str, family: FamilyConfig, seed: int, count: int, heldout: bool) -> str:
     """A split file's text for ``count`` scenarios of ``family`` from ``seed`` (used once, to make a split)."""
     configs = generate_scenarios(family, count, seed)
@@ -743,11 +773,13 @@ __all__ = [
     "generate_scenarios",
     "heldout_game_hashes",
     "heldout_hashes",
+    "hold_out",
     "list_families",
     "list_splits",
     "load_family",
     "load_split",
     "refuse_heldout",
     "scenario_to_toml",
+    "validation_places",
     "write_scenarios",
 ]

@@ -45,6 +45,7 @@ MAX_LR = 10.0  # a step this size already diverges; 1e300 reached torch (after R
 MAX_LOGIT_BIAS = 100.0  # --zero-bias, --best-code-bias: at 100 the start is already certain (e^-100 elsewhere)
 MAX_ENTROPY_COEFF = 100.0
 MAX_FIRST_SEED = 2**63 - 1  # a held-out seed: reset() takes any int >= 0, a results row stores int64
+MAX_SPLIT = 100_000  # scenarios of a split (commons_arena.family.MAX_GENERATE; not imported: the CLI starts light)
 
 
 @dataclass
@@ -96,6 +97,10 @@ class TrainArgs:
     eval_scenarios: int = 6
     """allocator_family: scenarios of the training split (a fixed draw) its held-out-seed evaluations play;
     the held-out split is for `commons-arena benchmark`, never read by training"""
+    validation_scenarios: int = 0
+    """allocator_family: hold this many scenarios of the training split out of training (a fixed draw, the same
+    for every run: commons_arena.family.hold_out); its held-out-seed evaluations play them instead of
+    --eval-scenarios, so `best` (and --patience) are chosen on scenarios it never trained on. 0: none held out"""
     network: NetworkName = "mlp"
     """the allocator's network: mlp (RLlib's MLP over the scenario's own observation: one shape only) or cells
     (policies/universal.py: one MLP shared by every (team, tier) cell, plays any cluster up to 8 teams x 4
@@ -181,6 +186,9 @@ class TrainArgs:
     """held-out episodes per evaluation"""
     eval_first_seed: int = first_seed("training_eval")
     """held-out seeds are eval_first_seed .. + eval_seeds - 1"""
+    patience: int = 0
+    """stop the run after this many held-out evaluations in a row without a new best score (on the current stage);
+    0: never stop early (the budget alone ends the run)"""
     promote_at: float = 0.6
     """curriculum: training episodes' normalised score (smoothed) that promotes to the next stage"""
     promote_after: int = 5
@@ -271,6 +279,9 @@ class TrainArgs:
              "file can hold both backgrounds with their shares)"),
             (1 <= self.history <= 64, f"--history must be between 1 and 64 ticks, got {self.history}"),
             (self.eval_scenarios >= 1, f"--eval-scenarios must be at least 1, got {self.eval_scenarios}"),
+            (self.validation_scenarios >= 0,
+             f"--validation-scenarios must be 0 (none) or more, got {self.validation_scenarios}"),
+            (self.patience >= 0, f"--patience must be 0 (never stop early) or more, got {self.patience}"),
             (math.isfinite(self.family_share) and 0 <= self.family_share < 1,
              f"--family-share must be at least 0 and below 1, got {self.family_share}"),
             (not self.net.cell_view or (self.action_codec in ("need", "residual") and self.history == 1
@@ -295,7 +306,9 @@ class TrainArgs:
                    ("--iterations", self.iterations or 0, MAX_ITERATIONS), ("--minutes", self.minutes, MAX_MINUTES),
                    ("--torch-threads", self.torch_threads, MAX_TORCH_THREADS),
                    ("--promote-after", self.promote_after, MAX_ITERATIONS),
-                   ("--snapshot-gap", self.snapshot_gap, MAX_ITERATIONS)]
+                   ("--snapshot-gap", self.snapshot_gap, MAX_ITERATIONS),
+                   ("--patience", self.patience, MAX_ITERATIONS),
+                   ("--validation-scenarios", self.validation_scenarios, MAX_SPLIT)]
         for flag, value, high in bounded:
             if not value <= high:
                 raise ValueError(f"{flag} must be at most {high}, got {value}")

@@ -1,9 +1,10 @@
 """Experiment kinds: what ``commons-arena train --experiment NAME`` trains, one class per kind.
 
-A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays (:meth:`Kind.stages`)
-and is judged on (:meth:`Kind.judged`), what is wrong with its arguments (:meth:`Kind.problems`), where
-learning starts (:meth:`Kind.start_weights`, ``zero_bias``), whether its scripted seats play inside the env,
-its codecs and observation scales, what it adds to the RLlib env config and callbacks
+A kind says which seats learn (:meth:`Kind.seat_plan`), which scenarios a run plays (:meth:`Kind.stages`,
+less what :meth:`Kind.carve` holds out for validation) and is judged on (:meth:`Kind.judged`), what is
+wrong with its arguments (:meth:`Kind.problems`), where learning starts (:meth:`Kind.start_weights`,
+``zero_bias``), whether its scripted seats play inside the env, its codecs and observation scales, what it
+adds to the RLlib env config and callbacks
 (:meth:`Kind.configure`), its work before and after each iteration (:meth:`Kind.start`,
 :meth:`Kind.after_iteration`: a curriculum's promotion, a league's snapshots), what a resume needs
 (:meth:`Kind.before_restore`) and what it reports (:meth:`Kind.after_training`). Its flags are read
@@ -83,7 +84,15 @@ class Kind:
         """What is wrong with ``args`` for this kind (``TrainArgs.validate`` raises the first)."""
         if args.family_scenarios or args.family_share:
             return [f"--family-scenarios and --family-share are for --experiment {AllocatorFamily.name}"]
+        if args.validation_scenarios:
+            return [f"--validation-scenarios holds scenarios of a family's training split out of training: it is for "
+                    f"--experiment {AllocatorFamily.name} (--experiment {self.name} plays no split)"]
         return []
+
+    def carve(self, stages: tuple[ScenarioConfig, ...], args: Any
+              ) -> tuple[tuple[ScenarioConfig, ...], tuple[ScenarioConfig, ...]]:
+        """The run's parsed stages parted into (what training plays, its validation scenarios): none held out."""
+        return stages, ()
 
     def continues_allocator(self) -> bool:
         """The allocator learns alone (the kind keeps the default :meth:`plan`) through each scenario's own view:
@@ -216,7 +225,8 @@ class AllocatorMixed(Kind):
 
 class AllocatorFamily(AllocatorMixed):
     """The shape-free allocator (--network cells) learns on a scenario family's training split (--split):
-    each episode one of its scenarios; its evaluations play a fixed draw of --eval-scenarios of them."""
+    each episode one of its scenarios; its evaluations play a fixed draw of --eval-scenarios of them, or with
+    --validation-scenarios K the K scenarios of the split held out of training (commons_arena.family.hold_out)."""
 
     name = "allocator_family"
     shape_free = True
@@ -229,11 +239,32 @@ class AllocatorFamily(AllocatorMixed):
                    if args.family_share != 0 and not args.family_scenarios else None)
         return [problem for problem in (args.net.shape_problem(self.name), unnamed) if problem]
 
+    def carve(self, stages: tuple[ScenarioConfig, ...], args: Any
+              ) -> tuple[tuple[ScenarioConfig, ...], tuple[ScenarioConfig, ...]]:
+        """``--validation-scenarios`` of the split (the first stages; --family-scenarios follow) held out of training."""
+        if not args.validation_scenarios:
+            return stages, ()
+        from commons_arena.family import hold_out, split_file
+
+        n_split = len(split_file(args.split).hashes)  # the split's scenarios come first (stages())
+        if args.validation_scenarios >= n_split:
+            raise ValueError(f"--validation-scenarios {args.validation_scenarios} must leave some of split "
+                             f"{args.split!r}'s {n_split} scenarios to train on")
+        train, validation = hold_out(stages[:n_split], args.validation_scenarios)
+        return (*train, *stages[n_split:]), validation
+
     def judged(self, setup: Any, stage: int | None = None) -> tuple[ScenarioConfig, ...]:
-        """A fixed draw of ``--eval-scenarios`` of its scenarios (the same for every run seed)."""
+        """Its validation scenarios (never trained on), else a fixed draw of ``--eval-scenarios`` of its training
+        scenarios (the same for every run seed)."""
+        if setup.validation:
+            return tuple(setup.validation)
         stages, n = tuple(setup.stages), setup.args.eval_scenarios
         order = np.random.default_rng(EVAL_SCENARIO_STREAM).permutation(len(stages))[:n]
         return stages if len(stages) <= n else tuple(stages[i] for i in sorted(order.tolist()))
+
+    def describe(self, setup: Any, stage: int) -> str:
+        held = f" ({len(setup.validation)} of the split held out for validation)" if setup.validation else ""
+        return super().describe(setup, stage) + held
 
     def after_training(self, setup: Any, run: Path) -> None:
         learned = setup.args.net.learned(run)

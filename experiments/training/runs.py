@@ -18,6 +18,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
+from itertools import takewhile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,7 +41,7 @@ SEEDS_PARENT = "seeds.json"  # marks the parent of --train-seeds runs: its exper
 BUDGET = ("minutes", "iterations")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
-VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0}
+VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0, "validation_scenarios": 0, "patience": 0}
 MAX_HISTORY_ROWS = 1_000_000
 MAX_STAGES = 100_000  # curriculum stages / scenarios of a run (a state's stage indexes them)
 MAX_ENV_STEPS = 2**62  # environment steps of one run (a results row stores int64)
@@ -361,11 +362,32 @@ def open_run(args: TrainArgs, configs: Sequence[ScenarioConfig] | None = None) -
     return run, args, state
 
 
+def evaluations_since_best(history: Sequence[dict[str, Any]]) -> int:
+    """Held-out evaluations of the current stage (the trailing rows judged on the last row's ``scenario``) since
+    the one with the best score so far (a score beats only a strictly lower one; an undefined, NaN, score never
+    does), as the run keeps ``best``: 0 when the last evaluation set a new best."""
+    stage = list(takewhile(lambda row: row["scenario"] == history[-1]["scenario"], reversed(history)))[::-1]
+    best, since = -math.inf, 0
+    for row in stage:
+        score = row.get("score")
+        if score is not None and score > best:
+            best, since = score, 0
+        else:
+            since += 1
+    return since
+
+
+def out_of_patience(history: Sequence[dict[str, Any]], patience: int) -> bool:
+    """The early stop (``--patience``): ``patience`` evaluations in a row without a new best score; 0: never."""
+    return patience > 0 and len(history) > 0 and evaluations_since_best(history) >= patience
+
+
 def save_state(run: Path, state: RunState) -> None:
     write_file(run / "state.json", json.dumps(asdict(state), indent=1))
     write_file(run / "history.json", json.dumps(state.history, indent=1))
 
 
 __all__ = ["BUDGET", "HistoryRow", "LEGACY_RECORD", "RECORD", "RunState", "SEEDS_PARENT", "SavedState", "check_checkpoint", "check_saved_files", "has_record",
-           "legacy_args", "open_run", "point_latest", "resumed_args", "run_args", "run_folder", "save_state",
+           "evaluations_since_best", "legacy_args", "open_run", "out_of_patience", "point_latest", "resumed_args",
+           "run_args", "run_folder", "save_state",
            "saved_args", "saved_history", "saved_state"]

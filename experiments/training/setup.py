@@ -48,7 +48,7 @@ class RunSetup:
     """A run's arguments resolved: the parsed scenarios, who learns, who plays the rest."""
 
     args: TrainArgs
-    stages: tuple[ScenarioConfig, ...]  # args.stages parsed, same order
+    stages: tuple[ScenarioConfig, ...]  # args.stages parsed, same order, less the validation scenarios
     plan: SeatPlan
     background: Population  # the seats that do not learn (a population file or the scenario's own)
     mix_background: Population | None  # replaces `background` in a share of training episodes (args.mix_share)
@@ -59,6 +59,8 @@ class RunSetup:
     scales: Mapping[str, np.ndarray] = field(default_factory=dict)  # learning seat -> observation scale
     references: Mapping[str, References] = field(default_factory=dict)  # scenario name -> reference returns
     mixture: Mixture | None = None  # replaces `background` in training episodes: one entry drawn per episode
+    # held out of `stages` (Kind.carve): never trained on, the held-out evaluations play them (Kind.judged)
+    validation: tuple[ScenarioConfig, ...] = ()
 
     @property
     def anchors(self) -> dict[str, dict[str, float]]:
@@ -73,11 +75,12 @@ class RunSetup:
 def resolve(args: TrainArgs) -> RunSetup:
     """Parse and check everything the arguments name (see the module docstring)."""
     args.validate()
-    stages = load_stages(args.stages)
-    refuse_heldout_stages(stages)
     kind = args.kind
+    loaded = load_stages(args.stages)
+    refuse_heldout_stages(loaded)  # the validation scenarios too: they are carved from what training may read
+    stages, validation = kind.carve(loaded, args)
     plan = kind.seat_plan(stages[0], args.learners, args.team_modules)  # names a bad learner
-    args.net.check_run(plan.seats, stages, args.init_from)
+    args.net.check_run(plan.seats, loaded, args.init_from)  # the validation scenarios must fit the network too
     if args.use_lstm and plan.seats != [ALLOCATOR]:
         raise ValueError(f"--use-lstm is for the allocator learning alone; {args.experiment} trains {plan.seats}")
     learns = ALLOCATOR in plan.seats
@@ -104,6 +107,7 @@ def resolve(args: TrainArgs) -> RunSetup:
         histories={ALLOCATOR: args.history} if learns else {},
         eval_seeds=tuple(range(args.eval_first_seed, args.eval_first_seed + args.eval_seeds)),
         mixture=None if args.mixture is None else load_mixture(args.mixture, stages),  # every roster on every stage
+        validation=validation,
     )
     if args.resume is not None:  # what a resume reads back, checked before the record is rewritten or Ray starts
         run = Path(args.resume)

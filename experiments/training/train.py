@@ -68,7 +68,7 @@ from experiments.training.callbacks import MIX_SHARE_KEY, MIXTURE_SHARES_KEY
 from experiments.training.export import keep_best, save_checkpoint, save_untrained, seat_networks
 from experiments.training.heldout import allocator_reports, describe, held_out_evaluation
 from experiments.training.reporting import Reporter, plot, scalars
-from experiments.training.runs import RunState, open_run, run_args, save_state
+from experiments.training.runs import RunState, open_run, out_of_patience, run_args, save_state
 from experiments.training.seat_codecs import codec_summary
 from experiments.training.setup import RunSetup, measure, resolve
 from experiments.training.warm_start import load_warm_start
@@ -110,7 +110,8 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
     print(f"run {run}: {args.experiment} on {args.kind.describe(setup, state.stage)}, {args.algo}, "
           f"{args.num_envs_per_env_runner} envs/runner, batch {args.train_batch_size}")
 
-    # ---- train; evaluate on held-out seeds and checkpoint every eval_every iterations
+    # ---- train; evaluate on held-out seeds and checkpoint every eval_every iterations (--patience: stop when the
+    # best score has not improved for that many evaluations: the run ends on an evaluated, checkpointed iteration)
     start = launched - state.seconds
     session_iterations = 0
     while True:
@@ -119,6 +120,10 @@ def train(args: TrainArgs, setup: RunSetup | None = None) -> Path:
         out_of_budget = elapsed >= args.minutes * 60 and session_iterations > 0
         # --iterations is the run's total (a resumed run trains up to it), like --minutes
         if out_of_budget or (args.iterations is not None and state.iterations >= args.iterations):
+            break
+        # the history changes at evaluations only: the run stops right after one (a resumed run that had stopped: at once)
+        if out_of_patience(state.history, args.patience):
+            print(f"stopped early: {args.patience} held-out evaluation(s) without a new best score (--patience)")
             break
         result = algo.train()
         state.iterations += 1
