@@ -15,6 +15,13 @@ step; at the batched core's speed they are most of a training step. Here:
   GAE over the arrays, normalises advantages as RLlib does, and calls
   ``LearnerGroup.update(batch=...)``: RLlib's PPO Learner, unchanged, without its connector.
 
+A recurrent module (``--use-lstm``) carries each arena's state in the runner (zero when an arena starts an
+episode) and its rollout keeps the state before every row; the learner reads its rows as sequences
+(:class:`Sequences`: cut where an episode starts and every ``max_seq_len`` rows), each from the state the
+runner carried into it, with RLlib's ``seq_lens`` and ``loss_mask``. A league's team seats are played, per
+arena and episode, by the member the run's mapping draws from the episode's seed (:meth:`LeanEnvRunner._members`);
+only the learner's rows (``Rollout.mask``) are trained.
+
 The core's NEXT_STEP autoreset makes the row after an arena's last step its reset: that row is no
 transition. It is dropped from the batch and not counted as an env step, and GAE never runs across
 it (the row before it is ``done``). The ending step's observation is the final one, so a truncated
