@@ -402,7 +402,7 @@ class PolicyNetwork:
         if rows and rows != {len(x)}:
             raise ValueError(f"a recurrent network carries the state of {rows.pop()} rows; it was called with "
                              f"{len(x)} (reset() it before another batch of arenas)")
-        for i, (layer, kind) in enumerate(zip(self.net, self.spec.layers, strict=True)):
+        for i, (layer, kind) in enumerate(zip(self.net.children(), self.spec.layers, strict=True)):
             if isinstance(kind, Lstm):
                 self._state[i] = layer(x, self._state.get(i))
                 x = self._state[i][0]

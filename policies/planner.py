@@ -677,6 +677,7 @@ class BatchPlanner:
         if streak is not None:
             # a binding hard cap: finish the work in progress, start only what the carbon left can finish
             limits = self._limits(obs)
+            assert limits.headroom_kg is not None  # a streak is kept under a hard cap only
             rank = np.empty_like(order)
             rank[ar[:, None], order] = np.arange(N)[None, :]
             admitted, first = cap_admission(need, limits.kg_per_gpu, limits.headroom_kg, streak, rank)

@@ -332,8 +332,9 @@ class LeanEnvRunner(BatchedEnvRunner):
                         logits = result[Columns.ACTION_DIST_INPUTS][:, 0]
                         # an arena restarting on this step begins its next episode from the initial (zero) state
                         fresh = self._lean_restarting.reshape(-1, *([1] * (next(iter(tree_leaves(state))).ndim - 1)))
-                        self._lean_state[seat] = tree_map(lambda s: np.where(fresh, 0.0, s.numpy()).astype(np.float32),
-                                                          result[Columns.STATE_OUT])
+                        self._lean_state[seat] = tree_map(
+                            lambda s, fresh=fresh: np.where(fresh, 0.0, s.numpy()).astype(np.float32),
+                            result[Columns.STATE_OUT])
                     else:
                         logits = module.forward_exploration({Columns.OBS: torch.from_numpy(obs)})[
                             Columns.ACTION_DIST_INPUTS]
@@ -392,6 +393,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         """Row ``t`` of a league seat: each member acts in the arenas it plays (the learner and its snapshots sample
         from their modules; a scripted member's module plays its policy, seeded by the episode as everywhere), and
         the rollout keeps the learner's rows (``mask``) with their log-probabilities."""
+        assert self._lean_obs is not None
         obs = self._lean_obs[seat]
         codes = np.zeros((len(obs), self._dists[seat].k), np.int64)
         seeds = self._member_seeds
@@ -613,9 +615,9 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
         adv = data["advantages"]
         data["advantages"] = ((adv - adv.mean()) / max(1e-4, float(adv.std()))).astype(np.float32)
         batches[module] = SampleBatch(data)
-    for module, parts in recurrent.items():
-        data = {key: np.concatenate([p[key] for p in parts]) for key in parts[0] if key != Columns.STATE_IN}
-        data[Columns.STATE_IN] = tree_map(lambda *s: np.concatenate(s), *[p[Columns.STATE_IN] for p in parts])
+    for module, pieces in recurrent.items():
+        data = {key: np.concatenate([p[key] for p in pieces]) for key in pieces[0] if key != Columns.STATE_IN}
+        data[Columns.STATE_IN] = tree_map(lambda *s: np.concatenate(s), *[p[Columns.STATE_IN] for p in pieces])
         adv, mask = data["advantages"], data[Columns.LOSS_MASK]
         mean, std = adv[mask].mean(), max(1e-4, float(adv[mask].std()))
         data["advantages"] = np.where(mask, (adv - mean) / std, 0.0).astype(np.float32)

@@ -283,7 +283,7 @@ def test_a_recurrent_learner_reads_the_state_the_runner_carried(ray_session):
         zero = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
         for i in range(starts.shape[1]):
             bounds = [0, *[b for b in np.flatnonzero(starts[:, i]) if b > 0], starts.shape[0]]
-            for a, b in zip(bounds[:-1], bounds[1:]):
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
                 with torch.no_grad():
                     values[a:b, i] = module.compute_values({Columns.OBS: torch.from_numpy(rollout.obs[a:b, i][None]),
                                                             Columns.STATE_IN: zero})[0].numpy()
