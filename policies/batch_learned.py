@@ -73,7 +73,8 @@ class BatchLearned:
     def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
         rows = reset_indices(self.num_envs, seeds, index)  # greedy: nothing random to seed
         self.interface.reset(rows)
-        self.network.reset(rows)  # a recurrent network: those arenas start their episodes from the zero state
+        # a recurrent network: those arenas start their episodes from the zero state (all of them: a new batch)
+        self.network.reset(None if index is None else rows)
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         obs = np.asarray(observations)

@@ -83,6 +83,7 @@ from experiments.training.callbacks import foreach_sampling_runner, log_backgrou
 from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.league import EPISODE_SEED as LEAGUE_SEED
 from experiments.training.league import SEAT_RETURN_KEY
+from experiments.training.rl_modules import initial_state
 from experiments.training.scripted import AGENT_T, ENV_INDEX, ScriptedRLModule
 from experiments.training.scripted import EPISODE_SEED as SCRIPTED_SEED
 
@@ -239,6 +240,9 @@ class LeanEnvRunner(BatchedEnvRunner):
         self._lean_obs: dict[str, np.ndarray] | None = None  # each seat's view before the next step
         self._lean_restarting: np.ndarray | None = None  # arenas whose next row is their NEXT_STEP reset
         self._lean_state: dict[str, Any] = {}  # a recurrent seat's state before its next step (numpy [N, ...] tree)
+        # a league's: each arena's episode seed the member table was drawn for, and who plays each team seat there
+        self._member_seeds = np.full(self.env.num_envs, -1, dtype=np.int64)
+        self._member_table: dict[str, np.ndarray] = {}
         seat_modules = {seat: str(self.config.policy_mapping_fn(seat, None)) for seat in self.env.learned}
         self._seat_module = seat_modules
         spaces = self.env.single_action_spaces
@@ -287,8 +291,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         if recurrent and once:
             raise ValueError("a recurrent module learns on a run of fixed scenarios, not a drawn family's")
         for seat in recurrent - set(self._lean_state):  # a recurrent seat's state before the next step
-            self._lean_state[seat] = tree_map(lambda s: np.repeat(s.numpy()[None], n, axis=0),
-                                              self.module[self._seat_module[seat]].get_initial_state())
+            self._lean_state[seat] = tree_map(lambda s: s.numpy(), initial_state(self.module[self._seat_module[seat]], n))
         steps = self.steps_per_sample()
         width = {seat: self._lean_obs[seat].shape[1] for seat in seats}
         out = {seat: Rollout(
@@ -378,11 +381,9 @@ class LeanEnvRunner(BatchedEnvRunner):
         """A league's team seats: who plays each in each arena's current episode (the run's mapping function of the
         episode's seed, asked again only when an arena's episode changes)."""
         seeds = np.asarray(self.env.focal.episode_seeds, dtype=np.int64)
-        known = getattr(self, "_member_seeds", None)
-        if known is None:
-            known = np.full(len(seeds), -1, dtype=np.int64)
+        if not self._member_table:
             self._member_table = {seat: np.empty(len(seeds), dtype=object) for seat in self.env.learned}
-        for i in np.flatnonzero(seeds != known).tolist():
+        for i in np.flatnonzero(seeds != self._member_seeds).tolist():
             episode = SeededEpisode(int(seeds[i]))
             for seat, table in self._member_table.items():
                 table[i] = str(self.config.policy_mapping_fn(seat, episode))
@@ -419,8 +420,8 @@ class LeanEnvRunner(BatchedEnvRunner):
         """Append the episodes ``arenas`` just finished to ``done`` (scenarios interleaved) and clear their sums."""
         seats = self.env.learned
         totals = infos.get("allocator", {}).get("episode")
+        table = self._member_table  # a league's: who played each seat
         for i in arenas[np.argsort(self._log_order[arenas], kind="stable")].tolist():
-            table = getattr(self, "_member_table", None)  # a league's: who played each seat
             done.append({"agents": {seat: float(self._episode_return[seat][i]) for seat in seats},
                          "length": int(self._episode_length[i]), "entry": int(entries[i]),
                          "hash": self.env.scenario_hashes[i], "totals": totals, "row": i,
@@ -571,7 +572,7 @@ def recurrent_rows(algorithm: Any, r: Rollout) -> dict[str, Any]:
     def rows(data: np.ndarray) -> np.ndarray:  # [T, N, ...] plus the bootstrap row T (no transition) -> [B, L, ...]
         return cut.gather(np.concatenate([data, np.zeros_like(data[:1])]))
 
-    loss_mask = rows(r.valid) & cut.mask
+    loss_mask = rows(r.trained()) & cut.mask
     keep = loss_mask.any(axis=1)
     out = {Columns.OBS: cut.gather(r.obs), Columns.ACTIONS: rows(r.actions), Columns.ACTION_LOGP: rows(r.logp),
            Columns.ACTION_DIST_INPUTS: rows(r.dist_inputs), "advantages": rows(advantages),
@@ -580,6 +581,14 @@ def recurrent_rows(algorithm: Any, r: Rollout) -> dict[str, Any]:
     out = {key: value[keep] for key, value in out.items()}
     out[Columns.STATE_IN] = tree_map(lambda s: cut.starts(s)[keep], r.state)
     return out
+
+
+def normalised(advantages: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Advantages normalised as RLlib's learner connector does, ``(a - mean) / max(1e-4, std)`` over the real
+    rows (``mask``: a padded batch's; the padding stays 0)."""
+    real = advantages if mask is None else advantages[mask]
+    out = (advantages - real.mean()) / max(1e-4, float(real.std()))
+    return (out if mask is None else np.where(mask, out, 0.0)).astype(np.float32)
 
 
 def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
@@ -612,15 +621,12 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     batches = {}
     for module, parts in columns.items():
         data = {key: np.concatenate(values) for key, values in parts.items()}
-        adv = data["advantages"]
-        data["advantages"] = ((adv - adv.mean()) / max(1e-4, float(adv.std()))).astype(np.float32)
+        data["advantages"] = normalised(data["advantages"])
         batches[module] = SampleBatch(data)
     for module, pieces in recurrent.items():
         data = {key: np.concatenate([p[key] for p in pieces]) for key in pieces[0] if key != Columns.STATE_IN}
         data[Columns.STATE_IN] = tree_map(lambda *s: np.concatenate(s), *[p[Columns.STATE_IN] for p in pieces])
-        adv, mask = data["advantages"], data[Columns.LOSS_MASK]
-        mean, std = adv[mask].mean(), max(1e-4, float(adv[mask].std()))
-        data["advantages"] = np.where(mask, (adv - mean) / std, 0.0).astype(np.float32)
+        data["advantages"] = normalised(data["advantages"], data[Columns.LOSS_MASK])
         batches[module] = SampleBatch(data, _zero_padded=True, _max_seq_len=data[Columns.OBS].shape[1])
     if recurrent:  # as tensors: the learner rebuilds a numpy batch without its zero-padding (which shuffling reads)
         for module, batch in batches.items():

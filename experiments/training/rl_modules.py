@@ -4,7 +4,8 @@ inside the functions, so importing this module stays cheap.
 
 * :func:`network_from_rl_module` — a default MLP or one-layer LSTM module's greedy actor copied
   into the data-only :class:`~policies.checkpoint_format.PolicyNetwork` a checkpoint stores;
-* :func:`module_action` — a module's own greedy action (state carried), what a copy is held to;
+* :func:`module_action` — a module's own greedy action (state carried), what a copy is held to, and
+  :func:`initial_state`, a recurrent module's state for a batch of sequences;
 * :func:`convert_pickled_checkpoint` — ``commons-arena convert-checkpoint``: an old pickled
   checkpoint given the data-only files.
 """
@@ -72,8 +73,7 @@ def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
     network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
     # the copy's check: the same logits on random observations (a recurrent one over three steps of its state)
     probes = np.random.default_rng(0).normal(size=(3 if network.recurrent else 1, 8, network.input_size))
-    state = torch.utils._pytree.tree_map(lambda s: s[None].repeat(8, *([1] * s.ndim)), module.get_initial_state()) \
-        if network.recurrent else None
+    state = initial_state(module, len(probes[0])) if network.recurrent else None
     for probe in probes.astype(np.float32):
         with torch.no_grad():
             if state is None:
@@ -85,6 +85,13 @@ def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
             raise CheckpointError(f"exporting {type(module).__name__} changed its outputs: unsupported module layout")
     network.reset()
     return network
+
+
+def initial_state(module: Any, rows: int) -> Any:
+    """A recurrent module's initial state for ``rows`` sequences (its tree of tensors, each ``[rows, ...]``)."""
+    import torch
+
+    return torch.utils._pytree.tree_map(lambda s: s[None].repeat(rows, *([1] * s.ndim)), module.get_initial_state())
 
 
 def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
@@ -108,7 +115,7 @@ def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
     with torch.no_grad():
         if stateful:
             if state is None:
-                state = torch.utils._pytree.tree_map(lambda s: s[None], module.get_initial_state())
+                state = initial_state(module, 1)
             batch = {Columns.OBS: torch.from_numpy(obs[None, None]), Columns.STATE_IN: state}
         else:
             batch = {Columns.OBS: torch.from_numpy(obs[None])}
@@ -171,4 +178,4 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
     return write_checkpoint(checkpoint, fields, network)
 
 
-__all__ = ["convert_pickled_checkpoint", "module_action", "network_from_rl_module"]
+__all__ = ["convert_pickled_checkpoint", "initial_state", "module_action", "network_from_rl_module"]
