@@ -83,7 +83,7 @@ from experiments.training.callbacks import foreach_sampling_runner, log_backgrou
 from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.league import EPISODE_SEED as LEAGUE_SEED
 from experiments.training.league import SEAT_RETURN_KEY
-from experiments.training.rl_modules import initial_state
+from experiments.training.rl_modules import recurrent_start
 from experiments.training.scripted import AGENT_T, ENV_INDEX, ScriptedRLModule
 from experiments.training.scripted import EPISODE_SEED as SCRIPTED_SEED
 
@@ -291,7 +291,7 @@ class LeanEnvRunner(BatchedEnvRunner):
         if recurrent and once:
             raise ValueError("a recurrent module learns on a run of fixed scenarios, not a drawn family's")
         for seat in recurrent - set(self._lean_state):  # a recurrent seat's state before the next step
-            self._lean_state[seat] = tree_map(lambda s: s.numpy(), initial_state(self.module[self._seat_module[seat]], n))
+            self._lean_state[seat] = tree_map(lambda s: s.numpy(), recurrent_start(self.module[self._seat_module[seat]], n))
         steps = self.steps_per_sample()
         width = {seat: self._lean_obs[seat].shape[1] for seat in seats}
         out = {seat: Rollout(

@@ -5,7 +5,7 @@ inside the functions, so importing this module stays cheap.
 * :func:`network_from_rl_module` — a default MLP or one-layer LSTM module's greedy actor copied
   into the data-only :class:`~policies.checkpoint_format.PolicyNetwork` a checkpoint stores;
 * :func:`module_action` — a module's own greedy action (state carried), what a copy is held to, and
-  :func:`initial_state`, a recurrent module's state for a batch of sequences;
+  :func:`recurrent_start`, a recurrent module's state for a batch of sequences;
 * :func:`convert_pickled_checkpoint` — ``commons-arena convert-checkpoint``: an old pickled
   checkpoint given the data-only files.
 """
@@ -73,7 +73,7 @@ def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
     network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
     # the copy's check: the same logits on random observations (a recurrent one over three steps of its state)
     probes = np.random.default_rng(0).normal(size=(3 if network.recurrent else 1, 8, network.input_size))
-    state = initial_state(module, len(probes[0])) if network.recurrent else None
+    state = recurrent_start(module, len(probes[0])) if network.recurrent else None
     for probe in probes.astype(np.float32):
         with torch.no_grad():
             if state is None:
@@ -87,7 +87,7 @@ def network_from_rl_module(module: Any, nvec: list[int]) -> PolicyNetwork:
     return network
 
 
-def initial_state(module: Any, rows: int) -> Any:
+def recurrent_start(module: Any, rows: int) -> Any:
     """A recurrent module's initial state for ``rows`` sequences (its tree of tensors, each ``[rows, ...]``)."""
     import torch
 
@@ -115,7 +115,7 @@ def module_action(module: Any, obs: np.ndarray, state: Any = None) -> Any:
     with torch.no_grad():
         if stateful:
             if state is None:
-                state = initial_state(module, 1)
+                state = recurrent_start(module, 1)
             batch = {Columns.OBS: torch.from_numpy(obs[None, None]), Columns.STATE_IN: state}
         else:
             batch = {Columns.OBS: torch.from_numpy(obs[None])}
@@ -178,4 +178,4 @@ def convert_pickled_checkpoint(checkpoint: str | Path) -> Path:
     return write_checkpoint(checkpoint, fields, network)
 
 
-__all__ = ["convert_pickled_checkpoint", "initial_state", "module_action", "network_from_rl_module"]
+__all__ = ["convert_pickled_checkpoint", "recurrent_start", "module_action", "network_from_rl_module"]
