@@ -37,6 +37,7 @@ from policies.codecs import (
     AllocatorCodec,
     BluffTeamCodec,
     Codec,
+    FairNeedCodec,
     MarkupBrokerCodec,
     NeedResidualCodec,
     PerTierBluffTeamCodec,
@@ -218,7 +219,7 @@ class BatchResidualCodec(BatchAllocatorCodec):
     def __init__(self, config: ScenarioConfig, num_envs: int, agent: str = ALLOCATOR) -> None:
         super().__init__(config, num_envs, agent)
         c = self.codec
-        self.planner = BatchPlanner(config, num_envs, agent)
+        self.planner = BatchPlanner.of(c.planner, num_envs)
         self._proposed = np.zeros(num_envs, dtype=bool)  # the row below holds a proposal for its arena
         self._seen = np.zeros((num_envs, c.obs.size), dtype=np.float64)
         self._buy = np.zeros((num_envs, c.n_tiers), dtype=np.int64)
@@ -290,6 +291,14 @@ class BatchNeedCodec(BatchResidualCodec):
     def corrected(self, obs: np.ndarray, arenas: np.ndarray, delta: np.ndarray) -> np.ndarray:
         need = np.minimum(np.maximum(self.planner.last_estimate[arenas] + delta, 0), self.codec.ceiling_row)
         return np.minimum(self.planner.plan(obs, need), self._top)
+
+
+class BatchFairNeedCodec(BatchNeedCodec):
+    """``need_fair`` in N arenas (:class:`~policies.codecs.FairNeedCodec`): ``need`` over the batched ``fair_planner``."""
+
+    name = "need_fair"
+    per_arena = FairNeedCodec
+    codec: FairNeedCodec
 
 
 # ---------------------------------------------------------------------- teams
@@ -390,7 +399,7 @@ class BatchMarkupCodec(BatchCodec):
 
 BATCH_CODECS: dict[str, type[BatchCodec]] = {
     c.name: c
-    for c in (BatchRelativeCodec, BatchAbsoluteCodec, BatchResidualCodec, BatchNeedCodec, BatchBluffCodec,
+    for c in (BatchRelativeCodec, BatchAbsoluteCodec, BatchResidualCodec, BatchNeedCodec, BatchFairNeedCodec, BatchBluffCodec,
               BatchPerTierBluffCodec, BatchMarkupCodec)
 }
 
@@ -412,6 +421,7 @@ __all__ = [
     "BatchAllocatorCodec",
     "BatchBluffCodec",
     "BatchCodec",
+    "BatchFairNeedCodec",
     "BatchMarkupCodec",
     "BatchNeedCodec",
     "BatchPerTierBluffCodec",

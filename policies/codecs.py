@@ -23,6 +23,9 @@ codec               role       the module chooses                        can exp
                                ``DELTAS``, added to the ``planner``'s    (tick 0, jobs that arrive this
                                *need estimate*; the planner then plans   tick), planned with its spill
                                (0 = play the planner)                    to larger tiers and purchases
+``need_fair``       allocator  the same over ``fair_planner``'s          the same, from a base that
+                               estimate (the whole inflation undone,     pays no bluff in proportion
+                               the same headroom for every team)         (0 = ``fair_planner``)
 ``bluff``           team       one declaration factor of ``FACTORS``     declaring 0.5x .. 3x its own
                                (0.5, 0.75, 1, 1.1, 1.25, 1.5, 2, 3) for  true need, tick by tick, and
                                every tier, and a stance rule of          when to counter / escalate;
@@ -257,10 +260,8 @@ class ResidualPlannerCodec(AllocatorCodec):
     name = "residual"
 
     def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR) -> None:
-        from policies.planner import PlannerAllocator
-
         super().__init__(config, agent)
-        self.planner = PlannerAllocator(config)
+        self.planner = self.base_planner(config)
         self.deltas = np.array(self.DELTAS, dtype=np.int64)
         self._proposal: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (obs, buy, grant)
         # per tick, once or twice: what would otherwise be rebuilt each call (np.clip and np.tile
@@ -268,6 +269,13 @@ class ResidualPlannerCodec(AllocatorCodec):
         self.feature_scale = np.tile(self.feature_ceiling, 2 * self.n_teams)
         self.ceiling_row = self.ceiling[None, :]
         self._top_action = self.env_nvec - 1
+
+    @staticmethod
+    def base_planner(config: ScenarioConfig) -> Any:
+        """The planner whose estimate and grants the codec corrects (its zero code plays it)."""
+        from policies.planner import PlannerAllocator
+
+        return PlannerAllocator(config)
 
     @property
     def n_features(self) -> int:
@@ -351,6 +359,21 @@ class NeedResidualCodec(ResidualPlannerCodec):
         need = np.minimum(np.maximum(estimate + delta, 0), self.ceiling_row)  # np.clip's result, integers
         action = np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
         return np.minimum(action, self._top_action)
+
+
+class FairNeedCodec(NeedResidualCodec):
+    """``need`` over ``fair_planner`` (:class:`~policies.mechanisms.FairPlannerAllocator`): the
+    corrections move an estimate that undoes a team's whole inflation and adds the same headroom
+    share for every team, so the zero code pays no bluff in proportion to it (``planner`` keeps
+    half the inflation). The base of an allocator meant to be hard to exploit (docs/negotiation.md)."""
+
+    name = "need_fair"
+
+    @staticmethod
+    def base_planner(config: ScenarioConfig) -> Any:
+        from policies.mechanisms import FairPlannerAllocator
+
+        return FairPlannerAllocator(config)
 
 
 # ---------------------------------------------------------------------- teams
@@ -559,7 +582,7 @@ class MarkupBrokerCodec(Codec):
 
 CODECS: dict[str, type[Codec]] = {
     c.name: c
-    for c in (RelativeAllocatorCodec, AbsoluteAllocatorCodec, ResidualPlannerCodec, NeedResidualCodec,
+    for c in (RelativeAllocatorCodec, AbsoluteAllocatorCodec, ResidualPlannerCodec, NeedResidualCodec, FairNeedCodec,
               BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
 }
 # The codec a learning seat of each role uses unless told otherwise (``None`` would be raw actions).
@@ -618,6 +641,7 @@ __all__ = [
     "CodedPolicy",
     "DescribesCodes",
     "MarkupBrokerCodec",
+    "FairNeedCodec",
     "NeedResidualCodec",
     "PerTierBluffTeamCodec",
     "RelativeAllocatorCodec",

@@ -3,8 +3,8 @@
 Three scripted allocators that mechanism design proposes for sharing a resource without money,
 each observation-only and each ending with the baselines' limits step (``policies/limits.py``;
 ``credit`` and ``uniform_rule`` are defined once, over N arenas, as the baselines are, and play a
-single arena as a batch of one; ``fair_planner`` is ``planner``'s per-arena class). Their points on the
-welfare-exploitability frontier, and why they sit there, are in docs/negotiation.md.
+single arena as a batch of one; ``fair_planner`` is ``planner`` with a headroom, batched as ``planner``
+is). Their points on the welfare-exploitability frontier, and why they sit there, are in docs/negotiation.md.
 
 ``credit`` (karma-style: Vuppalapati, Fikioris, Agarwal, Cidon, Khandelwal and Tardos, *Karma:
 Resource Allocation for Dynamic Demands*, OSDI 2023; the artificial currencies of Gorokh, Banerjee
@@ -46,7 +46,6 @@ bluffer in proportion to its bluff and a truth-teller nothing.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -165,25 +164,19 @@ class BatchUniformRule(BatchAllocator):
 
 
 class FairPlannerAllocator(PlannerAllocator):
-    """``planner`` whose headroom is ``headroom`` x the deflated need (module docstring)."""
+    """``planner`` whose headroom is ``headroom`` x the deflated need (module docstring): the whole
+    inflation undone (``margin`` 0), then the same share of need added for every team."""
 
     name = "fair_planner"
 
     def __init__(self, config: ScenarioConfig, agent: str = "allocator", seed: int | None = None, pacing: float = 2.0,
                  gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, headroom: float = 0.5) -> None:
-        if not 0.0 <= headroom <= 1.0:
-            raise ValueError(f"headroom must be in [0, 1], got {headroom}")
-        self.headroom = float(headroom)
-        super().__init__(config, agent, seed, pacing, gpu_tick_value, prior_sigma, margin=0.0)
+        super().__init__(config, agent, seed, pacing, gpu_tick_value, prior_sigma, margin=0.0, headroom=headroom)
 
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
                 "headroom": self.headroom}
-
-    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
-        deflated = super().estimate_need(declared, factor, ceilings)  # margin 0: the whole inflation undone
-        return [min(n + math.floor(self.headroom * n + 0.5), top) for n, top in zip(deflated, ceilings, strict=True)]
 
 
 # the reference mechanisms by name (registered beside the baselines: policies/registry.py)

@@ -61,6 +61,7 @@ Under a soft cap none of this runs.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -224,6 +225,7 @@ class PlannerAllocator(ScriptedPolicy):
         gpu_tick_value: float = 6.0,
         prior_sigma: float = 0.1,
         margin: float = 0.5,
+        headroom: float | None = None,
     ) -> None:
         if not pacing > 0:
             raise ValueError(f"pacing must be > 0, got {pacing}")
@@ -233,7 +235,10 @@ class PlannerAllocator(ScriptedPolicy):
             raise ValueError(f"prior_sigma must be > 0, got {prior_sigma}")
         if not 0.0 <= margin <= 1.0:
             raise ValueError(f"margin must be in [0, 1], got {margin}")
+        if headroom is not None and not 0.0 <= headroom <= 1.0:
+            raise ValueError(f"headroom must be in [0, 1], got {headroom}")
         self.margin = float(margin)
+        self.headroom = None if headroom is None else float(headroom)
         self.pacing = float(pacing)
         self.gpu_tick_value = float(gpu_tick_value)
         self.prior_sigma = float(prior_sigma)
@@ -271,6 +276,12 @@ class PlannerAllocator(ScriptedPolicy):
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
                 "margin": self.margin}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Every constructor parameter (:attr:`params` names a policy; ``fair_planner`` leaves out what it fixes)."""
+        return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
+                "margin": self.margin, "headroom": self.headroom}
 
     def prior_log_weights(self) -> np.ndarray:
         """The teams' log-weights over the bluff grid at the start of an episode ``(teams, factors)``."""
@@ -339,9 +350,13 @@ class PlannerAllocator(ScriptedPolicy):
 
     def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
         """A team's need per tier from its declaration and its most likely inflation ``factor``:
-        undone with all but ``margin`` of the inflation (``fair_planner``: another headroom)."""
+        undone with all but ``margin`` of the inflation; with a ``headroom`` (``fair_planner``), that
+        share of the need so deflated is added (rounded half up, within the ceiling), the same for every team."""
         bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
-        return [_deflate(d, bluff, c) for d, c in zip(declared, ceilings, strict=True)]
+        deflated = [_deflate(d, bluff, c) for d, c in zip(declared, ceilings, strict=True)]
+        if self.headroom is None:
+            return deflated
+        return [min(n + math.floor(self.headroom * n + 0.5), top) for n, top in zip(deflated, ceilings, strict=True)]
 
     # ------------------------------------------------------------------ plan
     def decide(self, obs: np.ndarray) -> list[int]:
@@ -528,8 +543,8 @@ class BatchPlanner:
 
     @classmethod
     def of(cls, planner: PlannerAllocator, num_envs: int) -> BatchPlanner:
-        """``planner`` (its scenario, seat and parameters) in ``num_envs`` arenas."""
-        return cls(planner.config, num_envs, planner.agent, **planner.params)
+        """``planner`` (its scenario, seat and parameters; ``fair_planner`` too) in ``num_envs`` arenas."""
+        return cls(planner.config, num_envs, planner.agent, **planner.settings)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -619,7 +634,10 @@ class BatchPlanner:
         self._prev_revealed_need[rows] = revealed_need
         self._prev_credibility[rows] = credibility
         self._prev_audits[rows] = audits
-        estimate = np.where(revealed[..., None], revealed_need, self._deflate(declared, np.argmax(log_w, axis=2)))
+        deflated = self._deflate(declared, np.argmax(log_w, axis=2))
+        if P.headroom is not None:  # estimate_need's headroom, the same float64 operations
+            deflated = np.minimum(deflated + np.floor(P.headroom * deflated + 0.5).astype(np.int64), P.ceiling)
+        estimate = np.where(revealed[..., None], revealed_need, deflated)
         self.last_estimate[rows] = estimate
         return estimate
 

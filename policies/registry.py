@@ -241,7 +241,7 @@ FLAG_PARAMETERS = frozenset({"defer"})  # true or false; every other parameter i
 
 # The batched form of each policy that has one, from the per-arena policy and the number of arenas:
 # the policy a batch-of-one adaptor wraps (batch_of: teams, brokers, scripted allocators, credit, uniform_rule),
-# or one built from the per-arena planner's scenario, seat and parameters (BatchPlanner). A policy not named here
+# or one built from the per-arena planner's scenario, seat and parameters (BatchPlanner: planner, fair_planner). A policy not named here
 # acts in a batch through LoopBatchPolicy. One line per policy.
 BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
     **{archetype: batch_of for archetype in ARCHETYPE_PROFILES},
@@ -250,6 +250,7 @@ BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
     "credit": batch_of,
     "uniform_rule": batch_of,
     "planner": BatchPlanner.of,
+    "fair_planner": BatchPlanner.of,
 }
 
 

@@ -8,12 +8,20 @@ per scenario:
    ``--train`` seeds (reading the env's hidden state: a measurement, not a policy);
 2. on the ``--test`` seeds (held out from 1.), paired against the planner, the return of:
    ``true need`` (the planner fed the hidden true need every tick: the most better need
-   estimates can give), ``true need at tick 0`` (only at tick 0), ``per-tick gap on needs``
+   estimates can give), ``true need within the codec's -2..+2`` (the estimate moved toward the
+   true need by at most the ``need`` codec's largest correction: the most that codec can give),
+   ``true need at tick 0`` (only at tick 0), ``per-tick gap on needs``
    (the planner plus the rounded average gap of its tick, within the ``need`` codec's
    -2..+2: a correction a learned module can represent with one weight per tick), ``tick-0
    gap on needs`` (that correction at tick 0 only) and
    ``per-tick gap on grants`` (the same correction added to the grants, as the ``residual``
    codec would).
+
+Each row also gives the variant's normalised score on the test seeds (random 0, oracle 1, both
+played on those seeds), the scale ``compare-checkpoint`` reports a learned allocator on: ``true
+need`` is what an allocator that plans as the planner does could reach with a perfect need
+estimate, so a learned ``need`` module's score read against it says whether the estimate or the
+planning is what stands between it and the oracle.
 
     commons-arena need-gap --train 200 --test 30
 
@@ -31,12 +39,14 @@ import numpy as np
 import commons_arena
 from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import play, returns_of
+from experiments.evaluation.evaluate import ORACLE, RANDOM, normalised_score
 from experiments.evaluation.tables import markdown_table, write_csv
 from experiments.seeds import SEED_RANGES
 from experiments.statistics import paired_difference
 from policies import Population
 from policies.codecs import AllocatorCodec
 from policies.planner import PlannerAllocator
+from policies.registry import make_policy
 
 # how a variant changes the planner's need estimate (est) before it plans:
 #   (estimate, true need now, tick) -> needs to plan on; None = correct the grants instead
@@ -82,23 +92,34 @@ def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
     return result, variant
 
 
+def anchor_return(scenario: str, seeds: Sequence[int], allocator: str) -> float:
+    """The mean return of ``allocator`` (``random`` or ``oracle``) against the default population."""
+    env = commons_arena.parallel_env(scenario=scenario)
+    policies = dict(Population.default(env.config).build(env.config, env=env))
+    policies[ALLOCATOR] = make_policy(allocator, env.config, ALLOCATOR, env=env)
+    return float(np.mean(returns_of(play(env, policies, seeds), ALLOCATOR)))
+
+
 def measure_gaps(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
     _, recorder = returns(scenario, train)
     bias = np.clip(np.rint(recorder.gap / np.maximum(recorder.count, 1)[:, None, None]), -2, 2).astype(np.int64)
     planner, _ = returns(scenario, test)
     variants: dict[str, tuple[NeedRule | None, np.ndarray | None]] = {
         "true need": (lambda est, need, t: need, None),
+        "true need within the codec's -2..+2": (lambda est, need, t: est + np.clip(need - est, -2, 2), None),
         "true need at tick 0": (lambda est, need, t: need if t == 0 else est, None),
         "per-tick gap on needs": (lambda est, need, t: est + bias[t], None),
         "tick-0 gap on needs": (lambda est, need, t: est + bias[t] if t == 0 else est, None),
         "per-tick gap on grants": (None, bias),
     }
+    low, high = (anchor_return(scenario, test, a) for a in (RANDOM, ORACLE))
     rows = []
-    for name, (rule, on_grants) in variants.items():
-        mine, _ = returns(scenario, test, rule, on_grants)
+    for name, (rule, on_grants) in {"planner": (lambda est, need, t: est, None), **variants}.items():
+        mine = planner if name == "planner" else returns(scenario, test, rule, on_grants)[0]
         diff, ci = paired_difference(mine, planner)
         rows.append({"scenario": scenario, "variant": name, "episodes": len(test), "planner_return": float(planner.mean()),
-                     "return": float(mine.mean()), "diff": diff, "diff_ci95": ci})
+                     "return": float(mine.mean()), "score": normalised_score(float(mine.mean()), low, high),
+                     "diff": diff, "diff_ci95": ci})
     gap0 = recorder.gap[0] / max(recorder.count[0], 1)
     print(f"{scenario}: average gap at tick 0 (teams x tiers): {np.round(gap0, 2).tolist()}")
     return rows

@@ -145,3 +145,9 @@ def test_under_a_soft_cap_the_planner_keeps_no_streak_and_plans_every_need():
         action = p.act(obs)
         assert np.array_equal(action, np.clip(p.plan(obs, p.last_estimate.tolist()), 0, p.high))
     assert not p._streak.any()
+
+
+@pytest.mark.parametrize("case", ["crisis", "duo_one_tier_hard", "broad:2"])
+def test_the_batched_fair_planner_is_fair_planner_in_every_arena(case):
+    # fair_planner: the whole inflation undone, then the same headroom share of the deflated need for every team
+    assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15, seed=4, margin=0.0, headroom=0.5) == 40

@@ -12,12 +12,14 @@ from commons_arena.spaces import observation_layout
 from policies import Population
 from policies.codecs import (
     AbsoluteAllocatorCodec,
+    FairNeedCodec,
     NeedResidualCodec,
     ResidualPlannerCodec,
     codecs_for_role,
     make_codec,
 )
 from policies.learned import ModuleInterface
+from policies.mechanisms import FairPlannerAllocator
 from policies.planner import PlannerAllocator
 
 
@@ -58,11 +60,13 @@ def test_decoded_actions_never_need_repair(name):
         assert (grant >= 0).all() and (buy >= 0).all()
 
 
-@pytest.mark.parametrize("codec_class", [ResidualPlannerCodec, NeedResidualCodec])
-def test_residual_zero_code_plays_the_planner_exactly(codec_class):
+@pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, PlannerAllocator),
+                                                   (NeedResidualCodec, PlannerAllocator),
+                                                   (FairNeedCodec, FairPlannerAllocator)])
+def test_residual_zero_code_plays_the_planner_exactly(codec_class, base):
     env = commons_arena.parallel_env("crisis")
     codec = codec_class(env.config)
-    planner = PlannerAllocator(env.config)
+    planner = base(env.config)
     policies = Population.default(env.config).build(env.config, env=env)
     for seed in range(3):
         codec.reset()
