@@ -177,7 +177,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
     callbacks: type[RLlibCallback] = kind_callbacks or RewardTermsCallback
     model_config, module_class, learner_class = args.net.module(setup)
     if args.sampler == "lean" and module_class is None:  # RLlib's default module with the one-tensor distribution
-        from experiments.training.lean import LeanPPOModule
+        from experiments.training.lean_module import LeanPPOModule
 
         module_class = LeanPPOModule
     config = build_algorithm_config(
@@ -205,7 +205,8 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
             raise ValueError(f"--sampler {args.sampler} cannot play this run ({why}); use --sampler stock")
         config = config.env_runners(env_runner_cls=BatchedEnvRunner)
     if args.sampler == "lean":  # arrays, not episodes: the runner's rollouts, PPO's update from a batch
-        from experiments.training.lean import LeanEnvRunner, LeanPPO, OverlappedLeanPPO
+        from experiments.training.lean import LeanEnvRunner
+        from experiments.training.lean_update import LeanPPO, OverlappedLeanPPO
 
         config = config.env_runners(env_runner_cls=LeanEnvRunner)
         config.algo_class = OverlappedLeanPPO if args.overlap else LeanPPO
@@ -216,7 +217,7 @@ def algorithm_config(setup: RunSetup, stage: int = 0) -> AlgorithmConfig:
         num_epochs=args.num_epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
         entropy_coeff=args.entropy_coeff, **ppo_only)
     if args.sampler == "lean" and learner_class is None:  # modules of unequal rows: each its own epochs
-        from experiments.training.lean import LeanPPOLearner
+        from experiments.training.lean_update import LeanPPOLearner
 
         learner_class = LeanPPOLearner
     if learner_class is not None and args.algo == "PPO":  # the shape-free allocator: PPO clipped per cell

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.training.lean import PaddedMultiCategorical, gae
+from experiments.training.lean_module import PaddedMultiCategorical
+from experiments.training.lean_update import gae
 from experiments.training.train import TrainArgs, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib]
@@ -89,7 +90,7 @@ def test_the_one_distribution_is_rllibs_multi_categorical(nvec):
 def test_the_learners_distribution_gives_rllibs_logp_entropy_and_kl(nvec):
     from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
 
-    from experiments.training.lean import LeanMultiCategorical
+    from experiments.training.lean_module import LeanMultiCategorical
 
     gen = torch.Generator().manual_seed(4)
     logits, other = (torch.randn(256, sum(nvec), generator=gen) * 2 for _ in range(2))
@@ -187,7 +188,7 @@ def test_a_family_run_plays_one_whole_episode_per_arena_of_a_fresh_draw_of_scena
 @pytest.mark.timeout(900)
 def test_an_overlapped_run_samples_on_a_remote_runner_during_the_update_reproducibly(ray_session, tmp_path):
     from experiments.training.algorithm import build_algorithm
-    from experiments.training.lean import OverlappedLeanPPO
+    from experiments.training.lean_update import OverlappedLeanPPO
     from experiments.training.setup import resolve
 
     overlapped = {**TINY, "num_env_runners": 1, "overlap": True}
@@ -209,7 +210,7 @@ def test_an_overlapped_run_samples_on_a_remote_runner_during_the_update_reproduc
 def test_every_module_goes_through_its_rows_num_epochs_times_in_the_same_steps(shuffle):
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-    from experiments.training.lean import EqualEpochsIterator
+    from experiments.training.lean_update import EqualEpochsIterator
 
     rows = {"allocator": 70, "teams": 300, "broker": 71}  # teams: three seats' rows in one shared module
     batch = MultiAgentBatch({m: SampleBatch({"row": np.arange(n)}) for m, n in rows.items()}, env_steps=70)
@@ -230,7 +231,7 @@ def test_every_module_goes_through_its_rows_num_epochs_times_in_the_same_steps(s
 
 @pytest.mark.parametrize("seed", range(3))
 def test_sequences_cover_every_row_once_and_never_cross_an_episode_start(seed):
-    from experiments.training.lean import Sequences
+    from experiments.training.lean_update import Sequences
 
     rng = np.random.default_rng(seed)
     starts = rng.random((41, 6)) < 0.1
@@ -256,7 +257,7 @@ def test_a_recurrent_learner_reads_the_state_the_runner_carried(ray_session):
     from ray.rllib.core.columns import Columns
 
     from experiments.training.algorithm import build_algorithm
-    from experiments.training.lean import Sequences, lean_batch, recurrent_values
+    from experiments.training.lean_update import Sequences, lean_batch, recurrent_values
     from experiments.training.setup import resolve, with_unit_scales
 
     args = TrainArgs(experiment="allocator_mixed", use_lstm=True,
@@ -332,7 +333,7 @@ def test_a_league_on_the_lean_path_plays_each_arenas_members_and_learns_from_the
     seat is logged for the snapshot rule, and a snapshot joins the mix and plays from the next episodes."""
     from experiments.training import league
     from experiments.training.algorithm import build_algorithm
-    from experiments.training.lean import lean_batch
+    from experiments.training.lean_update import lean_batch
     from experiments.training.setup import resolve, with_unit_scales
 
     teams, pool = ["search", "robotics", "safety"], ["team", "scripted_truthful", "scripted_greedy_bluffer"]
