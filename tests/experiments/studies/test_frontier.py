@@ -13,20 +13,8 @@ from commands.cli import main
 from experiments.evaluation.best_code import CHOICE_FILE
 from experiments.evaluation.best_response import FINAL, RETURNS_FILE
 from experiments.studies.exploit import Cell
-from experiments.studies.frontier import (
-    BEST,
-    NOTHING,
-    TRUTHFUL,
-    Point,
-    beyond,
-    exploit_response,
-    exploit_run,
-    mixtures,
-    pareto,
-    resample_indices,
-    seat_cell,
-    seat_table,
-)
+from experiments.studies.frontier import BEST, NOTHING, TRUTHFUL, exploit_response, exploit_run, seat_cell, seat_table
+from experiments.studies.pareto import Point, beyond, mixtures, pareto, resample_indices
 
 SEEDS = [700_000, 700_001, 700_002, 700_003]
 RESAMPLES = resample_indices(len(SEEDS), resamples=200)
