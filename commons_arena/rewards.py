@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from commons_arena.numerics import dot, numpy_sum
 from commons_arena.scenario import RewardWeights
 
@@ -182,3 +184,10 @@ class Rubric:
 
     def broker_terms(self, o: TickOutcome) -> dict[str, float]:
         return {name: w * term(o) for name, w, term in self.broker}
+
+    def stacked(self, role: str, o: Any) -> np.ndarray:
+        """A role's weighted terms over arrays (the batched core's), stacked: ``(n_terms, *shape)``;
+        for ``"team"``, ``o`` is a :class:`TeamOutcome` of every team, ``(B, N)`` arrays."""
+        table = getattr(self, role)
+        raw = np.array([term(o) for _, _, term in table], dtype=np.float64)
+        return raw * np.array([w for _, w, _ in table]).reshape(-1, *(1,) * (raw.ndim - 1))

@@ -300,6 +300,11 @@ SHARED_NAMES = {
     "post_offer": "a tick phase (tick.py) and the market rule it applies",
     "judge_escalations": "a tick phase (tick.py) and the social rule it applies",
     "broker_profit": "the broker's profit (mechanics/market.py) and the reward term that reads it",
+    # until the list-based reference moves to tests/ (the next change): the env's view of its batch of one
+    # (commons_arena/view.py) and the reference's own records
+    "ArenaState": "one arena's hidden state: the reference's record (state.py) and the batch's view (view.py)",
+    "TeamTick": "one team's tick: the reference's (mechanics/jobs.py) and the report's (view.py)",
+    "TickReport": "one played tick: the reference's (tick.py) and the batch's row (view.py)",
 }
 # the batched core (commons_arena/batched/) mirrors the reference's phases and rules one for one, under the
 # same names, so the two read side by side (docs/architecture.md): each name below is one idea in two forms,
