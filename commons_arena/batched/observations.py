@@ -1,9 +1,9 @@
-"""Batched state -> each agent's observations, ``(B, obs_dim)`` float32, exactly the reference's.
+"""Batched state -> each agent's observations, ``(B, obs_dim)`` float32 (docs/rules.md §7).
 
-The fields are those of :class:`commons_arena.observations.ObservationBuilder` (what each
-role may see is decided there; this module writes the same values, field by field, into the
-slices :func:`commons_arena.spaces.observation_layout` names). Values are gathered as float64
-and converted to float32 once, as the reference converts its list of Python numbers.
+What each role may see is decided here and only here; the privacy tests perturb hidden values
+and check that no other agent's observation moves. Values are written field by field into the
+slices :func:`commons_arena.spaces.observation_layout` names, gathered as float64 and converted
+to float32 once (the reference, tests/reference/observations.py, writes the same values).
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from commons_arena.batched.state import BatchState, Tables
 from commons_arena.batched.tick import Effects, Queue, in_edf_order, spot_inventory
 from commons_arena.enums import ALLOCATOR, BROKER, Stance
 from commons_arena.mechanics import carbon
-from commons_arena.observations import PRESSURE_WINDOW
 from commons_arena.spaces import JOB_SLOT_FIELDS, observation_layout
+
+# The allocator's one deliberate, coarse leak of hidden state (docs/rules.md §7): per team, how many of
+# its arrived, unresolved jobs are due within this many ticks (0, 1, 2 for two or more).
+PRESSURE_WINDOW = 2  # ticks
 
 
 class BatchObserver:

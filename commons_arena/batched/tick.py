@@ -509,9 +509,6 @@ class Outcome(NamedTuple):
     missed_total: np.ndarray
     fairness: np.ndarray
 
-    def team(self, i: int) -> rewards.TeamOutcome:
-        return rewards.TeamOutcome(self.completed_value[:, i], self.missed_value[:, i], self.credibility_lost[:, i])
-
 
 def jain_index(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
     """``rewards.jain_index`` of each row's entries where ``counted`` (the reference's list of them)."""
