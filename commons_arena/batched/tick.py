@@ -431,9 +431,9 @@ def run_jobs(tables: Tables, s: BatchState, granted: np.ndarray, intensity: np.n
     # missed at the end of their deadline tick, in EDF order
     J_used = queue.ready.shape[2]
     late = (s.status[..., :J_used] == PENDING) & (s.deadline[..., :J_used] <= s.t[:, None, None])
-    late_packed = in_edf_order(late, s.order).reshape(R, -1)
     missed = late.sum(axis=2).reshape(R)
     missed_value = np.zeros(R)
+    late_packed = in_edf_order(late, s.order).reshape(R, -1) if missed.any() else np.zeros((R, 0), dtype=np.int64)
     for w in range(late_packed.shape[1]):
         rows = np.flatnonzero(late_packed[:, w] >= 0)
         slot = late_packed[rows, w]
