@@ -436,8 +436,8 @@ def test_jain_index_is_the_reference_index() -> None:
 
 
 def test_a_scheduled_job_shock_keeps_the_episode_open() -> None:
-    """Every job resolved by tick 4 and an escalation due at tick 5: both paths play on to tick 5
-    (the episode ends only after the last scheduled job shock), the same tick for every arena."""
+    """Every job resolved by tick 4 and an escalation due at tick 5: both envs and the reference play
+    on to tick 5 (the episode ends only after the last scheduled job shock), the same tick for every arena."""
     from tests.conftest import TINY
 
     data = {**TINY, "shocks": [{"kind": "customer_escalation", "tick": 5,
@@ -450,4 +450,8 @@ def test_a_scheduled_job_shock_keeps_the_episode_open() -> None:
         _, _, terms, truncs, _ = env.step({})
         ends.append(bool(terms["allocator"][0] or truncs["allocator"][0]))
     assert ends == [False] * (config.max_ticks - 1) + [True]
+    one = commons_arena.parallel_env(config)  # the per-arena env decides its end itself
+    one.reset(seed=0)
+    assert [any(one.step({})[2].values()) or not one.agents for _ in range(config.max_ticks)] == ends
     assert_same_game(config, num_envs=2, seed=0, steps=3 * config.max_ticks)
+    assert_same_arena(config, seed=0)
