@@ -23,7 +23,7 @@ name (`list_scenarios()`), a path to a TOML file, or a `ScenarioConfig`.
 (`render()` returns a text summary of the last tick) or `"rgb_array"` (a dashboard frame,
 `H x W x 3` uint8; see `commons_arena/render.py`).
 
-## One tick (all agents act at once; `commons_arena/tick.py`, one function per step)
+## One tick (all agents act at once; `commons_arena/batched/tick.py`, one function per step)
 
 1. The broker posts next tick's offer (quantity cut to its inventory).
 2. Teams declare requests for the next tick and a stance on last tick's grant.
@@ -42,6 +42,10 @@ name (`list_scenarios()`), a path to a TOML file, or a `ScenarioConfig`.
 
 `env.last_tick` is the public, typed `TickReport` of the tick the last `step()` played
 (what render and recording read); `env.rules` the scenario's derived tables (`Rules`).
+
+The rules are written once, over arrays with a leading batch axis (`commons_arena.batched`);
+this env is a batch of one (`vector_env` steps many arenas at once, the fast path), and its
+report and hidden state are read from that batch's row (`commons_arena/view.py`).
 
 ## Observations (flat float32; `observation_layout(config, agent).view(obs)` names them)
 
@@ -102,8 +106,9 @@ At the end, `infos[agent]["episode"]` holds the episode's term totals and statis
 
 ## Privileged access
 
-`env.unwrapped.hidden_state()` returns the live `ArenaState` (jobs, true needs). It exists
-for the oracle allocator and for tests; policies that use it say so.
+`env.unwrapped.hidden_state()` returns the live `ArenaState` (jobs, true needs): a view of the
+batch's arrays, always showing the state now. It exists for the oracle allocator and for tests;
+policies that use it say so.
 
 ## Version history
 
@@ -123,24 +128,26 @@ from typing import Any
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from commons_arena import rewards
+from commons_arena.batched.env import STAT, BatchLedger, fresh_seed
+from commons_arena.batched.observations import BatchObserver
+from commons_arena.batched.state import BatchState, Tables
+from commons_arena.batched.tick import Effects, Queue, TickResult, effects_at, play_tick, queue_at
 from commons_arena.enums import ALLOCATOR
 from commons_arena.errors import EpisodeStateError
-from commons_arena.ledger import EPISODE_STATS, EpisodeLedger
-from commons_arena.mechanics import jobs
-from commons_arena.observations import ObservationBuilder
+from commons_arena.ledger import EPISODE_STATS
 from commons_arena.render import Dashboard, render_ansi
+from commons_arena.rewards import Repairs
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import AgentSpaces, IntentDecoder, check_action, check_seed, role_of
-from commons_arena.state import ArenaState, initial_state
-from commons_arena.tick import TickReport, play_tick
 from commons_arena.version import ENV_NAME
+from commons_arena.view import ArenaState, Before, Event, TickReport
 
 __all__ = ["EPISODE_STATS", "RENDER_MODES", "ArenaEnv", "EpisodeStateError"]
 
 
 RENDER_MODES = ("human", "ansi", "rgb_array")
+ONE = np.zeros(1, dtype=np.int64)  # the batch's one arena
 
 
 class ArenaEnv(AgentSpaces, ParallelEnv):
@@ -151,32 +158,34 @@ class ArenaEnv(AgentSpaces, ParallelEnv):
             raise ValueError(f"render_mode {render_mode!r} not supported; choose from {list(RENDER_MODES)}")
         self.config = load_scenario(scenario)
         self.rules = rules_for(self.config)
+        self.tables = Tables.of(self.rules)
         self.render_mode = render_mode
         self.possible_agents = list(self.config.agents)
         self.agents: list[str] = []
         self.teams = self.config.team_names
-        self._observe = ObservationBuilder(self.config)
         self.build_spaces(self.config)
         self._decode = IntentDecoder(self.config)
-        self._rubric = rewards.Rubric(self.config.rewards)
-        self._term_names = {a: self._rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
+        self._observe = BatchObserver(self.tables)
+        self._term_names = {a: self.tables.rubric.term_names(role_of(self.config, a)) for a in self.possible_agents}
+        self._ledger = BatchLedger(self._term_names, int(self.rules.owned.sum()), 1)
+        self._batch: BatchState | None = None
         self._state: ArenaState | None = None
-        self._rng = np.random.default_rng()
-        self._ledger = EpisodeLedger(self._term_names, int(self.rules.owned.sum()))
-        self.last_tick: TickReport | None = None
-        """The report of the tick the last ``step()`` played (``None`` before the first step of an episode)."""
+        self._effects: Effects | None = None  # active at the current tick
+        self._queue: Queue | None = None  # the jobs' queue at the current tick
+        self._played: tuple[Before, TickResult, list[Event], dict, dict] | None = None
+        self._report: TickReport | None = None
         self._dashboard: Dashboard | None = None
 
     # ------------------------------------------------------------------ api
     def reset(self, seed: int | None = None, options: dict | None = None):
-        self._rng = np.random.default_rng(check_seed(seed))
-        self._state = initial_state(self.config, self._rng, self.rules.job_sources)
-        queues = self._refresh_queues(self._state)
+        seed = check_seed(seed)
+        batch = self._batch = BatchState.started(self.tables, [fresh_seed() if seed is None else seed])
+        self._state = ArenaState.of(self.tables, batch)
         self.agents = list(self.possible_agents)
-        self._ledger = EpisodeLedger(self._term_names, self._ledger.owned_gpus)
-        self.last_tick = None
+        self._ledger.clear(ONE)
+        self._played = self._report = None
         info = {"scenario": self.config.name, "scenario_hash": self.config.content_hash}
-        return self._observe.all(self._state, queues), {a: dict(info) for a in self.agents}
+        return self._observations(batch, None)[0], {a: dict(info) for a in self.agents}
 
     def hidden_state(self) -> ArenaState:
         """Privileged: the live state, hidden truth included. For the oracle and tests."""
@@ -184,21 +193,38 @@ class ArenaEnv(AgentSpaces, ParallelEnv):
             raise RuntimeError("call reset() before hidden_state()")
         return self._state
 
+    @property
+    def last_tick(self) -> TickReport | None:
+        """The report of the tick the last ``step()`` played (``None`` before the first step of an episode)."""
+        if self._report is None and self._played is not None:
+            self._report = TickReport.of(*self._played)
+        return self._report
+
     def step(self, actions: dict[str, Any]):
-        s = self._checked_state()
-        intents = self._decode(self._checked_actions(actions))
-        report = self.last_tick = play_tick(self.rules, self._rubric, s, intents, self._rng)
-        self._ledger.add(report, s.carbon_used)
-        queues = self._refresh_queues(s)
-        terminated = all(q.pending == 0 for q in queues) and s.t > self.rules.last_job_shock_tick
-        truncated = not terminated and s.t >= self.config.max_ticks
-        observations = self._observe.all(s, queues)
-        rewards_out = dict(report.rewards)  # every agent acts until the common end
+        s, state = self._checked_state()
+        checked = self._checked_actions(actions)
+        before = Before.of(s)
+        n_jobs, injected = s.n_jobs[0].copy(), int(s.injected[0])
+        queue, self._queue = (None if state.touched else self._queue), None  # a job written through the view: made again
+        state.touched = False
+        tick = play_tick(self.tables, s, self._decode({a: np.array([v]) for a, v in checked.items()}), self._effects,
+                         queue)
+        self._ledger.add(tick, s.carbon_used)
+        events = state.fire(tick.fired[0], before.tick, n_jobs, injected) if tick.fired.any() else []
+        observations, pending = self._observations(s, tick.effects)
+        t = int(s.t[0])
+        terminated = pending == 0 and t > self.rules.last_job_shock_tick
+        truncated = not terminated and t >= self.config.max_ticks
+        terms = {a: dict(zip(names, tick.terms[a][0].tolist(), strict=True)) for a, names in self._term_names.items()}
+        rewards_out = {a: tick.rewards[a][0].item() for a in self.possible_agents}  # every agent acts until the end
+        self._played, self._report = (before, tick, events, terms, rewards_out), None
         infos: dict[str, dict[str, Any]] = {
-            a: {"reward_terms": report.terms[a], "scenario_hash": self.config.content_hash} for a in self.agents
+            a: {"reward_terms": terms[a], "scenario_hash": self.config.content_hash} for a in self.agents
         }
-        infos[ALLOCATOR]["repairs"] = report.repairs.as_dict()
-        infos[ALLOCATOR]["events"] = report.events
+        units = (tick.purchase.offer_cut, tick.purchase.budget_cut, tick.grants.capacity_cut, tick.grants.carbon_cut,
+                 tick.offer.cut)  # in the order of Repairs' fields
+        infos[ALLOCATOR]["repairs"] = dict(zip(Repairs._fields, [int(u[0]) for u in units], strict=True))
+        infos[ALLOCATOR]["events"] = events
         if terminated or truncated:
             for a in self.agents:
                 infos[a]["episode"] = self.episode_summary(a)
@@ -228,17 +254,19 @@ class ArenaEnv(AgentSpaces, ParallelEnv):
 
     def episode_summary(self, agent: str) -> dict[str, float]:
         """Episode totals: ``return`` and each reward term for ``agent``, plus shared stats."""
-        return self._ledger.summary(agent)
+        seen = self._ledger.stats[0, STAT["ticks"]] > 0  # before the first step no term has been seen yet: no term totals
+        return {key: float(value[0]) for key, value in self._ledger.summary(agent).items()
+                if seen or not key.startswith("term/")}
 
     # ------------------------------------------------------------------ helpers
-    def _checked_state(self) -> ArenaState:
-        if self._state is None:
+    def _checked_state(self) -> tuple[BatchState, ArenaState]:
+        if self._batch is None or self._state is None:
             raise EpisodeStateError("step() called before reset(); call reset(seed=...) first")
         if not self.agents:
             raise EpisodeStateError(
                 "step() called after the episode ended (every agent has finished); call reset() to start a new one"
             )
-        return self._state
+        return self._batch, self._state
 
     def _checked_actions(self, actions: dict[str, Any]) -> dict[str, list[int]]:
         """Validate every action before touching state; missing agents play all zeros."""
@@ -254,8 +282,11 @@ class ArenaEnv(AgentSpaces, ParallelEnv):
             for a in self.possible_agents
         }
 
-    def _refresh_queues(self, s: ArenaState) -> list[jobs.Queue]:
-        """Each team's queue at tick ``s.t``: sets the true need, and the observations use it."""
-        queues = [jobs.queue_at(s.jobs[i], s.orders[i], s.t, self.rules.n_tiers) for i in range(len(self.teams))]
-        s.need[:] = [q.need for q in queues]
-        return queues
+    def _observations(self, s: BatchState, effects: Effects | None) -> tuple[dict[str, np.ndarray], int]:
+        """Every agent's observation at tick ``s.t`` and the jobs still pending; keeps the true need
+        and the effects active now (``effects``, when known) for the next step."""
+        queue = self._queue = queue_at(self.tables, s)
+        s.need = queue.need
+        self._effects = effects_at(self.tables, s) if effects is None else effects
+        observations = self._observe.all(s, queue, self._effects)
+        return {a: obs[0] for a, obs in observations.items()}, int(queue.pending.sum())

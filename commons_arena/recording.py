@@ -54,15 +54,13 @@ from typing import Any
 import numpy as np
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from commons_arena.enums import Stance
+from commons_arena.enums import JobStatus, Stance
 from commons_arena.files import OutputStream, make_folder
 from commons_arena.inputs import MAX_RECORDING_BYTES, InputError, check_regular, loads_json, remember_input
-from commons_arena.mechanics.jobs import JobStatus
 from commons_arena.scenario import MAX_TICKS, ScenarioConfig
 from commons_arena.spaces import action_layout, observation_layout
-from commons_arena.state import ArenaState
-from commons_arena.tick import TickReport
 from commons_arena.version import ENV_NAME, __version__
+from commons_arena.view import ArenaState, TickReport
 
 MAX_EPISODES = 10_000_000  # episodes of one recording (a header counts them from 0)
 FORMAT = "commons_arena.recording"

@@ -30,8 +30,7 @@ import numpy as np
 
 from commons_arena.recording import header_record, read_recording, tick_record
 from commons_arena.scenario import ScenarioConfig
-from commons_arena.state import ArenaState
-from commons_arena.tick import TickReport
+from commons_arena.view import ArenaState, TickReport
 
 FRAME_SIZE = (12.8, 7.2)  # inches
 FRAME_DPI = 75  # -> 960 x 540 pixels

@@ -91,8 +91,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from commons_arena.batched.tick import repair_grants
 from commons_arena.enums import ALLOCATOR, BROKER, Role
-from commons_arena.mechanics.grants import repair_grants
 from commons_arena.numerics import dot
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
@@ -171,7 +171,7 @@ class AllocatorCodec(Codec):
         if buy is None:
             buy = np.maximum(wanted.sum(axis=0) - online, 0)
         buy = within_budget(np.minimum(buy, offered), view["offer_price"], float(view["budget"][0]))
-        grants, _ = repair_grants(wanted, online + buy)
+        grants = repair_grants(wanted[None].astype(np.int64), (online + buy)[None].astype(np.int64))[0][0]
         return np.minimum(np.concatenate([buy, grants.ravel()]), self.env_nvec - 1)
 
 

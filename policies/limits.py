@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commons_arena.batched.tick import repair_purchases_rows
 from commons_arena.enums import ShockKind
-from commons_arena.mechanics import carbon, market
+from commons_arena.mechanics import carbon
 from commons_arena.scenario import MAX_MULTIPLIER, ScenarioConfig
 from commons_arena.spaces import Layout
 
@@ -92,12 +93,14 @@ class LimitReader:
 
 
 def fit_buy(buy: Sequence[int], offer_qty: Sequence[int], offer_price: Sequence[float], budget: float) -> list[int]:
-    """Purchases cut as the env cuts them (:func:`market.repair_purchases`: to the offer, then
+    """Purchases cut as the env cuts them (:func:`repair_purchases_rows`: to the offer, then
     the most expensive tier first to the budget), with the observed prices raised by a rounding
     slack and the observed budget lowered by a rounding margin."""
-    price = np.asarray(offer_price, dtype=np.float64) * PRICE_SLACK
-    wanted = [max(0, int(b)) for b in buy]
-    return [int(b) for b in market.repair_purchases(wanted, offer_qty, price, budget * (1 - BUDGET_MARGIN))[0]]
+    price = np.asarray(offer_price, dtype=np.float64)[None] * PRICE_SLACK
+    wanted = np.array([[max(0, int(b)) for b in buy]], dtype=np.int64)
+    offered = np.array([offer_qty], dtype=np.int64).reshape(wanted.shape)
+    fitted = repair_purchases_rows(wanted, offered, price, np.array([budget * (1 - BUDGET_MARGIN)]))
+    return fitted.bought[0].tolist()
 
 
 def _trim(grant: list[list[int]], k: int, n: int, order: Sequence[int]) -> int:

@@ -76,7 +76,7 @@ import numpy as np
 
 from commons_arena.enums import ALLOCATOR, CarbonMode
 from commons_arena.mechanics import carbon, shocks
-from commons_arena.mechanics.jobs import DONE, MISSED, PENDING, edf_key, fitting_tiers
+from commons_arena.mechanics.jobs import DONE, MISSED, PENDING, fitting_tiers
 from commons_arena.numerics import dot
 from commons_arena.rules import rules_for
 from commons_arena.spaces import action_layout
@@ -315,7 +315,7 @@ class OracleAllocator:
                 raw.append(
                     (
                         i,
-                        edf_key(job, idx),
+                        (job.deadline, -job.priority, idx),  # the runner's order: EDF, then priority, then creation
                         job.fits,
                         job.gpus,
                         job.remaining,

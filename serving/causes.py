@@ -20,7 +20,7 @@ from typing import Any
 
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from commons_arena.tick import TickReport
+from commons_arena.view import TickReport
 
 CAUSES = ("starved_ticks", "ungranted_gpu_ticks", "missed_jobs")
 PREFIX = "cause/"  # beside a reference's ``return`` and ``term/...`` keys
@@ -40,7 +40,7 @@ def tick_causes(report: TickReport, online_before: Sequence[int], tiers: Sequenc
     teams = report.teams if team is None else [report.teams[team]]
     return {"starved_ticks": int(any(t.starved for t in teams)),
             "ungranted_gpu_ticks": max(available - report.granted_total, 0),
-            "missed_jobs": sum(len(t.missed) for t in teams)}
+            "missed_jobs": sum(t.missed for t in teams)}
 
 
 class CauseCounter(BaseParallelWrapper):

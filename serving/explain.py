@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from commons_arena.mechanics.market import repair_purchases
+from commons_arena.batched.tick import repair_purchases_rows
 from policies.base import Policy
 from policies.registry import make_policy
 from serving.wire import SeatSpec, decode_action, encode_action
@@ -228,8 +228,10 @@ def _preview_allocator(spec: SeatSpec, obs: dict[str, Any], parts: dict[str, np.
     names = cfg.tier_names
     price = np.asarray(obs["offer_price"], dtype=np.float64)
     offered = [int(q) for q in obs["offer_qty"]]
-    bought, buy_cost, offer_cut, budget_cut = repair_purchases(parts["buy"].tolist(), offered, price,
-                                                               float(obs["budget"]))
+    purchase = repair_purchases_rows(parts["buy"].astype(np.int64)[None], np.array([offered], dtype=np.int64),
+                                     price[None], np.array([float(obs["budget"])]))
+    bought, buy_cost = purchase.bought[0], float(purchase.cost[0])
+    offer_cut, budget_cut = int(purchase.offer_cut[0]), int(purchase.budget_cut[0])
     grant = parts["grant"]
     available = np.asarray(obs["online"], dtype=np.int64) + bought
     asked = grant.sum(axis=0)

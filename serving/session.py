@@ -38,7 +38,7 @@ from commons_arena.arena import ArenaEnv
 from commons_arena.recording import RecordEpisode, jsonable
 from commons_arena.scenario import ScenarioConfig, ScenarioError, load_scenario
 from commons_arena.spaces import MAX_SEED, role_of
-from commons_arena.tick import TickReport
+from commons_arena.view import TickReport
 from policies.base import Policy
 from policies.focal import FocalEnv
 from policies.population import Entry, Population, PopulationError

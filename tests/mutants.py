@@ -1,14 +1,14 @@
-"""Plant one small mutant in each rule of docs/rules.md, in each path, and say which the fast tests miss.
+"""Plant one small mutant in each rule of docs/rules.md and say which the fast tests miss.
 
     python -m tests.mutants            # every mutant; exit 1 if any survives
     python -m tests.mutants -k hard    # those whose rule or file mentions "hard"
 
 A mutant is one textual change of one source line (a comparison turned, an order reversed, an
-off-by-one). Each runs in a private copy of the tree (this checkout is never touched) against
-the fast tests that guard its path: the per-arena rules against the golden recordings and the
-trajectory digests, the batched core against the equivalence tests (which play it beside the
-per-arena env), rules both paths share against both. A mutant *survives* when those tests
-still pass: a rule the fast loop does not hold.
+off-by-one). The rules are written once, in the batched core (both envs step it), so each mutant
+goes there. Each runs in a private copy of the tree (this checkout is never touched) against the
+fast tests that guard the game: the golden recordings and the trajectory digests (the per-arena
+env, a batch of one) and the equivalence tests (the batch beside the list-based reference of
+tests/reference/). A mutant *survives* when those tests still pass: a rule the fast loop does not hold.
 
 It lives in ``tests/`` (not ``experiments/bench/``) because it measures the tests, not the
 speed of anything, and is not shipped: it needs the test tree and pytest.
@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ("tests/commons_arena/test_golden.py", "tests/commons_arena/test_determinism.py")
-BATCHED = ("tests/commons_arena/test_batched.py",)
-BOTH = REFERENCE + BATCHED
+GAME = ("tests/commons_arena/test_golden.py", "tests/commons_arena/test_determinism.py",
+        "tests/commons_arena/test_batched.py")
 
 
 class Mutant(NamedTuple):
@@ -36,104 +35,74 @@ class Mutant(NamedTuple):
     path: str  # the file, from the root of the checkout
     old: str  # text found exactly once in the file
     new: str
-    tests: tuple[str, ...]  # the fast tests that guard it
+    tests: tuple[str, ...] = GAME  # the fast tests that guard it
 
 
 MUTANTS = (
     # §5.1 the broker's offer
-    Mutant("offer cut to the inventory", "commons_arena/mechanics/market.py",
-           "offered = [min(q, cap) for", "offered = [max(0, q) for", REFERENCE),
     Mutant("offer cut to the inventory", "commons_arena/batched/tick.py",
-           "qty = np.minimum(quantity, spot_inventory(tables, active))", "qty = quantity", BATCHED),
+           "qty = np.minimum(quantity, spot_inventory(tables, active))", "qty = quantity"),
     Mutant("price level L of K costs max_price x L / (K - 1)", "commons_arena/mechanics/market.py",
-           "(np.arange(levels) / (levels - 1))", "(np.arange(levels) / levels)", BOTH),
-    Mutant("a crisis shrinks the inventory: floor(inventory x factor)", "commons_arena/mechanics/shocks.py",
-           "return [math.floor(q * factor) for q in inventory]", "return [math.ceil(q * factor) for q in inventory]",
-           REFERENCE),
+           "(np.arange(levels) / (levels - 1))", "(np.arange(levels) / levels)"),
     Mutant("a crisis shrinks the inventory: floor(inventory x factor)", "commons_arena/batched/tick.py",
            "np.floor(tables.inventory[None, :] * effects.inventory[:, None])",
-           "np.ceil(tables.inventory[None, :] * effects.inventory[:, None])", BATCHED),
+           "np.ceil(tables.inventory[None, :] * effects.inventory[:, None])"),
     # §5.2 declarations and stances
-    Mutant("stances at tick 0 answer no grant", "commons_arena/tick.py",
-           "for stance in stances] if t > 0 else", "for stance in stances] if t >= 0 else", REFERENCE),
     Mutant("stances at tick 0 answer no grant", "commons_arena/batched/tick.py",
-           "& (s.t[:, None] > 0)", "& (s.t[:, None] >= 0)", BATCHED),
+           "& (s.t[:, None] > 0)", "& (s.t[:, None] >= 0)"),
     # §5.3 purchases
-    Mutant("budget cut: most expensive tier first", "commons_arena/mechanics/market.py",
-           "key=lambda i: (prices[i], i), reverse=True)", "key=lambda i: (prices[i], i))", REFERENCE),
     Mutant("budget cut: most expensive tier first", "commons_arena/batched/tick.py",
-           "p), axis=-1)[:, ::-1]", "p), axis=-1)", BATCHED),
+           "p), axis=-1)[:, ::-1]", "p), axis=-1)"),
     Mutant("budget cut: the bulk step, more than 64 units over budget", "commons_arena/batched/tick.py",
-           "astype(np.int64) - 2", "astype(np.int64) - 1", BATCHED),
-    Mutant("budget cut: the bulk step, more than 64 units over budget", "commons_arena/mechanics/market.py",
-           "fixed[tier] + 2.0)) - 2 if", "fixed[tier] + 2.0)) - 1 if", BATCHED),
+           "astype(np.int64) - 2", "astype(np.int64) - 1"),
     # §5.4 shocks
-    Mutant("an effect lasts `duration` ticks from the tick it fires", "commons_arena/tick.py",
-           "until=t + spec.duration - 1)", "until=t + spec.duration)", REFERENCE),
     Mutant("an effect lasts `duration` ticks from the tick it fires", "commons_arena/batched/state.py",
-           "shock_until=column(lambda s: s.duration - 1, np.int64)", "shock_until=column(lambda s: s.duration, np.int64)",
-           BATCHED),
+           "shock_until=column(lambda s: s.duration - 1, np.int64)", "shock_until=column(lambda s: s.duration, np.int64)"),
     Mutant("a random shock fires with probability `rate`", "commons_arena/batched/tick.py",
-           "draws < tables.shock_rate[None, :]", "draws > tables.shock_rate[None, :]", BATCHED),
-    Mutant("incident GPUs go offline", "commons_arena/mechanics/shocks.py",
-           "offline[e.tier_index] += e.spec.gpus_offline", "offline[e.tier_index] += 0", REFERENCE),
+           "draws < tables.shock_rate[None, :]", "draws > tables.shock_rate[None, :]"),
+    Mutant("incident GPUs go offline", "commons_arena/batched/tick.py",
+           "(rows[hit], tier[hit]), tables.shock_offline[k][hit])", "(rows[hit], tier[hit]), 0)"),
     # §5.5 grants
-    Mutant("grants over capacity: largest remainders, ties to the earlier team", "commons_arena/mechanics/grants.py",
-           "key=remainders.__getitem__, reverse=True)", "key=remainders.__getitem__)", REFERENCE),
     Mutant("grants over capacity: largest remainders, ties to the earlier team", "commons_arena/batched/tick.py",
-           "(remainders[:, :, None] > remainders[:, None, :])", "(remainders[:, :, None] < remainders[:, None, :])",
-           BATCHED),
-    Mutant("hard cap: from the last team holding a GPU there", "commons_arena/mechanics/carbon.py",
-           "for team in range(fixed.shape[0] - 1, -1, -1):", "for team in range(fixed.shape[0]):", REFERENCE),
+           "(remainders[:, :, None] > remainders[:, None, :])", "(remainders[:, :, None] < remainders[:, None, :])"),
     Mutant("hard cap: from the last team holding a GPU there", "commons_arena/batched/tick.py",
-           "for team in range(N - 1, -1, -1):", "for team in range(N):", BATCHED),
+           "for team in range(N - 1, -1, -1):", "for team in range(N):"),
     Mutant("a GPU emits at this tick's intensity: the profile x active spikes", "commons_arena/batched/tick.py",
            "intensity = profile[np.minimum(s.t, profile.shape[0] - 1)] * active.intensity",
-           "intensity = profile[np.minimum(s.t, profile.shape[0] - 1)]", BATCHED),
-    Mutant("a GPU emits at this tick's intensity: the profile x active spikes", "commons_arena/mechanics/shocks.py",
-           "return float(math.prod(e.spec.intensity_multiplier for e in effects)) if effects else 1.0",
-           "return 1.0", REFERENCE),
+           "intensity = profile[np.minimum(s.t, profile.shape[0] - 1)]"),
     # §4 / §5.6 jobs
-    Mutant("a job advances by gpus x speed", "commons_arena/mechanics/jobs.py",
-           "job.remaining -= gpus * speeds[tier]", "job.remaining -= speeds[tier]", REFERENCE),
     Mutant("a job advances by gpus x speed", "commons_arena/batched/tick.py",
-           "work[r, j] -= g[placed] * tables.speed[on[placed]]", "work[r, j] -= tables.speed[on[placed]]", BATCHED),
-    Mutant("a deadline is the last tick a job may complete", "commons_arena/mechanics/jobs.py",
-           "if job.deadline > t:", "if job.deadline >= t:", REFERENCE),
+           "work[r, j] -= n * tables.speed[k]", "work[r, j] -= tables.speed[k]"),
     Mutant("a deadline is the last tick a job may complete", "commons_arena/batched/tick.py",
-           "(s.deadline[..., :J_used] <= s.t[:, None, None])", "(s.deadline[..., :J_used] < s.t[:, None, None])",
-           BATCHED),
+           "(s.deadline[..., :J_used] <= s.t[:, None, None])", "(s.deadline[..., :J_used] < s.t[:, None, None])"),
     Mutant("EDF order: ties to the higher priority", "commons_arena/batched/state.py",
-           "(MAX_PRIORITY - priority)", "priority", BATCHED),
+           "(MAX_PRIORITY - priority)", "priority"),
     # §5.7-9 audit, starvation, escalations
-    Mutant("an exposed bluff: declared above need x (1 + tolerance)", "commons_arena/mechanics/social.py",
-           "need.sum(axis=1) * (1.0 + tolerance)", "need.sum(axis=1) * (1.0 - tolerance)", REFERENCE),
     Mutant("an exposed bluff: declared above need x (1 + tolerance)", "commons_arena/batched/tick.py",
-           "need.sum(axis=2) * (1.0 + tolerance)", "need.sum(axis=2) * (1.0 - tolerance)", BATCHED),
-    Mutant("reveal after `reveal_after` starved ticks", "commons_arena/mechanics/social.py",
-           "shown or s >= reveal_after", "shown or s > reveal_after", REFERENCE),
+           "need.sum(axis=2) * (1.0 + tolerance)", "need.sum(axis=2) * (1.0 - tolerance)"),
     Mutant("reveal after `reveal_after` starved ticks", "commons_arena/batched/tick.py",
-           "(s.streak >= tables.rules.config.reveal_after)", "(s.streak > tables.rules.config.reveal_after)", BATCHED),
+           "(s.streak >= tables.rules.config.reveal_after)", "(s.streak > tables.rules.config.reveal_after)"),
     Mutant("an escalation is justified if the team was starved last tick", "commons_arena/batched/tick.py",
-           "justified = escalating & s.starved_last", "justified = escalating", BATCHED),
+           "justified = escalating & s.starved_last", "justified = escalating"),
     # §8 rewards
     Mutant("fairness: Jain's index minus 1", "commons_arena/rewards.py",
-           "return o.fairness - 1.0", "return o.fairness - 0.5", BOTH),
+           "return o.fairness - 1.0", "return o.fairness - 0.5"),
     Mutant("fairness: Jain's square is Python's ** (libm's pow)", "commons_arena/batched/tick.py",
-           "index = squared / (n * squares)", "index = total**2 / (n * squares)", BATCHED),
+           "index = squared / (n * squares)", "index = total**2 / (n * squares)"),
     Mutant("fairness: Jain's index over the teams with a need", "commons_arena/batched/tick.py",
-           "index = squared / (n * squares)", "index = squared / squares", BATCHED),
-    Mutant("carbon: kg over a soft cap", "commons_arena/mechanics/carbon.py",
-           "return max(0.0, used_after - cap) - max(0.0, used_before - cap)", "return max(0.0, used_after - cap)",
-           REFERENCE),
+           "index = squared / (n * squares)", "index = squared / squares"),
+    Mutant("carbon: kg over a soft cap", "commons_arena/batched/tick.py",
+           "over = py_max(0.0, s.carbon_used - cap) - py_max(0.0, run.carbon_before - cap)",
+           "over = py_max(0.0, s.carbon_used - cap)"),
     # §5 the end
     Mutant("the episode ends when every job is resolved", "commons_arena/arena.py",
-           "and s.t > self.rules.last_job_shock_tick", "and s.t >= self.rules.last_job_shock_tick", BOTH),
+           "terminated = pending == 0 and t > self.rules.last_job_shock_tick",
+           "terminated = pending == 0 and t >= self.rules.last_job_shock_tick"),
     Mutant("the episode ends when every job is resolved", "commons_arena/batched/env.py",
-           "(s.t > self.rules.last_job_shock_tick)", "(s.t >= self.rules.last_job_shock_tick)", BATCHED),
+           "(s.t > self.rules.last_job_shock_tick)", "(s.t >= self.rules.last_job_shock_tick)"),
     # §10 the draws
     Mutant("every draw from the one seeded generator: numpy's rejections redrawn", "commons_arena/batched/draws.py",
-           "self.redo |= on & ((m & LOW32) < np.uint64(threshold))", "pass", BATCHED),
+           "self.redo |= on & ((m & LOW32) < np.uint64(threshold))", "pass"),
 )
 
 

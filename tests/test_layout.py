@@ -297,18 +297,6 @@ def test_the_object_check_sees_flags_and_names(tmp_path: Path) -> None:
 SHARED_NAMES = {
     "Args": "the arguments of each hand-run benchmark script (experiments/bench/, `python -m`)",
     "main": "the entry point of each hand-run benchmark script and of the command line",
-    "post_offer": "a tick phase (tick.py) and the market rule it applies",
-    "judge_escalations": "a tick phase (tick.py) and the social rule it applies",
-    "broker_profit": "the broker's profit (mechanics/market.py) and the reward term that reads it",
-}
-# the batched core (commons_arena/batched/) mirrors the reference's phases and rules one for one, under the
-# same names, so the two read side by side (docs/architecture.md): each name below is one idea in two forms,
-# the reference's and the batched one, held together by tests/commons_arena/test_batched.py
-BATCHED_MIRRORS = {
-    "Offer", "Purchase", "Grants", "JobsRun", "Queue",  # phase results
-    "take_requests", "buy_spot", "fire_shocks", "online_gpus", "grant_gpus", "run_jobs", "audit",  # tick phases
-    "track_starvation", "score", "advance", "play_tick",
-    "queue_at", "edf_key", "emissions", "repair_grants", "spot_inventory", "jain_index", "cut_for_hard_cap",  # rules
 }
 # module names used twice, allowed only where one mirrors the other (with why)
 SHARED_MODULE_NAMES = {
@@ -318,9 +306,6 @@ SHARED_MODULE_NAMES = {
     "tournament": "experiments/bench/tournament.py benchmarks experiments/evaluation/tournament.py",
     "env": "experiments/bench/env.py benchmarks the env; experiments/training/env.py is RLlib's env of it",
     "scripted": "experiments/bench/scripted.py benchmarks scripted seats; training/scripted.py plays them in RLlib",
-    "state": "commons_arena/batched/state.py is commons_arena/state.py's ArenaState with a batch axis",
-    "tick": "commons_arena/batched/tick.py is commons_arena/tick.py's phases, one for one, over a batch",
-    "observations": "commons_arena/batched/observations.py writes commons_arena/observations.py's values, stacked",
 }
 
 
@@ -336,9 +321,7 @@ def public_definitions() -> dict[str, list[str]]:
 
 def test_no_public_name_means_two_things() -> None:
     twice = {name: modules for name, modules in public_definitions().items() if len(modules) > 1}
-    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items() if name not in SHARED_NAMES
-                   and not (name in BATCHED_MIRRORS and len(modules) == 2
-                            and sum(m.startswith("commons_arena.batched.") for m in modules) == 1))
+    wrong = sorted(f"{name}: {', '.join(modules)}" for name, modules in twice.items() if name not in SHARED_NAMES)
     assert not wrong, "one name per idea: rename one of " + "; ".join(wrong)
     stale = sorted(set(SHARED_NAMES) - set(twice))
     assert not stale, f"no longer defined twice (drop them from SHARED_NAMES): {stale}"

@@ -38,6 +38,7 @@ from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import AgentSpaces, IntentDecoder, check_seed, role_of
 
 STAT = {name: k for k, name in enumerate(EPISODE_STATS)}
+ADDED = [STAT[name] for name in EPISODE_STATS if name != "carbon_kg"]  # the statistics that add up tick by tick
 
 
 class BatchLedger:
@@ -57,31 +58,35 @@ class BatchLedger:
     def add(self, tick: TickResult, carbon_kg: np.ndarray) -> None:
         for agent, terms in tick.terms.items():
             self.totals[agent] += terms
-        o, run, st = tick.outcome, tick.run, self.stats
-        for name, value in (
-            ("completed", run.completed.sum(axis=1)),
-            ("missed", run.missed.sum(axis=1)),
-            ("completed_value", o.completed_total),
-            ("missed_value", o.missed_total),
-            ("spend", o.purchase_cost + o.operating_cost),
-            ("purchased_gpus", tick.purchase.bought.sum(axis=1)),
-            ("granted_gpu_ticks", run.granted_total),
-            ("used_gpu_ticks", run.used_total),
-            ("idle_gpu_ticks", o.idle_gpus),
-            ("invalid_units", o.allocator_invalid),
-            ("fairness_sum", o.fairness),
-            ("justified_escalations", tick.justified.sum(axis=1)),
-            ("unjustified_escalations", tick.unjustified.sum(axis=1)),
-            ("exposed_bluffs", tick.bluffs.sum(axis=1)),
-        ):
-            st[:, STAT[name]] += value
-        st[:, STAT["carbon_kg"]] = carbon_kg
-        st[:, STAT["ticks"]] += 1
+        o, run = tick.outcome, tick.run
+        self.stats[:, ADDED] += np.array([  # in the order of ADDED
+            run.completed.sum(axis=1),
+            run.missed.sum(axis=1),
+            o.completed_total,
+            o.missed_total,
+            o.purchase_cost + o.operating_cost,
+            tick.purchase.bought.sum(axis=1),
+            run.granted_total,
+            run.used_total,
+            o.idle_gpus,
+            o.allocator_invalid,
+            o.fairness,
+            tick.justified.sum(axis=1),
+            tick.unjustified.sum(axis=1),
+            tick.bluffs.sum(axis=1),
+            np.ones_like(carbon_kg),
+        ], dtype=np.float64).T
+        self.stats[:, STAT["carbon_kg"]] = carbon_kg
 
     def summary(self, agent: str) -> dict[str, np.ndarray]:
         """``EpisodeLedger.summary`` of every arena: key -> ``(N,)``."""
         stats = {name: self.stats[:, k] for k, name in enumerate(EPISODE_STATS)}
         return episode_summary(self.term_names[agent], list(self.totals[agent].T), stats, self.owned_gpus)
+
+
+def fresh_seed() -> int:
+    """A seed from fresh entropy (what ``reset(seed=None)`` plays), below 2**63."""
+    return int(np.random.SeedSequence().generate_state(1, np.uint64)[0]) >> 1
 
 
 MAX_NUM_ENVS = 4_096  # arenas of one batch (an env runner's most; each holds a scenario's arrays of every job)
@@ -196,7 +201,7 @@ class VectorArenaEnv(AgentSpaces):
         if seed is None or isinstance(seed, int | np.integer) and not isinstance(seed, bool):
             base = check_seed(seed)
             if base is None:  # fresh entropy, then the same tiling as an explicit seed
-                base = int(np.random.SeedSequence().generate_state(1, np.uint64)[0]) >> 1
+                base = fresh_seed()
             return [base + i for i in range(n)]
         if isinstance(seed, str | bytes) or not isinstance(seed, Sequence | np.ndarray):
             raise ValueError(f"seed must be None, a non-negative integer or one per arena, got {seed!r}")
@@ -204,8 +209,7 @@ class VectorArenaEnv(AgentSpaces):
         if len(seeds) != n:
             raise ValueError(f"reset got {len(seeds)} seeds for {n} arenas; give one per arena, one int, or None")
         checked = [check_seed(s) for s in seeds]
-        return [int(np.random.SeedSequence().generate_state(1, np.uint64)[0]) >> 1 if s is None else s
-                for s in checked]
+        return [fresh_seed() if s is None else s for s in checked]
 
     def _checked_actions(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
         """Every action checked before any state changes; missing agents play all zeros."""

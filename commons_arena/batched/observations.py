@@ -1,9 +1,9 @@
-"""Batched state -> each agent's observations, ``(B, obs_dim)`` float32, exactly the reference's.
+"""Batched state -> each agent's observations, ``(B, obs_dim)`` float32 (docs/rules.md §7).
 
-The fields are those of :class:`commons_arena.observations.ObservationBuilder` (what each
-role may see is decided there; this module writes the same values, field by field, into the
-slices :func:`commons_arena.spaces.observation_layout` names). Values are gathered as float64
-and converted to float32 once, as the reference converts its list of Python numbers.
+What each role may see is decided here and only here; the privacy tests perturb hidden values
+and check that no other agent's observation moves. Values are written field by field into the
+slices :func:`commons_arena.spaces.observation_layout` names, gathered as float64 and converted
+to float32 once (the reference, tests/reference/observations.py, writes the same values).
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from commons_arena.batched.state import BatchState, Tables
 from commons_arena.batched.tick import Effects, Queue, in_edf_order, spot_inventory
 from commons_arena.enums import ALLOCATOR, BROKER, Stance
 from commons_arena.mechanics import carbon
-from commons_arena.observations import PRESSURE_WINDOW
 from commons_arena.spaces import JOB_SLOT_FIELDS, observation_layout
+
+# The allocator's one deliberate, coarse leak of hidden state (docs/rules.md §7): per team, how many of
+# its arrived, unresolved jobs are due within this many ticks (0, 1, 2 for two or more).
+PRESSURE_WINDOW = 2  # ticks
 
 
 class BatchObserver:
@@ -31,6 +34,10 @@ class BatchObserver:
         self.forecasts = np.array([carbon.forecast(cfg.intensity, t, cfg.forecast_horizon)
                                    for t in range(config.max_ticks + 2)], dtype=np.float64)
         self.queue_slots = config.queue_slots
+        self.stance_base = np.arange(rules.n_teams) * len(Stance)
+        self.others = np.array([[j for j in range(rules.n_teams) if j != i] for i in range(rules.n_teams)],
+                               dtype=np.int64).reshape(rules.n_teams, rules.n_teams - 1)
+        assert all(self.layouts[team].slices == self.layouts[self.teams[0]].slices for team in self.teams)
 
     def all(self, s: BatchState, queue: Queue, effects: Effects) -> dict[str, np.ndarray]:
         """Every agent's observations at tick ``s.t``; ``queue`` and ``effects``: those of tick ``s.t``."""
@@ -55,9 +62,9 @@ class BatchObserver:
         out[:, sl["offer_qty"]] = s.offer_qty
         out[:, sl["offer_price"]] = s.offer_price
         out[:, sl["declared"]] = declared
-        stance = np.zeros((B, N, len(Stance)))
-        np.put_along_axis(stance, s.stance[:, :, None], 1.0, axis=2)
-        out[:, sl["stance"]] = stance.reshape(B, -1)
+        stance = np.zeros((B, N * len(Stance)))  # one-hot per team
+        stance[np.arange(B)[:, None], self.stance_base + s.stance] = 1.0
+        out[:, sl["stance"]] = stance
         out[:, sl["escalations"]] = s.escalations
         out[:, sl["credibility"]] = s.credibility
         due = queue.waiting & (s.deadline[..., : queue.waiting.shape[2]] - s.t[:, None, None] < PRESSURE_WINDOW)
@@ -73,40 +80,37 @@ class BatchObserver:
         packed = in_edf_order(queue.waiting, s.order)[:, :, :K]  # the most urgent waiting jobs
         n_slots = packed.shape[2]
         present = packed >= 0
-        team_row = np.arange(B * N).reshape(B, N, 1)
-        slot = np.maximum(packed, 0)
-
-        def field(values: np.ndarray) -> np.ndarray:  # a (B, N, J') array's entries at the packed slots
-            flat = (team_row * values.shape[2] + slot).ravel()
-            return np.where(present, np.ascontiguousarray(values).ravel()[flat].reshape(packed.shape), 0)
+        at = (np.arange(B)[:, None, None], np.arange(N)[None, :, None], np.maximum(packed, 0))  # the packed slots
 
         jobs = np.zeros((B, N, K, len(JOB_SLOT_FIELDS)))
         if n_slots:
-            jobs[:, :, :n_slots] = np.stack([
-                present.astype(np.float64),
-                field(s.gpus),
-                field(s.memory),
-                field(s.work),
-                field(s.deadline) - s.t[:, None, None] * present,
-                field(s.value),
-                field(s.priority),
-                field(queue.ready),
-            ], axis=3)
+            jobs[:, :, :n_slots] = np.where(present[..., None], np.stack([
+                present,
+                s.gpus[at],
+                s.memory[at],
+                s.work[at],
+                s.deadline[at] - s.t[:, None, None],
+                s.value[at],
+                s.priority[at],
+                queue.ready[at],
+            ], axis=3), 0.0)
+        layout = self.layouts[self.teams[0]]  # every team's layout is the same: all teams at once, (N, B, size)
+        sl = layout.slices
+        out = np.zeros((N, B, layout.size))
+        out[:, :, sl["tick"]] = t[None, :, None]
+        by_team = s.declared.transpose(1, 0, 2)
+        out[:, :, sl["need"]] = s.need.transpose(1, 0, 2)
+        out[:, :, sl["last_grant"]] = s.last_grant.transpose(1, 0, 2)
+        out[:, :, sl["declared"]] = by_team
+        out[:, :, sl["credibility"]] = s.credibility.T[:, :, None]
+        out[:, :, sl["starved_streak"]] = s.streak.T[:, :, None]
+        out[:, :, sl["offer_qty"]] = s.offer_qty
+        out[:, :, sl["offer_price"]] = s.offer_price
+        out[:, :, sl["others_declared"]] = by_team[self.others].transpose(0, 2, 1, 3).reshape(N, B, -1)
+        out[:, :, sl["jobs"]] = jobs.transpose(1, 0, 2, 3).reshape(N, B, -1)
+        teams = out.astype(np.float32)
         for i, team in enumerate(self.teams):
-            layout = self.layouts[team]
-            sl = layout.slices
-            out = np.zeros((B, layout.size))
-            out[:, sl["tick"]] = t[:, None]
-            out[:, sl["need"]] = s.need[:, i]
-            out[:, sl["last_grant"]] = s.last_grant[:, i]
-            out[:, sl["declared"]] = s.declared[:, i]
-            out[:, sl["credibility"]] = s.credibility[:, i, None]
-            out[:, sl["starved_streak"]] = s.streak[:, i, None]
-            out[:, sl["offer_qty"]] = s.offer_qty
-            out[:, sl["offer_price"]] = s.offer_price
-            out[:, sl["others_declared"]] = np.delete(s.declared, i, axis=1).reshape(B, -1)
-            out[:, sl["jobs"]] = jobs[:, i].reshape(B, -1)
-            obs[team] = out.astype(np.float32)
+            obs[team] = teams[i]
 
         # broker
         layout = self.layouts[BROKER]

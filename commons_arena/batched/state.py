@@ -216,6 +216,17 @@ class BatchState:
             uniforms=np.zeros((B, rules.config.max_ticks + 1, tables.n_random), f64),
         )
 
+    @classmethod
+    def started(cls, tables: Tables, seeds: Sequence[int]) -> BatchState:
+        """New arenas at tick 0, one per seed, drawn with numpy's own code (few arenas: see :meth:`reset`)."""
+        state = cls.empty(tables, len(seeds))
+        index = np.arange(len(seeds))
+        state.budget[:] = tables.rules.config.budget
+        state.online[:] = tables.rules.owned
+        state.draw_with_reference(tables, index, seeds)
+        state.sort_jobs(index)
+        return state
+
     def reset(self, tables: Tables, index: np.ndarray, seeds: Sequence[int], drawn: ResetDraws | None = None) -> None:
         """Tick 0 in arenas ``index``, seeded ``seeds`` (one each): the reference's
         ``initial_state`` and the whole episode's shock draws, one stream per arena

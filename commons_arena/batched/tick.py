@@ -49,12 +49,14 @@ def effects_at(tables: Tables, s: BatchState) -> Effects:
     """The effects active at each arena's tick ``s.t``, multiplied in firing order (``math.prod``'s)."""
     B, T = s.t.shape[0], tables.rules.n_tiers
     spec = s.effect_spec
-    active = (s.effect_until >= s.t[:, None]) & (spec >= 0)
-    used = int(np.flatnonzero(active.any(axis=0)).max()) + 1 if active.any() else 0
     price, inventory, intensity = np.ones(B), np.ones(B), np.ones(B)
     offline = np.zeros((B, T), dtype=np.int64)
     kinds = np.zeros((B, len(ShockKind)), dtype=bool)
     crisis = np.zeros(B, dtype=bool)
+    if spec[:, 0].max() < 0:  # no effect in any arena (the table is packed from the front)
+        return Effects(price, inventory, intensity, offline, kinds, crisis)
+    active = (s.effect_until >= s.t[:, None]) & (spec >= 0)
+    used = int(np.flatnonzero(active.any(axis=0)).max()) + 1 if active.any() else 0
     rows = np.arange(B)
     for e in range(used):
         on, k = active[:, e], spec[:, e]
@@ -212,27 +214,28 @@ class Grants(NamedTuple):
 
 
 def repair_grants(grant: np.ndarray, available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``grants.repair_grants`` per arena: each tier's column scaled to ``available`` (largest remainder)."""
+    """Grants (B, N, T) cut to ``available`` (B, T): when a tier's grants exceed what is available,
+    each team keeps ``floor(grant x available / total granted)`` and the GPUs left go one each to
+    the largest remainders (ties: the earlier team); returns the grants and the units cut per arena."""
     fixed = grant.copy()
     B, N, T = grant.shape
     cut = np.zeros(B, dtype=np.int64)
+    total = grant.sum(axis=1)
+    over = total > available
+    if not over.any():
+        return fixed, cut  # every tier within what is available: the common case
+    b = np.flatnonzero(over.any(axis=1))
+    r, tot, hit = grant[b], total[b][:, None, :], over[b]
+    c = np.where(hit, available[b], 0)[:, None, :]  # (R, 1, T); tiers within their capacity are kept below
+    kept = r * c // np.maximum(tot, 1)  # exact integer arithmetic: floors, then the largest remainders
+    leftover = c[:, 0, :] - kept.sum(axis=1)
+    remainders = r * c % np.maximum(tot, 1)
     earlier = np.tri(N, k=-1, dtype=bool).T  # earlier[j, i]: team j comes before team i
-    for tier in range(T):
-        column, cap = grant[:, :, tier], available[:, tier]
-        total = column.sum(axis=1)
-        over = np.flatnonzero(total > cap)
-        if not over.size:
-            continue
-        r, c, tot = column[over], cap[over, None], total[over, None]
-        kept = r * c // tot
-        leftover = c[:, 0] - kept.sum(axis=1)
-        remainders = r * c % tot
-        ahead = (remainders[:, :, None] > remainders[:, None, :]) | (
-            (remainders[:, :, None] == remainders[:, None, :]) & earlier[None, :, :])
-        rank = ahead.sum(axis=1)  # teams sorted before team i
-        kept = kept + (rank < leftover[:, None])
-        fixed[over, :, tier] = kept
-        cut[over] += tot[:, 0] - kept.sum(axis=1)
+    ahead = (remainders[:, :, None] > remainders[:, None, :]) | (
+        (remainders[:, :, None] == remainders[:, None, :]) & earlier[None, :, :, None])
+    kept = kept + (ahead.sum(axis=1) < leftover[:, None, :])  # teams sorted before team i, per tier
+    fixed[b] = np.where(hit[:, None, :], kept, r)
+    cut[b] = np.where(hit, tot[:, 0, :] - kept.sum(axis=1), 0).sum(axis=1)
     return fixed, cut
 
 
@@ -381,12 +384,15 @@ class JobsRun(NamedTuple):
         return np.where(ready == 0, 1.0, self.placed_gpus / np.maximum(ready, 1))
 
 
-def run_jobs(tables: Tables, s: BatchState, granted: np.ndarray, intensity: np.ndarray) -> JobsRun:
-    """6. Each team runs its ready jobs on its grant (``jobs.run_team_jobs``); busy GPUs emit."""
+def run_jobs(tables: Tables, s: BatchState, granted: np.ndarray, intensity: np.ndarray, queue: Queue | None = None
+             ) -> JobsRun:
+    """6. Each team runs its ready jobs on its grant; busy GPUs emit. ``queue``: the jobs' queue at
+    ``s.t`` when the caller has it (readiness is decided for every job before any runs)."""
     B, N, J = s.status.shape
     T = tables.rules.n_tiers
     R = B * N
-    queue = queue_at(tables, s)
+    if queue is None:
+        queue = queue_at(tables, s)
     # the job fields written below are updated through (R, J) views of the state
     s.work, s.status, s.done_tick = (np.ascontiguousarray(a) for a in (s.work, s.status, s.done_tick))
     packed = in_edf_order(queue.ready, s.order).reshape(R, -1)
@@ -404,24 +410,17 @@ def run_jobs(tables: Tables, s: BatchState, granted: np.ndarray, intensity: np.n
             break
         slot = packed[rows, w]
         g = gpus[rows, slot]
-        placed = np.zeros(rows.size, dtype=bool)
-        on = np.zeros(rows.size, dtype=np.int64)
-        for f in range(T):  # its fitting tiers, smallest memory first: the first with room
-            tier = fits[rows, slot, f]
-            fits_here = ~placed & (tier >= 0)
-            room = free[rows, np.maximum(tier, 0)] >= g
-            ok = fits_here & room
-            if ok.any():
-                r, k, n = rows[ok], tier[ok], g[ok]
-                free[r, k] -= n
-                used[r, k] += n
-                placed_gpus[r] += n
-                placed |= ok
-                on[ok] = k
+        tiers = fits[rows, slot]  # its fitting tiers, smallest memory first: it runs on the first with room
+        ok = (tiers >= 0) & (free[rows[:, None], np.maximum(tiers, 0)] >= g[:, None])
+        placed = ok.any(axis=1)
         if not placed.any():
             continue
-        r, j = rows[placed], slot[placed]
-        work[r, j] -= g[placed] * tables.speed[on[placed]]
+        r, n, k = rows[placed], g[placed], tiers[placed, ok[placed].argmax(axis=1)]
+        free[r, k] -= n  # one job per (arena, team) row: no index repeats
+        used[r, k] += n
+        placed_gpus[r] += n
+        j = slot[placed]
+        work[r, j] -= n * tables.speed[k]
         done = work[r, j] <= TOLERANCE
         r, j = r[done], j[done]
         work[r, j] = 0.0
@@ -432,9 +431,9 @@ def run_jobs(tables: Tables, s: BatchState, granted: np.ndarray, intensity: np.n
     # missed at the end of their deadline tick, in EDF order
     J_used = queue.ready.shape[2]
     late = (s.status[..., :J_used] == PENDING) & (s.deadline[..., :J_used] <= s.t[:, None, None])
-    late_packed = in_edf_order(late, s.order).reshape(R, -1)
     missed = late.sum(axis=2).reshape(R)
     missed_value = np.zeros(R)
+    late_packed = in_edf_order(late, s.order).reshape(R, -1) if missed.any() else np.zeros((R, 0), dtype=np.int64)
     for w in range(late_packed.shape[1]):
         rows = np.flatnonzero(late_packed[:, w] >= 0)
         slot = late_packed[rows, w]
@@ -510,9 +509,6 @@ class Outcome(NamedTuple):
     missed_total: np.ndarray
     fairness: np.ndarray
 
-    def team(self, i: int) -> rewards.TeamOutcome:
-        return rewards.TeamOutcome(self.completed_value[:, i], self.missed_value[:, i], self.credibility_lost[:, i])
-
 
 def jain_index(x: np.ndarray, counted: np.ndarray) -> np.ndarray:
     """``rewards.jain_index`` of each row's entries where ``counted`` (the reference's list of them)."""
@@ -571,10 +567,11 @@ def score(
         fairness=jain_index(run.satisfaction, has_need),
     )
     rubric = tables.rubric  # its terms read the batched outcome's arrays as they read one arena's floats
-    terms: dict[str, np.ndarray] = {ALLOCATOR: np.stack(list(rubric.allocator_terms(outcome).values()), axis=1)}  # type: ignore[arg-type]
+    team_terms = rubric.stacked("team", rewards.TeamOutcome(run.completed_value, run.missed_value, lost))
+    terms: dict[str, np.ndarray] = {ALLOCATOR: rubric.stacked("allocator", outcome).T}  # (B, n_terms) each
     for i, team in enumerate(rules.config.team_names):
-        terms[team] = np.stack(list(rubric.team_terms(outcome, i).values()), axis=1)  # type: ignore[arg-type]
-    terms[BROKER] = np.stack(list(rubric.broker_terms(outcome).values()), axis=1)  # type: ignore[arg-type]
+        terms[team] = team_terms[:, :, i].T
+    terms[BROKER] = rubric.stacked("broker", outcome).T
     return outcome, terms
 
 
@@ -624,13 +621,16 @@ class TickResult(NamedTuple):
     justified: np.ndarray
     unjustified: np.ndarray
     bluffs: np.ndarray
+    fired: np.ndarray  # (B, K) which of the scenario's shocks fired
     effects: Effects  # active at the next tick
 
 
-def play_tick(tables: Tables, s: BatchState, intents: Intents, active: Effects | None = None) -> TickResult:
+def play_tick(tables: Tables, s: BatchState, intents: Intents, active: Effects | None = None,
+              queue: Queue | None = None) -> TickResult:
     """Play tick ``s.t`` of every arena with ``intents``; ``s`` ends at tick ``s.t + 1``.
 
-    ``active``: the effects active at ``s.t`` when the caller has them (``effects_at``)."""
+    ``active``: the effects active at ``s.t`` when the caller has them (``effects_at``); ``queue``:
+    the jobs' queue at ``s.t`` (``queue_at``) when the caller has it and no job changed since."""
     if active is None:
         active = effects_at(tables, s)
     offer = post_offer(tables, intents, active)
@@ -640,8 +640,10 @@ def play_tick(tables: Tables, s: BatchState, intents: Intents, active: Effects |
     if fired.any():  # new effects; otherwise ``s.online`` is still the one advance() derived from them
         active = effects_at(tables, s)
         s.online = online_gpus(tables, active)
+        if (fired & (tables.shock_team >= 0)[None, :]).any():
+            queue = None  # injected jobs: the queue is made again
     granted = grant_gpus(tables, s, intents, purchase.bought, active)
-    run = run_jobs(tables, s, granted.granted, granted.intensity)
+    run = run_jobs(tables, s, granted.granted, granted.intensity, queue)
     bluffs = audit(tables, s, fired, run.need)
     starved = run.starved
     track_starvation(tables, s, starved)
@@ -654,4 +656,5 @@ def play_tick(tables: Tables, s: BatchState, intents: Intents, active: Effects |
         for k in range(values.shape[1]):  # Python's sum() of the terms, left to right
             total = total + values[:, k]
         rewards[agent] = total
-    return TickResult(outcome, terms, rewards, run, purchase, granted, offer, justified, unjustified, bluffs, effects)
+    return TickResult(outcome, terms, rewards, run, purchase, granted, offer, justified, unjustified, bluffs, fired,
+                      effects)

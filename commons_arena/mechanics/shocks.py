@@ -19,7 +19,6 @@ Overlapping effects multiply (prices, intensity) or add (offline GPUs).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,25 +31,6 @@ class Effect:
     spec: ShockSpec
     tier_index: int  # -1 when the shock has no tier
     until: int  # last tick (inclusive) the effect is active
-
-
-def due_shocks(specs: tuple[ShockSpec, ...], t: int, rng: np.random.Generator) -> list[ShockSpec]:
-    # One vector draw gives exactly the numbers (and leaves the generator exactly where)
-    # one ``rng.random()`` per random shock would, at a fraction of the call overhead.
-    n_random = sum(1 for spec in specs if spec.tick is None)
-    draws = iter(rng.random(n_random).tolist() if n_random else ())
-    fired = []
-    for spec in specs:
-        if spec.tick is not None:
-            if spec.tick == t:
-                fired.append(spec)
-        elif next(draws) < spec.rate:  # type: ignore[operator]
-            fired.append(spec)
-    return fired
-
-
-def active(effects: list[Effect], t: int) -> list[Effect]:
-    return [e for e in effects if e.until >= t]
 
 
 def offline_gpus(effects: list[Effect], n_tiers: int) -> np.ndarray:
@@ -74,7 +54,3 @@ def intensity_multiplier(effects: list[Effect]) -> float:
     return float(math.prod(e.spec.intensity_multiplier for e in effects)) if effects else 1.0
 
 
-def spot_inventory(inventory: Sequence[int], effects: list[Effect]) -> list[int]:
-    """GPUs the broker may offer now: ``floor(inventory x factor)`` while a crisis lasts."""
-    factor = inventory_factor(effects)
-    return [math.floor(q * factor) for q in inventory]

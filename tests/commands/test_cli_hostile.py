@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from commons_arena import ScenarioError
+from commons_arena.batched.tick import repair_purchases_rows
 from commons_arena.enums import ALLOCATOR
-from commons_arena.mechanics.market import repair_purchases
 from commons_arena.scenario import scenario_from_dict
 from experiments.evaluation.roster import checkpoint_hash
 from policies.checkpoint_format import CheckpointError
@@ -185,6 +185,13 @@ def test_train_resume_checks_a_full_legacy_record_scenario(capsys, tmp_path):
 
 
 # ------------------------------------------------------------------ 10. slow
+def repair_purchases(buys, offer, price, budget):
+    """The core's purchase repair of one arena: (bought, cost, offer cut, budget cut)."""
+    cut = repair_purchases_rows(np.array([buys], dtype=np.int64), np.array([offer], dtype=np.int64),
+                                np.asarray(price, dtype=np.float64)[None], np.array([budget]))
+    return cut.bought[0], float(cut.cost[0]), int(cut.offer_cut[0]), int(cut.budget_cut[0])
+
+
 def test_budget_repair_costs_the_same_at_any_number_of_units():
     prices = np.array([3.0, 7.5, 1.25, 9.0, 2.0, 4.0])
     repair_purchases([1] * 6, [1] * 6, prices, budget=1.0)  # warm

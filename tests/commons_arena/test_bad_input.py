@@ -17,27 +17,21 @@ import pytest
 import commons_arena
 from commons_arena import ScenarioError, load_scenario
 from commons_arena.arena import ArenaEnv
-from commons_arena.state import ArenaState
+from commons_arena.view import JOB_FIELDS, ArenaState
 
 # --------------------------------------------------------------------------- helpers
 
 
 def snapshot(env: commons_arena.ArenaEnv) -> dict[str, Any]:
-    """Every field of the hidden state, jobs included, as plain comparable values."""
+    """Every array of the game's state (the env's batch of one: jobs, effects and the episode's
+    random draws, all made at reset, included) and the hidden-state view of it, as plain values."""
+    batch = env._batch
+    out: dict[str, Any] = {f.name: (getattr(batch, f.name).dtype.str, getattr(batch, f.name).tolist())
+                           for f in dataclasses.fields(batch)}
     state: ArenaState = env.hidden_state()
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(state):
-        value = getattr(state, f.name)
-        if isinstance(value, np.ndarray):
-            out[f.name] = (value.dtype.str, value.tolist())
-        elif f.name == "jobs":
-            out[f.name] = [[dataclasses.astuple(job) for job in team] for team in value]
-        elif f.name == "effects":
-            out[f.name] = [(e.spec.model_dump_json(), e.tier_index, e.until) for e in value]
-        else:
-            out[f.name] = value
+    out["jobs"] = [[tuple(getattr(job, name) for name in JOB_FIELDS) for job in team] for team in state.jobs]
+    out["effects"] = [(e.spec.model_dump_json(), e.tier_index, e.until) for e in state.effects]
     out["agents"] = list(env.agents)
-    out["rng"] = env._rng.bit_generator.state  # the env's generator must not advance either
     return out
 
 

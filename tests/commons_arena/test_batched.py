@@ -1,6 +1,8 @@
 """The batched core plays the reference's game bit for bit (issue 40's "same game" target).
 
-Arena *i* of a :class:`~commons_arena.batched.VectorArenaEnv` reset with seed ``s`` must give the
+The game runs once, in the batched core (``parallel_env`` is a batch of one); the list-based
+reference (tests/reference/, the executable spec) plays the same rules the plain way. Arena *i*
+of a :class:`~commons_arena.batched.VectorArenaEnv` reset with seed ``s`` must give the
 observations, rewards, reward terms, terminations, truncations and episode totals of the
 reference env reset with ``s + i`` (and its *k*-th episode those of ``s + i + k * N``, across
 autoresets), fed the same actions: random ones in every seat, half of them drawn over the whole
@@ -30,10 +32,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import commons_arena
-from commons_arena import ArenaEnv, VectorArenaEnv
+from commons_arena import VectorArenaEnv
 from commons_arena.family import generate_one, load_family
 from commons_arena.rewards import Repairs
 from commons_arena.scenario import ScenarioConfig, load_scenario, scenario_from_dict
+from tests.reference.arena import ReferenceEnv
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scenarios"
 FAMILIES = DATA.parent / "families"
@@ -60,7 +63,7 @@ class Played(NamedTuple):
 def assert_same_game(config: ScenarioConfig, num_envs: int, seed: int, steps: int, action_seed: int = 0) -> Played:
     """Step the batch and one reference env per arena side by side; say what they went through."""
     env = VectorArenaEnv(config, num_envs=num_envs)
-    refs = [ArenaEnv(config) for _ in range(num_envs)]
+    refs = [ReferenceEnv(config) for _ in range(num_envs)]
     agents = env.possible_agents
     obs, _ = env.reset(seed=seed)
     assert env.episode_seeds == [seed + i for i in range(num_envs)]
@@ -137,6 +140,43 @@ def test_same_game_eight_teams_and_hard_cap_generated() -> None:
         assert_same_game(config, num_envs=2, seed=3, steps=config.max_ticks + 3)
 
 
+# ---------------------------------------------------------------------- the per-arena env: a batch of one
+def assert_same_arena(config: ScenarioConfig, seed: int, episodes: int = 2) -> None:
+    """``parallel_env`` (the core at a batch of one, read through commons_arena/view.py) beside the
+    reference env: every output of ``step``, the tick report's recording line (hidden state, jobs
+    and their names, events, repairs) and the render."""
+    from commons_arena.arena import ArenaEnv
+    from commons_arena.recording import header_record, jsonable, tick_record
+    from commons_arena.render import render_ansi
+
+    env, ref = ArenaEnv(config), ReferenceEnv(config)
+    rng = np.random.default_rng(seed)
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        ref_obs, _ = ref.reset(seed=seed + episode)
+        assert all(np.array_equal(obs[a], ref_obs[a]) for a in env.possible_agents)
+        assert jsonable(header_record(config, seed, 0, env.hidden_state())) == jsonable(
+            header_record(config, seed, 0, ref.hidden_state()))
+        while env.agents:
+            small = rng.random() < 0.5
+            actions = {a: rng.integers(0, np.minimum(env.action_space(a).nvec, 3) if small else env.action_space(a).nvec)
+                       for a in env.agents}
+            out, ref_out = env.step(actions), ref.step(actions)
+            for a in env.possible_agents:
+                assert np.array_equal(out[0][a], ref_out[0][a]), (config.name, a)
+            assert out[1:] == ref_out[1:], config.name  # rewards, ends, infos (terms, repairs, events, episode)
+            line, ref_line = (tick_record(config, e.hidden_state(), e.last_tick) for e in (env, ref))
+            assert jsonable(line) == jsonable(ref_line), config.name
+            assert render_ansi(config, env.hidden_state(), env.last_tick) == render_ansi(
+                config, ref.hidden_state(), ref.last_tick)
+        assert ref.agents == []
+
+
+def test_parallel_env_is_the_reference() -> None:
+    for config in (load_scenario("crisis"), load_scenario(DATA / "hard_cap_cluster.toml"), broad(4), stress(6)):
+        assert_same_arena(config, seed=2)
+
+
 # ---------------------------------------------------------------------- stress: every branch
 def stress(index: int) -> ScenarioConfig:
     """A scenario of the test family ``stress`` (tests/data/families/stress.toml): huge spot markets
@@ -170,7 +210,7 @@ def test_bulk_purchase_cut() -> None:
     """Buying 400 GPUs a tier on a budget of 50 cuts hundreds of units: the cut's bulk step (more than
     64 units over budget) and its unit steps, in both paths, from the first purchase (step 1)."""
     config = edited_standard(budget=50.0, tiers={"spot_inventory": 400})
-    env, ref = VectorArenaEnv(config, num_envs=1), ArenaEnv(config)
+    env, ref = VectorArenaEnv(config, num_envs=1), ReferenceEnv(config)
     env.reset(seed=0)
     ref.reset(seed=0)
     T = len(config.gpu_tiers)
@@ -363,7 +403,7 @@ def test_hard_cap_cut_is_the_reference_cut() -> None:
     """Random grants (hundreds of GPUs in a cell: several blocks of subtractions), powers with ties and
     zeros, headroom from none to plenty: the batched cut is the reference's, arena by arena."""
     from commons_arena.batched.tick import cut_for_hard_cap
-    from commons_arena.mechanics import carbon
+    from tests.reference.mechanics import carbon
 
     rng = np.random.default_rng(3)
     for _ in range(12):
@@ -383,7 +423,7 @@ def test_jain_index_is_the_reference_index() -> None:
     a need: the batched index is the reference's to the bit (its square is Python's ``**``, libm's
     pow, which rounds one ulp away from ``x * x`` now and then)."""
     from commons_arena.batched.tick import jain_index
-    from commons_arena.rewards import jain_index as reference_index
+    from tests.reference.rewards import jain_index as reference_index
 
     rng = np.random.default_rng(5)
     for teams in range(2, 9):
@@ -396,8 +436,8 @@ def test_jain_index_is_the_reference_index() -> None:
 
 
 def test_a_scheduled_job_shock_keeps_the_episode_open() -> None:
-    """Every job resolved by tick 4 and an escalation due at tick 5: both paths play on to tick 5
-    (the episode ends only after the last scheduled job shock), the same tick for every arena."""
+    """Every job resolved by tick 4 and an escalation due at tick 5: both envs and the reference play
+    on to tick 5 (the episode ends only after the last scheduled job shock), the same tick for every arena."""
     from tests.conftest import TINY
 
     data = {**TINY, "shocks": [{"kind": "customer_escalation", "tick": 5,
@@ -410,4 +450,8 @@ def test_a_scheduled_job_shock_keeps_the_episode_open() -> None:
         _, _, terms, truncs, _ = env.step({})
         ends.append(bool(terms["allocator"][0] or truncs["allocator"][0]))
     assert ends == [False] * (config.max_ticks - 1) + [True]
+    one = commons_arena.parallel_env(config)  # the per-arena env decides its end itself
+    one.reset(seed=0)
+    assert [any(one.step({})[2].values()) or not one.agents for _ in range(config.max_ticks)] == ends
     assert_same_game(config, num_envs=2, seed=0, steps=3 * config.max_ticks)
+    assert_same_arena(config, seed=0)

@@ -353,7 +353,7 @@ def test_observation_fields_land_where_the_layout_says(name: str) -> None:
 
 
 def test_tick_report_is_public_and_typed() -> None:
-    from commons_arena.tick import TickReport
+    from commons_arena.view import TickReport
 
     env = commons_arena.parallel_env("standard")
     env.reset(seed=0)

@@ -33,10 +33,10 @@ def _edit(src: Path, dst: Path, edit) -> Path:
 
 
 def test_a_changed_rule_is_reported_at_the_first_tick_it_shows(monkeypatch, capsys) -> None:
-    from commons_arena import tick
+    from commons_arena import rewards
 
-    real = tick.market.broker_profit
-    monkeypatch.setattr(tick.market, "broker_profit", lambda sold, price, cost: real(sold, price, cost) + 0.5)
+    real = rewards.BROKER_TERMS["profit"]  # the rubric reads its terms from this table when an env is built
+    monkeypatch.setitem(rewards.BROKER_TERMS, "profit", lambda o: real(o) + 0.5)
     result = verify_recording(golden_path("standard"))
     assert not result.ok and result.difference is not None
     assert (result.difference.tick, result.difference.where) == (0, "rewards.broker")
@@ -144,14 +144,14 @@ def test_the_hard_cap_golden_pins_the_hard_cap_cut(monkeypatch) -> None:
     ticks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     cut = [t["tick"] for t in ticks if t["type"] == "tick" and t["outcome"]["repairs"]["grant_over_carbon_cap"]]
     assert cut, "the hard-cap golden no longer reaches the hard-cap cut"
-    from commons_arena import tick
+    from commons_arena.batched import tick
 
-    real = tick.carbon.cut_for_hard_cap
+    real = tick.cut_for_hard_cap
 
     def first_team_first(grants, power_kw, intensity, headroom_kg):  # the same count, from the other end
-        fixed, n = real(grants[::-1], power_kw, intensity, headroom_kg)
-        return fixed[::-1], n
+        fixed, n = real(grants[:, ::-1], power_kw, intensity, headroom_kg)
+        return fixed[:, ::-1], n
 
-    monkeypatch.setattr(tick.carbon, "cut_for_hard_cap", first_team_first)
+    monkeypatch.setattr(tick, "cut_for_hard_cap", first_team_first)
     result = verify_recording(path, scenario_source("hard_cap_cluster"))
     assert not result.ok and result.difference is not None and result.difference.tick == cut[0]

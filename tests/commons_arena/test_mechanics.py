@@ -1,5 +1,6 @@
-"""Each rule of the game on hand-computed cases: first the pure functions in
-``commons_arena/mechanics``, then the same rules observed through the environment."""
+"""Each rule of the game on hand-computed cases: first the list-based reference's pure functions
+(``tests/reference/mechanics``, the spec the batched core is held to), then the same rules observed
+through the environment."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commons_arena import observation_layout
-from commons_arena.mechanics import carbon, grants, market, shocks, social
-from commons_arena.mechanics.jobs import (
+from commons_arena.scenario import GpuTierConfig, ShockSpec
+from tests.reference.mechanics import carbon, grants, market, shocks, social
+from tests.reference.mechanics.jobs import (
     DONE,
     MISSED,
     PENDING,
@@ -20,7 +22,6 @@ from commons_arena.mechanics.jobs import (
     run_team_jobs,
     true_need,
 )
-from commons_arena.scenario import GpuTierConfig, ShockSpec
 
 TIERS = (
     GpuTierConfig(name="small", owned=4, memory_gb=16.0, speed=1.0, op_cost=0.0, power_kw=1.0),

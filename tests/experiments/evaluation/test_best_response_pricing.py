@@ -1,7 +1,7 @@
 """The broker rows of the best-response report: what each offer sold, read in the right tick.
 
 An offer posted at tick t is bought at t + 1 and shows in the broker's ``last_sold`` at t + 2
-(commons_arena.tick). A broker that offers nothing on odd ticks therefore sells nothing from
+(commons_arena/batched/tick.py). A broker that offers nothing on odd ticks therefore sells nothing from
 its odd-tick rows; reading the sales one tick early or late would put sales there.
 """
 

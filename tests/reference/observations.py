@@ -1,4 +1,5 @@
-"""State → each agent's observation (docs/rules.md §7).
+"""The reference's observations: state → each agent's observation (docs/rules.md §7; the
+batched core writes the same values in ``commons_arena/batched/observations.py``).
 
 What each role may see is decided here and only here; the test suite perturbs hidden
 values and checks that no other agent's observation moves. The one deliberate coarse
@@ -17,15 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from commons_arena.batched.observations import PRESSURE_WINDOW
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
-from commons_arena.mechanics import carbon, shocks
-from commons_arena.mechanics.jobs import Queue, queue_at
+from commons_arena.mechanics import carbon
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import JOB_SLOT_FIELDS, observation_layout
-from commons_arena.state import ArenaState
+from tests.reference.mechanics import shocks
+from tests.reference.mechanics.jobs import Queue, queue_at
+from tests.reference.state import ArenaState
 
-PRESSURE_WINDOW = 2  # ticks
 
 class ObservationBuilder:
     """Builds every agent's flat observation from the state; static parts are computed once."""

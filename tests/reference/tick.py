@@ -1,4 +1,5 @@
-"""One tick of the game: decoded intents in, a typed :class:`TickReport` out.
+"""The reference's tick: decoded intents in, a typed :class:`TickReport` out (list-based; the
+game runs in ``commons_arena/batched/tick.py``, held to this one by the equivalence test).
 
 :func:`play_tick` runs the phases of a tick in the order of ``docs/rules.md`` ("One
 tick"), each a small named function that reads the scenario's :class:`Rules`, updates
@@ -36,12 +37,13 @@ import numpy as np
 
 from commons_arena import rewards
 from commons_arena.enums import ALLOCATOR, BROKER, ShockKind, Stance
-from commons_arena.mechanics import carbon, grants, jobs, market, shocks, social
 from commons_arena.numerics import dot
 from commons_arena.rules import Rules
 from commons_arena.scenario import ShockSpec
 from commons_arena.spaces import Intents
-from commons_arena.state import ArenaState
+from tests.reference import rewards as reference_rewards
+from tests.reference.mechanics import carbon, grants, jobs, market, shocks, social
+from tests.reference.state import ArenaState
 
 Event = dict[str, Any]  # a fired shock as plain data: tick, kind, until, and team/job or tier/gpus_offline
 
@@ -73,7 +75,7 @@ class TickReport(NamedTuple):
     exposed_bluffs: list[bool]  # per team (audits only)
     justified: list[bool]  # per team: justified escalations
     unjustified: list[bool]  # per team
-    outcome: rewards.TickOutcome  # raw measurements the rubric scores
+    outcome: reference_rewards.TickOutcome  # raw measurements the rubric scores
     terms: dict[str, dict[str, float]]  # agent -> weighted reward terms
     rewards: dict[str, float]  # agent -> Σ terms
 
@@ -244,10 +246,10 @@ def score(
     granted: Grants,
     justified: list[bool],
     lost: list[float],
-) -> tuple[rewards.TickOutcome, dict[str, dict[str, float]]]:
+) -> tuple[reference_rewards.TickOutcome, dict[str, dict[str, float]]]:
     """10. The tick's raw measurements and every agent's weighted terms."""
     results = run.teams
-    outcome = rewards.TickOutcome(
+    outcome = reference_rewards.TickOutcome(
         completed_value=[r.completed_value for r in results],
         missed_value=[r.missed_value for r in results],
         satisfaction=[r.satisfaction for r in results],

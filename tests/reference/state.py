@@ -1,8 +1,8 @@
-"""The environment's full (hidden) state as one typed, mutable record.
+"""The reference env's full (hidden) state as one typed, mutable record (the batched core's
+is ``commons_arena.batched.state.BatchState``; one arena of it is read as ``commons_arena.view.ArenaState``).
 
 Observations are projections of this record (see observations.py); nothing else leaves
-the environment except through :meth:`commons_arena.arena.ArenaEnv.hidden_state`, the
-documented privileged hook the oracle and tests use.
+the environment except through :meth:`tests.reference.arena.ReferenceEnv.hidden_state`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commons_arena.enums import ShockKind
-from commons_arena.mechanics.jobs import Job, TeamJobSource, edf_order
+from commons_arena.mechanics.jobs import Job, TeamJobSource
 from commons_arena.mechanics.shocks import Effect
 from commons_arena.scenario import ScenarioConfig
+from tests.reference.mechanics.jobs import edf_order
 
 
 @dataclass
