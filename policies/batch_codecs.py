@@ -38,6 +38,7 @@ from policies.codecs import (
     BluffTeamCodec,
     Codec,
     FairNeedCodec,
+    ImpartialNeedCodec,
     MarkupBrokerCodec,
     NeedResidualCodec,
     PerTierBluffTeamCodec,
@@ -301,6 +302,14 @@ class BatchFairNeedCodec(BatchNeedCodec):
     codec: FairNeedCodec
 
 
+class BatchImpartialNeedCodec(BatchFairNeedCodec):
+    """``need_impartial`` in N arenas (:class:`~policies.codecs.ImpartialNeedCodec`)."""
+
+    name = "need_impartial"
+    per_arena = ImpartialNeedCodec
+    codec: ImpartialNeedCodec
+
+
 # ---------------------------------------------------------------------- teams
 
 
@@ -399,7 +408,8 @@ class BatchMarkupCodec(BatchCodec):
 
 BATCH_CODECS: dict[str, type[BatchCodec]] = {
     c.name: c
-    for c in (BatchRelativeCodec, BatchAbsoluteCodec, BatchResidualCodec, BatchNeedCodec, BatchFairNeedCodec, BatchBluffCodec,
+    for c in (BatchRelativeCodec, BatchAbsoluteCodec, BatchResidualCodec, BatchNeedCodec, BatchFairNeedCodec,
+              BatchImpartialNeedCodec, BatchBluffCodec,
               BatchPerTierBluffCodec, BatchMarkupCodec)
 }
 
@@ -422,6 +432,7 @@ __all__ = [
     "BatchBluffCodec",
     "BatchCodec",
     "BatchFairNeedCodec",
+    "BatchImpartialNeedCodec",
     "BatchMarkupCodec",
     "BatchNeedCodec",
     "BatchPerTierBluffCodec",

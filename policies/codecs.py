@@ -26,6 +26,8 @@ codec               role       the module chooses                        can exp
 ``need_fair``       allocator  the same over ``fair_planner``'s          the same, from a base that
                                estimate (the whole inflation undone,     pays no bluff in proportion
                                the same headroom for every team)         (0 = ``fair_planner``)
+``need_impartial``  allocator  the same over ``fair_planner`` heeding    the same, an escalation buying
+                               no escalating stance                      a team no precedence
 ``bluff``           team       one declaration factor of ``FACTORS``     declaring 0.5x .. 3x its own
                                (0.5, 0.75, 1, 1.1, 1.25, 1.5, 2, 3) for  true need, tick by tick, and
                                every tier, and a stance rule of          when to counter / escalate;
@@ -376,6 +378,20 @@ class FairNeedCodec(NeedResidualCodec):
         return FairPlannerAllocator(config)
 
 
+class ImpartialNeedCodec(FairNeedCodec):
+    """``need_fair`` whose base heeds no escalation: ``fair_planner`` serving teams in order of board
+    pressure, size and need, a team's escalating stance buying it no precedence and no purchase. On crisis
+    this base keeps ``fair_planner``'s welfare while an escalating bluffer's gain falls (docs/negotiation.md)."""
+
+    name = "need_impartial"
+
+    @staticmethod
+    def base_planner(config: ScenarioConfig) -> Any:
+        from policies.mechanisms import FairPlannerAllocator
+
+        return FairPlannerAllocator(config, heed_escalation=False)
+
+
 # ---------------------------------------------------------------------- teams
 
 
@@ -583,7 +599,7 @@ class MarkupBrokerCodec(Codec):
 CODECS: dict[str, type[Codec]] = {
     c.name: c
     for c in (RelativeAllocatorCodec, AbsoluteAllocatorCodec, ResidualPlannerCodec, NeedResidualCodec, FairNeedCodec,
-              BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
+              ImpartialNeedCodec, BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
 }
 # The codec a learning seat of each role uses unless told otherwise (``None`` would be raw actions).
 DEFAULT_CODECS: dict[str, str] = {Role.ALLOCATOR: "need", Role.TEAM: "bluff", Role.BROKER: "markup"}
@@ -642,6 +658,7 @@ __all__ = [
     "DescribesCodes",
     "MarkupBrokerCodec",
     "FairNeedCodec",
+    "ImpartialNeedCodec",
     "NeedResidualCodec",
     "PerTierBluffTeamCodec",
     "RelativeAllocatorCodec",

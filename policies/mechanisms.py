@@ -170,13 +170,15 @@ class FairPlannerAllocator(PlannerAllocator):
     name = "fair_planner"
 
     def __init__(self, config: ScenarioConfig, agent: str = "allocator", seed: int | None = None, pacing: float = 2.0,
-                 gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, headroom: float = 0.5) -> None:
-        super().__init__(config, agent, seed, pacing, gpu_tick_value, prior_sigma, margin=0.0, headroom=headroom)
+                 gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, headroom: float = 0.5,
+                 heed_escalation: bool = True) -> None:
+        super().__init__(config, agent, seed, pacing, gpu_tick_value, prior_sigma, margin=0.0, headroom=headroom,
+                         heed_escalation=heed_escalation)
 
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
-                "headroom": self.headroom}
+                "headroom": self.headroom, **({} if self.heed_escalation else {"heed_escalation": False})}
 
 
 # the reference mechanisms by name (registered beside the baselines: policies/registry.py)

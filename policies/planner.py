@@ -226,6 +226,7 @@ class PlannerAllocator(ScriptedPolicy):
         prior_sigma: float = 0.1,
         margin: float = 0.5,
         headroom: float | None = None,
+        heed_escalation: bool = True,
     ) -> None:
         if not pacing > 0:
             raise ValueError(f"pacing must be > 0, got {pacing}")
@@ -239,6 +240,7 @@ class PlannerAllocator(ScriptedPolicy):
             raise ValueError(f"headroom must be in [0, 1], got {headroom}")
         self.margin = float(margin)
         self.headroom = None if headroom is None else float(headroom)
+        self.heed_escalation = bool(heed_escalation)  # False: a team's escalating stance buys it no precedence
         self.pacing = float(pacing)
         self.gpu_tick_value = float(gpu_tick_value)
         self.prior_sigma = float(prior_sigma)
@@ -275,13 +277,13 @@ class PlannerAllocator(ScriptedPolicy):
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
-                "margin": self.margin}
+                "margin": self.margin, **({} if self.heed_escalation else {"heed_escalation": False})}
 
     @property
     def settings(self) -> dict[str, Any]:
         """Every constructor parameter (:attr:`params` names a policy; ``fair_planner`` leaves out what it fixes)."""
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
-                "margin": self.margin, "headroom": self.headroom}
+                "margin": self.margin, "headroom": self.headroom, "heed_escalation": self.heed_escalation}
 
     def prior_log_weights(self) -> np.ndarray:
         """The teams' log-weights over the bluff grid at the start of an episode ``(teams, factors)``."""
@@ -380,7 +382,7 @@ class PlannerAllocator(ScriptedPolicy):
         budget = float(self.field(obs, "budget")[0])
         pressure = self.field(obs, "pressure").tolist()
         stance = self.field(obs, "stance")
-        escalating = [bool(stance[i, self.i_escalate] > 0.5) for i in range(N)]
+        escalating = [self.heed_escalation and bool(stance[i, self.i_escalate] > 0.5) for i in range(N)]
         totals = [sum(row) for row in need]
         order = sorted(
             (i for i in range(N) if totals[i] > 0),
@@ -690,7 +692,7 @@ class BatchPlanner:
         offer_price = self._field(obs, "offer_price").astype(np.float64)
         budget = self._field(obs, "budget")[:, 0].astype(np.float64)
         pressure = self._field(obs, "pressure").astype(np.float64)
-        escalating = self._field(obs, "stance")[:, :, P.i_escalate] > 0.5
+        escalating = (self._field(obs, "stance")[:, :, P.i_escalate] > 0.5) & P.heed_escalation
         order = self._order(need, pressure, escalating)
         if streak is not None:
             # a binding hard cap: finish the work in progress, start only what the carbon left can finish

@@ -151,3 +151,9 @@ def test_under_a_soft_cap_the_planner_keeps_no_streak_and_plans_every_need():
 def test_the_batched_fair_planner_is_fair_planner_in_every_arena(case):
     # fair_planner: the whole inflation undone, then the same headroom share of the deflated need for every team
     assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15, seed=4, margin=0.0, headroom=0.5) == 40
+
+
+@pytest.mark.parametrize("case", ["crisis", "broad:5"])
+def test_the_batched_planner_heeding_no_escalation_is_the_planner_heeding_none(case):
+    assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15, seed=6, margin=0.0, headroom=0.5,
+                                 heed_escalation=False) == 40

@@ -13,6 +13,7 @@ from policies import Population
 from policies.codecs import (
     AbsoluteAllocatorCodec,
     FairNeedCodec,
+    ImpartialNeedCodec,
     NeedResidualCodec,
     ResidualPlannerCodec,
     codecs_for_role,
@@ -60,9 +61,14 @@ def test_decoded_actions_never_need_repair(name):
         assert (grant >= 0).all() and (buy >= 0).all()
 
 
+def ImpartialFairPlanner(config):  # noqa: N802 (a class's stand-in in the table below)
+    return FairPlannerAllocator(config, heed_escalation=False)
+
+
 @pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, PlannerAllocator),
                                                    (NeedResidualCodec, PlannerAllocator),
-                                                   (FairNeedCodec, FairPlannerAllocator)])
+                                                   (FairNeedCodec, FairPlannerAllocator),
+                                                   (ImpartialNeedCodec, ImpartialFairPlanner)])
 def test_residual_zero_code_plays_the_planner_exactly(codec_class, base):
     env = commons_arena.parallel_env("crisis")
     codec = codec_class(env.config)
