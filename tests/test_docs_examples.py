@@ -111,6 +111,7 @@ RUNS = [
     r"^commons-arena play ",
     r"^commons-arena replay run\.jsonl",
     r"^commons-arena evaluate --allocators planner learned:universal --scenarios standard my_cluster\.toml",
+    r"^commons-arena evaluate --allocators planner learned:honest --scenarios crisis$",
     r"^commons-arena benchmark (planner|best_fit|learned:universal) --suite docs/examples/own_suite\.toml",
     r"^commons-arena tournament --scenarios standard --allocators edf",
     r"^commons-arena serve-check --url",
