@@ -221,9 +221,7 @@ class ArenaEnv(AgentSpaces, ParallelEnv):
         infos: dict[str, dict[str, Any]] = {
             a: {"reward_terms": terms[a], "scenario_hash": self.config.content_hash} for a in self.agents
         }
-        units = (tick.purchase.offer_cut, tick.purchase.budget_cut, tick.grants.capacity_cut, tick.grants.carbon_cut,
-                 tick.offer.cut)  # in the order of Repairs' fields
-        infos[ALLOCATOR]["repairs"] = dict(zip(Repairs._fields, [int(u[0]) for u in units], strict=True))
+        infos[ALLOCATOR]["repairs"] = {rule: int(u[0]) for rule, u in zip(Repairs._fields, tick.repair_units(), strict=True)}
         infos[ALLOCATOR]["events"] = events
         if terminated or truncated:
             for a in self.agents:

@@ -101,8 +101,6 @@ class TickReport(NamedTuple):
         need = run.need[b]
         rows = zip(need.tolist(), run.ready_gpus[b].tolist(), run.placed_gpus[b].tolist(), run.completed[b].tolist(),
                    run.missed[b].tolist(), run.completed_value[b].tolist(), run.missed_value[b].tolist(), strict=True)
-        units = (purchase.offer_cut[b], purchase.budget_cut[b], grants.capacity_cut[b], grants.carbon_cut[b],
-                 tick.offer.cut[b])
         return cls(
             tick=before.tick,
             declared=before.declared,
@@ -118,7 +116,7 @@ class TickReport(NamedTuple):
             need=need,
             intensity=float(grants.intensity[b]),
             events=events,
-            repairs=Repairs(*(int(u) for u in units)),
+            repairs=Repairs(*(int(u[b]) for u in tick.repair_units())),
             teams=[TeamTick(*row) for row in rows],
             exposed_bluffs=tick.bluffs[b].tolist(),
             justified=tick.justified[b].tolist(),

@@ -162,10 +162,8 @@ class VectorArenaEnv(AgentSpaces):
             names = self._term_names[agent]
             infos[agent] = {"reward_terms": {name: terms[:, k] for k, name in enumerate(names)},
                             "scenario_hash": self.config.content_hash}
-        units = (tick.purchase.offer_cut, tick.purchase.budget_cut, tick.grants.capacity_cut, tick.grants.carbon_cut,
-                 tick.offer.cut)  # in the order of Repairs' fields
         infos[ALLOCATOR]["repairs"] = {rule: np.where(self._ended, 0, unit)
-                                       for rule, unit in zip(Repairs._fields, units, strict=True)}
+                                       for rule, unit in zip(Repairs._fields, tick.repair_units(), strict=True)}
         ended = terminated | truncated
         if ended.any():
             for agent in self.possible_agents:

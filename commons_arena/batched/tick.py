@@ -624,6 +624,11 @@ class TickResult(NamedTuple):
     fired: np.ndarray  # (B, K) which of the scenario's shocks fired
     effects: Effects  # active at the next tick
 
+    def repair_units(self) -> tuple[np.ndarray, ...]:
+        """Each arena's repaired units ``(B,)`` per rule, in the order of :class:`~commons_arena.rewards.Repairs`' fields."""
+        return (self.purchase.offer_cut, self.purchase.budget_cut, self.grants.capacity_cut, self.grants.carbon_cut,
+                self.offer.cut)
+
 
 def play_tick(tables: Tables, s: BatchState, intents: Intents, active: Effects | None = None,
               queue: Queue | None = None) -> TickResult:

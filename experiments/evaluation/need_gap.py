@@ -83,21 +83,23 @@ class PlannerVariant:
         return np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
 
 
-def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
-            on_grants: np.ndarray | None = None) -> tuple[np.ndarray, PlannerVariant]:
+def population_returns(scenario: str, seeds: Sequence[int], allocator: Callable[[Any], Any]) -> tuple[np.ndarray, Any]:
+    """The allocator's returns against the default population (``allocator``: env -> the policy) and the policy."""
     env = commons_arena.parallel_env(scenario=scenario)
     policies = dict(Population.default(env.config).build(env.config, env=env))
-    variant = policies[ALLOCATOR] = PlannerVariant(env, rule, on_grants)
-    result = np.array(returns_of(play(env, policies, seeds), ALLOCATOR))
-    return result, variant
+    policy = policies[ALLOCATOR] = allocator(env)
+    return np.array(returns_of(play(env, policies, seeds), ALLOCATOR)), policy
+
+
+def returns(scenario: str, seeds: Sequence[int], rule: NeedRule | None = None,
+            on_grants: np.ndarray | None = None) -> tuple[np.ndarray, PlannerVariant]:
+    return population_returns(scenario, seeds, lambda env: PlannerVariant(env, rule, on_grants))
 
 
 def anchor_return(scenario: str, seeds: Sequence[int], allocator: str) -> float:
     """The mean return of ``allocator`` (``random`` or ``oracle``) against the default population."""
-    env = commons_arena.parallel_env(scenario=scenario)
-    policies = dict(Population.default(env.config).build(env.config, env=env))
-    policies[ALLOCATOR] = make_policy(allocator, env.config, ALLOCATOR, env=env)
-    return float(np.mean(returns_of(play(env, policies, seeds), ALLOCATOR)))
+    result, _ = population_returns(scenario, seeds, lambda env: make_policy(allocator, env.config, ALLOCATOR, env=env))
+    return float(result.mean())
 
 
 def measure_gaps(scenario: str, train: Sequence[int], test: Sequence[int]) -> list[dict[str, Any]]:
@@ -114,8 +116,9 @@ def measure_gaps(scenario: str, train: Sequence[int], test: Sequence[int]) -> li
     }
     low, high = (anchor_return(scenario, test, a) for a in (RANDOM, ORACLE))
     rows = []
-    for name, (rule, on_grants) in {"planner": (lambda est, need, t: est, None), **variants}.items():
-        mine = planner if name == "planner" else returns(scenario, test, rule, on_grants)[0]
+    played = {"planner": planner, **{name: returns(scenario, test, rule, on_grants)[0]
+                                     for name, (rule, on_grants) in variants.items()}}
+    for name, mine in played.items():
         diff, ci = paired_difference(mine, planner)
         rows.append({"scenario": scenario, "variant": name, "episodes": len(test), "planner_return": float(planner.mean()),
                      "return": float(mine.mean()), "score": normalised_score(float(mine.mean()), low, high),

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 import commons_arena
 from commons_arena.enums import ALLOCATOR
-from experiments.evaluation.engine import play, returns_of
-from experiments.seeds import first_seed
 from policies.learned import read_sidecar
-from policies.population import Population
 from policies.registry import make_policy
 from policies.shipping import shipped_checkpoints
+from tests.policies.test_shipped_universal import crisis_gains_over_planner
 
 SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints" / "honest"
 
@@ -28,10 +24,5 @@ def test_it_acts_through_the_impartial_need_codec_and_is_shipped(tmp_path, monke
 
 def test_it_is_trained_it_beats_planner_on_crisis() -> None:
     """Measured +80.4 ± 11.7 over planner on crisis (100 seeds, checkpoints/honest/README.md); 12 seeds show it."""
-    config = commons_arena.load_scenario("crisis")
-    population = Population.default(config)
-    seeds = list(range(first_seed("compare"), first_seed("compare") + 12))
-    lineup = population.build(config, strict=False) | {ALLOCATOR: make_policy(f"learned:{SHIPPED}", config, ALLOCATOR)}
-    mine = np.array(returns_of(play(config, lineup, seeds), ALLOCATOR))
-    planner = np.array(returns_of(play(config, population.with_agent(ALLOCATOR, "planner"), seeds), ALLOCATOR))
-    assert (mine - planner).mean() > 0, (mine - planner).tolist()
+    gains = crisis_gains_over_planner(SHIPPED)
+    assert gains.mean() > 0, gains.tolist()
