@@ -242,7 +242,8 @@ class Benchmark:
     """
 
     policy: tyro.conf.Positional[Annotated[str, tyro.conf.arg(metavar="POLICY")]]
-    """the focal policy: a registered name (e.g. planner, edf, truthful, demand_priced) or learned:<checkpoint dir>"""
+    """the focal policy: a registered name (e.g. planner, edf, truthful, demand_priced) or learned:<checkpoint dir>, or with
+    parameters an inline TOML table: '{policy = "learned:universal", gate = 0.6}'"""
     suite: str = "heldout-allocator"
     """a shipped suite's name (experiments/suites/: heldout-allocator, tiers, team-search, broker) or a suite TOML"""
     seeds: int = 20

@@ -283,13 +283,18 @@ class LearnedPolicy:
         return self.interface.codec
 
     @classmethod
-    def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None) -> LearnedPolicy:
-        """Load ``arena_policy.json`` + ``arena_policy.safetensors``; nothing is unpickled."""
+    def load(cls, checkpoint: str | Path, config: ScenarioConfig | str, agent: str, seed: int | None = None,
+             gate: float | None = None) -> LearnedPolicy:
+        """Load ``arena_policy.json`` + ``arena_policy.safetensors``; nothing is unpickled. ``gate``: a
+        universal allocator's (:class:`~policies.universal.CellNetwork`); other checkpoints refuse one."""
         config = load_scenario(config)
         sidecar, network = load_network(checkpoint)
         meta = sidecar.model_dump(by_alias=True)
         if sidecar.universal is not None:
-            return cls._load_universal(checkpoint, meta, network, config, agent)
+            return cls._load_universal(checkpoint, meta, network, config, agent, gate or 0.0)
+        if gate is not None:
+            raise CheckpointError(f"checkpoint {checkpoint}: gate applies to a universal allocator's cells; "
+                                  "this checkpoint plays one scenario's own view (drop the gate)")
         check_fits(meta, config, agent, checkpoint)
         try:
             interface = ModuleInterface(config, agent, np.asarray(meta["observation_scale"], dtype=np.float32),
@@ -305,7 +310,7 @@ class LearnedPolicy:
 
     @classmethod
     def _load_universal(cls, checkpoint: str | Path, meta: dict[str, Any], network: PolicyNetwork,
-                        config: ScenarioConfig, agent: str) -> LearnedPolicy:
+                        config: ScenarioConfig, agent: str, gate: float = 0.0) -> LearnedPolicy:
         """A shape-free allocator (policies.universal): any scenario up to its maximum shape."""
         from policies import universal
 
@@ -313,18 +318,18 @@ class LearnedPolicy:
         if u != ours:
             raise CheckpointError(f"checkpoint {checkpoint}: its universal view {u} is not this commons_arena's {ours}")
         try:
-            return cls.cells(network, config, agent, meta["action_codec"])
+            return cls.cells(network, config, agent, meta["action_codec"], gate)
         except CheckpointError as err:
             raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
 
     @classmethod
     def cells(cls, network: PolicyNetwork, config: ScenarioConfig, agent: str = ALLOCATOR,
-              codec: dict[str, Any] | str | None = "need") -> LearnedPolicy:
+              codec: dict[str, Any] | str | None = "need", gate: float = 0.0) -> LearnedPolicy:
         """A shape-free allocator: one cell's ``network`` played on every real cell of the padded view."""
         from policies.universal import CellNetwork, UniversalInterface
 
         interface = UniversalInterface(config, agent, codec)
-        return cls(CellNetwork(network, interface.zero), interface)
+        return cls(CellNetwork(network, interface.zero, gate), interface)
 
     def reset(self, seed: int | None = None) -> None:
         """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""

@@ -38,6 +38,7 @@ scenario does not have are errors that say what is known.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,12 @@ class Entry:
     def parse(cls, value: Any, where: str) -> Entry:
         if isinstance(value, Entry):
             return value
+        if isinstance(value, str) and value.lstrip().startswith("{"):  # a command line's inline TOML table
+            try:
+                value = tomllib.loads(f"entry = {value}")["entry"]
+            except tomllib.TOMLDecodeError as err:
+                raise PopulationError(f'{where}: {value!r} is not an inline TOML table like '
+                                      f'{{policy = "learned:universal", gate = 0.6}}: {err}') from None
         if isinstance(value, str):
             return cls(value)
         if isinstance(value, Mapping):

@@ -144,12 +144,13 @@ def _learned_spec(name: str) -> PolicySpec:
             return LearnedPolicy.load(member_for(checkpoint, config, agent), config, agent, seed=seed)
 
         return PolicySpec(name, roles[0], member, (), other_roles=roles[1:])
-    role = read_sidecar(checkpoint)["role"]
+    sidecar = read_sidecar(checkpoint)
 
-    def factory(config: ScenarioConfig, agent: str, seed: int | None = None) -> Policy:
-        return LearnedPolicy.load(checkpoint, config, agent, seed=seed)
+    def factory(config: ScenarioConfig, agent: str, seed: int | None = None, gate: float | None = None) -> Policy:
+        return LearnedPolicy.load(checkpoint, config, agent, seed=seed, gate=gate)
 
-    return PolicySpec(name, role, factory, ())
+    # a universal allocator takes a gate (policies.universal.CellNetwork); other checkpoints take no parameter
+    return PolicySpec(name, sidecar["role"], factory, ("gate",) if sidecar.get("universal") else ())
 
 
 FIXED_PREFIX = "fixed:"

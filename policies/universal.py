@@ -288,13 +288,20 @@ def split_view(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class CellNetwork:
     """A per-cell :class:`PolicyNetwork` (cell features -> its code's logits) played on every
     real cell of a padded view: ``greedy(view)`` -> one code per padded cell (``zero`` in
-    padded ones). What a universal checkpoint's weights are."""
+    padded ones). What a universal checkpoint's weights are.
 
-    def __init__(self, network: PolicyNetwork, zero: int) -> None:
+    ``gate`` keeps a cell's correction only where the network is sure of it: a cell whose most likely
+    code has probability below ``gate`` plays ``zero`` (the base planner's plan for that cell). 0 plays
+    the argmax everywhere, as trained; on a cluster unlike the training ones an unsure correction is
+    more often a mistake than a gain (docs/training.md, "The gate")."""
+
+    def __init__(self, network: PolicyNetwork, zero: int, gate: float = 0.0) -> None:
         if network.input_size != N_FEATURES or len(network.nvec) != 1:
             raise CheckpointError(f"a per-cell network takes {N_FEATURES} features and outputs one code; this one takes "
                                   f"{network.input_size} and outputs {len(network.nvec)}")
-        self.network, self.zero = network, int(zero)
+        if not 0.0 <= gate < 1.0:
+            raise ValueError(f"gate must be in [0, 1): the least probability of a correction that is played, got {gate}")
+        self.network, self.zero, self.gate = network, int(zero), float(gate)
         self.input_size = OBS_SIZE
 
     def reset(self, rows: np.ndarray | None = None) -> None:
@@ -310,7 +317,12 @@ class CellNetwork:
         """One code per padded cell ``(B, CELLS)`` for ``(B, OBS_SIZE)`` views, one forward pass."""
         cells, mask = split_view(np.asarray(obs, dtype=np.float32))
         logits = self.network.logits(cells.reshape(-1, N_FEATURES)).reshape(*cells.shape[:2], -1)
-        return np.where(mask > 0.5, logits.argmax(axis=-1), self.zero).astype(np.int64)
+        code = logits.argmax(axis=-1)
+        if self.gate > 0.0:
+            # the argmax's probability: 1 / sum(exp(logit - max logit)), no overflow
+            sure = 1.0 / np.exp(logits - logits.max(axis=-1, keepdims=True)).sum(axis=-1) >= self.gate
+            code = np.where(sure, code, self.zero)
+        return np.where(mask > 0.5, code, self.zero).astype(np.int64)
 
 
 __all__ = [

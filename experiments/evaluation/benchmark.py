@@ -181,7 +181,7 @@ def check_plan(suite: Suite, policy: str, seeds: Sequence[int]) -> None:
     role and (a checkpoint) fits every evaluation scenario's seat."""
     from policies.registry import policy_spec
 
-    spec = policy_spec(policy)
+    spec = policy_spec(player_of(policy).entry.policy)
     if not spec.plays(suite.role):
         raise ValueError(f"policy {policy!r} plays the {'/'.join(spec.roles)} role; suite {suite.name!r} benchmarks "
                          f"the {suite.role} seat")

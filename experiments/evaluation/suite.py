@@ -17,6 +17,9 @@ any path)::
     split = "broad-heldout"
     take = 10
     background = "bluffers"
+    [[evaluation]]              # the validation set training holds out of a training split
+    split = "broad-train"       # (commons_arena.family.hold_out: the scenarios --validation-scenarios 16 sets aside)
+    validation = 16
     [[evaluation]]              # or one scenario by name or path (relative to the suite file)
     scenario = "crisis"
     background = "fixed_price"
@@ -78,6 +81,7 @@ class EntryModel(_Strict):
     scenario: str | None = None
     split: str | None = None
     take: int | None = Field(default=None, ge=1)
+    validation: int | None = Field(default=None, ge=1)
     background: str = "default"
     seat: str | None = None
 
@@ -85,8 +89,11 @@ class EntryModel(_Strict):
     def _one_source(self) -> EntryModel:
         if (self.scenario is None) == (self.split is None):
             raise ValueError("give exactly one of scenario = <name or path> and split = <family split>")
-        if self.take is not None and self.split is None:
-            raise ValueError("take (the first N scenarios) applies to a split only")
+        if (self.take is not None or self.validation is not None) and self.split is None:
+            raise ValueError("take (the first N scenarios) and validation (a training split's validation set) "
+                             "apply to a split only")
+        if self.take is not None and self.validation is not None:
+            raise ValueError("give take or validation, not both")
         return self
 
 
@@ -159,6 +166,12 @@ def _split(name: str) -> tuple[ScenarioConfig, ...]:
 def _scenarios(entry: EntryModel, base: Path | None) -> tuple[ScenarioConfig, ...]:
     if entry.split is not None:
         configs = _split(entry.split)
+        if entry.validation is not None:  # the K scenarios training holds out of this split to choose checkpoints
+            from commons_arena.family import hold_out, split_file  # type: ignore[import-not-found,unused-ignore]
+
+            if split_file(entry.split).heldout:
+                raise ValueError(f"split {entry.split!r} is held out: a validation set is carved from a training split")
+            return hold_out(configs, entry.validation)[1]
         return configs[: entry.take] if entry.take is not None else configs
     assert entry.scenario is not None
     return (load_scenario(resolve_reference(entry.scenario, base)),)

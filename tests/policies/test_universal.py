@@ -161,6 +161,45 @@ def test_one_checkpoint_plays_2_and_8_teams_1_and_4_tiers(universal_checkpoint, 
     assert np.isfinite(first["return"]) and first == again  # same seed, same episode
 
 
+def test_the_gate_plays_a_correction_only_where_the_network_is_sure_of_it():
+    config = SHAPES["octet_four_tiers"]
+    interface = UniversalInterface(config)
+    env = FocalEnv.from_scenario(config, [ALLOCATOR])
+    obs, _ = env.reset(seed=3)
+    interface.reset()
+    view = interface.observe(obs[ALLOCATOR])
+    net = random_cell_network(seed=1)
+    cells, mask = split_view(view)
+    logits = net.logits(cells)
+    sure = torch.softmax(torch.as_tensor(logits, dtype=torch.float64), dim=-1).max(dim=-1).values.numpy()
+    real = mask > 0.5
+    gate = float(np.median(sure[real]))  # about half of the real cells below it
+    argmax = CellNetwork(net, zero=2).greedy(view)
+    gated = CellNetwork(net, zero=2, gate=gate).greedy(view)
+    kept, dropped = real & (sure >= gate), real & (sure < gate)
+    assert kept.any() and dropped.any() and (argmax[dropped] != 2).any()  # the gate has something to do
+    np.testing.assert_array_equal(gated[kept], argmax[kept])
+    assert (gated[dropped] == 2).all() and (gated[~real] == 2).all()
+    np.testing.assert_array_equal(CellNetwork(net, zero=2, gate=0.0).greedy(view), argmax)
+    assert (CellNetwork(net, zero=2, gate=0.999999).greedy(view)[sure < 0.999999] == 2).all()
+    with pytest.raises(ValueError, match=r"gate must be in \[0, 1\)"):
+        CellNetwork(net, zero=2, gate=1.0)
+
+
+def test_a_gate_is_a_universal_checkpoints_parameter_batched_alike(universal_checkpoint):
+    from policies.registry import batch_policy
+
+    config = SHAPES["octet_four_tiers"]
+    name = f"learned:{universal_checkpoint}"
+    policy = make_policy(name, config, ALLOCATOR, gate=0.4)
+    assert isinstance(policy, LearnedPolicy) and policy.module.gate == 0.4  # type: ignore[attr-defined]
+    assert batch_policy(name, config, ALLOCATOR, 3, gate=0.4).network.gate == 0.4  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"gate must be in \[0, 1\)"):
+        make_policy(name, config, ALLOCATOR, gate=2.0)
+    with pytest.raises(ValueError, match=r"'learned:honest' got unknown parameter\(s\) \['gate'\]; it accepts none"):
+        make_policy("learned:honest", "crisis", ALLOCATOR, gate=0.5)  # one scenario's own view: no cells to gate
+
+
 def test_a_users_own_file_plays_through_learned(universal_checkpoint, tmp_path):
     path = tmp_path / "own.toml"
     path.write_text(toml_dumps(_octet_four_tiers()))

@@ -103,6 +103,27 @@ def test_heldout_suite_is_the_heldout_split_with_held_out_co_players():
     assert others and all(e.background.roles["team"].policy == "greedy_bluffer" for e in others)
 
 
+def test_the_validation_suite_is_the_set_training_holds_out_of_broad_train():
+    from commons_arena.family import heldout_hashes, hold_out, load_split
+
+    suite = load_suite(Path(__file__).parents[3] / "docs/examples/validation-allocator.toml")
+    _, validation = hold_out(tuple(load_split("broad-train")), 16)
+    for background in ("default", "bluffers"):
+        chosen = [e.config.content_hash for e in suite.evaluations if e.background_name == background]
+        assert chosen == [c.content_hash for c in validation]
+    assert not {e.config.canonical_game_hash for e in suite.evaluations} & set(heldout_hashes())
+
+
+def test_a_policy_with_parameters_is_an_inline_table_on_the_command_line():
+    from policies.population import Entry, PopulationError
+
+    entry = Entry.parse('{policy = "planner", margin = 0.25}', "POLICY")
+    assert entry == Entry("planner", {"margin": 0.25})
+    assert Entry.parse("planner", "POLICY") == Entry("planner")
+    with pytest.raises(PopulationError, match=r"POLICY: '\{policy = ' is not an inline TOML table like"):
+        Entry.parse("{policy = ", "POLICY")
+
+
 def test_broker_suite_tries_every_markup_code(tiny_file):
     from experiments.evaluation.benchmark import code_players
     from policies.registry import make_policy
@@ -122,6 +143,9 @@ def test_broker_suite_tries_every_markup_code(tiny_file):
     (lambda d: d.update(colour="blue"), "colour"),
     (lambda d: d["evaluation"].append({"scenario": "standard", "split": "broad-heldout"}), "exactly one of"),
     (lambda d: d["evaluation"].append({"scenario": "standard", "take": 3}), "take"),
+    (lambda d: d["evaluation"].append({"scenario": "standard", "validation": 3}), "apply to a split only"),
+    (lambda d: d["evaluation"].append({"split": "broad-train", "take": 2, "validation": 3}), "take or validation"),
+    (lambda d: d["evaluation"].append({"split": "broad-heldout", "validation": 3}), "is held out"),
     (lambda d: d["evaluation"].append({"scenario": "standard", "background": "nobody"}),
      "background 'nobody' is not defined"),
     (lambda d: d["evaluation"].append({"scenario": "no_such_scenario"}), "evaluation[2]"),
