@@ -244,7 +244,7 @@ def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
 
 def kind_flags() -> set[str]:
     """The flags an experiment kind carries (its ClassVar bools): read by its own hooks only."""
-    from experiments.training.kinds import Kind
+    from experiments.training.kind import Kind
 
     return {name for name, value in vars(Kind).items() if isinstance(value, bool)}
 
@@ -268,17 +268,17 @@ def object_switches(path: Path, flags: set[str], names: set[str]) -> list[str]:
 
 
 def test_kinds_and_networks_are_asked_not_switched_on() -> None:
-    """No kind flag is read outside kinds.py and no network name compared outside networks.py: code asks
+    """No kind flag is read outside the kinds (kind.py, kinds.py) and no network name compared outside networks.py: code asks
     the object (its hooks), and a new kind or network is one class in its registry."""
     from experiments.training.args import TrainArgs
     from experiments.training.networks import NETWORKS
 
     flags, names = kind_flags(), set(NETWORKS)
     assert {"shape_free", "league", "switches_populations"} <= flags
-    homes = {"experiments.training.kinds", "experiments.training.networks"}
+    homes = {"experiments.training.kind", "experiments.training.kinds", "experiments.training.networks"}
     wrong = sorted(f"{module} {where}" for module, path in module_files().items() if module not in homes
                    for where in object_switches(path, flags, names))
-    assert not wrong, "ask the kind (experiments/training/kinds.py) or the network (networks.py): " + "; ".join(wrong)
+    assert not wrong, "ask the kind (experiments/training/kind.py) or the network (networks.py): " + "; ".join(wrong)
     assert not flags & set(dir(TrainArgs)), "TrainArgs forwards a kind flag: ask args.kind's hooks instead"
 
 
