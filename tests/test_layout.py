@@ -68,11 +68,23 @@ def module_files() -> dict[str, Path]:
     return files
 
 
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for all the checks here."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def nodes_of(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``'s syntax tree, walked once."""
+    return tuple(ast.walk(tree_of(path)))
+
+
 def imports_of(path: Path, module: str, is_package: bool) -> Iterator[tuple[str, ...]]:
     """Every import in ``path`` (absolute; relative ones resolved), wherever it stands, as the
     names it may load, most specific first: ``from pkg import name`` is ``(pkg.name, pkg)``,
     importing the module ``pkg.name`` if there is one and otherwise a name of ``pkg``."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes_of(path):
         if isinstance(node, ast.Import):
             yield from ((alias.name,) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -218,7 +230,7 @@ EPISODE_LOOP_ALLOWED = {
 def loop_uses(path: Path) -> list[int]:
     """Lines of ``path`` that use ``run_episode`` or ``FocalEnv`` (a call, an attribute, a
     reference), imports and strings not counted."""
-    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return sorted({node.lineno for node in nodes_of(path)
                    if (isinstance(node, ast.Name) and node.id in LOOP_NAMES)
                    or (isinstance(node, ast.Attribute) and node.attr in LOOP_NAMES)})
 
@@ -253,7 +265,7 @@ def object_switches(path: Path, flags: set[str], names: set[str]) -> list[str]:
     """Where ``path`` reads a kind's flag (``kind.<flag>``, ``args.kind.<flag>``, ``kind_of(x).<flag>``) or
     compares a network by name (``network == "cells"``, ``args.network in (...)``)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes_of(path):
         if isinstance(node, ast.Attribute) and node.attr in flags:
             owner = node.value
             if (isinstance(owner, ast.Name) and owner.id in ("kind", "self")) or \
@@ -313,7 +325,7 @@ def public_definitions() -> dict[str, list[str]]:
     """Public name -> the modules whose top level defines it (a function or a class)."""
     out: dict[str, list[str]] = {}
     for module, path in module_files().items():
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in tree_of(path).body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
                 out.setdefault(node.name, []).append(module)
     return out
