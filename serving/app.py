@@ -21,10 +21,10 @@ is full. Over the WebSocket the same error is a frame ``{"type": "error", "data"
 (a reset refused after the old table was released leaves the session waiting for a reset).
 Every limit, its value and its error are listed in ``docs/limits.md``.
 
-Environment steps are short (well under a millisecond) and run on the event loop itself:
-sessions never share an environment, and one thread means no locks. Every route, WebSocket
-frame and MCP tool that touches a session is a coroutine on that loop (none runs in a worker
-thread), so concurrent calls on one session play one after another.
+Every route, WebSocket frame and MCP tool that touches a session is a coroutine that takes the
+session's turn (:meth:`serving.session.Session.run`): a reset or a step (whose background may
+solve the oracle's MILP) runs in a worker thread while the turn is held, so the event loop stays
+free for ``/health`` and other sessions, and concurrent calls on one session play one after another.
 """
 
 from __future__ import annotations
