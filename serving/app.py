@@ -1,33 +1,9 @@
 """The ASGI app: openenv-core's endpoints over sessions of remote seats.
 
-==========================  ==================================================================
-route                       what it does
-==========================  ==================================================================
-``GET /health``             ``{"status": "healthy"}``
-``GET /metadata``           name, description, version (openenv's ``EnvironmentMetadata``)
-``GET /info``               scenarios and their seats, the defaults, limits, open sessions
-``GET /schema``             ``{"action", "observation", "state"}`` JSON Schemas of one seat
-                            (``?scenario=&seat=``; default: the server's first seat)
-``POST /reset``             opens a session (or resets ``session_id``): body ``{"seed",
-                            "episode_id", "scenario", "seats", "population", "text",
-                            "record", "on_invalid", "session_id"}``, all optional
-``POST /step``              ``{"session_id", "action"}`` → ``{"observation", "reward",
-                            "done"}``; the session's metadata is ``observation.metadata``
-``GET /state``              ``?session_id=`` → episode id, step count, returns, invalid counts
-``POST /close``             ``{"session_id"}``: ends the session
-``GET /sessions/{id}/recording``  the episode's JSONL recording once it has ended
-``POST /preview``           ``{"session_id", "action"}`` → what the action would do this tick
-                            (spend, carbon, idle; jobs' tiers; prices), nothing played
-``GET /sessions/{id}/default``  the entries the play page's form starts from this tick, the
-                            rule that made them and what was lowered to stay in range
-``GET /sessions/{id}/summary``  once ended: the seat's own totals, the episode's, and what
-                            reference policies scored in the seat on the same seed
-``WS /ws``                  one session per connection; messages ``{"type": "reset" | "step"
-                            | "state" | "close", "data": {...}}``; replies ``{"type":
-                            "observation" | "state" | "error", "data": {...}}``
-``GET /play``               the play page: a person takes a seat in the browser
-``POST /mcp``               Model Context Protocol (streamable HTTP): a seat as tools
-==========================  ==================================================================
+The routes, one named coroutine each below, are listed with their bodies in docs/serving.md
+("Routes"): openenv-core's (``/health``, ``/metadata``, ``/schema``, ``/reset``, ``/step``,
+``/state``, ``/ws``), the session's own (``/close``, ``/preview``, ``/sessions/{id}/...``), the
+play page (``/play``) and the Model Context Protocol endpoint (``/mcp``, :mod:`serving.mcp_seat`).
 
 openenv-core's own ``/reset`` and ``/step`` are stateless (a fresh env per request); here
 plain HTTP keeps an episode across requests through ``session_id`` (returned by ``/reset``
@@ -45,10 +21,10 @@ is full. Over the WebSocket the same error is a frame ``{"type": "error", "data"
 (a reset refused after the old table was released leaves the session waiting for a reset).
 Every limit, its value and its error are listed in ``docs/limits.md``.
 
-Environment steps are short (well under a millisecond) and run on the event loop itself:
-sessions never share an environment, and one thread means no locks. Every route, WebSocket
-frame and MCP tool that touches a session is a coroutine on that loop (none runs in a worker
-thread), so concurrent calls on one session play one after another.
+Every route, WebSocket frame and MCP tool that touches a session is a coroutine that takes the
+session's turn (:meth:`serving.session.Session.run`): a reset or a step (whose background may
+solve the oracle's MILP) runs in a worker thread while the turn is held, so the event loop stays
+free for ``/health`` and other sessions, and concurrent calls on one session play one after another.
 """
 
 from __future__ import annotations
@@ -73,7 +49,7 @@ from starlette.routing import Route
 
 import commons_arena
 from commons_arena.inputs import MAX_DEPTH, InputError, TooDeep
-from commons_arena.scenario import load_scenario
+from commons_arena.scenario import ScenarioConfig, load_scenario
 from serving.briefing import seat_guide
 from serving.explain import default_action as explain_default
 from serving.explain import preview as explain_preview
@@ -83,6 +59,7 @@ from serving.session import ServeError, ServeSettings, Session, SessionStore
 from serving.session import internal_error as _internal
 from serving.wire import (
     ActionError,
+    SeatSpec,
     action_schema,
     encode_observation,
     form_spec,
@@ -303,6 +280,14 @@ def hosted(connection: Request | WebSocket) -> Hosted:
     return connection.app.state.hosted
 
 
+def _requested_seat(config: ScenarioConfig, seat: str) -> SeatSpec:
+    """The spec of the ``?seat=`` a route was asked for, or a 422 naming the scenario's seats."""
+    try:
+        return seat_spec(config, seat)
+    except ValueError as err:
+        raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+
+
 routes = APIRouter()
 
 
@@ -326,11 +311,7 @@ async def get_info(request: Request) -> dict[str, Any]:
 async def schema(request: Request, scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
     settings = hosted(request).settings
     config = settings.config(scenario)
-    name = seat or (settings.seats[0] if settings.seats[0] in config.agents else config.agents[0])
-    try:
-        spec = seat_spec(config, name)
-    except ValueError as err:
-        raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+    spec = _requested_seat(config, seat or (settings.seats[0] if settings.seats[0] in config.agents else config.agents[0]))
     observation = observation_schema(spec)
     observation["properties"].update(OBSERVATION_EXTRAS)
     return {"action": action_schema(spec), "observation": observation, "state": STATE_SCHEMA}
@@ -419,10 +400,7 @@ async def summary(request: Request, session_id: str) -> dict[str, Any]:
 @routes.get("/play/spec")
 async def play_spec(request: Request, scenario: str | None = None, seat: str | None = None) -> dict[str, Any]:
     config = hosted(request).settings.config(scenario)
-    try:
-        spec = seat_spec(config, seat or config.agents[0])
-    except ValueError as err:
-        raise ServeError(422, "INVALID_REQUEST", str(err), field="seat", allowed=list(config.agents)) from None
+    spec = _requested_seat(config, seat or config.agents[0])
     return {**form_spec(spec), "guide": seat_guide(spec)}  # the text briefing's facts: one source
 
 

@@ -1,29 +1,10 @@
 """A seat as Model Context Protocol tools, at ``/mcp`` of the same app (streamable HTTP).
 
 Any MCP client (a language model with tool calling, an agent framework, the ``mcp`` SDK's
-own ``Client``) plays one seat of one episode through six tools (every answer is compact
-JSON text; parameters carry descriptions and their allowed values, ``seat`` and
-``scenario`` as enums):
-
-=================  ==========================================================================
-tool               what it does
-=================  ==========================================================================
-``start_episode``  opens a session in a seat (``seat``, ``scenario``, ``seed``, all optional);
-                   returns its ``session_id``, the briefing (once per episode) and the
-                   observation of tick 0
-``act``            plays one tick: ``action`` is the JSON action (an object of named parts)
-                   or a text with one JSON action in it; returns the reward, its non-zero
-                   terms, events, and a compact next view: the observation and this tick's
-                   numbers (tier costs, jobs' tiers); at the end the seat's own totals, the
-                   episode's, the reference policies' returns and reward terms on the same
-                   seed, and the term that lost the seat the most against each
-``preview``        what an action would do this tick without playing it (spend, carbon,
-                   idle; where each job runs; prices and profit), as text lines
-``observe``        the observation now (``briefing: true`` repeats the briefing); after the
-                   end the totals and the references (:mod:`serving.seat_references`)
-``episode_state``  tick, returns, invalid-action counts, whether the episode is over
-``end_episode``    closes the session
-=================  ==========================================================================
+own ``Client``) plays one seat of one episode through six tools, listed with what they answer
+in docs/serving.md ("MCP: a seat as tools"): ``start_episode``, ``act``, ``preview``,
+``observe``, ``episode_state``, ``end_episode``. Every answer is compact JSON text; parameters
+carry descriptions and their allowed values, ``seat`` and ``scenario`` as enums.
 
 Errors are in plain words and name the tool to call next (``start_episode`` for an
 unknown session, ``observe`` after the end, ``act`` again after a refused action);

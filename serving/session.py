@@ -193,8 +193,9 @@ class Options:
     on_invalid: str
 
 
-def _bad(message: str, key: str) -> ServeError:
-    return ServeError(422, "INVALID_REQUEST", message, field=key)
+def _bad(message: str, key: str, allowed: list[Any] | None = None) -> ServeError:
+    """A reset parameter refused: 422 naming the parameter (and, for a choice, what it may be)."""
+    return ServeError(422, "INVALID_REQUEST", message, field=key, **({} if allowed is None else {"allowed": allowed}))
 
 
 def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
@@ -216,9 +217,8 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
     seats_list = [seats_value] if isinstance(seats_value, str) else seats_value
     if (not isinstance(seats_list, list) or not seats_list or len(set(map(str, seats_list))) != len(seats_list)
             or any(s not in config.agents for s in seats_list)):
-        raise ServeError(422, "INVALID_REQUEST", f"seats must be one or more distinct seats of scenario "
-                         f"{config.name!r}: {list(config.agents)}; got {_short_id(repr(seats_value))}", field="seats",
-                         allowed=list(config.agents))
+        raise _bad(f"seats must be one or more distinct seats of scenario {config.name!r}: {list(config.agents)}; "
+                   f"got {_short_id(repr(seats_value))}", "seats", list(config.agents))
     population = settings.population or Population.default(config)
     overrides = data.get("population")
     if overrides is not None:
@@ -234,9 +234,8 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
             raise _bad(str(err), "population") from None
         ghosts = [a for a in extra.agents if a not in config.agents]
         if ghosts:  # the server's own population may span scenarios; a client names this table's agents
-            raise ServeError(422, "INVALID_REQUEST", f"population.agents: scenario {config.name!r} has no agent "
-                             f"{_short_id(ghosts[0])!r}; its agents: {list(config.agents)}", field="population",
-                             allowed=list(config.agents))
+            raise _bad(f"population.agents: scenario {config.name!r} has no agent {_short_id(ghosts[0])!r}; "
+                       f"its agents: {list(config.agents)}", "population", list(config.agents))
         # checkpoints are files on the server: only its operator chooses them
         entries = [Entry.parse(e, "population") for e in [*extra.agents.values(), *extra.roles.values()]]
         if any(e.policy == "oracle" for e in entries):
@@ -259,8 +258,8 @@ def parse_options(data: Mapping[str, Any], settings: ServeSettings) -> Options:
         flags[key] = value
     on_invalid = data.get("on_invalid", "reject")
     if on_invalid not in ON_INVALID:
-        raise ServeError(422, "INVALID_REQUEST", f"on_invalid must be one of {list(ON_INVALID)}, got {_short_id(repr(on_invalid))}",
-                         field="on_invalid", allowed=list(ON_INVALID))
+        raise _bad(f"on_invalid must be one of {list(ON_INVALID)}, got {_short_id(repr(on_invalid))}", "on_invalid",
+                   list(ON_INVALID))
     return Options(seed, episode_id, config, tuple(seats_list), population, flags["text"], flags["record"], on_invalid)
 
 

@@ -24,11 +24,12 @@ fails on an allowance no longer used, so the list stays true.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import pytest
 
-from tests.test_layout import ROOT, module_files
+from tests.test_layout import ROOT, module_files, tree_of
 
 WRITER = "commons_arena/files.py"
 MODE = re.compile(r"^[rwxabt+U]{1,4}$")
@@ -109,9 +110,10 @@ def _read_only_uri(node: ast.AST | None) -> bool:
     return "mode=ro" in text
 
 
-def writes_in(source: str) -> list[tuple[int, str]]:
-    """(line, call) of every call in ``source`` that writes to the disk (the rules in the module docstring)."""
-    tree = ast.parse(source)
+def writes_in(source: str | ast.Module) -> list[tuple[int, str]]:
+    """(line, call) of every call in ``source`` (text or its parsed tree) that writes to the disk (the rules in the
+    module docstring)."""
+    tree = ast.parse(source) if isinstance(source, str) else source
     imported = _imported_names(tree)
     aliases = _module_aliases(tree)
     found = []
@@ -157,6 +159,7 @@ def writes_in(source: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+@functools.cache
 def shipped_writes() -> dict[tuple[str, str], list[int]]:
     """(module file, call) -> lines, for every write outside the writer."""
     out: dict[tuple[str, str], list[int]] = {}
@@ -164,7 +167,7 @@ def shipped_writes() -> dict[tuple[str, str], list[int]]:
         rel = path.relative_to(ROOT).as_posix()
         if rel == WRITER:
             continue
-        for line, call in writes_in(path.read_text(encoding="utf-8")):
+        for line, call in writes_in(tree_of(path)):
             key = (rel, call.split("(")[0])
             out.setdefault(key, []).append(line)
     return out

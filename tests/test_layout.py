@@ -68,11 +68,23 @@ def module_files() -> dict[str, Path]:
     return files
 
 
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for all the checks here."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def nodes_of(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``'s syntax tree, walked once."""
+    return tuple(ast.walk(tree_of(path)))
+
+
 def imports_of(path: Path, module: str, is_package: bool) -> Iterator[tuple[str, ...]]:
     """Every import in ``path`` (absolute; relative ones resolved), wherever it stands, as the
     names it may load, most specific first: ``from pkg import name`` is ``(pkg.name, pkg)``,
     importing the module ``pkg.name`` if there is one and otherwise a name of ``pkg``."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes_of(path):
         if isinstance(node, ast.Import):
             yield from ((alias.name,) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -218,7 +230,7 @@ EPISODE_LOOP_ALLOWED = {
 def loop_uses(path: Path) -> list[int]:
     """Lines of ``path`` that use ``run_episode`` or ``FocalEnv`` (a call, an attribute, a
     reference), imports and strings not counted."""
-    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return sorted({node.lineno for node in nodes_of(path)
                    if (isinstance(node, ast.Name) and node.id in LOOP_NAMES)
                    or (isinstance(node, ast.Attribute) and node.attr in LOOP_NAMES)})
 
@@ -244,7 +256,7 @@ def test_the_loop_check_sees_calls_and_attributes(tmp_path: Path) -> None:
 
 def kind_flags() -> set[str]:
     """The flags an experiment kind carries (its ClassVar bools): read by its own hooks only."""
-    from experiments.training.kinds import Kind
+    from experiments.training.kind import Kind
 
     return {name for name, value in vars(Kind).items() if isinstance(value, bool)}
 
@@ -253,7 +265,7 @@ def object_switches(path: Path, flags: set[str], names: set[str]) -> list[str]:
     """Where ``path`` reads a kind's flag (``kind.<flag>``, ``args.kind.<flag>``, ``kind_of(x).<flag>``) or
     compares a network by name (``network == "cells"``, ``args.network in (...)``)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes_of(path):
         if isinstance(node, ast.Attribute) and node.attr in flags:
             owner = node.value
             if (isinstance(owner, ast.Name) and owner.id in ("kind", "self")) or \
@@ -268,17 +280,17 @@ def object_switches(path: Path, flags: set[str], names: set[str]) -> list[str]:
 
 
 def test_kinds_and_networks_are_asked_not_switched_on() -> None:
-    """No kind flag is read outside kinds.py and no network name compared outside networks.py: code asks
+    """No kind flag is read outside the kinds (kind.py, kinds.py) and no network name compared outside networks.py: code asks
     the object (its hooks), and a new kind or network is one class in its registry."""
     from experiments.training.args import TrainArgs
     from experiments.training.networks import NETWORKS
 
     flags, names = kind_flags(), set(NETWORKS)
     assert {"shape_free", "league", "switches_populations"} <= flags
-    homes = {"experiments.training.kinds", "experiments.training.networks"}
+    homes = {"experiments.training.kind", "experiments.training.kinds", "experiments.training.networks"}
     wrong = sorted(f"{module} {where}" for module, path in module_files().items() if module not in homes
                    for where in object_switches(path, flags, names))
-    assert not wrong, "ask the kind (experiments/training/kinds.py) or the network (networks.py): " + "; ".join(wrong)
+    assert not wrong, "ask the kind (experiments/training/kind.py) or the network (networks.py): " + "; ".join(wrong)
     assert not flags & set(dir(TrainArgs)), "TrainArgs forwards a kind flag: ask args.kind's hooks instead"
 
 
@@ -313,7 +325,7 @@ def public_definitions() -> dict[str, list[str]]:
     """Public name -> the modules whose top level defines it (a function or a class)."""
     out: dict[str, list[str]] = {}
     for module, path in module_files().items():
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in tree_of(path).body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
                 out.setdefault(node.name, []).append(module)
     return out

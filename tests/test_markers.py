@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import SLOW_NEEDS, deselects_every_test, marking_errors, module_marks, unmarked_needs
 from tests.sweeps import SLOW_CASES, swept
+from tests.test_layout import tree_of
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -45,16 +46,15 @@ def test_a_module_without_pytestmark_has_no_module_marks(tmp_path):
 def test_every_pytestmark_is_readable_without_importing():
     """`-m "not slow"` skips importing a module whole only if its pytestmark reads as marks."""
     for path in TEST_MODULES:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
         assigned = any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets)
-                       for node in tree.body)
+                       for node in tree_of(path).body)
         assert module_marks(path) or not assigned, f"{path}: pytestmark names no pytest.mark.NAME"
 
 
 def test_modules_that_drive_a_browser_are_marked_browser():
     drivers = [path for path in TEST_MODULES if any(
         isinstance(node, ast.ImportFrom) and node.module == "tests.browser"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+        for node in ast.walk(tree_of(path)))]
     assert drivers
     for path in drivers:
         assert "browser" in module_marks(path), f"{path} drives Chromium but is not marked browser"

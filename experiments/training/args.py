@@ -18,7 +18,8 @@ import tyro
 
 from commons_arena.batched.env import MAX_NUM_ENVS
 from experiments.seeds import first_seed
-from experiments.training.kinds import KINDS, Kind, kind_of
+from experiments.training.kind import Kind
+from experiments.training.kinds import KINDS, kind_of
 from experiments.training.networks import NETWORKS, Network, network_of
 
 LATEST = "latest"  # <out>/latest: a symlink to the newest run folder

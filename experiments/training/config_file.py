@@ -49,7 +49,7 @@ from commons_arena.files import toml_key, toml_value, write_file
 from commons_arena.inputs import load_toml_file, read_bytes
 from commons_arena.scenario import ScenarioConfig
 from experiments.training.args import TrainArgs
-from experiments.training.kinds import SPLIT_PREFIX
+from experiments.training.kind import SPLIT_PREFIX
 
 # Not part of an experiment: where and how this session runs (refused in a file, never written; on
 # ``--resume`` they are this session's). The one list of them (the budget is recorded: runs.BUDGET).

@@ -27,7 +27,7 @@ from commons_arena.scenario import MAX_RETURN, ScenarioConfig
 from experiments.evaluation.engine import Observer, Tick, play
 from experiments.evaluation.evaluate import BASELINE_ALLOCATORS
 from experiments.training.args import TrainArgs
-from experiments.training.kinds import SPLIT_PREFIX
+from experiments.training.kind import SPLIT_PREFIX
 from experiments.training.mixture import Mixture, load_mixture
 from experiments.training.networks import check_warm_start
 from experiments.training.references import References, anchor_means, cached_reference_returns

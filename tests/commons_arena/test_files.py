@@ -186,7 +186,7 @@ def _no_surrogates(value):
     return True
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_DOCS.filter(_no_surrogates))
 def test_toml_text_reads_back_equal(data):
     assert tomllib.loads(toml_text(data, header=["a header\nover two lines"])) == data

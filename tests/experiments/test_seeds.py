@@ -12,6 +12,7 @@ import pytest
 
 from commons_arena.spaces import MAX_SEED
 from experiments.seeds import SEED_RANGES, first_seed, validate_seeds
+from tests.test_layout import tree_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,8 +67,7 @@ def _seed_constants(path: Path) -> list[str]:
     """Integer literals >= 100 given to a name that says it is a first seed, or to a seed range or
     tuple (an assignment, a field or a default); counts of seeds (``seeds: int = 20``) are not seeds."""
     found = []
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
+    for node in ast.walk(tree_of(path)):
         pairs: list[tuple[str, ast.AST | None]] = []
         if isinstance(node, ast.Assign):
             pairs = [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)]
