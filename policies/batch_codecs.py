@@ -46,7 +46,6 @@ from policies.codecs import (
     ResidualPlannerCodec,
     make_codec,
 )
-from policies.planner import BatchPlanner
 from policies.teams import declare
 
 
@@ -220,7 +219,7 @@ class BatchResidualCodec(BatchAllocatorCodec):
     def __init__(self, config: ScenarioConfig, num_envs: int, agent: str = ALLOCATOR) -> None:
         super().__init__(config, num_envs, agent)
         c = self.codec
-        self.planner = BatchPlanner.of(c.planner, num_envs)
+        self.planner = c.planner.resized(num_envs)
         self._proposed = np.zeros(num_envs, dtype=bool)  # the row below holds a proposal for its arena
         self._seen = np.zeros((num_envs, c.obs.size), dtype=np.float64)
         self._buy = np.zeros((num_envs, c.n_tiers), dtype=np.int64)

@@ -274,10 +274,10 @@ class ResidualPlannerCodec(AllocatorCodec):
 
     @staticmethod
     def base_planner(config: ScenarioConfig) -> Any:
-        """The planner whose estimate and grants the codec corrects (its zero code plays it)."""
-        from policies.planner import PlannerAllocator
+        """The planner whose estimate and grants the codec corrects (its zero code plays it), in one arena."""
+        from policies.planner import BatchPlanner
 
-        return PlannerAllocator(config)
+        return BatchPlanner(config, ALLOCATOR, 1)
 
     @property
     def n_features(self) -> int:
@@ -292,13 +292,13 @@ class ResidualPlannerCodec(AllocatorCodec):
         return np.full(self.n_teams * self.n_tiers, self.DELTAS.index(0))
 
     def reset(self) -> None:
-        self.planner.reset()
+        self.planner.reset([None])
         self._proposal = None
 
     def _propose(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The planner's (buy, grant) for this observation; the planner sees each tick once."""
         if self._proposal is None or not np.array_equal(self._proposal[0], observation):
-            action = self.planner.act(observation)
+            action = self.planner.act(observation[None])[0]
             T = self.n_tiers
             self._proposal = (np.array(observation, copy=True), action[:T], action[T:].reshape(self.n_teams, T))
         return self._proposal[1], self._proposal[2]
@@ -306,9 +306,7 @@ class ResidualPlannerCodec(AllocatorCodec):
     def proposal(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The planner's need estimate and grant for this observation (teams x tiers each, GPUs)."""
         _, grant = self._propose(observation)
-        estimate = self.planner.last_estimate
-        assert estimate is not None
-        return estimate, grant
+        return self.planner.last_estimate[0], grant
 
     def features(self, observation: np.ndarray) -> np.ndarray:
         estimate, grant = self.proposal(observation)
@@ -356,15 +354,12 @@ class NeedResidualCodec(ResidualPlannerCodec):
         delta = self.correction(code)
         if not delta.any():
             return np.concatenate([buy, grant.ravel()]).astype(np.int64)
-        estimate = self.planner.last_estimate
-        assert estimate is not None
-        need = np.minimum(np.maximum(estimate + delta, 0), self.ceiling_row)  # np.clip's result, integers
-        action = np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
-        return np.minimum(action, self._top_action)
+        need = np.minimum(np.maximum(self.planner.last_estimate[0] + delta, 0), self.ceiling_row)  # np.clip's result
+        return np.minimum(self.planner.plan(observation[None], need[None])[0], self._top_action)
 
 
 class FairNeedCodec(NeedResidualCodec):
-    """``need`` over ``fair_planner`` (:class:`~policies.mechanisms.FairPlannerAllocator`): the
+    """``need`` over ``fair_planner`` (:class:`~policies.mechanisms.BatchFairPlanner`): the
     corrections move an estimate that undoes a team's whole inflation and adds the same headroom
     share for every team, so the zero code pays no bluff in proportion to it (``planner`` keeps
     half the inflation). The base of an allocator meant to be hard to exploit (docs/negotiation.md)."""
@@ -373,9 +368,9 @@ class FairNeedCodec(NeedResidualCodec):
 
     @staticmethod
     def base_planner(config: ScenarioConfig) -> Any:
-        from policies.mechanisms import FairPlannerAllocator
+        from policies.mechanisms import BatchFairPlanner
 
-        return FairPlannerAllocator(config)
+        return BatchFairPlanner(config, ALLOCATOR, 1)
 
 
 class ImpartialNeedCodec(FairNeedCodec):
@@ -387,9 +382,9 @@ class ImpartialNeedCodec(FairNeedCodec):
 
     @staticmethod
     def base_planner(config: ScenarioConfig) -> Any:
-        from policies.mechanisms import FairPlannerAllocator
+        from policies.mechanisms import BatchFairPlanner
 
-        return FairPlannerAllocator(config, heed_escalation=False)
+        return BatchFairPlanner(config, ALLOCATOR, 1, heed_escalation=False)
 
 
 # ---------------------------------------------------------------------- teams

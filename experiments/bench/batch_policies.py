@@ -6,8 +6,8 @@ allocator's observations kept; arena *i* of a batch replays episode ``i mod --ep
 so every arena's planner carries an episode's beliefs. Per N of ``--sizes`` each form steps
 every arena through ``--ticks`` ticks on one core (no env in the timing):
 
-* ``planner``: :class:`~policies.planner.BatchPlanner` vs N :class:`~policies.planner.PlannerAllocator`
-  (:class:`~policies.batch.LoopBatchPolicy`), ``act`` per tick;
+* ``planner``: :class:`~policies.planner.BatchPlanner` vs N per-arena planners (batches of one,
+  :class:`~policies.batch.LoopBatchPolicy`), ``act`` per tick;
 * ``need``: :class:`~policies.batch_codecs.BatchNeedCodec` vs N per-arena codecs
   (:class:`~policies.batch_codecs.LoopBatchCodec`), ``features`` then ``decode`` of random
   module outputs per tick, as a training step asks.
@@ -35,7 +35,8 @@ from policies import Population
 from policies.batch import LoopBatchPolicy
 from policies.batch_codecs import BatchNeedCodec, LoopBatchCodec
 from policies.codecs import NeedResidualCodec
-from policies.planner import BatchPlanner, PlannerAllocator
+from policies.planner import BatchPlanner
+from policies.registry import make_policy
 
 
 @dataclass
@@ -120,7 +121,7 @@ def one_size(config, played: list[np.ndarray], ticks: int, n: int, seed: int, fi
     codes = np.random.default_rng(seed).integers(0, nvec, (ticks, n, len(nvec)))
     seeds = list(range(n))
 
-    loop, batch = LoopBatchPolicy(lambda: PlannerAllocator(config), n), BatchPlanner(config, n)
+    loop, batch = LoopBatchPolicy(lambda: make_policy("planner", config, ALLOCATOR), n), BatchPlanner(config, ALLOCATOR, n)
     loop.reset(seeds)
     batch.reset(seeds)
     t_loop, a_loop = time_ticks(lambda t: loop.act(stream[t]), ticks)

@@ -20,8 +20,7 @@ from policies.codecs import (
     make_codec,
 )
 from policies.learned import ModuleInterface
-from policies.mechanisms import FairPlannerAllocator
-from policies.planner import PlannerAllocator
+from tests.reference.planner import ReferencePlanner
 
 
 def random_observation(config, rng) -> np.ndarray:
@@ -61,18 +60,17 @@ def test_decoded_actions_never_need_repair(name):
         assert (grant >= 0).all() and (buy >= 0).all()
 
 
-def ImpartialFairPlanner(config):  # noqa: N802 (a class's stand-in in the table below)
-    return FairPlannerAllocator(config, heed_escalation=False)
+FAIR = {"margin": 0.0, "headroom": 0.5}  # fair_planner's parameters
 
 
-@pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, PlannerAllocator),
-                                                   (NeedResidualCodec, PlannerAllocator),
-                                                   (FairNeedCodec, FairPlannerAllocator),
-                                                   (ImpartialNeedCodec, ImpartialFairPlanner)])
+@pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, {}), (NeedResidualCodec, {}),
+                                                   (FairNeedCodec, FAIR),
+                                                   (ImpartialNeedCodec, {**FAIR, "heed_escalation": False})])
 def test_residual_zero_code_plays_the_planner_exactly(codec_class, base):
+    """The zero code plays its base planner: the list-based spec (tests/reference/planner.py) with those parameters."""
     env = commons_arena.parallel_env("crisis")
     codec = codec_class(env.config)
-    planner = base(env.config)
+    planner = ReferencePlanner(env.config, **base)
     policies = Population.default(env.config).build(env.config, env=env)
     for seed in range(3):
         codec.reset()

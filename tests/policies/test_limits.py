@@ -161,14 +161,14 @@ def test_no_avoidable_invalid_unit_on_more_perturbed_scenarios() -> None:  # slo
 def test_without_the_fit_step_the_property_fails(monkeypatch) -> None:
     """The same allocators, their actions left as they were: the hard cap costs them avoidable units."""
     def unfitted(limits, buy, grant, order):
-        return list(buy), [list(row) for row in grant]
+        return buy, grant
 
-    monkeypatch.setattr(planner, "fit_action", unfitted)
+    monkeypatch.setattr(planner, "fit_action_batch", unfitted)
     # the planner's cap rule (cap_admission) already plans within the carbon left on this one-tier
     # cluster; without it too, its plan is the greedy the fit step must cut
     monkeypatch.setattr(planner, "cap_admission",
                         lambda need, kg, headroom, streak, rank: (np.ones(streak.shape, bool), np.zeros(streak.shape, bool)))
-    monkeypatch.setattr(allocators, "fit_action_batch", lambda limits, buy, grant, order: (buy, grant))
+    monkeypatch.setattr(allocators, "fit_action_batch", unfitted)
     config = commons_arena.load_scenario(str(HARD_CAP))
     for name in ("equal_split", "planner"):
         avoidable, total = episode_units(config, name, 0)
