@@ -75,7 +75,7 @@ from commons_arena.enums import ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import PRICE_SLACK, SPEND_EPS, tiers_by_memory
 from policies.batch import BatchScripted
-from policies.batch_limits import BatchLimitReader, fit_action_batch
+from policies.limits import LimitReader, fit_action
 from policies.teams import ARCHETYPE_PROFILES
 
 BLUFF_GRID = np.round(np.arange(1.0, 3.0001, 0.05), 2)  # candidate inflation factors
@@ -261,7 +261,7 @@ class BatchPlanner(BatchScripted):
         self._undone[:, :, 0] = 0
         self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
         super().__init__(config, agent, num_envs)  # checks the seat; clears every arena
-        self._limits = BatchLimitReader(config, self.obs_layout)
+        self._limits = LimitReader(config, self.obs_layout)
         self._fields = {f.name: (self.obs_layout.slices[f.name], f.shape) for f in self.obs_layout.fields}
         self._arenas = np.arange(num_envs)
 
@@ -475,7 +475,7 @@ class BatchPlanner(BatchScripted):
         grant = np.empty_like(grant_at)
         grant[arena, order] = grant_at
         # within every observed limit: teams it serves last give up first
-        buy, grant = fit_action_batch(self._limits(obs), buy, grant, order)
+        buy, grant = fit_action(self._limits(obs), buy, grant, order)
         return np.concatenate([buy, grant.reshape(n, N * T)], axis=1)
 
     def _order(self, need: np.ndarray, pressure: np.ndarray, escalating: np.ndarray,
