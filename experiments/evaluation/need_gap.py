@@ -78,7 +78,7 @@ class PlannerVariant:
         if self.on_grants is not None:
             T = self.codec.n_tiers
             grant = self.planner.plan(observation[None], estimate[None])[0, T:].reshape(-1, T)
-            return self.codec.feasible(self.codec.obs.view(observation), grant + self.on_grants[tick])
+            return self.codec.feasible(observation[None], (grant + self.on_grants[tick])[None])[0]
         need = estimate if self.rule is None else np.clip(self.rule(estimate, true_need, tick), 0, self.codec.ceiling)
         return self.planner.plan(observation[None], need[None])[0]
 
