@@ -237,6 +237,7 @@ class BatchPlanner(BatchScripted):
         self.by_memory = tiers_by_memory(config)
         rank = {k: r for r, k in enumerate(self.by_memory)}
         self.larger = [[j for j in self.by_memory if rank[j] > rank[k]] for k in range(T)]  # where a tier's need may spill
+        self._larger = [np.array(tiers_above, dtype=np.int64) for tiers_above in self.larger]
         self._rank = np.array([rank[k] for k in range(T)], dtype=np.int64)
         self._fits = np.array([[rank[j] >= rank[k] for j in range(T)] for k in range(T)], dtype=bool).reshape(T, T)
         self._board = np.array([t.board_pressure for t in teams], dtype=np.float64)
@@ -264,6 +265,10 @@ class BatchPlanner(BatchScripted):
         self._limits = LimitReader(config, self.obs_layout)
         self._fields = {f.name: (self.obs_layout.slices[f.name], f.shape) for f in self.obs_layout.fields}
         self._arenas = np.arange(num_envs)
+        # per arena (as many rows as arenas; a call on some arenas takes the first rows): the teams' and tiers' indices
+        self._team_index = np.broadcast_to(np.arange(M), (num_envs, M))
+        self._tier_rank = np.broadcast_to(self._rank, (num_envs, T))
+        self._tiers = np.arange(T)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -402,13 +407,13 @@ class BatchPlanner(BatchScripted):
         """:meth:`estimate_need` of each declaration (arenas x teams x tiers) under ``factor`` (an
         index of ``BLUFF_GRID`` per arena and team), through the table."""
         column = np.where(declared <= 0, 0, np.minimum(declared, self.ceiling) + 1)
-        g = np.broadcast_to(factor[..., None], declared.shape)
-        k = np.broadcast_to(np.arange(self.n_tiers), declared.shape)
         table = self._undone
         inside = column < table.shape[2]
-        out = table[g, k, np.where(inside, column, 0)]
+        out = table[factor[..., None], self._tiers, np.where(inside, column, 0)]
         missing = (out < 0) | ~inside
         if missing.any():
+            g = np.broadcast_to(factor[..., None], declared.shape)
+            k = np.broadcast_to(np.arange(self.n_tiers), declared.shape)
             # the count depends on a declaration d only through min(d, ceiling) when d > 0 (at the ceiling: a lower bound)
             for gi, ki, ci in set(zip(g[missing].tolist(), k[missing].tolist(), column[missing].tolist(), strict=True)):
                 value = self._undone_count(max(ci - 1, 1), self._deflation[gi], int(self.ceiling[ki]))
@@ -486,7 +491,7 @@ class BatchPlanner(BatchScripted):
         n, N = need.shape[:2]
         totals = need.sum(axis=2)
         served = totals > 0
-        keys = [np.broadcast_to(np.arange(N), (n, N)), np.where(served, totals, 0), np.where(served, -self._board, 0.0),
+        keys = [self._team_index[:n], np.where(served, totals, 0), np.where(served, -self._board, 0.0),
                 served & ~escalating, np.where(served, -pressure, 0.0)]
         if first is not None:
             keys.append(~(served & first))
@@ -495,26 +500,24 @@ class BatchPlanner(BatchScripted):
     def _spill(self, grant: np.ndarray, left: np.ndarray, unmet: np.ndarray) -> None:
         """Step 2 of the plan, in place, on teams in serving order: each unmet need whole onto the
         smallest larger tier with room, else split upward, team by team, large-memory tiers first."""
-        n = len(grant)
+        arena = self._arenas[: len(grant)]
         lacking = unmet.max(axis=0) > 0  # (team, tier) pairs with unmet need in some arena
         for p in range(self.n_teams):
             for k in reversed(self.by_memory):
-                larger = self.larger[k]
-                if not larger or not lacking[p, k]:
+                larger = self._larger[k]
+                if not larger.size or not lacking[p, k]:
                     continue
                 rest = unmet[:, p, k]
-                todo = rest > 0
-                whole = np.full(n, -1, dtype=np.int64)
-                for j in larger:
-                    whole[todo & (whole < 0) & (left[:, j] >= rest)] = j
-                w = np.flatnonzero(whole >= 0)
-                grant[w, p, whole[w]] += rest[w]
-                left[w, whole[w]] -= rest[w]
-                split = todo & (whole < 0)
-                rest = np.where(whole >= 0, 0, rest)
-                if split.any():
-                    for j in larger:
-                        give = np.where(split, np.minimum(rest, left[:, j]), 0)
+                room = left[:, larger] >= rest[:, None]  # the larger tiers that take it whole, smallest first
+                whole = (rest > 0) & room.any(axis=1)
+                onto = larger[room.argmax(axis=1)]  # (where none has room: a tier that receives nothing)
+                moved = np.where(whole, rest, 0)
+                grant[arena, p, onto] += moved
+                left[arena, onto] -= moved
+                rest = rest - moved
+                if rest.any():  # split upward what no larger tier takes whole
+                    for j in larger.tolist():
+                        give = np.minimum(rest, left[:, j])
                         grant[:, p, j] += give
                         left[:, j] -= give
                         rest = rest - give
@@ -536,7 +539,7 @@ class BatchPlanner(BatchScripted):
         offer_price = self._field(obs, "offer_price").astype(np.float64)
         price = offer_price * PRICE_SLACK
         cost = self.weights.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
-        by_price = np.lexsort((np.broadcast_to(self._rank, (n, T)), offer_price), axis=-1)  # column -> tier, per arena
+        by_price = np.lexsort((self._tier_rank[:n], offer_price), axis=-1)  # column -> tier, per arena
         arena = self._arenas[:n, None]
         price, cost = price[arena, by_price], cost[arena, by_price]
         free = price <= 0
@@ -544,31 +547,34 @@ class BatchPlanner(BatchScripted):
         room = self._field(obs, "offer_qty").astype(np.int64)[arena, by_price]  # left on offer
         fits = self._fits[:, by_price]  # tier k, arena, column: does a column's tier fit tier k's jobs?
         bought = np.zeros((n, T), dtype=np.int64)  # in column order
-        arena = arena[:, 0]
         lacking = unmet.max(axis=0) > 0
         for p in range(self.n_teams):
+            if not lacking[p].any():
+                continue
             worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
             worth_it = ~(cost > worth[:, None])
+            taken = np.zeros((n, T), dtype=np.int64)  # this team's purchases, in column order
             for k in reversed(self.by_memory):
                 if not lacking[p, k]:
                     continue
                 rest = unmet[:, p, k]
-                for c in range(T):
-                    fit = fits[k][:, c]
-                    if not fit.any():
-                        continue
+                usable = fits[k] & worth_it  # the columns this need may be bought from (elsewhere nothing is)
+                for c in np.flatnonzero(usable.any(axis=0)).tolist():
                     most = np.minimum(rest, room[:, c])
                     afford = np.floor_divide(money, divisor[:, c])  # Python's money // price
                     give = np.where(free[:, c], most, np.minimum(most, afford).astype(np.int64))
-                    give = np.where(fit & worth_it[:, c] & (give > 0), give, 0)
-                    bought[:, c] += give
-                    grant[arena, p, by_price[:, c]] += give
+                    give = np.where(usable[:, c] & (give > 0), give, 0)
+                    taken[:, c] += give
                     room[:, c] -= give
                     money = money - give * price[:, c]  # (nothing bought: less 0.0, the same money)
                     rest = rest - give
+                    if not rest.any():
+                        break
                 unmet[:, p, k] = rest
+            grant[arena, p, by_price] += taken
+            bought += taken
         buy = np.empty_like(bought)
-        buy[arena[:, None], by_price] = bought
+        buy[arena, by_price] = bought
         return buy, grant
 
     def _kg_cost(self, obs: np.ndarray, tick: np.ndarray) -> np.ndarray:
