@@ -431,7 +431,7 @@ class NeedResidualCodec(ResidualPlannerCodec):
         return np.concatenate([super().features_of(obs), tick], axis=1)
 
     def corrected(self, obs: np.ndarray, arenas: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        need = np.minimum(np.maximum(self.planner.last_estimate[arenas] + delta, 0), self.ceiling_row)
+        need = np.minimum(self.planner.last_estimate[arenas] + delta, self.ceiling_row)  # (plan reads a need below 0 as 0)
         return np.minimum(self.planner.plan(obs, need), self._top_action)
 
 

@@ -15,6 +15,7 @@ from commons_arena.enums import ALLOCATOR, ShockKind
 from commons_arena.scenario import scenario_from_dict
 from commons_arena.spaces import observation_layout
 from policies import Population, make_policy, run_episode
+from policies.limits import PRICE_SLACK
 from policies.planner import BLUFF_GRID, deflate, inflate
 from policies.registry import policy_spec
 from policies.teams import ARCHETYPE_PROFILES
@@ -226,6 +227,16 @@ def test_urgency_raises_what_a_gpu_tick_is_worth_to_buy_it():
     assert planned(config, stance=escalating(SAFETY), **shortfall)[0].tolist() == [0, 0, 1]  # worth 9
     assert planned(config, pressure=[0, 0, 1.0], **shortfall)[0].tolist() == [0, 0, 1]  # worth 9
     assert planned(config, pressure=[0, 0, 0.3], **shortfall)[0].tolist() == [0, 0, 0]  # worth 6.9
+
+
+def test_a_gpu_tick_worth_exactly_its_cost_is_bought():
+    """Bought while price plus operating cost is not above the worth: at equality too."""
+    config = commons_arena.load_scenario("standard")
+    shortfall = {"offer_qty": [0, 0, 1], "offer_price": [0, 0, 6.5], "tick": 10, **revealed({SAFETY: [0, 0, 2]})}
+    cost = config.rewards.allocator.spend * (6.5 * PRICE_SLACK + config.gpu_tiers[2].op_cost)
+    for value, bought in ((cost, 1), (np.nextafter(cost, 0.0), 0)):
+        planner = make_policy("planner", config, ALLOCATOR, gpu_tick_value=float(value))
+        assert split(config, planner.act(observation(config, **shortfall)))[0].tolist() == [0, 0, bought]
 
 
 def test_purchases_are_paced_over_the_ticks_left():
