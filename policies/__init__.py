@@ -8,7 +8,7 @@ Importing this package registers the Gymnasium id ``commons_arena/SingleAgent-v0
 
 from __future__ import annotations
 
-from policies.base import Policy, ScriptedPolicy
+from policies.base import Policy
 from policies.focal import run_episode
 from policies.population import Population, PopulationError
 from policies.registry import available_policies, make_policy
@@ -19,7 +19,6 @@ __all__ = [
     "Policy",
     "Population",
     "PopulationError",
-    "ScriptedPolicy",
     "SingleAgentEnv",
     "available_policies",
     "make_policy",

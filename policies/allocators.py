@@ -10,8 +10,8 @@ lists in the config are never read. Each tick it:
 2. **buys spot** GPUs from the visible offer (rule below);
 3. **grants** the capacity ``online + bought`` by its own rule (table below).
 
-Every baseline ends with one shared step, :meth:`BatchAllocator.fit` (``policies/batch_limits.py``,
-the batched form of ``policies/limits.py``): purchases within the offer and the budget, grants within
+Every baseline ends with one shared step, :meth:`BatchAllocator.fit` (``policies/limits.py``'s
+``fit_action``): purchases within the offer and the budget, grants within
 ``online + bought`` per tier and within a hard carbon cap's carbon left (counting every
 granted GPU busy at this tick's intensity, as the env's cut does), units of the team last in
 :meth:`BatchAllocator.trim_order` given up first (the most urgent team keeps its GPUs
@@ -85,8 +85,7 @@ from commons_arena.enums import Stance
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import Layout
 from policies.batch import BatchScripted, OneArena
-from policies.batch_limits import BatchLimitReader, fit_action_batch
-from policies.limits import PRICE_SLACK
+from policies.limits import PRICE_SLACK, LimitReader, fit_action
 
 SPEND_EPS = 1e-4  # money kept back from the observed (float32) budget
 
@@ -137,7 +136,7 @@ class BatchAllocator(BatchScripted):
         self.by_memory = tiers_by_memory(config)
         self._rank = np.argsort(self.by_memory).astype(np.int64)  # tier -> its place in by_memory
         super().__init__(config, agent, num_envs)
-        self._limits = BatchLimitReader(config, self.obs_layout)
+        self._limits = LimitReader(config, self.obs_layout)
         self._i_escalate = escalate_indices(config, self.obs_layout)
 
     @property
@@ -192,7 +191,7 @@ class BatchAllocator(BatchScripted):
 
     def fit(self, obs: np.ndarray, v: BatchView, buy: np.ndarray, grant: np.ndarray) -> np.ndarray:
         """The flat actions, cut within every limit each observation shows."""
-        buy, grant = fit_action_batch(self._limits(obs), buy, grant, self.trim_order(v))
+        buy, grant = fit_action(self._limits(obs), buy, grant, self.trim_order(v))
         return np.concatenate([buy, grant.reshape(self.num_envs, -1)], axis=1)
 
     # ------------------------------------------------------------------ template

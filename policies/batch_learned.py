@@ -1,8 +1,8 @@
 """Learned policies over a batch of arenas: a data-only network acting on N observations at once.
 
 :class:`BatchInterface` is :class:`~policies.learned.ModuleInterface` for ``num_envs`` arenas (row *i*
-is what arena *i*'s interface gives: the scaled observation, the codec's features from its batched
-form, :mod:`policies.batch_codecs`, the stacked history, the seat's identity); training's batched
+is what arena *i*'s interface gives: the scaled observation, the codec's features in N arenas
+(:func:`policies.codecs.make_batch_codec`), the stacked history, the seat's identity); training's batched
 samplers show a learning seat's module the same rows (:mod:`experiments.training.batched_env`).
 :class:`BatchLearned` is :class:`~policies.learned.LearnedPolicy` of a checkpoint with the scenario's
 own view (an ``mlp`` network) or the padded cell view (a universal allocator) in N arenas: one forward pass per step, the greedy action of each row,
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from policies.batch import reset_indices
-from policies.batch_codecs import make_batch_codec
 from policies.checkpoint_format import PolicyNetwork
+from policies.codecs import make_batch_codec
 from policies.learned import LearnedPolicy, ModuleInterface, ObservationInterface
 from policies.universal import BatchUniversalInterface, CellNetwork, UniversalInterface
 
@@ -46,7 +46,7 @@ class BatchInterface:
 
     def observe(self, observations: np.ndarray) -> np.ndarray:
         frame = np.asarray(observations, dtype=np.float32) / self.scale
-        if self.codec is not None and self.codec.codec.n_features:
+        if self.codec is not None and self.codec.n_features:
             frame = np.concatenate([frame, self.codec.features(observations)], axis=1)
         if self.history > 1:
             self.frames[:, 1:] = self.frames[:, :-1]

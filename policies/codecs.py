@@ -46,8 +46,15 @@ codec               role       the module chooses                        can exp
                                                                          ``demand_priced``
 ==================  =========  ========================================  ==============================
 
-Every codec also acts in N arenas at once, bit for bit per arena: ``policies.batch_codecs``
-(docs/codecs.md). Every codec decodes to an action that needs no repair. Allocator codecs: purchases are what
+**One arena or N.** Each codec is defined once, over N arenas of one scenario (``num_envs``):
+``features`` takes ``(N, obs_dim)`` observations, ``decode`` them and ``(N, len(nvec))`` codes, and
+``reset(index)`` starts new episodes in some arenas; a stateful codec (``need``, ``residual``: the
+planner's beliefs; ``bluff``: last tick's declaration) keeps its state per arena. One arena's codec
+(:func:`make_codec`, ``num_envs`` 1) is a batch of one: given one observation ``(obs_dim,)`` (and
+one code) it answers for it, without the leading axis (docs/codecs.md). The per-arena codecs this
+replaced are the spec it is held to arena by arena (tests/reference/codecs.py).
+
+Every codec decodes to an action that needs no repair. Allocator codecs: purchases are what
 the grants need beyond the online GPUs (cut to the offer, then to the budget, most expensive
 tier first, like the env), and grants above online + bought are scaled down with the env's
 own rule. Team codecs cut declarations to the action space; ``markup`` cuts price levels to
@@ -94,27 +101,32 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from commons_arena.batched.tick import repair_grants
-from commons_arena.enums import ALLOCATOR, BROKER, Role
-from commons_arena.numerics import dot
+from commons_arena.enums import ALLOCATOR, BROKER, Role, Stance
+from commons_arena.numerics import left_to_right_sum
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import make_action_space, observation_layout, role_of
 from policies.allocators import PRICE_SLACK, SPEND_EPS
+from policies.batch import reset_indices
 
 
 class Codec:
-    """Base of every codec: ``nvec`` (the module's action space), ``decode`` and optional features.
+    """Base of every codec: ``nvec`` (the module's action space), ``decode`` and optional features,
+    in ``num_envs`` arenas (module docstring: one arena's codec also takes one observation).
 
     ``role`` says which seats it may drive (:func:`make_codec` refuses another role's seat);
-    ``agent`` is the seat it decodes for."""
+    ``agent`` is the seat it decodes for. Subclasses implement :meth:`decode_rows` (and
+    :meth:`features_of`, :meth:`clear` when they have features or state) over ``(N, ...)`` arrays."""
 
     name: ClassVar[str] = ""
     role: ClassVar[Role]
 
-    def __init__(self, config: ScenarioConfig, agent: str) -> None:
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int = 1) -> None:
         if role_of(config, agent) != self.role:
             raise ValueError(f"codec {self.name!r} drives {self.role} seats; {agent!r} plays the {role_of(config, agent)} role")
-        self.config, self.agent = config, agent
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        self.config, self.agent, self.num_envs = config, agent, num_envs
         self.obs = observation_layout(config, agent)
         self.n_teams, self.n_tiers = len(config.teams), len(config.gpu_tiers)
         self.env_nvec = make_action_space(config, agent).nvec
@@ -122,6 +134,7 @@ class Codec:
         # what features are divided by: a tier with no GPUs at all (owned 0, no spot) is valid and must not
         # divide by zero (0 / 0 = NaN reached the network)
         self.feature_ceiling = np.maximum(self.ceiling, 1)
+        self._slices = self.obs.slices
 
     @property
     def nvec(self) -> np.ndarray:
@@ -134,17 +147,54 @@ class Codec:
 
     @property
     def n_features(self) -> int:
-        """Length of :meth:`features`."""
+        """Length of a row of :meth:`features`."""
         return 0
 
-    def reset(self) -> None:
-        """A new episode starts (stateful codecs forget the last one)."""
+    def reset(self, index: np.ndarray | None = None) -> None:
+        """New episodes in arenas ``index`` (every arena when None): stateful codecs forget the last one."""
+        self.clear(reset_indices(self.num_envs, [None] * (self.num_envs if index is None else np.asarray(index).size), index))
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
-        """Extra inputs for the module, computed once per tick before :meth:`decode`."""
-        return np.zeros(0, dtype=np.float32)
+    def clear(self, arenas: np.ndarray) -> None:
+        """Forget the per-episode state of ``arenas`` (a stateless codec has none)."""
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
+    def features(self, observations: np.ndarray) -> np.ndarray:
+        """Extra inputs for the module, computed once per tick before :meth:`decode`: ``(N, n_features)``
+        float32 (one observation: its row)."""
+        obs, one = self.rows(observations)
+        out = self.features_of(obs)
+        return out[0] if one else out
+
+    def decode(self, observations: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The env actions ``(N, act_dim)`` int64 for the module's codes (one observation and code: its row)."""
+        obs, one = self.rows(observations)
+        code = np.asarray(codes, dtype=np.int64)
+        code = code[None] if one else code
+        nvec = self.nvec
+        if code.shape != (len(obs), len(nvec)) or ((code < 0) | (code >= nvec)).any():
+            raise ValueError(f"codec {self.name!r}: codes must be ({len(obs)}, {len(nvec)}) in "
+                             f"MultiDiscrete{nvec.tolist()}, got shape {code.shape}")
+        out = self.decode_rows(obs, code)
+        return out[0] if one else out
+
+    def rows(self, observations: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The observations as ``(num_envs, obs_dim)`` rows, and whether one observation was given (a batch of one)."""
+        obs = np.asarray(observations)
+        one = obs.ndim == 1 and self.num_envs == 1
+        obs = obs[None] if one else obs
+        if obs.shape != (self.num_envs, self.obs.size):
+            raise ValueError(f"codec {self.name!r}: observations must be ({self.num_envs}, {self.obs.size}), "
+                             f"one row per arena{' (or one observation)' if self.num_envs == 1 else ''}, got shape "
+                             f"{np.shape(observations)}")
+        return obs, one
+
+    def field(self, observations: np.ndarray, name: str, shape: tuple[int, ...] = ()) -> np.ndarray:
+        """One named observation field of every arena, ``(N, *shape)``."""
+        return observations[:, self._slices[name]].reshape((len(observations), *shape) if shape else (len(observations), -1))
+
+    def features_of(self, obs: np.ndarray) -> np.ndarray:
+        return np.zeros((len(obs), 0), dtype=np.float32)
+
+    def decode_rows(self, obs: np.ndarray, code: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -161,32 +211,40 @@ class AllocatorCodec(Codec):
 
     role = Role.ALLOCATOR
 
-    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR) -> None:
-        super().__init__(config, agent)
+    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, num_envs: int = 1) -> None:
+        super().__init__(config, agent, num_envs)
+        self._top_action = self.env_nvec - 1
 
-    def feasible(self, view: dict[str, np.ndarray], wanted: np.ndarray, buy: np.ndarray | None = None) -> np.ndarray:
-        """The env action for ``wanted`` grants (teams x tiers): buy what the grants need beyond
-        the online GPUs (or ``buy``), within offer and budget; scale grants to what exists."""
-        online = view["online"].astype(np.int64)
-        offered = view["offer_qty"].astype(np.int64)
+    def feasible(self, obs: np.ndarray, wanted: np.ndarray, buy: np.ndarray | None = None) -> np.ndarray:
+        """The env actions for ``wanted`` grants ``(N, teams, tiers)``: buy what the grants need beyond
+        the online GPUs (or ``buy``), within offer and budget; scale grants to what exists (the env's
+        own repair)."""
+        online = self.field(obs, "online").astype(np.int64)
+        offered = self.field(obs, "offer_qty").astype(np.int64)
         wanted = np.clip(wanted, 0, self.ceiling)
         if buy is None:
-            buy = np.maximum(wanted.sum(axis=0) - online, 0)
-        buy = within_budget(np.minimum(buy, offered), view["offer_price"], float(view["budget"][0]))
-        grants = repair_grants(wanted[None].astype(np.int64), (online + buy)[None].astype(np.int64))[0][0]
-        return np.minimum(np.concatenate([buy, grants.ravel()]), self.env_nvec - 1)
+            buy = np.maximum(wanted.sum(axis=1) - online, 0)
+        buy = within_budget(np.minimum(buy, offered), self.field(obs, "offer_price"), self.field(obs, "budget")[:, 0])
+        grants, _ = repair_grants(wanted.astype(np.int64), online + buy)
+        return np.minimum(np.concatenate([buy, grants.reshape(len(obs), -1)], axis=1), self._top_action)
 
 
-def within_budget(buy: np.ndarray, price: np.ndarray, budget: float) -> np.ndarray:
-    """Cut purchases to the budget, most expensive tier first (ties: higher index), as the env does."""
-    buy = buy.astype(np.int64).copy()
-    prices = (np.asarray(price, dtype=np.float64) * PRICE_SLACK).tolist()
-    money = budget - SPEND_EPS
-    cost = dot(buy, prices)
-    for tier in sorted(range(len(buy)), key=lambda k: (prices[k], k), reverse=True):
-        while buy[tier] > 0 and cost > money:
-            buy[tier] -= 1
-            cost -= prices[tier]
+def within_budget(buy: np.ndarray, price: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """Purchases ``(N, tiers)`` cut to each row's budget, most expensive tier first (ties: higher
+    index), one unit at a time, as the env does."""
+    buy = buy.astype(np.int64)
+    prices = np.asarray(price, dtype=np.float64) * PRICE_SLACK
+    money = np.asarray(budget, dtype=np.float64) - SPEND_EPS
+    cost = left_to_right_sum(buy * prices)
+    ar = np.arange(len(buy))
+    tiers = np.broadcast_to(np.arange(buy.shape[1]), buy.shape)
+    for tier in np.lexsort((tiers, prices), axis=-1)[:, ::-1].T:  # dearest first
+        unit = prices[ar, tier]
+        cutting = (buy[ar, tier] > 0) & (cost > money)
+        while cutting.any():
+            buy[ar, tier] -= cutting
+            cost = np.where(cutting, cost - unit, cost)
+            cutting &= (buy[ar, tier] > 0) & (cost > money)
     return buy
 
 
@@ -212,27 +270,29 @@ class RelativeAllocatorCodec(AllocatorCodec):
     BUY_LEVELS = 3  # none, shortfall, all offered
     name = "relative"
 
-    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR) -> None:
-        super().__init__(config, agent)
+    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, num_envs: int = 1) -> None:
+        super().__init__(config, agent, num_envs)
         self.shares = np.array(self.GRANT_SHARES)
 
     @property
     def nvec(self) -> np.ndarray:
         return np.array([self.BUY_LEVELS] * self.n_tiers + [len(self.GRANT_SHARES) + 1] * self.n_teams)
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        view = self.obs.view(observation)
-        code = np.asarray(code, dtype=np.int64)
-        buy_level, share_level = code[: self.n_tiers], code[self.n_tiers :]
-        demand = np.where(view["revealed"][:, None] > 0, view["revealed_need"], view["declared"]).astype(np.int64)
-        plus_one = (share_level == len(self.GRANT_SHARES))[:, None]
-        share = self.shares[np.minimum(share_level, len(self.GRANT_SHARES) - 1)][:, None]
+    def decode_rows(self, obs: np.ndarray, code: np.ndarray) -> np.ndarray:
+        T, N = self.n_tiers, self.n_teams
+        buy_level, share_level = code[:, :T], code[:, T:]
+        revealed = self.field(obs, "revealed")
+        demand = np.where(revealed[:, :, None] > 0, self.field(obs, "revealed_need", (N, T)),
+                          self.field(obs, "declared", (N, T))).astype(np.int64)
+        levels = len(self.GRANT_SHARES)
+        plus_one = (share_level == levels)[:, :, None]
+        share = self.shares[np.minimum(share_level, levels - 1)][:, :, None]
         wanted = np.where(plus_one, demand + (demand > 0), np.rint(share * demand)).astype(np.int64)
-        online = view["online"].astype(np.int64)
-        offered = view["offer_qty"].astype(np.int64)
-        shortfall = np.maximum(wanted.sum(axis=0) - online, 0)
+        online = self.field(obs, "online").astype(np.int64)
+        offered = self.field(obs, "offer_qty").astype(np.int64)
+        shortfall = np.maximum(wanted.sum(axis=1) - online, 0)
         buy = np.select([buy_level == 1, buy_level == 2], [np.minimum(shortfall, offered), offered], 0)
-        return self.feasible(view, wanted, buy)
+        return self.feasible(obs, wanted, buy)
 
 
 class AbsoluteAllocatorCodec(AllocatorCodec):
@@ -245,9 +305,8 @@ class AbsoluteAllocatorCodec(AllocatorCodec):
     def nvec(self) -> np.ndarray:
         return np.tile(self.ceiling + 1, self.n_teams)
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        wanted = np.asarray(code, dtype=np.int64).reshape(self.n_teams, self.n_tiers)
-        return self.feasible(self.obs.view(observation), wanted)
+    def decode_rows(self, obs: np.ndarray, code: np.ndarray) -> np.ndarray:
+        return self.feasible(obs, code.reshape(len(obs), self.n_teams, self.n_tiers))
 
 
 class ResidualPlannerCodec(AllocatorCodec):
@@ -256,28 +315,33 @@ class ResidualPlannerCodec(AllocatorCodec):
     The zero correction plays the planner exactly (its purchases are what its grants need
     beyond the online GPUs, which is what this codec buys). Features: the planner's need
     estimate and its grant, per (team, tier), each divided by the tier's ceiling.
+
+    One :class:`~policies.planner.BatchPlanner` proposes for every arena, each arena's planner
+    seeing each of its observations once (a repeated observation, as ``features`` then ``decode``
+    of one tick give it, is not observed again).
     """
 
     DELTAS = (-2, -1, 0, 1, 2)
     name = "residual"
 
-    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR) -> None:
-        super().__init__(config, agent)
-        self.planner = self.base_planner(config)
+    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, num_envs: int = 1) -> None:
+        super().__init__(config, agent, num_envs)
+        self.planner = self.base_planner(config, agent, num_envs)
         self.deltas = np.array(self.DELTAS, dtype=np.int64)
-        self._proposal: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (obs, buy, grant)
-        # per tick, once or twice: what would otherwise be rebuilt each call (np.clip and np.tile
-        # cost more than the arithmetic on arrays this small)
+        # per tick, once or twice: what would otherwise be rebuilt each call
         self.feature_scale = np.tile(self.feature_ceiling, 2 * self.n_teams)
         self.ceiling_row = self.ceiling[None, :]
-        self._top_action = self.env_nvec - 1
+        self._proposed = np.zeros(num_envs, dtype=bool)  # the row below holds a proposal for its arena
+        self._seen = np.zeros((num_envs, self.obs.size), dtype=np.float64)
+        self._buy = np.zeros((num_envs, self.n_tiers), dtype=np.int64)
+        self._grant = np.zeros((num_envs, self.n_teams, self.n_tiers), dtype=np.int64)
 
     @staticmethod
-    def base_planner(config: ScenarioConfig) -> Any:
+    def base_planner(config: ScenarioConfig, agent: str, num_envs: int) -> Any:
         """The planner whose estimate and grants the codec corrects (its zero code plays it)."""
-        from policies.planner import PlannerAllocator
+        from policies.planner import BatchPlanner
 
-        return PlannerAllocator(config)
+        return BatchPlanner(config, agent, num_envs)
 
     @property
     def n_features(self) -> int:
@@ -291,39 +355,55 @@ class ResidualPlannerCodec(AllocatorCodec):
     def zero_code(self) -> np.ndarray:
         return np.full(self.n_teams * self.n_tiers, self.DELTAS.index(0))
 
-    def reset(self) -> None:
-        self.planner.reset()
-        self._proposal = None
+    def clear(self, arenas: np.ndarray) -> None:
+        self.planner.reset([None] * len(arenas), arenas)
+        self._proposed[arenas] = False
 
-    def _propose(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The planner's (buy, grant) for this observation; the planner sees each tick once."""
-        if self._proposal is None or not np.array_equal(self._proposal[0], observation):
-            action = self.planner.act(observation)
+    def _propose(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The planner's (buy, grant) of every arena; an arena's planner observes only an observation it has not just seen."""
+        stale = np.flatnonzero(~self._proposed | ~(self._seen == obs).all(axis=1))
+        if stale.size:
+            everyone = stale.size == self.num_envs
+            action = self.planner.act(obs if everyone else obs[stale], None if everyone else stale)
             T = self.n_tiers
-            self._proposal = (np.array(observation, copy=True), action[:T], action[T:].reshape(self.n_teams, T))
-        return self._proposal[1], self._proposal[2]
+            self._seen[stale] = obs[stale]
+            self._buy[stale] = action[:, :T]
+            self._grant[stale] = action[:, T:].reshape(len(stale), self.n_teams, T)
+            self._proposed[stale] = True
+        return self._buy, self._grant
 
-    def proposal(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The planner's need estimate and grant for this observation (teams x tiers each, GPUs)."""
-        _, grant = self._propose(observation)
+    def proposal(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The planner's need estimate and grant of every arena ``(N, teams, tiers)`` each (one
+        observation: its arena's ``(teams, tiers)``), GPUs."""
+        obs, one = self.rows(observations)
+        _, grant = self._propose(obs)
         estimate = self.planner.last_estimate
-        assert estimate is not None
-        return estimate, grant
+        return (estimate[0], grant[0]) if one else (estimate, grant)
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
-        estimate, grant = self.proposal(observation)
-        return (np.concatenate([estimate.ravel(), grant.ravel()]) / self.feature_scale).astype(np.float32)
+    def features_of(self, obs: np.ndarray) -> np.ndarray:
+        _, grant = self._propose(obs)
+        n = len(obs)
+        return (np.concatenate([self.planner.last_estimate.reshape(n, -1), grant.reshape(n, -1)], axis=1)
+                / self.feature_scale).astype(np.float32)
 
     def correction(self, code: np.ndarray) -> np.ndarray:
-        """The GPUs ``code`` adds per (team, tier)."""
-        return self.deltas[np.asarray(code, dtype=np.int64)].reshape(self.n_teams, self.n_tiers)
+        """The GPUs ``code`` adds per (team, tier): ``(N, teams, tiers)`` for ``(N, len(nvec))`` codes
+        (one code: ``(teams, tiers)``)."""
+        code = np.asarray(code, dtype=np.int64)
+        return self.deltas[code].reshape(*code.shape[:-1], self.n_teams, self.n_tiers)
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        buy, grant = self._propose(observation)
+    def decode_rows(self, obs: np.ndarray, code: np.ndarray) -> np.ndarray:
+        buy, grant = self._propose(obs)
         delta = self.correction(code)
-        if not delta.any():
-            return np.concatenate([buy, grant.ravel()]).astype(np.int64)
-        return self.feasible(self.obs.view(observation), grant + delta)
+        action = np.concatenate([buy, grant.reshape(len(obs), -1)], axis=1)
+        moved = np.flatnonzero(delta.any(axis=(1, 2)))
+        if moved.size:
+            action[moved] = self.corrected(obs[moved], moved, delta[moved])
+        return action
+
+    def corrected(self, obs: np.ndarray, arenas: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """The actions of the arenas ``arenas`` whose correction is not zero."""
+        return self.feasible(obs, self._grant[arenas] + delta)
 
 
 class NeedResidualCodec(ResidualPlannerCodec):
@@ -337,34 +417,26 @@ class NeedResidualCodec(ResidualPlannerCodec):
 
     name = "need"
 
-    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR) -> None:
-        super().__init__(config, agent)
+    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, num_envs: int = 1) -> None:
+        super().__init__(config, agent, num_envs)
         self.ticks = config.max_ticks + 1
-        self._tick = self.obs.slices["tick"]
 
     @property
     def n_features(self) -> int:
         return super().n_features + self.ticks
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
-        tick = np.zeros(self.ticks, dtype=np.float32)
-        tick[min(int(observation[self._tick][0]), self.ticks - 1)] = 1.0
-        return np.concatenate([super().features(observation), tick])
+    def features_of(self, obs: np.ndarray) -> np.ndarray:
+        tick = np.zeros((len(obs), self.ticks), dtype=np.float32)
+        tick[np.arange(len(obs)), np.minimum(self.field(obs, "tick")[:, 0].astype(np.int64), self.ticks - 1)] = 1.0
+        return np.concatenate([super().features_of(obs), tick], axis=1)
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        buy, grant = self._propose(observation)
-        delta = self.correction(code)
-        if not delta.any():
-            return np.concatenate([buy, grant.ravel()]).astype(np.int64)
-        estimate = self.planner.last_estimate
-        assert estimate is not None
-        need = np.minimum(np.maximum(estimate + delta, 0), self.ceiling_row)  # np.clip's result, integers
-        action = np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
-        return np.minimum(action, self._top_action)
+    def corrected(self, obs: np.ndarray, arenas: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        need = np.minimum(self.planner.last_estimate[arenas] + delta, self.ceiling_row)  # (plan reads a need below 0 as 0)
+        return np.minimum(self.planner.plan(obs, need), self._top_action)
 
 
 class FairNeedCodec(NeedResidualCodec):
-    """``need`` over ``fair_planner`` (:class:`~policies.mechanisms.FairPlannerAllocator`): the
+    """``need`` over ``fair_planner`` (:class:`~policies.mechanisms.BatchFairPlanner`): the
     corrections move an estimate that undoes a team's whole inflation and adds the same headroom
     share for every team, so the zero code pays no bluff in proportion to it (``planner`` keeps
     half the inflation). The base of an allocator meant to be hard to exploit (docs/negotiation.md)."""
@@ -372,10 +444,10 @@ class FairNeedCodec(NeedResidualCodec):
     name = "need_fair"
 
     @staticmethod
-    def base_planner(config: ScenarioConfig) -> Any:
-        from policies.mechanisms import FairPlannerAllocator
+    def base_planner(config: ScenarioConfig, agent: str, num_envs: int) -> Any:
+        from policies.mechanisms import BatchFairPlanner
 
-        return FairPlannerAllocator(config)
+        return BatchFairPlanner(config, agent, num_envs)
 
 
 class ImpartialNeedCodec(FairNeedCodec):
@@ -386,10 +458,10 @@ class ImpartialNeedCodec(FairNeedCodec):
     name = "need_impartial"
 
     @staticmethod
-    def base_planner(config: ScenarioConfig) -> Any:
-        from policies.mechanisms import FairPlannerAllocator
+    def base_planner(config: ScenarioConfig, agent: str, num_envs: int) -> Any:
+        from policies.mechanisms import BatchFairPlanner
 
-        return FairPlannerAllocator(config, heed_escalation=False)
+        return BatchFairPlanner(config, agent, num_envs, heed_escalation=False)
 
 
 # ---------------------------------------------------------------------- teams
@@ -420,6 +492,7 @@ class BluffTeamCodec(Codec):
     the grant fell short of the declaration it answered, and of the true need of that tick
     (each divided by the tier's ceiling; negative: more was granted), then the allocator's
     discount, total granted / total declared (cut to [0, 2]; 1 before anything was declared).
+    The declaration each arena's last grant answered, and its true need then, are kept per arena.
     """
 
     FACTORS = (0.5, 0.75, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
@@ -435,15 +508,16 @@ class BluffTeamCodec(Codec):
     role = Role.TEAM
     per_tier = False
 
-    def __init__(self, config: ScenarioConfig, agent: str) -> None:
-        super().__init__(config, agent)
-        sl = self.obs.slices
-        self._need, self._grant, self._declared = sl["need"], sl["last_grant"], sl["declared"]
-        self._streak = sl["starved_streak"].start
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int = 1) -> None:
+        super().__init__(config, agent, num_envs)
         self.request_high = self.env_nvec[: self.n_tiers] - 1
         self.factors = np.array(self.FACTORS)
         self.n_factors = self.n_tiers if self.per_tier else 1
-        self.reset()
+        self._escalate_after = np.array([-1 if r.escalate_after is None else r.escalate_after for r in self.STANCE_RULES])
+        self._counter = np.array([r.counter for r in self.STANCE_RULES])
+        self._answered = np.zeros((num_envs, self.n_tiers), dtype=np.float64)  # the declaration last tick's grant answered
+        self._last_need = np.zeros((num_envs, self.n_tiers), dtype=np.float64)  # true need at last tick
+        self._has_answer = np.zeros(num_envs, dtype=bool)
 
     @property
     def nvec(self) -> np.ndarray:
@@ -474,36 +548,39 @@ class BluffTeamCodec(Codec):
         factors = "/".join(f"x{self.FACTORS[i]:g}" for i in code[:-1])
         return f"{factors}, {self.STANCE_RULES[code[-1]].name}"
 
-    def reset(self) -> None:
-        self._answered: np.ndarray | None = None  # the declaration last tick's grant answered
-        self._last_need: np.ndarray | None = None  # true need at last tick
+    def clear(self, arenas: np.ndarray) -> None:
+        self._has_answer[arenas] = False
 
     @property
     def n_features(self) -> int:
         return 2 * self.n_tiers + 1
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
-        if self._answered is None or self._last_need is None:
-            return np.concatenate([np.zeros(2 * self.n_tiers), [1.0]]).astype(np.float32)
-        grant = observation[self._grant].astype(np.float64)
-        asked = float(self._answered.sum())
-        discount = min(float(grant.sum()) / asked, 2.0) if asked > 0 else 1.0
-        return np.concatenate([(self._answered - grant) / self.feature_ceiling, (self._last_need - grant) / self.feature_ceiling,
-                               [discount]]).astype(np.float32)
+    def features_of(self, obs: np.ndarray) -> np.ndarray:
+        grant = self.field(obs, "last_grant").astype(np.float64)
+        asked = self._answered.sum(axis=1)
+        discount = np.where(asked > 0, np.minimum(grant.sum(axis=1) / np.where(asked > 0, asked, 1.0), 2.0), 1.0)
+        live = np.concatenate([(self._answered - grant) / self.feature_ceiling,
+                               (self._last_need - grant) / self.feature_ceiling, discount[:, None]], axis=1)
+        blank = np.concatenate([np.zeros(2 * self.n_tiers), [1.0]])
+        return np.where(self._has_answer[:, None], live, blank).astype(np.float32)
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        from policies.teams import declare, stance
+    def decode_rows(self, obs: np.ndarray, code: np.ndarray) -> np.ndarray:
+        from policies.teams import declare
 
-        code = np.asarray(code, dtype=np.int64)
-        need = observation[self._need]
-        request = declare(need, self.factors[code[: self.n_factors]], self.request_high)
-        rule = self.STANCE_RULES[int(code[-1])]
-        answer = stance(observation[self._streak], observation[self._grant], self._answered, rule.escalate_after,
-                        rule.counter)
+        need = self.field(obs, "need")
+        request = declare(need, self.factors[code[:, : self.n_factors]], self.request_high)
+        rule = code[:, -1]
+        after, counter = self._escalate_after[rule], self._counter[rule]
+        grant = self.field(obs, "last_grant")
+        # policies.teams.stance, every arena at once
+        escalate = (after >= 0) & (self.field(obs, "starved_streak")[:, 0] >= after)
+        short = self._has_answer & (grant < self._answered).any(axis=1)
+        answer = np.where(escalate, int(Stance.ESCALATE), np.where(counter & short, int(Stance.COUNTER), int(Stance.ACCEPT)))
         # this tick's `declared` is what next tick's `last_grant` answers (as in policies.teams)
-        self._answered = observation[self._declared].astype(np.float64)
+        self._answered = self.field(obs, "declared").astype(np.float64)
         self._last_need = need.astype(np.float64)
-        return np.concatenate([request, [int(answer)]]).astype(np.int64)
+        self._has_answer[:] = True
+        return np.concatenate([request, answer[:, None]], axis=1).astype(np.int64)
 
 
 class PerTierBluffTeamCodec(BluffTeamCodec):
@@ -538,15 +615,14 @@ class MarkupBrokerCodec(Codec):
     name = "markup"
     role = Role.BROKER
 
-    def __init__(self, config: ScenarioConfig, agent: str = BROKER) -> None:
+    def __init__(self, config: ScenarioConfig, agent: str = BROKER, num_envs: int = 1) -> None:
         from policies.brokers import cost_covering_levels
 
-        super().__init__(config, agent)
-        sl = self.obs.slices
-        self._inventory, self._demand, self._crisis = sl["inventory"], sl["demand"], sl["crisis"].start
+        super().__init__(config, agent, num_envs)
         self.base_levels = np.stack([cost_covering_levels(config, m) for m in self.MARGINS])  # margins x tiers
         self.capacity = np.maximum(rules_for(config).capacity, 1.0)
         self.top = config.price_levels - 1
+        self._slopes, self._crisis_levels, self._supply = np.array(self.SLOPES), np.array(self.CRISIS_LEVELS), np.array(self.SUPPLY)
 
     @property
     def nvec(self) -> np.ndarray:
@@ -578,20 +654,21 @@ class MarkupBrokerCodec(Codec):
     def n_features(self) -> int:
         return self.n_tiers
 
-    def features(self, observation: np.ndarray) -> np.ndarray:
-        return np.minimum(observation[self._demand] / self.capacity, 2.0).astype(np.float32)
+    def features_of(self, obs: np.ndarray) -> np.ndarray:
+        return np.minimum(self.field(obs, "demand") / self.capacity, 2.0).astype(np.float32)
 
-    def decode(self, observation: np.ndarray, code: np.ndarray) -> np.ndarray:
-        from policies.brokers import demand_levels
-
-        code = np.asarray(code, dtype=np.int64)
+    def decode_rows(self, obs: np.ndarray, code: np.ndarray) -> np.ndarray:
         T = self.n_tiers
-        base = self.base_levels[code[:T], np.arange(T)]
-        level = demand_levels(base, observation[self._demand], self.capacity, self.SLOPES[code[T]],
-                              bool(observation[self._crisis] > 0), self.CRISIS_LEVELS[code[T + 1]], self.top)
-        inventory = observation[self._inventory].astype(np.int64)
-        quantity = np.minimum(np.ceil(inventory * self.SUPPLY[code[T + 2]] - 1e-9).astype(np.int64), inventory)
-        return np.minimum(np.concatenate([quantity, level]), self.env_nvec - 1).astype(np.int64)
+        base = self.base_levels[code[:, :T], np.arange(T)]
+        demand = self.field(obs, "demand")
+        # policies.brokers.demand_levels, every arena at once
+        level = base + np.rint(self._slopes[code[:, T]][:, None] * np.minimum(demand / self.capacity, 2.0)).astype(np.int64)
+        crisis = self.field(obs, "crisis")[:, 0] > 0
+        level = np.minimum(np.where(crisis[:, None], level + self._crisis_levels[code[:, T + 1]][:, None], level), self.top)
+        inventory = self.field(obs, "inventory").astype(np.int64)
+        supply = self._supply[code[:, T + 2]][:, None]
+        quantity = np.minimum(np.ceil(inventory * supply - 1e-9).astype(np.int64), inventory)
+        return np.minimum(np.concatenate([quantity, level], axis=1), self.env_nvec - 1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------- by name
@@ -626,8 +703,13 @@ def check_codec(name: str, config: ScenarioConfig, agent: str) -> type[Codec]:
 
 
 def make_codec(name: str, config: ScenarioConfig, agent: str = ALLOCATOR, **params: Any) -> Codec:
-    """Codec ``name`` for ``agent``'s seat (refused, naming the right codecs, if it is another role's)."""
+    """Codec ``name`` for ``agent``'s seat in one arena (refused, naming the right codecs, if it is another role's)."""
     return check_codec(name, config, agent)(config, agent, **params)
+
+
+def make_batch_codec(name: str, config: ScenarioConfig, num_envs: int, agent: str = ALLOCATOR, **params: Any) -> Codec:
+    """Codec ``name`` for ``agent``'s seat in ``num_envs`` arenas (the same checks as :func:`make_codec`)."""
+    return check_codec(name, config, agent)(config, agent, num_envs, **params)
 
 
 class CodedPolicy:
@@ -666,5 +748,7 @@ __all__ = [
     "StanceRule",
     "check_codec",
     "codecs_for_role",
+    "make_batch_codec",
     "make_codec",
+    "within_budget",
 ]

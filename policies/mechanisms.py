@@ -3,8 +3,8 @@
 Three scripted allocators that mechanism design proposes for sharing a resource without money,
 each observation-only and each ending with the baselines' limits step (``policies/limits.py``;
 ``credit`` and ``uniform_rule`` are defined once, over N arenas, as the baselines are, and play a
-single arena as a batch of one; ``fair_planner`` is ``planner`` with a headroom, batched as ``planner``
-is). Their points on the welfare-exploitability frontier, and why they sit there, are in docs/negotiation.md.
+single arena as a batch of one; ``fair_planner`` is ``planner`` with a headroom, a batch of one the same
+way). Their points on the welfare-exploitability frontier, and why they sit there, are in docs/negotiation.md.
 
 ``credit`` (karma-style: Vuppalapati, Fikioris, Agarwal, Cidon, Khandelwal and Tardos, *Karma:
 Resource Allocation for Dynamic Demands*, OSDI 2023; the artificial currencies of Gorokh, Banerjee
@@ -52,7 +52,7 @@ import numpy as np
 
 from commons_arena.scenario import ScenarioConfig
 from policies.allocators import BatchAllocator, BatchView, water_fill_batch
-from policies.planner import PlannerAllocator
+from policies.planner import BatchPlanner
 
 
 def rotated(tick: np.ndarray, n: int) -> np.ndarray:
@@ -163,16 +163,16 @@ class BatchUniformRule(BatchAllocator):
         return grant
 
 
-class FairPlannerAllocator(PlannerAllocator):
+class BatchFairPlanner(BatchPlanner):
     """``planner`` whose headroom is ``headroom`` x the deflated need (module docstring): the whole
     inflation undone (``margin`` 0), then the same share of need added for every team."""
 
     name = "fair_planner"
 
-    def __init__(self, config: ScenarioConfig, agent: str = "allocator", seed: int | None = None, pacing: float = 2.0,
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0,
                  gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, headroom: float = 0.5,
                  heed_escalation: bool = True) -> None:
-        super().__init__(config, agent, seed, pacing, gpu_tick_value, prior_sigma, margin=0.0, headroom=headroom,
+        super().__init__(config, agent, num_envs, pacing, gpu_tick_value, prior_sigma, margin=0.0, headroom=headroom,
                          heed_escalation=heed_escalation)
 
     @property
@@ -180,11 +180,15 @@ class FairPlannerAllocator(PlannerAllocator):
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
                 "headroom": self.headroom, **({} if self.heed_escalation else {"heed_escalation": False})}
 
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return {**self.params, "heed_escalation": self.heed_escalation}
+
 
 # the reference mechanisms by name (registered beside the baselines: policies/registry.py)
-REFERENCE_MECHANISMS: dict[str, type[BatchAllocator] | type[PlannerAllocator]] = {
-    cls.name: cls for cls in (BatchCredit, BatchUniformRule, FairPlannerAllocator)
+REFERENCE_MECHANISMS: dict[str, type[BatchAllocator] | type[BatchPlanner]] = {
+    cls.name: cls for cls in (BatchCredit, BatchUniformRule, BatchFairPlanner)
 }
 
-__all__ = ["REFERENCE_MECHANISMS", "BatchCredit", "BatchUniformRule", "FairPlannerAllocator", "even_split",
+__all__ = ["REFERENCE_MECHANISMS", "BatchCredit", "BatchFairPlanner", "BatchUniformRule", "even_split",
            "raise_lowest", "rotated"]

@@ -56,24 +56,25 @@ back turns work in progress into missed deadlines. Once the carbon left is below
 is started only if the carbon not yet reserved covers ``CAP_HORIZON`` ticks of its need
 (docs/bring_your_own_cluster.md, "When a hard cap binds"; ``scripts/planner_hard_cap.py``).
 Under a soft cap none of this runs.
+
+**In N arenas at once.** :class:`BatchPlanner` is the planner's one definition, over a leading
+arena axis; the per-arena policy (``make_policy("planner", ...)``) is its batch of one
+(:class:`~policies.batch.OneArena`). The list-based planner it replaced is the spec it is held to
+bit for bit (tests/reference/planner.py, tests/policies/test_batch_planner.py).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from commons_arena.enums import ShockKind, Stance
 from commons_arena.scenario import ScenarioConfig
-from policies.allocators import PRICE_SLACK, SPEND_EPS
-from policies.base import ScriptedPolicy
-from policies.batch import reset_indices
-from policies.batch_limits import BatchLimitReader, fit_action_batch
+from policies.allocators import PRICE_SLACK, SPEND_EPS, tiers_by_memory
+from policies.batch import BatchScripted
 from policies.limits import LimitReader, fit_action
 from policies.teams import ARCHETYPE_PROFILES
 
@@ -123,37 +124,13 @@ def reachable_by(d: int) -> np.ndarray:
     return _REACHABLE[d]
 
 
-class InflationBelief:
-    """Posterior (log weights over ``BLUFF_GRID``) of one team's inflation factor."""
+def prior_log_weights(centre: float, sigma: float) -> np.ndarray:
+    """A team's log-weights over ``BLUFF_GRID`` before any evidence: a Gaussian in log-factor around
+    ``centre`` plus a small uniform floor, so evidence can overrule the prior."""
+    log_ratio = np.log(BLUFF_GRID / centre)
+    prior = np.exp(-0.5 * (log_ratio / sigma) ** 2) + 0.02
+    return np.log(prior / prior.sum())
 
-    def __init__(self, prior_centre: float, prior_sigma: float) -> None:
-        log_ratio = np.log(BLUFF_GRID / prior_centre)
-        # a Gaussian in log-factor plus a small uniform floor, so evidence can overrule the prior
-        prior = np.exp(-0.5 * (log_ratio / prior_sigma) ** 2) + 0.02
-        self.log_w = np.log(prior / prior.sum())
-
-    @property
-    def factor(self) -> float:
-        return float(BLUFF_GRID[int(np.argmax(self.log_w))])
-
-    def saw_declaration(self, declared: np.ndarray, ceiling: np.ndarray) -> None:
-        for d, top in zip(declared.tolist(), ceiling.tolist(), strict=True):
-            if 0 < d < top:  # a count at the ceiling may have been cut: no evidence
-                self.log_w += np.where(reachable_by(int(d)), 0.0, UNREACHABLE)
-
-    def saw_revealed_pair(self, need: np.ndarray, declared: np.ndarray, ceiling: np.ndarray) -> None:
-        """``declared`` was made in the tick whose true need was ``need`` (revealed)."""
-        for n, d, top in zip(need.tolist(), declared.tolist(), ceiling.tolist(), strict=True):
-            hit = np.minimum(inflate(n * BLUFF_GRID, 1.0), top) == d  # every factor at once
-            self.log_w += np.where(hit, 0.0, MISMATCH)
-
-    def saw_audit(self, declared_total: int, exposed: bool, tolerance: float) -> None:
-        """An audit compared ``declared_total`` (this tick's declaration) with the true need."""
-        if declared_total <= 0:
-            return
-        # under factor b the need behind the declaration is about declared / b
-        exposed_if = declared_total / BLUFF_GRID * (1 + tolerance) < declared_total - 1e-9
-        self.log_w += np.where(exposed_if == exposed, 0.0, AUDIT)
 
 
 def cap_admission(need: np.ndarray, kg_per_gpu: np.ndarray, headroom_kg: np.ndarray, streak: np.ndarray,
@@ -199,35 +176,33 @@ def served_streak(streak: np.ndarray, need: np.ndarray, grant: np.ndarray) -> np
     return np.where((want > 0) & (grant.sum(axis=-1) >= want), streak + 1, 0)
 
 
-@dataclass(slots=True)
-class _Seen:
-    """What the previous tick's observation showed (for the evidence of this tick)."""
-
-    declared: np.ndarray
-    revealed: np.ndarray
-    revealed_need: np.ndarray
-    credibility: np.ndarray
-    audits: float
+DEFLATE_TABLE_WIDTH = 4096  # declared counts per tier kept undone in a table
+INFLATE_TABLE_LIMIT = 1 << 16  # GPUs: the largest need the inflation table grows to (one row per count)
 
 
-class PlannerAllocator(ScriptedPolicy):
-    """Observation-only planner; see the module docstring for what it knows and does."""
+class BatchPlanner(BatchScripted):
+    """``planner`` in ``num_envs`` arenas of one scenario (module docstring); its per-arena form is a
+    batch of one (:class:`~policies.batch.OneArena`).
+
+    The per-arena state is arrays with a leading arena axis: the teams' log-weights
+    :attr:`log_w` ``(N, teams, factors)``, what each arena's last observation showed (the evidence
+    of its next one), the last need estimate :attr:`last_estimate` ``(N, teams, tiers)`` and, under
+    a hard cap, :attr:`streak` ``(N, teams)`` (:func:`cap_admission`). The loops run over the small
+    fixed axes only (teams, tiers, a tier's larger tiers); each float is made element-wise by the
+    same operations in the same order as the list-based planner it replaced
+    (tests/reference/planner.py), so every arena rounds as one arena did.
+
+    Undoing a declaration (:meth:`estimate_need`), too branchy to vectorise, is looked up in a table
+    per (factor, tier, declared count) filled on first use by :meth:`estimate_need`'s own rule
+    (counts above ``DEFLATE_TABLE_WIDTH`` are computed one by one).
+    """
 
     role = "allocator"
     name = "planner"
 
-    def __init__(
-        self,
-        config: ScenarioConfig,
-        agent: str = "allocator",
-        seed: int | None = None,
-        pacing: float = 2.0,
-        gpu_tick_value: float = 6.0,
-        prior_sigma: float = 0.1,
-        margin: float = 0.5,
-        headroom: float | None = None,
-        heed_escalation: bool = True,
-    ) -> None:
+    def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0,
+                 gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, margin: float = 0.5,
+                 headroom: float | None = None, heed_escalation: bool = True) -> None:
         if not pacing > 0:
             raise ValueError(f"pacing must be > 0, got {pacing}")
         if not gpu_tick_value >= 0:
@@ -238,23 +213,18 @@ class PlannerAllocator(ScriptedPolicy):
             raise ValueError(f"margin must be in [0, 1], got {margin}")
         if headroom is not None and not 0.0 <= headroom <= 1.0:
             raise ValueError(f"headroom must be in [0, 1], got {headroom}")
+        self.pacing, self.gpu_tick_value, self.prior_sigma = float(pacing), float(gpu_tick_value), float(prior_sigma)
         self.margin = float(margin)
         self.headroom = None if headroom is None else float(headroom)
         self.heed_escalation = bool(heed_escalation)  # False: a team's escalating stance buys it no precedence
-        self.pacing = float(pacing)
-        self.gpu_tick_value = float(gpu_tick_value)
-        self.prior_sigma = float(prior_sigma)
         # public scenario parameters, read once
-        tiers = config.gpu_tiers
-        self.memory = [t.memory_gb for t in tiers]
-        self.op_cost = [t.op_cost for t in tiers]
-        self.power = [t.power_kw for t in tiers]
-        self.board = [t.board_pressure for t in config.teams]
-        self.archetype = [t.archetype for t in config.teams]
+        tiers, teams = config.gpu_tiers, config.teams
+        T, M, G = len(tiers), len(teams), len(BLUFF_GRID)
         self.max_ticks = config.max_ticks
         self.tolerance = config.credibility.audit_tolerance
         self.bluff_loss = config.credibility.bluff_loss
         self.weights = config.rewards.allocator
+        self.hard_cap = config.carbon.mode == "hard"
         # the most a team may request per tier (requests are cut to owned + spot inventory)
         self.ceiling = np.array([t.owned + t.spot_inventory for t in tiers], dtype=np.int64)
         # tier, declared count (0 .. the largest ceiling) -> what the declaration adds to the
@@ -263,16 +233,42 @@ class PlannerAllocator(ScriptedPolicy):
         self.unreachable = np.array([
             [np.where(reachable_by(d) | (not 0 < d < top), 0.0, UNREACHABLE) for d in range(int(self.ceiling.max(initial=0)) + 1)]
             for top in self.ceiling.tolist()
-        ]).reshape(len(tiers), -1, len(BLUFF_GRID))
-        super().__init__(config, agent, seed)
-        T = self.n_tiers
-        self.by_memory = sorted(range(T), key=lambda k: (self.memory[k], k))
-        self.rank = {k: r for r, k in enumerate(self.by_memory)}
-        self.larger = [[j for j in self.by_memory if self.rank[j] > self.rank[k]] for k in range(T)]
-        self.fits = [[j for j in self.by_memory if self.rank[j] >= self.rank[k]] for k in range(T)]
-        self.i_escalate = int(Stance.ESCALATE)
-        self._tier_index = np.arange(T)[None, :]  # row index of self.unreachable per (team, tier)
+        ]).reshape(T, -1, G)
+        self.by_memory = tiers_by_memory(config)
+        rank = {k: r for r, k in enumerate(self.by_memory)}
+        self.larger = [[j for j in self.by_memory if rank[j] > rank[k]] for k in range(T)]  # where a tier's need may spill
+        self._larger = [np.array(tiers_above, dtype=np.int64) for tiers_above in self.larger]
+        self._rank = np.array([rank[k] for k in range(T)], dtype=np.int64)
+        self._fits = np.array([[rank[j] >= rank[k] for j in range(T)] for k in range(T)], dtype=bool).reshape(T, T)
+        self._board = np.array([t.board_pressure for t in teams], dtype=np.float64)
+        self._op_cost = np.array([t.op_cost for t in tiers], dtype=np.float64)
+        self._carbon_power = np.array([self.weights.carbon * t.power_kw for t in tiers], dtype=np.float64)
+        self.prior = np.array([self._prior_of(t.archetype) for t in teams]).reshape(M, G)  # log-weights at an episode's start
+        # per arena: the beliefs and what the last observation showed (the evidence of the next one)
+        self.log_w = np.zeros((num_envs, M, G))
+        self._has_prev = np.zeros(num_envs, dtype=bool)
+        self._prev_declared = np.zeros((num_envs, M, T), dtype=np.int64)
+        self._prev_revealed = np.zeros((num_envs, M), dtype=bool)
+        self._prev_revealed_need = np.zeros((num_envs, M, T), dtype=np.int64)
+        self._prev_credibility = np.zeros((num_envs, M), dtype=np.float64)
+        self._prev_audits = np.zeros(num_envs, dtype=np.float64)
+        self.last_estimate = np.zeros((num_envs, M, T), dtype=np.int64)
+        self.streak = np.zeros((num_envs, M), dtype=np.int64)  # ticks each team has been served in full (hard cap)
+        # per factor of the grid: the deflation estimate_need applies (its own expression, to the bit)
+        self._deflation = [1.0 + (1.0 - self.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
+        # (factor, tier, column) -> estimate_need's count; column 0: nothing declared, else 1 + min(declared, ceiling)
+        width = min(int(self.ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
+        self._undone = np.full((G, T, width), -1, dtype=np.int64)
+        self._undone[:, :, 0] = 0
+        self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
+        super().__init__(config, agent, num_envs)  # checks the seat; clears every arena
         self._limits = LimitReader(config, self.obs_layout)
+        self._fields = {f.name: (self.obs_layout.slices[f.name], f.shape) for f in self.obs_layout.fields}
+        self._arenas = np.arange(num_envs)
+        # per arena (as many rows as arenas; a call on some arenas takes the first rows): the teams' and tiers' indices
+        self._team_index = np.broadcast_to(np.arange(M), (num_envs, M))
+        self._tier_rank = np.broadcast_to(self._rank, (num_envs, T))
+        self._tiers = np.arange(T)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -281,320 +277,74 @@ class PlannerAllocator(ScriptedPolicy):
 
     @property
     def settings(self) -> dict[str, Any]:
-        """Every constructor parameter (:attr:`params` names a policy; ``fair_planner`` leaves out what it fixes)."""
+        """Every parameter of the planner (:attr:`params` names a policy; ``fair_planner`` leaves out what it fixes)."""
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
                 "margin": self.margin, "headroom": self.headroom, "heed_escalation": self.heed_escalation}
 
-    def prior_log_weights(self) -> np.ndarray:
-        """The teams' log-weights over the bluff grid at the start of an episode ``(teams, factors)``."""
-        return np.stack([self._prior(a).log_w for a in self.archetype]) if self.archetype else np.zeros((0, len(BLUFF_GRID)))
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return self.settings
 
-    def clear(self) -> None:
-        self.beliefs = [self._prior(a) for a in getattr(self, "archetype", [])]
-        # one row per team; each belief keeps a view of its row (observe updates all at once)
-        self._log_w = np.stack([b.log_w for b in self.beliefs]) if self.beliefs else np.zeros((0, len(BLUFF_GRID)))
-        for belief, row in zip(self.beliefs, self._log_w, strict=True):
-            belief.log_w = row
-        self._seen: _Seen | None = None
-        self.last_estimate: np.ndarray | None = None
-        self._streak = np.zeros((1, getattr(self, "n_teams", 0)), dtype=np.int64)  # see cap_admission
-
-    def _prior(self, archetype: str) -> InflationBelief:
+    def _prior_of(self, archetype: str) -> np.ndarray:
         style = ARCHETYPE_PROFILES.get(archetype)
         if style is None:
-            return InflationBelief(UNKNOWN_STYLE_BLUFF, 3 * self.prior_sigma)
-        return InflationBelief(style.bluff, self.prior_sigma)
+            return prior_log_weights(UNKNOWN_STYLE_BLUFF, 3 * self.prior_sigma)
+        return prior_log_weights(style.bluff, self.prior_sigma)
 
-    # ------------------------------------------------------------------ belief
-    def observe(self, obs: np.ndarray) -> np.ndarray:
-        """Update the inflation beliefs with this observation; return the need estimate (teams x tiers).
-
-        Every team at once: the teams' log-weights are the rows of one array (each belief's
-        ``log_w`` a view of its row), and each row receives the same additions in the same
-        order as :class:`InflationBelief`'s methods make them one team at a time (a tier's
-        declaration, then a revealed pair's, then an audit), so the result is bit for bit
-        theirs (tests/policies/test_planner_identical.py). Teams without evidence add 0.0.
-        """
-        declared = self.field(obs, "declared").astype(np.int64)
-        revealed = self.field(obs, "revealed") > 0.5
-        revealed_need = self.field(obs, "revealed_need").astype(np.int64)
-        credibility = self.field(obs, "credibility").astype(np.float64)
-        audits = float(self.field(obs, "shocks_seen")[int(ShockKind.COMPLIANCE_AUDIT)])
-        prev = self._seen
-        log_w, top = self._log_w, self.ceiling
-        # each evidence term is computed for every (team, tier) at once (teams x tiers x factors),
-        # then added tier by tier: the same float additions in the same order as one at a time
-        counts = np.minimum(declared, self.unreachable.shape[1] - 1)
-        unreachable = self.unreachable[self._tier_index, counts]
-        for k in range(self.n_tiers):
-            log_w += unreachable[:, k]
-        if prev is not None and prev.revealed.any():
-            # the declaration seen now was made in the tick whose need was revealed then
-            hit = np.minimum(inflate(prev.revealed_need[:, :, None] * BLUFF_GRID, 1.0), top[:, None]) == declared[:, :, None]
-            mismatch = np.where(hit | ~prev.revealed[:, None, None], 0.0, MISMATCH)
-            for k in range(self.n_tiers):
-                log_w += mismatch[:, k]
-        if prev is not None and audits > prev.audits:
-            for i, belief in enumerate(self.beliefs):
-                if prev.credibility[i] >= self.bluff_loss:
-                    exposed = prev.credibility[i] - credibility[i] >= self.bluff_loss - 1e-6
-                    belief.saw_audit(int(prev.declared[i].sum()), exposed, self.tolerance)
-        self._seen = _Seen(declared, revealed, revealed_need, credibility, audits)
-        # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a
-        # little headroom catches jobs that arrived since
-        estimate = revealed_need.copy()
-        tops = top.tolist()
-        for i, g in enumerate(np.argmax(log_w, axis=1).tolist()):
-            if not revealed[i]:
-                estimate[i] = self.estimate_need(declared[i].tolist(), float(BLUFF_GRID[g]), tops)
-        self.last_estimate = estimate
-        return estimate
-
-    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
-        """A team's need per tier from its declaration and its most likely inflation ``factor``:
-        undone with all but ``margin`` of the inflation; with a ``headroom`` (``fair_planner``), that
-        share of the need so deflated is added (rounded half up, within the ceiling), the same for every team."""
-        bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
-        deflated = [_deflate(d, bluff, c) for d, c in zip(declared, ceilings, strict=True)]
-        if self.headroom is None:
-            return deflated
-        return [min(n + math.floor(self.headroom * n + 0.5), top) for n, top in zip(deflated, ceilings, strict=True)]
-
-    # ------------------------------------------------------------------ plan
-    def decide(self, obs: np.ndarray) -> list[int]:
-        need = self.observe(obs).tolist()
-        if not self._limits.hard:
-            return self.plan(obs, need)
-        action = self.plan(obs, need, self._streak[0])
-        grant = np.array(action[self.n_tiers:], dtype=np.int64).reshape(1, self.n_teams, self.n_tiers)
-        self._streak = served_streak(self._streak, np.array([need], dtype=np.int64), grant)
-        return action
-
-    def plan(self, obs: np.ndarray, need: list[list[int]], streak: np.ndarray | None = None) -> list[int]:
-        """The action for ``need`` (teams x tiers), fitted within the observed limits; ``streak``
-        (per team, under a hard cap): the ticks each has been served in full, for
-        :func:`cap_admission` (None: every team's need is planned for)."""
-        N, T = self.n_teams, self.n_tiers
-        tick = int(self.field(obs, "tick")[0])
-        online = [int(x) for x in self.field(obs, "online")]
-        offer_qty = [int(x) for x in self.field(obs, "offer_qty")]
-        offer_price = self.field(obs, "offer_price").tolist()
-        budget = float(self.field(obs, "budget")[0])
-        pressure = self.field(obs, "pressure").tolist()
-        stance = self.field(obs, "stance")
-        escalating = [self.heed_escalation and bool(stance[i, self.i_escalate] > 0.5) for i in range(N)]
-        totals = [sum(row) for row in need]
-        order = sorted(
-            (i for i in range(N) if totals[i] > 0),
-            key=lambda i: (-pressure[i], not escalating[i], -self.board[i], totals[i], i),
-        )
-        if streak is not None:
-            # a binding hard cap: finish the work in progress, start only what the carbon left can finish
-            limits = self._limits(obs)
-            rank = np.empty((1, N), dtype=np.int64)
-            rank[0, order + [i for i in range(N) if i not in set(order)]] = np.arange(N)
-            admitted, first = cap_admission(np.array([need], dtype=np.int64), np.array([limits.kg_per_gpu]),
-                                            np.array([limits.headroom_kg]), np.asarray(streak).reshape(1, N), rank)
-            need = [row if admitted[0, i] else [0] * T for i, row in enumerate(need)]
-            totals = [sum(row) for row in need]
-            order = sorted(
-                (i for i in range(N) if totals[i] > 0),
-                key=lambda i: (not first[0, i], -pressure[i], not escalating[i], -self.board[i], totals[i], i),
-            )
-        grant = [[0] * T for _ in range(N)]
-        left = list(online)
-        unmet = [[0] * T for _ in range(N)]
-        # 1. own tier, large-memory tiers first
-        for k in reversed(self.by_memory):
-            for i in order:
-                give = min(need[i][k], left[k])
-                grant[i][k] += give
-                left[k] -= give
-                unmet[i][k] = need[i][k] - give
-        # 2. spill upward: whole onto the smallest larger tier with room, else split
-        for i in order:
-            for k in reversed(self.by_memory):
-                n = unmet[i][k]
-                if n <= 0:
-                    continue
-                whole = next((j for j in self.larger[k] if left[j] >= n), None)
-                if whole is not None:
-                    grant[i][whole] += n
-                    left[whole] -= n
-                    unmet[i][k] = 0
-                    continue
-                for j in self.larger[k]:
-                    give = min(n, left[j])
-                    grant[i][j] += give
-                    left[j] -= give
-                    n -= give
-                unmet[i][k] = n
-        # 3. buy what is worth buying
-        buy = [0] * T
-        if any(n > 0 for row in unmet for n in row):
-            ticks_left = max(self.max_ticks - tick, 1)
-            money = max(budget * min(1.0, self.pacing / ticks_left) - SPEND_EPS, 0.0)
-            kg_cost = self._kg_cost(obs, tick)
-            w = self.weights
-            for i in order:
-                worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[i] + 0.5 * escalating[i])
-                for k in reversed(self.by_memory):
-                    n = unmet[i][k]
-                    if n <= 0:
-                        continue
-                    for j in sorted(self.fits[k], key=lambda j: (offer_price[j], self.rank[j])):
-                        avail = offer_qty[j] - buy[j]
-                        price = offer_price[j] * PRICE_SLACK
-                        cost = w.spend * (price + self.op_cost[j]) + kg_cost[j]
-                        if avail <= 0 or cost > worth:
-                            continue
-                        give = min(n, avail) if price <= 0 else min(n, avail, int(money // price))
-                        if give <= 0:
-                            continue
-                        buy[j] += give
-                        grant[i][j] += give
-                        money -= give * price
-                        n -= give
-                        if n == 0:
-                            break
-                    unmet[i][k] = n
-        # within every observed limit (a hard cap's carbon left above all): teams it serves last give up first
-        served = set(order)
-        trim_order = order + [i for i in range(N) if i not in served]
-        buy, grant = fit_action(self._limits(obs), buy, grant, trim_order)
-        return buy + [g for row in grant for g in row]
-
-    def _kg_cost(self, obs: np.ndarray, tick: int) -> list[float]:
-        """Carbon cost of one more busy GPU-tick per tier: charged only past the soft cap."""
-        used = float(self.field(obs, "carbon_used")[0])
-        cap = float(self.field(obs, "carbon_cap")[0])
-        intensity = float(self.field(obs, "intensity_forecast")[0])
-        # expect the rest of the episode to emit at about the pace so far
-        pace = used / max(tick, 1)
-        projected = used + pace * (self.max_ticks - tick)
-        if projected <= cap or self.weights.carbon == 0:
-            return [0.0] * self.n_tiers
-        return [self.weights.carbon * p * intensity for p in self.power]
-
-
-# ---------------------------------------------------------------------- N arenas at once
-
-DEFLATE_TABLE_WIDTH = 4096  # declared counts per tier the batched planner keeps undone in a table
-
-
-INFLATE_TABLE_LIMIT = 1 << 16  # GPUs: the largest need the inflation table grows to (one row per count)
-
-
-class BatchPlanner:
-    """``planner`` in ``num_envs`` arenas of one scenario at once (a :class:`~policies.batch.BatchPolicy`).
-
-    Row *i* of :meth:`act` is bit for bit the action a :class:`PlannerAllocator` returns for
-    row *i*'s observations since that arena's last reset, and :attr:`last_estimate` row *i*
-    its need estimate (tests/policies/test_batch_planner.py). The per-arena state is arrays
-    with a leading arena axis: the teams' log-weights ``(N, teams, factors)`` and what the
-    last observation showed. Every float is made by the same operations in the same order as
-    the per-arena planner (element-wise, so each row rounds as one arena does); the loops run
-    over the small fixed axes only (teams, tiers, a tier's larger tiers).
-
-    Undoing a declaration (:func:`deflate`), too branchy to copy exactly, is looked up in a
-    table per (factor, tier, declared count) filled on first use by :func:`deflate` itself
-    (counts above ``DEFLATE_TABLE_WIDTH`` are computed one by one). Fitting the plan within
-    the observed limits (:func:`~policies.limits.fit_action`) is the scripted allocators'
-    batched fit step (``policies/batch_limits.py``'s ``fit_action_batch``).
-
-    The planner's parameters (``pacing``, ``gpu_tick_value``, ``prior_sigma``, ``margin``) are
-    :class:`PlannerAllocator`'s; one per-arena planner is kept in :attr:`planner` for its
-    checked parameters and scenario tables.
-    """
-
-    def __init__(self, config: ScenarioConfig, num_envs: int, agent: str = "allocator", **params: Any) -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-        self.num_envs = num_envs
-        self.planner = PlannerAllocator(config, agent, **params)
-        self._limits = BatchLimitReader(config, self.planner.obs_layout)
-        P = self.planner
-        self.config, self.agent = config, agent
-        self.n_teams, self.n_tiers = P.n_teams, P.n_tiers
-        N, T, G = self.n_teams, self.n_tiers, len(BLUFF_GRID)
-        self._fields = {f.name: (P.obs_layout.slices[f.name], f.shape) for f in P.obs_layout.fields}
-        self._prior = P.prior_log_weights()  # the teams' log-weights at the start of an episode
-        self.log_w = np.repeat(self._prior[None], num_envs, axis=0)  # (arenas, teams, factors)
-        # what each arena's last observation showed (the evidence of the next one)
-        self._has_prev = np.zeros(num_envs, dtype=bool)
-        self._prev_declared = np.zeros((num_envs, N, T), dtype=np.int64)
-        self._prev_revealed = np.zeros((num_envs, N), dtype=bool)
-        self._prev_revealed_need = np.zeros((num_envs, N, T), dtype=np.int64)
-        self._prev_credibility = np.zeros((num_envs, N), dtype=np.float64)
-        self._prev_audits = np.zeros(num_envs, dtype=np.float64)
-        self.last_estimate = np.zeros((num_envs, N, T), dtype=np.int64)
-        self._streak = np.zeros((num_envs, N), dtype=np.int64)  # ticks each team has been served in full (hard cap)
-        # per factor of the grid: the deflation the planner applies (its own expression, to the bit)
-        self._deflation = [1.0 + (1.0 - P.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
-        # (factor, tier, column) -> deflate(...); column 0: nothing declared, else 1 + min(declared, ceiling)
-        width = min(int(P.ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
-        self._deflated = np.full((G, T, width), -1, dtype=np.int64)
-        self._deflated[:, :, 0] = 0
-        self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
-        self._tiers = np.arange(T)
-        self._board = np.array(P.board, dtype=np.float64)
-        self._rank = np.array([P.rank[k] for k in range(T)], dtype=np.int64)
-        self._fits = [np.array(P.fits[k], dtype=np.int64) for k in range(T)]
-        self._op_cost = np.array(P.op_cost, dtype=np.float64)
-        self._carbon_power = np.array([P.weights.carbon * p for p in P.power], dtype=np.float64)  # w.carbon x power_kw
-
-    @classmethod
-    def of(cls, planner: PlannerAllocator, num_envs: int) -> BatchPlanner:
-        """``planner`` (its scenario, seat and parameters; ``fair_planner`` too) in ``num_envs`` arenas."""
-        return cls(planner.config, num_envs, planner.agent, **planner.settings)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return self.planner.params
+    def factors(self) -> np.ndarray:
+        """Each arena's most likely inflation factor per team ``(N, teams)``."""
+        return BLUFF_GRID[np.argmax(self.log_w, axis=2)]
 
     def _field(self, obs: np.ndarray, name: str) -> np.ndarray:
         sl, shape = self._fields[name]
         return obs[:, sl].reshape((len(obs), *shape))
 
     def _rows(self, obs: np.ndarray, index: np.ndarray | None) -> np.ndarray:
-        rows = np.arange(self.num_envs) if index is None else np.asarray(index, dtype=np.int64).reshape(-1)
+        rows = self._arenas if index is None else np.asarray(index, dtype=np.int64).reshape(-1)
         if index is not None and (len(np.unique(rows)) != len(rows) or (rows.size and not 0 <= rows.min() <= rows.max() < self.num_envs)):
             raise ValueError(f"index must name distinct arenas of 0..{self.num_envs - 1}, got {rows.tolist()}")
-        if obs.ndim != 2 or len(obs) != len(rows) or obs.shape[1] != self.planner.obs_layout.size:
-            raise ValueError(f"planner observations must be (arenas, {self.planner.obs_layout.size}) with one row "
+        if obs.ndim != 2 or len(obs) != len(rows) or obs.shape[1] != self.obs_dim:
+            raise ValueError(f"planner observations must be (arenas, {self.obs_dim}) with one row "
                              f"per arena ({len(rows)}), got shape {obs.shape}")
         return rows
 
     # ------------------------------------------------------------------ protocol
-    def reset(self, seeds: Sequence[int | None], index: np.ndarray | None = None) -> None:
-        """New episodes in arenas ``index`` (all when None): their beliefs back to the prior."""
-        rows = reset_indices(self.num_envs, seeds, index)
-        self.log_w[rows] = self._prior
-        self._has_prev[rows] = False
-        self.last_estimate[rows] = 0
-        self._streak[rows] = 0
+    def clear(self, arenas: np.ndarray) -> None:
+        """New episodes in ``arenas``: their beliefs back to the prior, nothing seen yet."""
+        self.log_w[arenas] = self.prior
+        self._has_prev[arenas] = False
+        self.last_estimate[arenas] = 0
+        self.streak[arenas] = 0
 
     def act(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         """Every arena's action (``index``: only these arenas, whose observations are the rows given)."""
+        if index is None:
+            return super().act(observations)
         obs = np.asarray(observations)
+        return np.clip(self.decide(obs, index), 0, self.high)
+
+    def decide(self, obs: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         need = self.observe(obs, index)
-        if not self._limits.one.hard:
-            return np.clip(self.plan(obs, need), 0, self.planner.high)
+        if not self.hard_cap:
+            return self.plan(obs, need)
         rows = self._rows(obs, index)
-        action = self.plan(obs, need, self._streak[rows])
+        action = self.plan(obs, need, self.streak[rows])
         grant = action[:, self.n_tiers:].reshape(len(obs), self.n_teams, self.n_tiers)
-        self._streak[rows] = served_streak(self._streak[rows], need, grant)
-        return np.clip(action, 0, self.planner.high)
+        self.streak[rows] = served_streak(self.streak[rows], need, grant)
+        return action
 
     # ------------------------------------------------------------------ belief
     def observe(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
-        """Update the arenas' beliefs with their observations; their need estimates ``(arenas, teams, tiers)``.
+        """Update the arenas' beliefs with their observations (``index``: only these arenas, whose
+        observations are the rows given); their need estimates ``(arenas, teams, tiers)``.
 
-        The same additions in the same order as :meth:`PlannerAllocator.observe` (each
-        declaration's, tier by tier, then each revealed pair's, then an audit's), row by row."""
+        The evidence of each team, added to its log-weights in this order: each declared count's
+        (tier by tier: a count no need maps to under a factor), then the pair (the need revealed last
+        tick, the declaration made in that tick: it must be ``ceil(need x factor)``), then an audit's
+        (it exposed or cleared the team's declared total). A team's estimate is its revealed need,
+        else its declaration undone by :meth:`estimate_need` with its most likely factor."""
         obs = np.asarray(observations)
         rows = self._rows(obs, index)
-        P = self.planner
         declared = self._field(obs, "declared").astype(np.int64)
         revealed = self._field(obs, "revealed") > 0.5
         revealed_need = self._field(obs, "revealed_need").astype(np.int64)
@@ -602,29 +352,29 @@ class BatchPlanner:
         audits = self._field(obs, "shocks_seen")[:, int(ShockKind.COMPLIANCE_AUDIT)].astype(np.float64)
         has_prev = self._has_prev[rows]
         log_w = self.log_w if index is None else self.log_w[rows]  # (a copy when some arenas: written back below)
-        top = P.ceiling
-        counts = np.minimum(declared, P.unreachable.shape[1] - 1)
+        counts = np.minimum(declared, self.unreachable.shape[1] - 1)
         for k in range(self.n_tiers):
-            log_w += P.unreachable[k][counts[:, :, k]]
+            log_w += self.unreachable[k][counts[:, :, k]]
         # the revealed pairs: only a team revealed last tick receives anything but 0.0 (adding 0.0 to a
         # log-weight, finite and negative, changes no bit, so the other teams are skipped)
         arena, team = np.nonzero(has_prev[:, None] & self._prev_revealed[rows])
         if arena.size:
             need = self._prev_revealed_need[rows[arena], team]  # pairs x tiers
-            hit = np.minimum(self._inflated(need), top[:, None]) == declared[arena, team, :, None]
+            hit = np.minimum(self._inflated(need), self.ceiling[:, None]) == declared[arena, team, :, None]
             mismatch = np.where(hit, 0.0, MISMATCH)
             sub = log_w[arena, team]
             for k in range(self.n_tiers):
                 sub += mismatch[:, k]
             log_w[arena, team] = sub
-        prev_credibility = self._prev_credibility[rows]
         audited = np.flatnonzero(has_prev & (audits > self._prev_audits[rows]))
         if audited.size:
-            before, now = prev_credibility[audited], credibility[audited]
+            before, now = self._prev_credibility[rows[audited]], credibility[audited]
             total = self._prev_declared[rows[audited]].sum(axis=2)  # declared totals, arenas x teams
-            heard = (before >= P.bluff_loss) & (total > 0)  # InflationBelief.saw_audit's cases
-            exposed = before - now >= P.bluff_loss - 1e-6
-            exposed_if = total[..., None] / BLUFF_GRID * (1 + P.tolerance) < total[..., None] - 1e-9
+            # a team heard nothing from an audit its credibility could not pay for, or of nothing declared
+            heard = (before >= self.bluff_loss) & (total > 0)
+            exposed = before - now >= self.bluff_loss - 1e-6
+            # under factor b the need behind the declaration is about total / b
+            exposed_if = total[..., None] / BLUFF_GRID * (1 + self.tolerance) < total[..., None] - 1e-9
             sub = log_w[audited]
             sub[heard] += np.where(exposed_if == exposed[..., None], 0.0, AUDIT)[heard]
             log_w[audited] = sub
@@ -636,12 +386,41 @@ class BatchPlanner:
         self._prev_revealed_need[rows] = revealed_need
         self._prev_credibility[rows] = credibility
         self._prev_audits[rows] = audits
-        deflated = self._deflate(declared, np.argmax(log_w, axis=2))
-        if P.headroom is not None:  # estimate_need's headroom, the same float64 operations
-            deflated = np.minimum(deflated + np.floor(P.headroom * deflated + 0.5).astype(np.int64), P.ceiling)
-        estimate = np.where(revealed[..., None], revealed_need, deflated)
+        # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a little
+        # headroom catches jobs that arrived since
+        estimate = np.where(revealed[..., None], revealed_need, self._undo(declared, np.argmax(log_w, axis=2)))
         self.last_estimate[rows] = estimate
         return estimate
+
+    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
+        """A team's need per tier from its declaration and its most likely inflation ``factor``:
+        undone with all but ``margin`` of the inflation; with a ``headroom`` (``fair_planner``), that
+        share of the need so deflated is added (rounded half up, within the ceiling), the same for every team."""
+        bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
+        return [self._undone_count(d, bluff, top) for d, top in zip(declared, ceilings, strict=True)]
+
+    def _undone_count(self, declared: int, bluff: float, ceiling: int) -> int:
+        need = _deflate(declared, bluff, ceiling)
+        return need if self.headroom is None else min(need + math.floor(self.headroom * need + 0.5), ceiling)
+
+    def _undo(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        """:meth:`estimate_need` of each declaration (arenas x teams x tiers) under ``factor`` (an
+        index of ``BLUFF_GRID`` per arena and team), through the table."""
+        column = np.where(declared <= 0, 0, np.minimum(declared, self.ceiling) + 1)
+        table = self._undone
+        inside = column < table.shape[2]
+        out = table[factor[..., None], self._tiers, np.where(inside, column, 0)]
+        missing = (out < 0) | ~inside
+        if missing.any():
+            g = np.broadcast_to(factor[..., None], declared.shape)
+            k = np.broadcast_to(np.arange(self.n_tiers), declared.shape)
+            # the count depends on a declaration d only through min(d, ceiling) when d > 0 (at the ceiling: a lower bound)
+            for gi, ki, ci in set(zip(g[missing].tolist(), k[missing].tolist(), column[missing].tolist(), strict=True)):
+                value = self._undone_count(max(ci - 1, 1), self._deflation[gi], int(self.ceiling[ki]))
+                if ci < table.shape[2]:
+                    table[gi, ki, ci] = value
+                out[missing & (g == gi) & (k == ki) & (column == ci)] = value
+        return out
 
     def _inflated(self, need: np.ndarray) -> np.ndarray:
         """``inflate(need x factor, 1.0)`` for every factor of the grid (a last axis), from a table
@@ -649,186 +428,166 @@ class BatchPlanner:
         top = int(need.max()) if need.size else 0
         if need.size and (int(need.min()) < 0 or top >= INFLATE_TABLE_LIMIT):
             # (no count is negative; a count past the table's limit, possible only far beyond any
-            # shipped cluster, is computed as the planner would rather than grow a table to it)
+            # shipped cluster, is computed directly rather than grow a table to it)
             return inflate(need[..., None] * BLUFF_GRID, 1.0)
         if top >= len(self._inflate_table):
             size = min(max(top + 1, 2 * len(self._inflate_table)), INFLATE_TABLE_LIMIT)
             self._inflate_table = inflate(np.arange(size)[:, None] * BLUFF_GRID, 1.0)
         return self._inflate_table[need]
 
-    def _deflate(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
-        """:func:`deflate` of each declaration (arenas x teams x tiers) under the deflation of
-        ``factor`` (an index of ``BLUFF_GRID`` per arena and team), through the table."""
-        ceiling = self.planner.ceiling
-        column = np.where(declared <= 0, 0, np.minimum(declared, ceiling) + 1)
-        g = np.broadcast_to(factor[..., None], declared.shape)
-        k = np.broadcast_to(self._tiers, declared.shape)
-        table = self._deflated
-        inside = column < table.shape[2]
-        out = table[g, k, np.where(inside, column, 0)]
-        missing = (out < 0) | ~inside
-        if missing.any():
-            # deflate(d, b, c) depends on d only through min(d, c) when d > 0 (at the ceiling: a lower bound)
-            for gi, ki, ci in set(zip(g[missing].tolist(), k[missing].tolist(), column[missing].tolist(), strict=True)):
-                value = _deflate(max(ci - 1, 1), self._deflation[gi], int(ceiling[ki]))
-                if ci < table.shape[2]:
-                    table[gi, ki, ci] = value
-                out[missing & (g == gi) & (k == ki) & (column == ci)] = value
-        return out
-
     # ------------------------------------------------------------------ plan
     def plan(self, observations: np.ndarray, need: np.ndarray, streak: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`PlannerAllocator.plan` of each row: the (unclipped) action for ``need``
-        ``(arenas, teams, tiers)``, fitted within the observed limits (``streak`` ``(arenas, teams)``:
-        :func:`cap_admission`'s, under a hard cap; None: every team's need is planned for)."""
+        """Each arena's (unclipped) action for ``need`` ``(arenas, teams, tiers)``, fitted within the
+        observed limits; ``streak`` ``(arenas, teams)``, under a hard cap: the ticks each team has been
+        served in full, for :func:`cap_admission` (None: every team's need is planned for). A need
+        below 0 is read as 0."""
         obs = np.asarray(observations)
-        P = self.planner
         n, N, T = len(obs), self.n_teams, self.n_tiers
-        ar = np.arange(n)
-        need = np.asarray(need, dtype=np.int64).reshape(n, N, T)
-        tick = self._field(obs, "tick")[:, 0].astype(np.int64)
+        arena = self._arenas[:n, None]  # (indexes each arena's row of a per-team array)
+        need = np.maximum(np.asarray(need, dtype=np.int64).reshape(n, N, T), 0)
         online = self._field(obs, "online").astype(np.int64)
-        offer_qty = self._field(obs, "offer_qty").astype(np.int64)
-        offer_price = self._field(obs, "offer_price").astype(np.float64)
-        budget = self._field(obs, "budget")[:, 0].astype(np.float64)
         pressure = self._field(obs, "pressure").astype(np.float64)
-        escalating = (self._field(obs, "stance")[:, :, P.i_escalate] > 0.5) & P.heed_escalation
+        escalating = (self._field(obs, "stance")[:, :, int(Stance.ESCALATE)] > 0.5) & self.heed_escalation
         order = self._order(need, pressure, escalating)
         if streak is not None:
             # a binding hard cap: finish the work in progress, start only what the carbon left can finish
             limits = self._limits(obs)
             assert limits.headroom_kg is not None  # a streak is kept under a hard cap only
             rank = np.empty_like(order)
-            rank[ar[:, None], order] = np.arange(N)[None, :]
+            rank[arena, order] = np.arange(N)
             admitted, first = cap_admission(need, limits.kg_per_gpu, limits.headroom_kg, streak, rank)
             need = np.where(admitted[..., None], need, 0)
             order = self._order(need, pressure, escalating, first)
-        totals = need.sum(axis=2)
-        served = totals > 0
         # the teams in that order (position p: the p-th team served), so the greedy below reads columns
-        served_at = np.arange(N)[None, :] < served.sum(axis=1)[:, None]
-        need_at = np.take_along_axis(need, order[:, :, None], axis=1)
-        grant_at = np.zeros((n, N, T), dtype=np.int64)
-        unmet = np.zeros((n, N, T), dtype=np.int64)  # 0 for a team not served (nothing below touches it)
-        left = online.copy()
-        # 1. own tier, large-memory tiers first
-        for k in reversed(P.by_memory):
-            for p in range(N):
-                wanted, on = need_at[:, p, k], served_at[:, p]
-                give = np.where(on, np.minimum(wanted, left[:, k]), 0)
-                grant_at[:, p, k] += give
-                left[:, k] -= give
-                unmet[:, p, k] = np.where(on, wanted - give, 0)
-        # 2. spill upward: whole onto the smallest larger tier with room, else split (the arenas with unmet need)
-        rows = np.flatnonzero((unmet > 0).any(axis=(1, 2)))
-        if rows.size:
-            grant_at[rows], left[rows], unmet[rows] = self._spill(grant_at[rows], left[rows], unmet[rows])
-        # 3. buy what is worth buying (the arenas with need still unmet)
+        need_at = need[arena, order]
+        # 1. each team's need on its own tier from online GPUs, in serving order: what the teams before
+        # it asked for goes first (the teams without need come last and take nothing)
+        asked_before = np.cumsum(need_at, axis=1) - need_at
+        grant_at = np.minimum(need_at, np.maximum(online[:, None, :] - asked_before, 0))
+        unmet = need_at - grant_at
+        left = online - grant_at.sum(axis=1)
         buy = np.zeros((n, T), dtype=np.int64)
-        rows = np.flatnonzero((unmet > 0).any(axis=(1, 2)))
-        if rows.size:
-            pick = order[rows]
-            pressure_at = np.take_along_axis(pressure[rows], pick, axis=1)
-            escalating_at = np.take_along_axis(escalating[rows], pick, axis=1)
-            buy[rows], grant_at[rows] = self._buy(obs[rows], tick[rows], budget[rows], offer_qty[rows], offer_price[rows],
-                                                  pressure_at, escalating_at, unmet[rows], grant_at[rows])
+        if unmet.any():
+            # 2. spill upward, whole onto the smallest larger tier with room, else split
+            self._spill(grant_at, left, unmet)
+            # 3. buy what is worth buying (the arenas with need still unmet)
+            lacking = (unmet > 0).any(axis=(1, 2))
+            rows = np.flatnonzero(lacking) if not lacking.all() else self._arenas[:n]
+            if rows.size:
+                pick = order[rows]
+                buy[rows], grant_at[rows] = self._buy(obs[rows], pressure[rows[:, None], pick], escalating[rows[:, None], pick],
+                                                      unmet[rows], grant_at[rows])
         grant = np.empty_like(grant_at)
-        grant[ar[:, None], order] = grant_at
+        grant[arena, order] = grant_at
         # within every observed limit: teams it serves last give up first
-        buy, grant = self._fit(obs, buy, grant, order)
+        buy, grant = fit_action(self._limits(obs), buy, grant, order)
         return np.concatenate([buy, grant.reshape(n, N * T)], axis=1)
 
     def _order(self, need: np.ndarray, pressure: np.ndarray, escalating: np.ndarray,
                first: np.ndarray | None = None) -> np.ndarray:
-        """Per arena, the teams in urgency order (``first``: these teams before the others); the
-        teams without need last, in index order (the trim order's tail)."""
+        """Per arena, the teams in urgency order: ``first`` (these teams before the others), then
+        ``pressure``, an escalating stance, board pressure, then smaller need, then index; the teams
+        without need last, in index order (the trim order's tail)."""
         n, N = need.shape[:2]
         totals = need.sum(axis=2)
         served = totals > 0
-        keys = [np.broadcast_to(np.arange(N), (n, N)), np.where(served, totals, 0), np.where(served, -self._board, 0.0),
+        keys = [self._team_index[:n], np.where(served, totals, 0), np.where(served, -self._board, 0.0),
                 served & ~escalating, np.where(served, -pressure, 0.0)]
         if first is not None:
             keys.append(~(served & first))
         return np.lexsort((*keys, ~served), axis=-1)
 
-    def _spill(self, grant: np.ndarray, left: np.ndarray, unmet: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Step 2 of the plan on teams in serving order: each unmet need whole onto the smallest
-        larger tier with room, else split upward, team by team, large-memory tiers first."""
-        ar = np.arange(len(grant))
+    def _spill(self, grant: np.ndarray, left: np.ndarray, unmet: np.ndarray) -> None:
+        """Step 2 of the plan, in place, on teams in serving order: each unmet need whole onto the
+        smallest larger tier with room, else split upward, team by team, large-memory tiers first."""
+        arena = self._arenas[: len(grant)]
+        lacking = unmet.max(axis=0) > 0  # (team, tier) pairs with unmet need in some arena
         for p in range(self.n_teams):
-            for k in reversed(self.planner.by_memory):
-                larger = self.planner.larger[k]
-                rest = unmet[:, p, k]
-                todo = rest > 0
-                if not larger or not todo.any():
+            for k in reversed(self.by_memory):
+                larger = self._larger[k]
+                if not larger.size or not lacking[p, k]:
                     continue
-                whole = np.full(len(grant), -1, dtype=np.int64)
-                for j in larger:
-                    whole[todo & (whole < 0) & (left[:, j] >= rest)] = j
-                w = np.flatnonzero(whole >= 0)
-                grant[w, p, whole[w]] += rest[w]
-                left[w, whole[w]] -= rest[w]
-                split = todo & (whole < 0)
-                rest = np.where(whole >= 0, 0, rest)
-                if split.any():
-                    for j in larger:
-                        give = np.where(split, np.minimum(rest, left[:, j]), 0)
+                rest = unmet[:, p, k]
+                room = left[:, larger] >= rest[:, None]  # the larger tiers that take it whole, smallest first
+                whole = (rest > 0) & room.any(axis=1)
+                onto = larger[room.argmax(axis=1)]  # (where none has room: a tier that receives nothing)
+                moved = np.where(whole, rest, 0)
+                grant[arena, p, onto] += moved
+                left[arena, onto] -= moved
+                rest = rest - moved
+                if rest.any():  # split upward what no larger tier takes whole
+                    for j in larger.tolist():
+                        give = np.minimum(rest, left[:, j])
                         grant[:, p, j] += give
                         left[:, j] -= give
                         rest = rest - give
-                unmet[ar, p, k] = rest
-        return grant, left, unmet
+                unmet[:, p, k] = rest
 
-    def _buy(self, obs: np.ndarray, tick: np.ndarray, budget: np.ndarray, offer_qty: np.ndarray, offer_price: np.ndarray,
-             pressure: np.ndarray, escalating: np.ndarray, unmet: np.ndarray, grant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _buy(self, obs: np.ndarray, pressure: np.ndarray, escalating: np.ndarray, unmet: np.ndarray,
+             grant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Step 3 of the plan on teams in serving order: what is still unmet is bought, cheapest
-        fitting offered tier first, while worth it and within the paced budget."""
-        P = self.planner
+        fitting offered tier first, while its price plus operating and carbon cost stays below what
+        a GPU-tick is worth to the team (more when it is urgent), within the paced budget.
+
+        Every arena's tiers are put in price order once (cheapest first, ties: smaller memory), so
+        a tier's need walks the columns of that order (those that fit it) in every arena at once."""
         n, T = len(obs), self.n_tiers
-        buy = np.zeros((n, T), dtype=np.int64)
-        ticks_left = np.maximum(P.max_ticks - tick, 1)
-        money = np.maximum(budget * np.minimum(1.0, P.pacing / ticks_left) - SPEND_EPS, 0.0)
+        tick = self._field(obs, "tick")[:, 0].astype(np.int64)
+        budget = self._field(obs, "budget")[:, 0].astype(np.float64)
+        ticks_left = np.maximum(self.max_ticks - tick, 1)
+        money = np.maximum(budget * np.minimum(1.0, self.pacing / ticks_left) - SPEND_EPS, 0.0)
+        offer_price = self._field(obs, "offer_price").astype(np.float64)
         price = offer_price * PRICE_SLACK
-        cost = P.weights.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
-        # per arena and tier: the tiers that fit, cheapest offer first (ties: smaller memory)
-        cheapest = [f[np.lexsort((np.broadcast_to(self._rank[f], (n, len(f))), offer_price[:, f]), axis=-1)]
-                    for f in self._fits]
+        cost = self.weights.spend * (price + self._op_cost) + self._kg_cost(obs, tick)
+        by_price = np.lexsort((self._tier_rank[:n], offer_price), axis=-1)  # column -> tier, per arena
+        arena = self._arenas[:n, None]
+        price, cost = price[arena, by_price], cost[arena, by_price]
+        free = price <= 0
+        divisor = np.where(free, 1.0, price)
+        room = self._field(obs, "offer_qty").astype(np.int64)[arena, by_price]  # left on offer
+        fits = self._fits[:, by_price]  # tier k, arena, column: does a column's tier fit tier k's jobs?
+        bought = np.zeros((n, T), dtype=np.int64)  # in column order
+        lacking = unmet.max(axis=0) > 0
         for p in range(self.n_teams):
-            worth = P.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
-            for k in reversed(P.by_memory):
-                r = np.flatnonzero(unmet[:, p, k] > 0)  # the arenas where this team still lacks GPUs of this tier
-                if not r.size:
+            if not lacking[p].any():
+                continue
+            worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[:, p] + 0.5 * escalating[:, p])
+            worth_it = ~(cost > worth[:, None])
+            taken = np.zeros((n, T), dtype=np.int64)  # this team's purchases, in column order
+            for k in reversed(self.by_memory):
+                if not lacking[p, k]:
                     continue
-                rest, left, value = unmet[r, p, k], money[r], worth[r]
-                for j in cheapest[k][r].T:
-                    avail = offer_qty[r, j] - buy[r, j]
-                    unit = price[r, j]
-                    free = unit <= 0
-                    afford = np.floor_divide(left, np.where(free, 1.0, unit))  # Python's money // price
-                    most = np.minimum(rest, avail)
-                    give = np.where(free, most, np.minimum(most.astype(np.float64), afford).astype(np.int64))
-                    ok = (rest > 0) & (avail > 0) & ~(cost[r, j] > value) & (give > 0)
-                    give = np.where(ok, give, 0)
-                    buy[r, j] += give
-                    grant[r, p, j] += give
-                    left = np.where(ok, left - give * unit, left)
+                rest = unmet[:, p, k]
+                usable = fits[k] & worth_it  # the columns this need may be bought from (elsewhere nothing is)
+                for c in np.flatnonzero(usable.any(axis=0)).tolist():
+                    most = np.minimum(rest, room[:, c])
+                    afford = np.floor_divide(money, divisor[:, c])  # Python's money // price
+                    give = np.where(free[:, c], most, np.minimum(most, afford).astype(np.int64))
+                    give = np.where(usable[:, c] & (give > 0), give, 0)
+                    taken[:, c] += give
+                    room[:, c] -= give
+                    money = money - give * price[:, c]  # (nothing bought: less 0.0, the same money)
                     rest = rest - give
-                money[r] = left
+                    if not rest.any():
+                        break
+                unmet[:, p, k] = rest
+            grant[arena, p, by_price] += taken
+            bought += taken
+        buy = np.empty_like(bought)
+        buy[arena, by_price] = bought
         return buy, grant
 
     def _kg_cost(self, obs: np.ndarray, tick: np.ndarray) -> np.ndarray:
-        """:meth:`PlannerAllocator._kg_cost` per arena ``(arenas, tiers)``."""
+        """Carbon cost of one more busy GPU-tick per arena and tier: charged only once the pace so far,
+        kept up to the end of the episode, would pass the (soft) cap."""
         used = self._field(obs, "carbon_used")[:, 0].astype(np.float64)
         cap = self._field(obs, "carbon_cap")[:, 0].astype(np.float64)
         intensity = self._field(obs, "intensity_forecast")[:, 0].astype(np.float64)
         pace = used / np.maximum(tick, 1)
-        projected = used + pace * (self.planner.max_ticks - tick)
-        charged = ~(projected <= cap) & (self.planner.weights.carbon != 0)
+        projected = used + pace * (self.max_ticks - tick)
+        charged = ~(projected <= cap) & (self.weights.carbon != 0)
         return np.where(charged[:, None], self._carbon_power * intensity[:, None], 0.0)
 
-    def _fit(self, obs: np.ndarray, buy: np.ndarray, grant: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`~policies.limits.fit_action` of every arena (the scripted allocators' batched fit step)."""
-        return fit_action_batch(self._limits(obs), np.maximum(buy, 0), np.maximum(grant, 0), order)
 
-
-__all__ = ["BLUFF_GRID", "BatchPlanner", "InflationBelief", "PlannerAllocator", "deflate", "inflate", "reachable_by"]
+__all__ = ["BLUFF_GRID", "BatchPlanner", "cap_admission", "deflate", "inflate", "prior_log_weights", "reachable_by",
+           "served_streak"]

@@ -62,7 +62,7 @@ from policies.batch import BatchPolicy, LoopBatchPolicy, OneArena, batch_of
 from policies.brokers import BROKERS
 from policies.mechanisms import REFERENCE_MECHANISMS
 from policies.oracle import OracleAllocator, make_oracle
-from policies.planner import BatchPlanner, PlannerAllocator
+from policies.planner import BatchPlanner
 from policies.teams import ARCHETYPE_PROFILES, make_team_factory
 
 ROLES = ("allocator", "team", "broker")
@@ -109,7 +109,7 @@ for _broker in BROKERS:
     register(PolicySpec(_broker.name, "broker", OneArena.maker(_broker), _params_of(_broker)))
 for _name, _allocator in SCRIPTED_ALLOCATORS.items():
     register(PolicySpec(_name, "allocator", per_arena(_allocator), _params_of(_allocator)))
-register(PolicySpec(PlannerAllocator.name, "allocator", PlannerAllocator, _params_of(PlannerAllocator)))
+register(PolicySpec(BatchPlanner.name, "allocator", per_arena(BatchPlanner), _params_of(BatchPlanner)))
 for _name, _mechanism in REFERENCE_MECHANISMS.items():
     register(PolicySpec(_name, "allocator", per_arena(_mechanism), _params_of(_mechanism)))
 register(PolicySpec("oracle", "allocator", make_oracle, _params_of(OracleAllocator), needs_env=True, privileged=True))
@@ -240,18 +240,15 @@ INTEGER_PARAMETERS = frozenset({"level", "escalate_after", "crisis_levels", "hor
 FLAG_PARAMETERS = frozenset({"defer", "heed_escalation"})  # true or false; every other parameter is a number (never true)
 
 
-# The batched form of each policy that has one, from the per-arena policy and the number of arenas:
-# the policy a batch-of-one adaptor wraps (batch_of: teams, brokers, scripted allocators, credit, uniform_rule),
-# or one built from the per-arena planner's scenario, seat and parameters (BatchPlanner: planner, fair_planner). A policy not named here
-# acts in a batch through LoopBatchPolicy. One line per policy.
+# The batched form of each policy that has one, from the per-arena policy and the number of arenas: the
+# policy its batch-of-one adaptor wraps (batch_of: teams, brokers, scripted allocators, planner and the
+# reference mechanisms). A policy not named here acts in a batch through LoopBatchPolicy. One line per policy.
 BATCHED: dict[str, Callable[[Any, int], BatchPolicy]] = {
     **{archetype: batch_of for archetype in ARCHETYPE_PROFILES},
     **{broker.name: batch_of for broker in BROKERS},
     **{name: batch_of for name in SCRIPTED_ALLOCATORS},
-    "credit": batch_of,
-    "uniform_rule": batch_of,
-    "planner": BatchPlanner.of,
-    "fair_planner": BatchPlanner.of,
+    "planner": batch_of,
+    **{name: batch_of for name in REFERENCE_MECHANISMS},
 }
 
 

@@ -37,7 +37,7 @@ from commons_arena.rules import rules_for
 from commons_arena.scenario import ARCHETYPES, MAX_TICKS, ScenarioConfig
 from commons_arena.spaces import observation_layout, role_of
 from policies.checkpoint_format import CheckpointError, PolicyNetwork
-from policies.codecs import Codec, ResidualPlannerCodec, make_codec
+from policies.codecs import Codec, ResidualPlannerCodec, make_batch_codec, make_codec
 
 # The family's largest cluster (commons_arena family "broad": teams 2-8, tiers 1-4); the
 # padded view RLlib sees has this many cells.
@@ -248,14 +248,12 @@ class UniversalInterface:
 
 class BatchUniversalInterface:
     """:class:`UniversalInterface` ``one`` in ``num_envs`` arenas: row *i* of :meth:`observe` and :meth:`act`
-    is what arena *i*'s interface gives (the codec's batched form, :mod:`policies.batch_codecs`)."""
+    is what arena *i*'s interface gives (the codec in N arenas, :func:`policies.codecs.make_batch_codec`)."""
 
     shape_free = True
     history = 1
 
     def __init__(self, one: UniversalInterface, num_envs: int) -> None:
-        from policies.batch_codecs import make_batch_codec
-
         self.one, self.num_envs = one, num_envs
         self.encoder = one.encoder
         self.codec: Any = make_batch_codec(one.codec.name, one.config, num_envs, one.agent)

@@ -30,19 +30,16 @@ ALLOCATORS = ("random", "equal_split", "proportional", "fifo", "edf", "best_fit"
 @contextlib.contextmanager
 def unfitted() -> Iterator[None]:
     """Every allocator's action left as it decided it (the fit step off)."""
-    saved = planner.fit_action, allocators.fit_action_batch
+    saved = planner.fit_action, allocators.fit_action
 
     def identity(limits, buy, grant, order):
-        return list(buy), [list(row) for row in grant]
-
-    def identity_batch(limits, buy, grant, order):
         return buy, grant
 
-    planner.fit_action, allocators.fit_action_batch = identity, identity_batch
+    planner.fit_action = allocators.fit_action = identity
     try:
         yield
     finally:
-        planner.fit_action, allocators.fit_action_batch = saved
+        planner.fit_action, allocators.fit_action = saved
 
 
 def returns(scenario: str, allocator: str, seeds: list[int]) -> np.ndarray:

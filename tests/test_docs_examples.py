@@ -86,7 +86,7 @@ PYTHON: dict[tuple[str, str], str] = {
     ("docs/for_env_authors.md", "import commons_arena"): "fast",
     ("docs/families.md", "from commons_arena.family import generate_scenarios, load_split, refuse_heldout, scenario_to_toml"): "fast",
     ("docs/codecs.md", "from policies.codecs import make_codec, codecs_for_role, DEFAULT_CODECS, CodedPolicy"): "fast",
-    ("docs/codecs.md", "from policies.batch_codecs import make_batch_codec"): "fast",
+    ("docs/codecs.md", "from policies.codecs import make_batch_codec"): "fast",
     ("docs/serving.md", "import commons_arena"): "fast",
     ("docs/serving.md", "from serving.client import ArenaClient, play_episode"): "server",
     ("docs/serving.md", "from openenv.core import GenericEnvClient"): "server",

@@ -117,7 +117,7 @@ def repair_purchases_rows(buys: np.ndarray, offer_qty: np.ndarray, price: np.nda
     """:func:`commons_arena.mechanics.market.repair_purchases` of each row: buys cut to the offer,
     then, on rows over budget, the most expensive tier first (ties: the higher tier) unit by unit,
     thousands at once but the last few; the same running float cost, step for step. Also the
-    limits step of the batched allocators (``policies/batch_limits.py``)."""
+    limits step of the scripted allocators (``policies/limits.py``)."""
     fixed = np.minimum(buys, offer_qty)
     offer_cut = buys.sum(axis=1) - fixed.sum(axis=1)
     cost = dot_rows(fixed, price)

@@ -6,10 +6,10 @@ allocator's observations kept; arena *i* of a batch replays episode ``i mod --ep
 so every arena's planner carries an episode's beliefs. Per N of ``--sizes`` each form steps
 every arena through ``--ticks`` ticks on one core (no env in the timing):
 
-* ``planner``: :class:`~policies.planner.BatchPlanner` vs N :class:`~policies.planner.PlannerAllocator`
-  (:class:`~policies.batch.LoopBatchPolicy`), ``act`` per tick;
-* ``need``: :class:`~policies.batch_codecs.BatchNeedCodec` vs N per-arena codecs
-  (:class:`~policies.batch_codecs.LoopBatchCodec`), ``features`` then ``decode`` of random
+* ``planner``: :class:`~policies.planner.BatchPlanner` vs N per-arena planners (batches of one,
+  :class:`~policies.batch.LoopBatchPolicy`), ``act`` per tick;
+* ``need``: :class:`~policies.codecs.NeedResidualCodec` in N arenas vs N of it in one arena each
+  (batches of one, called one by one), ``features`` then ``decode`` of random
   module outputs per tick, as a training step asks.
 
 It prints actions per second (arenas x ticks / seconds) of each and the speed-up, and checks
@@ -33,9 +33,9 @@ from commons_arena.enums import ALLOCATOR
 from experiments.evaluation.engine import Observer, Tick, play
 from policies import Population
 from policies.batch import LoopBatchPolicy
-from policies.batch_codecs import BatchNeedCodec, LoopBatchCodec
 from policies.codecs import NeedResidualCodec
-from policies.planner import BatchPlanner, PlannerAllocator
+from policies.planner import BatchPlanner
+from policies.registry import make_policy
 
 
 @dataclass
@@ -120,7 +120,7 @@ def one_size(config, played: list[np.ndarray], ticks: int, n: int, seed: int, fi
     codes = np.random.default_rng(seed).integers(0, nvec, (ticks, n, len(nvec)))
     seeds = list(range(n))
 
-    loop, batch = LoopBatchPolicy(lambda: PlannerAllocator(config), n), BatchPlanner(config, n)
+    loop, batch = LoopBatchPolicy(lambda: make_policy("planner", config, ALLOCATOR), n), BatchPlanner(config, ALLOCATOR, n)
     loop.reset(seeds)
     batch.reset(seeds)
     t_loop, a_loop = time_ticks(lambda t: loop.act(stream[t]), ticks)
@@ -128,10 +128,14 @@ def one_size(config, played: list[np.ndarray], ticks: int, n: int, seed: int, fi
     same = all(np.array_equal(a, b) for a, b in zip(a_loop, a_batch, strict=True))
     print_figures("planner", n, ticks, t_loop, t_batch, same, figures)
 
-    loop_codec, batch_codec = LoopBatchCodec(lambda: NeedResidualCodec(config), n), BatchNeedCodec(config, n)
-    loop_codec.reset()
+    ones, batch_codec = [NeedResidualCodec(config) for _ in range(n)], NeedResidualCodec(config, num_envs=n)
     batch_codec.reset()
-    t_loop, c_loop = time_ticks(lambda t: (loop_codec.features(stream[t]), loop_codec.decode(stream[t], codes[t])), ticks)
+
+    def one_by_one(t: int) -> tuple[np.ndarray, np.ndarray]:
+        return (np.stack([c.features(o) for c, o in zip(ones, stream[t], strict=True)]),
+                np.stack([c.decode(o, k) for c, o, k in zip(ones, stream[t], codes[t], strict=True)]))
+
+    t_loop, c_loop = time_ticks(one_by_one, ticks)
     t_batch, c_batch = time_ticks(lambda t: (batch_codec.features(stream[t]), batch_codec.decode(stream[t], codes[t])), ticks)
     same = all(np.array_equal(fa, fb) and np.array_equal(da, db) for (fa, da), (fb, db) in zip(c_loop, c_batch, strict=True))
     print_figures("need codec", n, ticks, t_loop, t_batch, same, figures)

@@ -13,9 +13,9 @@ Only ``act`` is timed; the two forms' actions are then compared, and a differenc
     python -m experiments.bench.policies --sizes 1 --ticks 2000  # N = 1: a batch of one against the per-arena form
 
 At N = 1 the columns say what a batch of one (``policies.batch.OneArena``) costs per act. Every
-scripted team, broker and allocator is defined once, its per-arena form that adaptor, so both columns
-time the same code (the loop adds its own overhead); ``planner`` keeps its per-arena class, so its row
-is the batch of one against it (issue 51, stage 3; docs/benchmarks.md has the per-arena classes' figures).
+scripted team, broker and allocator (``planner`` too) is defined once, its per-arena form that adaptor,
+so both columns time the same code (the loop adds its own overhead; issue 51, stage 3;
+docs/benchmarks.md has the figures of the per-arena classes they replaced).
 """
 
 from __future__ import annotations

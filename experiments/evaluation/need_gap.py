@@ -45,7 +45,7 @@ from experiments.seeds import SEED_RANGES
 from experiments.statistics import paired_difference
 from policies import Population
 from policies.codecs import AllocatorCodec
-from policies.planner import PlannerAllocator
+from policies.planner import BatchPlanner
 from policies.registry import make_policy
 
 # how a variant changes the planner's need estimate (est) before it plans:
@@ -59,7 +59,7 @@ class PlannerVariant:
 
     def __init__(self, env: Any, rule: NeedRule | None, on_grants: np.ndarray | None = None) -> None:
         self.env = env.unwrapped
-        self.planner = PlannerAllocator(self.env.config)
+        self.planner = BatchPlanner(self.env.config, ALLOCATOR, 1)  # one arena: observations and plans are rows of one
         self.codec = AllocatorCodec(self.env.config)  # for feasible() and the tiers' ceilings
         self.rule, self.on_grants = rule, on_grants
         config = self.env.config
@@ -67,20 +67,20 @@ class PlannerVariant:
         self.count = np.zeros(config.max_ticks + 1)
 
     def reset(self, seed: int | None = None) -> None:
-        self.planner.reset(seed)
+        self.planner.reset([seed])
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        estimate = self.planner.observe(observation)
-        tick = min(int(self.planner.field(observation, "tick")[0]), len(self.count) - 1)
+        estimate = self.planner.observe(observation[None])[0]
+        tick = min(int(self.codec.obs.view(observation)["tick"][0]), len(self.count) - 1)
         true_need = self.env.hidden_state().need
         self.gap[tick] += true_need - estimate
         self.count[tick] += 1
         if self.on_grants is not None:
             T = self.codec.n_tiers
-            grant = np.asarray(self.planner.plan(observation, estimate.tolist()))[T:].reshape(-1, T)
-            return self.codec.feasible(self.codec.obs.view(observation), grant + self.on_grants[tick])
+            grant = self.planner.plan(observation[None], estimate[None])[0, T:].reshape(-1, T)
+            return self.codec.feasible(observation[None], (grant + self.on_grants[tick])[None])[0]
         need = estimate if self.rule is None else np.clip(self.rule(estimate, true_need, tick), 0, self.codec.ceiling)
-        return np.asarray(self.planner.plan(observation, need.tolist()), dtype=np.int64)
+        return self.planner.plan(observation[None], need[None])[0]
 
 
 def population_returns(scenario: str, seeds: Sequence[int], allocator: Callable[[Any], Any]) -> tuple[np.ndarray, Any]:

@@ -177,8 +177,7 @@ class DaggerAllocator:
         from policies.universal import MAX_TEAMS, MAX_TIERS, N_FEATURES, split_view
 
         view = self.interface.observe(observation)
-        estimate = self.interface.codec.planner.last_estimate
-        assert estimate is not None
+        estimate = self.interface.codec.planner.last_estimate[0]  # the one arena's
         N, T = self.interface.encoder.n_teams, self.interface.encoder.n_tiers
         label = teacher_codes(self.env.hidden_state().need, estimate, self.deltas, self.clip)
         if self.record:

@@ -57,7 +57,7 @@ class TagRowsWithEnvIndex(ConnectorV2):
     """Env-to-module piece: tags every acting agent's row with its sub-env index, step and
     episode seed.
 
-    A scripted Policy may keep per-episode state (``ScriptedPolicy.clear``), so each
+    A scripted Policy may keep per-episode state (``BatchScripted.clear``), so each
     vectorised sub-env needs its own instance, reset when its episode starts. Batch rows do
     not identify their sub-env (a sub-env that is auto-resetting contributes no row), hence
     these tags. All agents are tagged, not only scripted ones: RLlib's

@@ -1,10 +1,10 @@
-"""The batched ``planner`` (policies/planner.py's :class:`BatchPlanner`) is bit for bit the
-per-arena planner, arena by arena (issue 40).
+"""The ``planner`` (policies/planner.py's :class:`BatchPlanner`, its one definition) is bit for bit the
+list-based planner it replaced (tests/reference/planner.py, the spec), arena by arena (issues 40, 51).
 
 Observations come from reference-env episodes of the allocator seat (uniform random actions,
 the planner itself, the ``need`` codec's random corrections) dealt to N arenas with
 episodes cut at random lengths, so arenas reset mid-batch (tests/policies/batch_streams.py).
-Per step the batch and N per-arena planners (:class:`~policies.batch.LoopBatchPolicy`) get the
+Per step the batch and N reference planners (:class:`~policies.batch.LoopBatchPolicy`) get the
 same resets and observations; their actions, need estimates and log-weights (to the byte) and
 the plans for randomly corrected needs (what the ``need`` codec asks for) must agree. The fast
 loop holds ``standard``, ``crisis``, a generated ``broad`` scenario and a one-tier hard-cap
@@ -20,16 +20,18 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from policies import planner
 from policies.batch import BatchPolicy, LoopBatchPolicy
-from policies.planner import BatchPlanner, PlannerAllocator
+from policies.planner import BatchPlanner
+from policies.registry import make_policy
 from tests.policies.batch_cases import HARD_CAP
 from tests.policies.batch_streams import case_config, cases, episodes, mixed_actor, schedule
+from tests.reference.planner import ReferencePlanner
 
 
 def assert_planners_agree(config, num_envs: int, n_episodes: int, seed: int = 0, **params) -> int:
     """Step the batch and the loop side by side over a schedule; returns how many steps ran."""
     played = episodes(config, ALLOCATOR, range(seed, seed + n_episodes), mixed_actor(config, ALLOCATOR, "need", seed))
-    loop = LoopBatchPolicy(lambda: PlannerAllocator(config, **params), num_envs)
-    batch = BatchPlanner(config, num_envs, **params)
+    loop = LoopBatchPolicy(lambda: ReferencePlanner(config, **params), num_envs)
+    batch = BatchPlanner(config, ALLOCATOR, num_envs, **params)
     rng = np.random.default_rng(seed)
     steps = 0
     for index, seeds, obs in schedule(played, num_envs, seed):
@@ -67,37 +69,43 @@ def test_a_batch_of_one_with_one_arena_reset_at_a_time_is_the_planner():
 
 def test_it_is_a_batch_policy_and_refuses_bad_input():
     config = commons_arena.load_scenario("standard")
-    batch = BatchPlanner(config, 3)
+    batch = BatchPlanner(config, ALLOCATOR, 3)
     assert isinstance(batch, BatchPolicy)
-    assert batch.params == PlannerAllocator(config).params
-    tuned = BatchPlanner.of(PlannerAllocator(config, margin=0.8, pacing=1.5), 2)
-    assert tuned.params == {**batch.params, "margin": 0.8, "pacing": 1.5} and tuned.num_envs == 2
+    assert batch.params == make_policy("planner", config, ALLOCATOR).params == {
+        "pacing": 2.0, "gpu_tick_value": 6.0, "prior_sigma": 0.1, "margin": 0.5}
+    tuned = make_policy("planner", config, ALLOCATOR, margin=0.8, pacing=1.5, heed_escalation=False).batched.resized(2)
+    assert tuned.params == {**batch.params, "margin": 0.8, "pacing": 1.5, "heed_escalation": False} and tuned.num_envs == 2
+    assert tuned.settings == {**batch.params, "margin": 0.8, "pacing": 1.5, "headroom": None, "heed_escalation": False}
     with pytest.raises(ValueError, match="one seed per arena"):
         batch.reset([1, 2], np.array([0]))
     with pytest.raises(ValueError, match="outside 0..2"):
         batch.reset([1], np.array([3]))
+    with pytest.raises(ValueError, match=r"takes observations of shape \(3, \d+\)"):
+        batch.act(np.zeros((2, batch.obs_dim), dtype=np.float32))
     with pytest.raises(ValueError, match=r"observations must be \(arenas, \d+\)"):
-        batch.act(np.zeros((2, batch.planner.obs_layout.size), dtype=np.float32))
+        batch.act(np.zeros((2, batch.obs_dim), dtype=np.float32), np.array([1]))
     with pytest.raises(ValueError, match="distinct arenas"):
-        batch.act(np.zeros((2, batch.planner.obs_layout.size), dtype=np.float32), np.array([1, 1]))
+        batch.act(np.zeros((2, batch.obs_dim), dtype=np.float32), np.array([1, 1]))
     with pytest.raises(ValueError, match="num_envs must be at least 1"):
-        BatchPlanner(config, 0)
+        BatchPlanner(config, ALLOCATOR, 0)
     with pytest.raises(ValueError, match="margin must be in"):
-        BatchPlanner(config, 2, margin=2.0)
+        BatchPlanner(config, ALLOCATOR, 2, margin=2.0)
+    with pytest.raises(ValueError, match="plays the allocator role"):
+        BatchPlanner(config, "search", 2)
 
 
 def test_a_reset_forgets_only_the_arenas_it_names():
     config = commons_arena.load_scenario("crisis")
     played = episodes(config, ALLOCATOR, [3], mixed_actor(config, ALLOCATOR, "need", 1))
     _, seen = played[0]
-    batch = BatchPlanner(config, 3)
+    batch = BatchPlanner(config, ALLOCATOR, 3)
     batch.reset([0, 1, 2])
     for obs in seen[:6]:
         batch.act(np.stack([obs] * 3))
     learned = batch.log_w.copy()
     batch.reset([9], np.array([1]))
     assert np.array_equal(batch.log_w[[0, 2]], learned[[0, 2]])
-    fresh = BatchPlanner(config, 1)
+    fresh = BatchPlanner(config, ALLOCATOR, 1)
     assert np.array_equal(batch.log_w[1], fresh.log_w[0]) and not np.array_equal(learned[1], fresh.log_w[0])
 
 
@@ -139,12 +147,12 @@ def test_the_batched_planner_is_the_planner_where_a_hard_cap_binds(monkeypatch):
 def test_under_a_soft_cap_the_planner_keeps_no_streak_and_plans_every_need():
     """Where the cap is soft the planner keeps no streak and plans every team's need."""
     config = commons_arena.load_scenario("standard")
-    p = PlannerAllocator(config)
+    p = BatchPlanner(config, ALLOCATOR, 1)
     played = episodes(config, ALLOCATOR, [1], mixed_actor(config, ALLOCATOR, "need", 1))
     for obs in played[0][1][:5]:
-        action = p.act(obs)
-        assert np.array_equal(action, np.clip(p.plan(obs, p.last_estimate.tolist()), 0, p.high))
-    assert not p._streak.any()
+        action = p.act(obs[None])
+        assert np.array_equal(action, np.clip(p.plan(obs[None], p.last_estimate), 0, p.high))
+    assert not p.streak.any()
 
 
 @pytest.mark.parametrize("case", ["crisis", "duo_one_tier_hard", "broad:2"])

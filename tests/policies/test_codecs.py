@@ -1,5 +1,6 @@
 """Action codecs and the module interface (issue 8): what each codec can express, that
-decoded actions never need repair, and that training and play see the same inputs."""
+decoded actions never need repair, that training and play see the same inputs, and that each
+codec, defined once over N arenas, is the per-arena codec it replaced in every arena (issues 40, 51)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,25 @@ import numpy as np
 import pytest
 
 import commons_arena
-from commons_arena.enums import ALLOCATOR
+from commons_arena.enums import ALLOCATOR, BROKER, Role
 from commons_arena.spaces import observation_layout
 from policies import Population
 from policies.codecs import (
+    CODECS,
     AbsoluteAllocatorCodec,
     FairNeedCodec,
     ImpartialNeedCodec,
     NeedResidualCodec,
     ResidualPlannerCodec,
     codecs_for_role,
+    make_batch_codec,
     make_codec,
+    within_budget,
 )
 from policies.learned import ModuleInterface
-from policies.mechanisms import FairPlannerAllocator
-from policies.planner import PlannerAllocator
+from tests.policies.batch_streams import case_config, cases, episodes, mixed_actor, schedule
+from tests.reference import codecs as reference
+from tests.reference.planner import ReferencePlanner
 
 
 def random_observation(config, rng) -> np.ndarray:
@@ -61,18 +66,17 @@ def test_decoded_actions_never_need_repair(name):
         assert (grant >= 0).all() and (buy >= 0).all()
 
 
-def ImpartialFairPlanner(config):  # noqa: N802 (a class's stand-in in the table below)
-    return FairPlannerAllocator(config, heed_escalation=False)
+FAIR = {"margin": 0.0, "headroom": 0.5}  # fair_planner's parameters
 
 
-@pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, PlannerAllocator),
-                                                   (NeedResidualCodec, PlannerAllocator),
-                                                   (FairNeedCodec, FairPlannerAllocator),
-                                                   (ImpartialNeedCodec, ImpartialFairPlanner)])
+@pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, {}), (NeedResidualCodec, {}),
+                                                   (FairNeedCodec, FAIR),
+                                                   (ImpartialNeedCodec, {**FAIR, "heed_escalation": False})])
 def test_residual_zero_code_plays_the_planner_exactly(codec_class, base):
+    """The zero code plays its base planner: the list-based spec (tests/reference/planner.py) with those parameters."""
     env = commons_arena.parallel_env("crisis")
     codec = codec_class(env.config)
-    planner = base(env.config)
+    planner = ReferencePlanner(env.config, **base)
     policies = Population.default(env.config).build(env.config, env=env)
     for seed in range(3):
         codec.reset()
@@ -198,3 +202,90 @@ def test_module_interface_stacks_history_newest_first_and_resets():
         ModuleInterface(config, ALLOCATOR, scale, None, history=0)
     with pytest.raises(ValueError, match="observation scale has shape"):
         ModuleInterface(config, ALLOCATOR, scale[:-1], None)
+
+
+# ---------------------------------------------------------------------- in N arenas (issues 40, 51)
+# Observations come from reference-env episodes of the codec's seat (uniform random actions, the
+# codec's zero code, its random codes) dealt to N arenas with episodes cut at random lengths, so
+# arenas reset mid-batch (tests/policies/batch_streams.py). Per step the codec in N arenas, N
+# batches of one (each given its one observation) and N per-arena codecs of the spec
+# (tests/reference/codecs.py) get the same resets, then features, then random module outputs (some
+# rows the zero code) to decode; now and then decode comes without features first, or twice on one
+# observation (the ``need`` and ``residual`` codecs' planner sees each observation once; ``bluff``
+# keeps what it declared). The fast loop holds ``crisis`` and a generated ``broad`` scenario for
+# every codec; the full run every shipped scenario, both unusual shapes and 8 generated ones.
+
+
+def seat(config, name: str) -> str:
+    role = CODECS[name].role
+    return ALLOCATOR if role == Role.ALLOCATOR else BROKER if role == Role.BROKER else config.teams[-1].name
+
+
+def assert_codecs_agree(config, name: str, num_envs: int = 5, n_episodes: int = 9, seed: int = 0) -> None:
+    agent = seat(config, name)
+    played = episodes(config, agent, range(seed, seed + n_episodes), mixed_actor(config, agent, name, seed))
+    spec = reference.LoopCodec(name, config, agent, num_envs)
+    batch = make_batch_codec(name, config, num_envs, agent)
+    ones = [make_codec(name, config, agent) for _ in range(num_envs)]  # batches of one, given one observation each
+    assert type(batch) is CODECS[name] and all(type(one) is CODECS[name] for one in ones)
+    nvec, zero = batch.nvec, batch.zero_code
+    rng = np.random.default_rng(seed)
+    for step, (index, _, obs) in enumerate(schedule(played, num_envs, seed)):
+        spec.reset(index)
+        batch.reset(index)
+        for i in index.tolist():
+            ones[i].reset()
+        if step % 5 != 3:  # sometimes decode without asking for features first
+            expected, got = spec.features(obs), batch.features(obs)
+            assert got.shape == (num_envs, batch.n_features) and got.dtype == np.float32
+            assert got.tobytes() == expected.tobytes(), f"{name}, step {step}: features differ"
+            alone = np.stack([one.features(o) for one, o in zip(ones, obs, strict=True)])
+            assert alone.tobytes() == expected.tobytes(), f"{name}, step {step}: one arena's features differ"
+        for _ in range(2 if step % 7 == 2 else 1):  # sometimes twice on one observation
+            codes = rng.integers(0, nvec, (num_envs, len(nvec)))
+            if zero is not None:
+                codes[rng.random(num_envs) < 0.3] = zero
+            expected, got = spec.decode(obs, codes), batch.decode(obs, codes)
+            assert got.dtype == np.int64 and np.array_equal(got, expected), f"{name}, step {step}: actions differ"
+            alone = np.stack([one.decode(o, c) for one, o, c in zip(ones, obs, codes, strict=True)])
+            assert np.array_equal(alone, expected), f"{name}, step {step}: one arena's actions differ"
+
+
+@pytest.mark.parametrize("name", sorted(CODECS))
+@pytest.mark.parametrize("case", cases(broad=8, fast=("crisis", "broad:1")))
+def test_a_codec_in_n_arenas_is_the_per_arena_spec_in_every_arena(case, name):
+    assert_codecs_agree(case_config(case), name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["standard", "crisis", "broad:4"])
+def test_the_need_codec_in_many_arenas(case):
+    assert_codecs_agree(case_config(case), "need", num_envs=32, n_episodes=40, seed=3)
+
+
+def test_a_codec_in_n_arenas_refuses_bad_input():
+    config = commons_arena.load_scenario("standard")
+    with pytest.raises(ValueError, match="drives allocator seats"):
+        make_batch_codec("need", config, 2, config.teams[0].name)
+    with pytest.raises(ValueError, match="unknown action codec"):
+        make_batch_codec("nope", config, 2)
+    batch = make_batch_codec("need", config, 2)
+    size = batch.obs.size
+    with pytest.raises(ValueError, match=r"observations must be \(2, \d+\)"):
+        batch.features(np.zeros((3, size), np.float32))
+    with pytest.raises(ValueError, match=r"observations must be \(2, \d+\)"):
+        batch.features(np.zeros(size, np.float32))  # one observation is a batch of one only
+    with pytest.raises(ValueError, match="codes must be"):
+        batch.decode(np.zeros((2, size), np.float32), np.full((2, len(batch.nvec)), 9))
+    with pytest.raises(ValueError, match="num_envs must be at least 1"):
+        make_batch_codec("bluff", config, 0, config.teams[0].name)
+
+
+def test_the_budget_cut_is_the_per_arena_rule_row_by_row():
+    rng = np.random.default_rng(1)
+    for tiers in (1, 3, 6):  # MAX_TIERS is 6
+        buy = rng.integers(0, 6, (200, tiers))
+        price = rng.random((200, tiers)).astype(np.float32) * 9
+        budget = rng.random(200) * 40
+        expected = np.stack([reference.within_budget(b, p, float(m)) for b, p, m in zip(buy, price, budget, strict=True)])
+        assert np.array_equal(within_budget(buy, price, budget), expected)

@@ -96,17 +96,17 @@ def test_fair_planner_keeps_a_share_of_the_deflated_need() -> None:
     assert 2.0 in BLUFF_GRID and 3.0 in BLUFF_GRID
     # a x2 bluffer declaring 8 / 4 needs 4 / 2: planner undoes x1.5 of it (half the inflation kept) -> 5 / 3,
     # fair_planner undoes all of it and keeps half the need -> 4 + 2 / 2 + 1
-    assert planner.estimate_need([8, 0, 4], 2.0, [9, 9, 9]) == [5, 0, 3]
-    assert fair.estimate_need([8, 0, 4], 2.0, [9, 9, 9]) == [6, 0, 3]
+    assert planner.batched.estimate_need([8, 0, 4], 2.0, [9, 9, 9]) == [5, 0, 3]
+    assert fair.batched.estimate_need([8, 0, 4], 2.0, [9, 9, 9]) == [6, 0, 3]
     # a truth-teller (factor 1): planner keeps no headroom, fair_planner half its need (rounded half up, at most the
     # ceiling): 4 -> 6 cut to 4; 1 -> 1.5 -> 2; 3 -> 4.5 -> 4 (the ceiling)
-    assert planner.estimate_need([4, 1, 3], 1.0, tops) == [4, 1, 3]
-    assert fair.estimate_need([4, 1, 3], 1.0, tops) == [4, 2, 4]
+    assert planner.batched.estimate_need([4, 1, 3], 1.0, tops) == [4, 1, 3]
+    assert fair.batched.estimate_need([4, 1, 3], 1.0, tops) == [4, 2, 4]
     # a x3 bluffer declaring 12 (need 4): planner undoes x2 -> 6; fair_planner 4 + 2 -> 6
-    assert planner.estimate_need([12], 3.0, [20]) == fair.estimate_need([12], 3.0, [20]) == [6]
+    assert planner.batched.estimate_need([12], 3.0, [20]) == fair.batched.estimate_need([12], 3.0, [20]) == [6]
     # the headroom is a share of the need whatever the bluff: a x2 and a x3 bluffer with need 4 get the same
-    assert fair.estimate_need([8], 2.0, [20]) == fair.estimate_need([12], 3.0, [20])
-    assert planner.estimate_need([8], 2.0, [20]) != planner.estimate_need([12], 3.0, [20])
+    assert fair.batched.estimate_need([8], 2.0, [20]) == fair.batched.estimate_need([12], 3.0, [20])
+    assert planner.batched.estimate_need([8], 2.0, [20]) != planner.batched.estimate_need([12], 3.0, [20])
     assert fair.params["headroom"] == 0.5 and "margin" not in fair.params
 
 

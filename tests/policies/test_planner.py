@@ -15,9 +15,11 @@ from commons_arena.enums import ALLOCATOR, ShockKind
 from commons_arena.scenario import scenario_from_dict
 from commons_arena.spaces import observation_layout
 from policies import Population, make_policy, run_episode
-from policies.planner import BLUFF_GRID, InflationBelief, PlannerAllocator, deflate, inflate
+from policies.limits import PRICE_SLACK
+from policies.planner import BLUFF_GRID, deflate, inflate
 from policies.registry import policy_spec
 from policies.teams import ARCHETYPE_PROFILES
+from tests.reference.planner import InflationBelief
 
 
 def observation(config, **fields) -> np.ndarray:
@@ -90,13 +92,13 @@ def test_planner_learns_an_unknown_teams_factor_in_play():
         if team["name"] == "safety":
             team["archetype"] = "truthful"  # what the planner is told
     told = scenario_from_dict(data)
-    planner = PlannerAllocator(told)
+    planner = make_policy("planner", told, ALLOCATOR)
     policies = population.build(env.config, env=env)
     policies[ALLOCATOR] = planner
     factors = []
     for seed in range(6):
         run_episode(env, policies, seed)
-        factors.append(planner.beliefs[2].factor)
+        factors.append(planner.batched.factors()[0, 2])
     assert np.mean(factors) > 1.5, factors
 
 
@@ -111,7 +113,7 @@ def test_planner_never_reads_job_lists_or_shock_schedules():
     data["shocks"] = []
     hidden_changed = scenario_from_dict(data)
     env = commons_arena.parallel_env("standard")
-    real, blind = PlannerAllocator(config), PlannerAllocator(hidden_changed)
+    real, blind = make_policy("planner", config, ALLOCATOR), make_policy("planner", hidden_changed, ALLOCATOR)
     policies = Population.default(config).build(config, env=env)
     observations, _ = env.reset(seed=3)
     while env.agents:
@@ -153,13 +155,13 @@ def test_planner_buys_for_urgent_shortfalls_within_the_paced_budget():
 
 def test_planner_reads_audits_from_credibility():
     config = commons_arena.load_scenario("elevated")
-    planner = PlannerAllocator(config, prior_sigma=0.3)
+    planner = make_policy("planner", config, ALLOCATOR, prior_sigma=0.3)
     audits = [0] * len(ShockKind)
     planner.act(observation(config, declared=[[6, 0, 0], [0, 0, 0], [0, 0, 0]], credibility=[1, 1, 1]))
     audits[int(ShockKind.COMPLIANCE_AUDIT)] = 1
     planner.act(observation(config, declared=[[6, 0, 0], [0, 0, 0], [0, 0, 0]], credibility=[0.8, 1, 1],
                             shocks_seen=audits))
-    assert planner.beliefs[0].factor > 1 + config.credibility.audit_tolerance
+    assert planner.batched.factors()[0, 0] > 1 + config.credibility.audit_tolerance
 
 
 def test_planner_params_are_checked():
@@ -199,9 +201,9 @@ def test_a_team_is_estimated_at_its_revealed_need_else_its_declaration_less_the_
     config = commons_arena.load_scenario("standard")
     # search (growth, 1.5) declared 6 small: fully deflated 4, half the inflation kept 5 (1.25), none deflated 6
     for margin, small in ((0.0, 4), (0.5, 5), (1.0, 6)):
-        planner = PlannerAllocator(config, margin=margin)
+        planner = make_policy("planner", config, ALLOCATOR, margin=margin).batched
         estimate = planner.observe(observation(config, declared=[[6, 0, 0], [0, 0, 0], [0, 0, 1]],
-                                               **revealed({SAFETY: [0, 0, 3]})))
+                                               **revealed({SAFETY: [0, 0, 3]}))[None])[0]
         assert estimate[SEARCH].tolist() == [small, 0, 0]
         assert estimate[SAFETY].tolist() == [0, 0, 3]  # revealed: taken as it is, whatever it declared
 
@@ -225,6 +227,16 @@ def test_urgency_raises_what_a_gpu_tick_is_worth_to_buy_it():
     assert planned(config, stance=escalating(SAFETY), **shortfall)[0].tolist() == [0, 0, 1]  # worth 9
     assert planned(config, pressure=[0, 0, 1.0], **shortfall)[0].tolist() == [0, 0, 1]  # worth 9
     assert planned(config, pressure=[0, 0, 0.3], **shortfall)[0].tolist() == [0, 0, 0]  # worth 6.9
+
+
+def test_a_gpu_tick_worth_exactly_its_cost_is_bought():
+    """Bought while price plus operating cost is not above the worth: at equality too."""
+    config = commons_arena.load_scenario("standard")
+    shortfall = {"offer_qty": [0, 0, 1], "offer_price": [0, 0, 6.5], "tick": 10, **revealed({SAFETY: [0, 0, 2]})}
+    cost = config.rewards.allocator.spend * (6.5 * PRICE_SLACK + config.gpu_tiers[2].op_cost)
+    for value, bought in ((cost, 1), (np.nextafter(cost, 0.0), 0)):
+        planner = make_policy("planner", config, ALLOCATOR, gpu_tick_value=float(value))
+        assert split(config, planner.act(observation(config, **shortfall)))[0].tolist() == [0, 0, bought]
 
 
 def test_purchases_are_paced_over_the_ticks_left():

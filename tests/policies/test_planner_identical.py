@@ -19,7 +19,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from policies import Population
 from policies.focal import FocalEnv
-from policies.planner import PlannerAllocator
+from policies.registry import make_policy
 from tests.sweeps import swept
 
 DIGESTS = Path(__file__).parents[1] / "data" / "planner_digests.json"
@@ -30,7 +30,8 @@ EPISODES = 40
 def planner_digest(scenario: str, episodes: int = EPISODES) -> str:
     """SHA-256 of the planner's estimates, log-weights, actions and need-corrected plans."""
     config = commons_arena.load_scenario(scenario)
-    planner = PlannerAllocator(config)
+    planner = make_policy("planner", config, ALLOCATOR)
+    batched = planner.batched  # the planner's state and plan, a batch of one
     env = FocalEnv.from_scenario(config, [ALLOCATOR], Population.default(config))
     rng = np.random.default_rng(7)
     h = hashlib.sha256()
@@ -39,12 +40,10 @@ def planner_digest(scenario: str, episodes: int = EPISODES) -> str:
         planner.reset(seed)
         while not env.episode_over:
             action = planner.act(obs[ALLOCATOR])
-            estimate = planner.last_estimate
-            assert estimate is not None
+            estimate = batched.last_estimate[0]
             corrected = np.clip(estimate + rng.integers(-2, 3, estimate.shape), 0, None)
-            replanned = planner.plan(obs[ALLOCATOR], corrected.tolist())
-            for part in (action, estimate, np.stack([b.log_w for b in planner.beliefs]),
-                         np.asarray(replanned, np.int64)):
+            replanned = batched.plan(obs[ALLOCATOR][None], corrected[None])[0]
+            for part in (action, estimate, batched.log_w[0], replanned):
                 h.update(np.ascontiguousarray(part).tobytes())
             obs, *_ = env.step({ALLOCATOR: action})
     return h.hexdigest()

@@ -18,7 +18,8 @@ from commons_arena.enums import Stance
 from commons_arena.spaces import observation_layout
 from policies import Population, PopulationError, available_policies, make_policy, run_episode
 from policies.allocators import water_fill_batch
-from policies.base import Policy, ScriptedPolicy
+from policies.base import Policy
+from policies.batch import OneArena
 from policies.focal import policy_seed
 from policies.registry import policy_spec
 from policies.teams import ARCHETYPE_PROFILES
@@ -425,10 +426,10 @@ def test_shortfall_buying_respects_pacing():
 
 
 def test_scripted_policy_rejects_the_wrong_role():
-    for name in ("proportional", "planner"):  # a batch of one, and a per-arena class
+    for name in ("proportional", "planner", "fair_planner"):  # each a batch of one
         with pytest.raises(ValueError, match="is a team"):
             make_policy(name, commons_arena.load_scenario("standard"), "search")
-    assert isinstance(make_policy("planner", commons_arena.load_scenario("standard"), "allocator"), ScriptedPolicy)
+    assert isinstance(make_policy("planner", commons_arena.load_scenario("standard"), "allocator"), OneArena)
 
 
 # ------------------------------------------------------------------------- populations

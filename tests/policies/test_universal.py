@@ -23,7 +23,6 @@ from policies.checkpoint_format import SIDECAR, CheckpointError, NetworkSpec, Po
 from policies.codecs import make_codec
 from policies.focal import FocalEnv, run_episode
 from policies.learned import LearnedPolicy, read_sidecar, save_universal_policy
-from policies.planner import PlannerAllocator
 from policies.population import Population
 from policies.registry import make_policy
 from policies.universal import (
@@ -37,6 +36,7 @@ from policies.universal import (
     split_view,
 )
 from tests.conftest import UNUSUAL, toml_dumps
+from tests.reference.planner import ReferencePlanner
 from tests.sweeps import swept
 
 
@@ -98,7 +98,7 @@ def test_the_cell_view_is_finite_bounded_and_masks_the_real_cells(name):
 def test_the_zero_code_on_every_cell_plays_the_planner(name):
     config = SHAPES[name]
     interface = UniversalInterface(config)
-    planner = PlannerAllocator(config)
+    planner = ReferencePlanner(config)
     env = FocalEnv.from_scenario(config, [ALLOCATOR])
     obs, _ = env.reset(seed=5)
     interface.reset()
