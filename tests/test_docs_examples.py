@@ -137,6 +137,8 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"--address ray://|^RAY_ADDRESS=", "joins a Ray cluster"),
     (r"^commons-arena evaluate --scenarios all", "every scenario x every allocator: minutes (evaluate runs above)"),
     (r"--suite heldout-allocator", "the 80-scenario held-out suite: minutes (the own_suite benchmarks run)"),
+    (r"--suite docs/examples/validation-allocator\.toml", "32 evaluation scenarios whose oracle anchors are played, not "
+     "shipped: minutes (test_benchmark.py loads the suite; the own_suite benchmarks run)"),
     (r"^commons-arena serve( |$)", "a server that runs until stopped (tests/serving starts the same app)"),
     (r"^openenv validate", "openenv-core is a test-only dependency (tests/serving/test_openenv.py runs it)"),
     (r"^curl ", "the HTTP routes (tests/serving/test_app.py sends these requests)"),
