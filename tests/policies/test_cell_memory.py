@@ -18,6 +18,7 @@ import commons_arena
 from commons_arena.enums import ALLOCATOR
 from commons_arena.family import generate_scenarios
 from commons_arena.scenario import ScenarioConfig
+from experiments.training.networks import NETWORKS, check_warm_start
 from policies.batch_learned import BatchLearned
 from policies.checkpoint_format import SIDECAR, CheckpointError, NetworkSpec, PolicyNetwork, Universal
 from policies.focal import FocalEnv
@@ -279,3 +280,13 @@ def test_a_cell_network_of_one_version_refuses_the_others_weights():
     with pytest.raises(CheckpointError, match="of cells_v2 takes 67 features.*this one takes 59"):
         CellNetwork(cell_network("cells_v1"), zero=2, features="cells_v2")
 
+
+def test_a_v1_checkpoint_starts_a_v2_run_and_not_the_reverse(tmp_path, v2_checkpoint):
+    stages = [commons_arena.load_scenario("standard")]
+    save_universal_policy(tmp_path / "v1", cell_network("cells_v1"), "split:test", "")
+    v2 = NETWORKS["cells"].with_features("cells_v2")
+    check_warm_start(f"learned:{tmp_path / 'v1'}", stages, "need", 1, [16], v2)  # widened: new inputs at weight 0
+    check_warm_start(f"learned:{v2_checkpoint}", stages, "need", 1, [16], v2)
+    with pytest.raises(ValueError, match=r"reads cell features cells_v2, which the run's cells_v1 do not extend "
+                                         r"\(pass --cell-features v2\)"):
+        check_warm_start(f"learned:{v2_checkpoint}", stages, "need", 1, [16], NETWORKS["cells"])
