@@ -44,8 +44,11 @@ Sidecar fields (``format_version`` 2)::
                                  sub-space; the greedy action is the argmax of each
     network.weights_sha256       sha256 of the safetensors file
     universal                    absent/null, or a shape-free allocator (policies.universal):
-                                 {"max_teams", "max_tiers", "features": "cells_v1",
-                                 "cell_features": n}. The network is then one cell's policy
+                                 {"max_teams", "max_tiers", "features": "cells_v1" |
+                                 "cells_v2", "cell_features": n}: the version of the cell
+                                 features (policies.universal.CELL_VIEWS; v2 = v1 + the
+                                 episode's memory of declarations; an unknown version is
+                                 refused). The network is then one cell's policy
                                  (``input_size`` = n features, one sub-space: the cell's
                                  code), played on every (team, tier) cell of any scenario up
                                  to max_teams x max_tiers; ``observation_shape`` and
@@ -152,7 +155,7 @@ class Universal(_Strict):
 
     max_teams: Annotated[int, Field(ge=2, le=64)]
     max_tiers: Annotated[int, Field(ge=1, le=64)]
-    features: Literal["cells_v1"]
+    features: Literal["cells_v1", "cells_v2"]  # policies.universal.CELL_VIEWS (tests/policies/test_universal.py checks)
     cell_features: Width
 
 

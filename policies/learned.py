@@ -180,20 +180,21 @@ def save_policy(
 
 
 def save_universal_policy(checkpoint: str | Path, network: PolicyNetwork, trained_on: str, trained_hash: str,
-                          codec: str = "need") -> Path:
-    """Write a shape-free allocator (one cell's network, policies.universal) as a data-only checkpoint;
-    ``trained_on`` longer than the sidecar holds (500 characters: a long list of scenarios) is stored as "mixed"."""
+                          codec: str = "need", features: str = "cells_v1") -> Path:
+    """Write a shape-free allocator (one cell's network, policies.universal, reading cell ``features``) as a
+    data-only checkpoint; ``trained_on`` longer than the sidecar holds (500 characters: a long list of
+    scenarios) is stored as "mixed"."""
     from policies import universal
 
     trained_on = trained_on if len(trained_on) <= MAX_TRAINED_ON else "mixed"
-
+    view = universal.cell_view(features)
     n_actions = int(network.nvec[0])
     fields = {
         "env": "commons_arena_v0", "agent": ALLOCATOR, "role": "allocator", "scenario": trained_on,
-        "scenario_hash": trained_hash, "observation_shape": [universal.OBS_SIZE],
+        "scenario_hash": trained_hash, "observation_shape": [view.obs_size],
         "action_nvec": [n_actions] * universal.CELLS, "observation_scale": [],
-        "action_codec": {"name": codec, "params": {}}, "history": 1, "input_size": universal.N_FEATURES,
-        "universal": universal.view_fields(),
+        "action_codec": {"name": codec, "params": {}}, "history": 1, "input_size": view.n_features,
+        "universal": view.fields(),
     }
     return write_checkpoint(checkpoint, fields, network)
 
@@ -314,25 +315,31 @@ class LearnedPolicy:
         """A shape-free allocator (policies.universal): any scenario up to its maximum shape."""
         from policies import universal
 
-        u, ours = meta["universal"], universal.view_fields()
-        if u != ours:
-            raise CheckpointError(f"checkpoint {checkpoint}: its universal view {u} is not this commons_arena's {ours}")
+        u = meta["universal"]
+        try:  # the features its weights were trained on: computed alike, or refused
+            view = universal.cell_view(u["features"])
+        except CheckpointError as err:
+            raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
+        if u != view.fields():
+            raise CheckpointError(f"checkpoint {checkpoint}: its universal view {u} is not this commons_arena's "
+                                  f"{view.fields()}")
         try:
-            return cls.cells(network, config, agent, meta["action_codec"], gate)
+            return cls.cells(network, config, agent, meta["action_codec"], gate, view.name)
         except CheckpointError as err:
             raise CheckpointError(f"checkpoint {checkpoint}: {err}") from None
 
     @classmethod
     def cells(cls, network: PolicyNetwork, config: ScenarioConfig, agent: str = ALLOCATOR,
-              codec: dict[str, Any] | str | None = "need", gate: float = 0.0) -> LearnedPolicy:
-        """A shape-free allocator: one cell's ``network`` played on every real cell of the padded view."""
+              codec: dict[str, Any] | str | None = "need", gate: float = 0.0, features: str = "cells_v1") -> LearnedPolicy:
+        """A shape-free allocator: one cell's ``network`` played on every real cell of the padded view of
+        ``features`` (policies.universal.CELL_VIEWS)."""
         from policies.universal import CellNetwork, UniversalInterface
 
-        interface = UniversalInterface(config, agent, codec)
-        return cls(CellNetwork(network, interface.zero, gate), interface)
+        interface = UniversalInterface(config, agent, codec, features)
+        return cls(CellNetwork(network, interface.zero, gate, features), interface)
 
     def reset(self, seed: int | None = None) -> None:
-        """Greedy: only per-episode state (stacked history, codec, recurrent state) is reset."""
+        """Greedy: only per-episode state (stacked history, codec, a cell view's memory, recurrent state) is reset."""
         self.interface.reset()
         self.module.reset()
 

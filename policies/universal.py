@@ -16,6 +16,12 @@ that does not depend on the shape (docs/training.md, "One allocator for any clus
 * **One network per cell, shared.** The policy is a small MLP from a cell's features to
   the logits of its correction (``DELTAS``); the same weights play every cell. Its size
   depends on neither the number of teams nor of tiers.
+* **Two versions of the features** (:data:`CELL_VIEWS`, recorded in every universal checkpoint's
+  sidecar). ``cells_v1`` sees this tick only. ``cells_v2`` adds :data:`MEMORY_FEATURES`: what
+  the allocator has seen of each team over the episode so far (its declarations, its own
+  grants, the need of a revealed team against what the team declared), kept per episode by
+  :class:`DeclarationMemory` from the allocator's own observations and decoded actions: a
+  bluffer's history is evidence of its true need that one tick does not show.
 * **A fixed-size view for RLlib.** RLlib needs one observation and action space for every
   episode of a run, whatever scenario it plays: the cells are padded to
   :data:`MAX_TEAMS` x :data:`MAX_TIERS` (the family's maximum) and a mask says which are
@@ -28,6 +34,7 @@ shapes (:func:`check_shape`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,7 +51,7 @@ from policies.codecs import Codec, ResidualPlannerCodec, make_batch_codec, make_
 MAX_TEAMS = 8
 MAX_TIERS = 4
 CELLS = MAX_TEAMS * MAX_TIERS
-FEATURES_VERSION = "cells_v1"  # recorded in the checkpoint: a reader that computes other features refuses it
+FEATURES_VERSION = "cells_v1"  # the default version (CELL_VIEWS): what every checkpoint before cells_v2 records
 FEATURE_BOUND = 10.0  # every feature is cut to [-bound, bound]
 SHAPE_FREE_CODECS = ("need", "residual")  # codecs that decode one code per (team, tier) cell
 
@@ -66,15 +73,81 @@ CELL_FEATURES = (
     "declared", "revealed_need", "estimate", "grant", "estimate_gpus", "declared_gpus", "grant_gpus",
     "declared_minus_estimate",
 )
-FEATURE_NAMES = GLOBAL_FEATURES + TIER_FEATURES + TEAM_FEATURES + CELL_FEATURES
-N_FEATURES = len(FEATURE_NAMES)
-OBS_SIZE = CELLS * N_FEATURES + CELLS  # every cell's features (team-major), then the mask
+FEATURE_NAMES = GLOBAL_FEATURES + TIER_FEATURES + TEAM_FEATURES + CELL_FEATURES  # cells_v1's
+N_FEATURES = len(FEATURE_NAMES)  # cells_v1's
+OBS_SIZE = CELLS * N_FEATURES + CELLS  # cells_v1's: every cell's features (team-major), then the mask
 GPU_COUNT_CAP = 8.0  # absolute GPU counts (the corrections are -2..+2 GPUs) are shown cut at this, / this
 
+# cells_v2's memory of the episode so far (DeclarationMemory), after every cells_v1 feature. "So far" is the
+# ticks the allocator has acted in plus this one; a grant is known only for the ticks it acted in. Each is a
+# share of the tier's capacity (a cell's) or a ratio of GPUs to GPUs (a team's), as cluster-free as cells_v1's.
+MEMORY_FEATURES = (
+    # the level a team keeps asking for in this tier: one tick's declaration may be a job's arrival, the mean is
+    # its habit; a bluffer's mean stays above what the planner estimates, an honest team's follows its jobs
+    "mean_declared",
+    # what the allocator gave this cell on average (its own decoded grants): with mean_declared, how far its asks
+    # were cut, which is what moves a team to inflate or to escalate
+    "mean_granted",
+    # last tick's grant: what the team's stance this tick answers (the stance is on last tick's grant)
+    "last_granted",
+    # this tick's declaration minus last tick's: a rise after a cut is the bluffer's reflex, a rise after a full
+    # grant more likely a new job (0 on the first tick)
+    "declared_change",
+    # mean of (declared - revealed need) over the ticks the team has been revealed: how much it inflates in this
+    # tier, seen where the truth is known (0 until revealed)
+    "revealed_overclaim",
+    # the team's granted / declared GPUs over the ticks the allocator acted in (all tiers): 1 for a team given
+    # what it asks, low for one the allocator has learned to discount (0 before the first grant, or while it has
+    # declared nothing)
+    "team_granted_over_declared",
+    # the share of the episode's ticks so far in which the team was revealed (reveal is for good: how long its
+    # declarations have been checkable)
+    "team_revealed_share",
+    # the team's declared / revealed need over its revealed ticks (all tiers): its inflation factor, 1 for an
+    # honest team (0 until revealed, or while its revealed need is 0)
+    "team_declared_over_need",
+)
+N_MEMORY_FEATURES = len(MEMORY_FEATURES)
 
-def view_fields() -> dict[str, Any]:
-    """The padded view a universal checkpoint records (and a reader must compute alike)."""
-    return {"max_teams": MAX_TEAMS, "max_tiers": MAX_TIERS, "features": FEATURES_VERSION, "cell_features": N_FEATURES}
+
+@dataclass(frozen=True)
+class CellView:
+    """A version of the cell features: what a cell's network sees, recorded in a universal checkpoint's sidecar
+    (``universal.features``), so a reader computes the features it was trained on or refuses it."""
+
+    name: str
+    feature_names: tuple[str, ...]
+    memory: bool  # keeps per-episode memory of declarations and grants (DeclarationMemory)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_names)
+
+    @property
+    def obs_size(self) -> int:
+        """The padded flat view: every cell's features (team-major), then the mask of real cells."""
+        return CELLS * self.n_features + CELLS
+
+    def fields(self) -> dict[str, Any]:
+        """The padded view a universal checkpoint records (and a reader must compute alike)."""
+        return {"max_teams": MAX_TEAMS, "max_tiers": MAX_TIERS, "features": self.name,
+                "cell_features": self.n_features}
+
+
+CELL_VIEWS = {view.name: view for view in (
+    CellView("cells_v1", FEATURE_NAMES, memory=False),  # this tick only
+    CellView("cells_v2", FEATURE_NAMES + MEMORY_FEATURES, memory=True),  # + the episode's memory, appended
+)}
+
+
+def cell_view(features: str | CellView = FEATURES_VERSION) -> CellView:
+    """The cell view of a features version (``cells_v1``, ``cells_v2``); CheckpointError naming the known ones."""
+    if isinstance(features, CellView):
+        return features
+    if features not in CELL_VIEWS:
+        raise CheckpointError(f"cell features {features!r} are not ones this commons_arena computes "
+                              f"({', '.join(CELL_VIEWS)})")
+    return CELL_VIEWS[features]
 
 
 def check_shape(config: ScenarioConfig, what: str = "the universal allocator") -> None:
@@ -179,20 +252,96 @@ class CellEncoder:
                        -FEATURE_BOUND, FEATURE_BOUND)
 
 
+class DeclarationMemory:
+    """cells_v2's memory of the episode so far (:data:`MEMORY_FEATURES`) in ``num_envs`` arenas of one scenario.
+
+    :meth:`features` reads it with this tick's observation and changes nothing (a view may be computed again);
+    :meth:`record` adds the tick once the allocator has acted (its grant is known only then); :meth:`reset`
+    forgets the episodes of the arenas named. It holds only what the allocator saw and did, never hidden state,
+    and every number is computed arena by arena (elementwise, or a sum over one arena's tiers), so an arena's
+    features are the same in a batch of one (:class:`UniversalInterface`) as in any batch, bit for bit."""
+
+    def __init__(self, encoder: CellEncoder, num_envs: int) -> None:
+        self.slices = {name: encoder.layout.slices[name] for name in ("declared", "revealed", "revealed_need")}
+        self.capacity = encoder.capacity
+        B, N, T = num_envs, encoder.n_teams, encoder.n_tiers
+        self.shape = (N, T)
+        self.ticks = np.zeros(B)  # ticks recorded (the allocator acted in them) this episode
+        self.declared_sum, self.granted_sum = np.zeros((B, N, T)), np.zeros((B, N, T))
+        self.last_declared, self.last_granted = np.zeros((B, N, T)), np.zeros((B, N, T))
+        self.revealed_ticks = np.zeros((B, N))
+        self.revealed_declared_sum, self.revealed_need_sum = np.zeros((B, N, T)), np.zeros((B, N, T))
+
+    def reset(self, index: np.ndarray | slice = slice(None)) -> None:
+        for memory in (self.ticks, self.declared_sum, self.granted_sum, self.last_declared, self.last_granted,
+                       self.revealed_ticks, self.revealed_declared_sum, self.revealed_need_sum):
+            memory[index] = 0.0
+
+    def _seen(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This tick's declared (B, N, T), revealed flags (B, N) and revealed need (B, N, T), in GPUs."""
+        obs = np.asarray(observations, dtype=np.float64)
+        B, shape = len(obs), self.shape
+        return (obs[:, self.slices["declared"]].reshape(B, *shape), obs[:, self.slices["revealed"]] > 0.5,
+                obs[:, self.slices["revealed_need"]].reshape(B, *shape))
+
+    def features(self, observations: np.ndarray) -> np.ndarray:
+        """``(B, teams, tiers, N_MEMORY_FEATURES)``: the recorded ticks and this one (its grant is not known yet)."""
+        declared, revealed, need = self._seen(observations)
+        cap, ticks = self.capacity, self.ticks[:, None, None]
+        now = revealed[..., None]
+        revealed_ticks = self.revealed_ticks + revealed
+        revealed_declared = self.revealed_declared_sum + np.where(now, declared, 0.0)
+        revealed_need = self.revealed_need_sum + np.where(now, need, 0.0)
+        cell = np.stack([
+            (self.declared_sum + declared) / (ticks + 1.0) / cap,
+            _share(self.granted_sum, ticks) / cap,
+            self.last_granted / cap,
+            np.where(ticks > 0, declared - self.last_declared, 0.0) / cap,
+            _share(revealed_declared - revealed_need, revealed_ticks[..., None]) / cap,
+        ], axis=3)
+        team = np.stack([
+            _share(self.granted_sum.sum(axis=2), self.declared_sum.sum(axis=2)),
+            revealed_ticks / (self.ticks[:, None] + 1.0),
+            _share(revealed_declared.sum(axis=2), revealed_need.sum(axis=2)),
+        ], axis=2)
+        B, (N, T) = len(declared), self.shape
+        features = np.concatenate([cell, np.broadcast_to(team[:, :, None], (B, N, T, team.shape[2]))], axis=3)
+        return np.clip(np.nan_to_num(features, nan=0.0, posinf=FEATURE_BOUND, neginf=-FEATURE_BOUND),
+                       -FEATURE_BOUND, FEATURE_BOUND)
+
+    def record(self, observations: np.ndarray, actions: np.ndarray) -> None:
+        """Add the tick of ``observations`` and the allocator's decoded ``actions`` (B, buy + grants) to memory."""
+        declared, revealed, need = self._seen(observations)
+        B, (N, T) = len(declared), self.shape
+        granted = np.asarray(actions, dtype=np.float64)[:, T:].reshape(B, N, T)
+        now = revealed[..., None]
+        self.ticks += 1.0
+        self.declared_sum += declared
+        self.granted_sum += granted
+        self.last_declared[...], self.last_granted[...] = declared, granted
+        self.revealed_ticks += revealed
+        self.revealed_declared_sum += np.where(now, declared, 0.0)
+        self.revealed_need_sum += np.where(now, need, 0.0)
+
+
 class UniversalInterface:
     """What sits between the allocator's seat and a shape-free module: the padded cell view.
 
     The same methods as :class:`policies.learned.ModuleInterface` (``observe``, ``act``,
     ``reset``, ``observation_space``, ``action_space``, ``input_size``, ``codec``), so
     training's env and ``learned:`` play it alike. ``observe`` returns the padded flat view
-    (:data:`OBS_SIZE`: every cell's features, then the mask); ``act`` takes one code per
-    padded cell and decodes the real ones with the codec.
+    (``view.obs_size``: every cell's features, then the mask); ``act`` takes one code per
+    padded cell and decodes the real ones with the codec. ``features``: the version of the
+    cell features (:data:`CELL_VIEWS`); ``cells_v2`` keeps its memory of the episode from
+    ``reset`` to ``reset``, a tick recorded by ``act`` (the grant is its decoded action).
     """
 
     shape_free = True
     history = 1
 
-    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, codec: dict[str, Any] | str | None = "need") -> None:
+    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, codec: dict[str, Any] | str | None = "need",
+                 features: str | CellView = FEATURES_VERSION) -> None:
+        self.view = cell_view(features)
         name = codec if isinstance(codec, str) or codec is None else codec["name"]
         if role_of(config, agent) != ALLOCATOR:
             raise CheckpointError(f"the universal view plays the allocator seat; {agent!r} is not it")
@@ -209,16 +358,18 @@ class UniversalInterface:
         N, T = self.encoder.n_teams, self.encoder.n_tiers
         self.mask = np.zeros((MAX_TEAMS, MAX_TIERS), dtype=np.float32)
         self.mask[:N, :T] = 1.0
+        self.memory = DeclarationMemory(self.encoder, 1) if self.view.memory else None
 
     @property
     def input_size(self) -> int:
-        return OBS_SIZE
+        return self.view.obs_size
 
     def observation_space(self) -> Any:
         import gymnasium as gym
 
-        low = np.concatenate([np.full(CELLS * N_FEATURES, -FEATURE_BOUND), np.zeros(CELLS)]).astype(np.float32)
-        high = np.concatenate([np.full(CELLS * N_FEATURES, FEATURE_BOUND), np.ones(CELLS)]).astype(np.float32)
+        width = CELLS * self.view.n_features
+        low = np.concatenate([np.full(width, -FEATURE_BOUND), np.zeros(CELLS)]).astype(np.float32)
+        high = np.concatenate([np.full(width, FEATURE_BOUND), np.ones(CELLS)]).astype(np.float32)
         return gym.spaces.Box(low, high, dtype=np.float32)
 
     def action_space(self) -> Any:
@@ -228,12 +379,16 @@ class UniversalInterface:
 
     def reset(self) -> None:
         self.codec.reset()
+        if self.memory is not None:
+            self.memory.reset()
 
     def observe(self, observation: np.ndarray) -> np.ndarray:
         estimate, grant = self.codec.proposal(np.asarray(observation, dtype=np.float32))
         cells = self.encoder.encode(observation, estimate, grant)
+        if self.memory is not None:
+            cells = np.concatenate([cells, self.memory.features(np.asarray(observation)[None])[0]], axis=2)
         N, T = self.encoder.n_teams, self.encoder.n_tiers
-        padded = np.zeros((MAX_TEAMS, MAX_TIERS, N_FEATURES), dtype=np.float32)
+        padded = np.zeros((MAX_TEAMS, MAX_TIERS, self.view.n_features), dtype=np.float32)
         padded[:N, :T] = cells
         return np.concatenate([padded.ravel(), self.mask.ravel()])
 
@@ -243,7 +398,10 @@ class UniversalInterface:
         return np.asarray(module_action, dtype=np.int64).reshape(MAX_TEAMS, MAX_TIERS)[:N, :T].ravel()
 
     def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
-        return self.codec.decode(np.asarray(observation, dtype=np.float32), self.code_for_scenario(module_action))
+        action = self.codec.decode(np.asarray(observation, dtype=np.float32), self.code_for_scenario(module_action))
+        if self.memory is not None:
+            self.memory.record(np.asarray(observation)[None], np.asarray(action)[None])
+        return action
 
 
 class BatchUniversalInterface:
@@ -255,32 +413,42 @@ class BatchUniversalInterface:
 
     def __init__(self, one: UniversalInterface, num_envs: int) -> None:
         self.one, self.num_envs = one, num_envs
-        self.encoder = one.encoder
+        self.encoder, self.view = one.encoder, one.view
         self.codec: Any = make_batch_codec(one.codec.name, one.config, num_envs, one.agent)
+        self.memory = DeclarationMemory(self.encoder, num_envs) if self.view.memory else None
         self.no_action = np.full(CELLS, one.zero, dtype=np.int64)
 
     def reset(self, index: np.ndarray) -> None:
         self.codec.reset(index)
+        if self.memory is not None:
+            self.memory.reset(index)
 
     def observe(self, observations: np.ndarray) -> np.ndarray:
         obs = np.asarray(observations, dtype=np.float32)
         estimate, grant = self.codec.proposal(obs)
         N, T, B = self.encoder.n_teams, self.encoder.n_tiers, len(obs)
-        padded = np.zeros((B, MAX_TEAMS, MAX_TIERS, N_FEATURES), dtype=np.float32)
-        padded[:, :N, :T] = self.encoder.encode_rows(obs, estimate, grant)
+        cells = self.encoder.encode_rows(obs, estimate, grant)
+        if self.memory is not None:
+            cells = np.concatenate([cells, self.memory.features(obs)], axis=3)
+        padded = np.zeros((B, MAX_TEAMS, MAX_TIERS, self.view.n_features), dtype=np.float32)
+        padded[:, :N, :T] = cells
         return np.concatenate([padded.reshape(B, -1), np.broadcast_to(self.one.mask.ravel(), (B, CELLS))], axis=1)
 
     def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray:
         N, T = self.encoder.n_teams, self.encoder.n_tiers
         codes = np.asarray(module_actions, dtype=np.int64).reshape(-1, MAX_TEAMS, MAX_TIERS)[:, :N, :T]
-        return self.codec.decode(np.asarray(observations, dtype=np.float32), codes.reshape(len(codes), -1))
+        obs = np.asarray(observations, dtype=np.float32)
+        actions = self.codec.decode(obs, codes.reshape(len(codes), -1))
+        if self.memory is not None:
+            self.memory.record(obs, actions)
+        return actions
 
 
 def split_view(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A padded flat view (or a batch of them) -> (cells x N_FEATURES features, cells mask)."""
+    """A padded flat view (or a batch of them) of any version -> (cells x its features, cells mask)."""
     obs = np.asarray(obs)
-    lead = obs.shape[:-1]
-    return obs[..., : CELLS * N_FEATURES].reshape(*lead, CELLS, N_FEATURES), obs[..., CELLS * N_FEATURES:]
+    lead, n = obs.shape[:-1], obs.shape[-1] // CELLS - 1  # a view is CELLS x (features + 1) wide
+    return obs[..., : CELLS * n].reshape(*lead, CELLS, n), obs[..., CELLS * n:]
 
 
 class CellNetwork:
@@ -291,30 +459,33 @@ class CellNetwork:
     ``gate`` keeps a cell's correction only where the network is sure of it: a cell whose most likely
     code has probability below ``gate`` plays ``zero`` (the base planner's plan for that cell). 0 plays
     the argmax everywhere, as trained; on a cluster unlike the training ones an unsure correction is
-    more often a mistake than a gain (docs/training.md, "The gate")."""
+    more often a mistake than a gain (docs/training.md, "The gate"). ``features``: the cell view it reads."""
 
-    def __init__(self, network: PolicyNetwork, zero: int, gate: float = 0.0) -> None:
-        if network.input_size != N_FEATURES or len(network.nvec) != 1:
-            raise CheckpointError(f"a per-cell network takes {N_FEATURES} features and outputs one code; this one takes "
-                                  f"{network.input_size} and outputs {len(network.nvec)}")
+    def __init__(self, network: PolicyNetwork, zero: int, gate: float = 0.0,
+                 features: str | CellView = FEATURES_VERSION) -> None:
+        view = cell_view(features)
+        if network.input_size != view.n_features or len(network.nvec) != 1:
+            raise CheckpointError(f"a per-cell network of {view.name} takes {view.n_features} features and outputs one "
+                                  f"code; this one takes {network.input_size} and outputs {len(network.nvec)}")
         if not 0.0 <= gate < 1.0:
             raise ValueError(f"gate must be in [0, 1): the least probability of a correction that is played, got {gate}")
-        self.network, self.zero, self.gate = network, int(zero), float(gate)
-        self.input_size = OBS_SIZE
+        self.network, self.zero, self.gate, self.view = network, int(zero), float(gate), view
+        self.input_size = view.obs_size
 
     def reset(self, rows: np.ndarray | None = None) -> None:
         """Stateless."""
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs, dtype=np.float32)
-        if obs.shape != (OBS_SIZE,):
-            raise ValueError(f"observation shape mismatch: the universal view is ({OBS_SIZE},), got {obs.shape}")
+        if obs.shape != (self.input_size,):
+            raise ValueError(f"observation shape mismatch: the universal view ({self.view.name}) is "
+                             f"({self.input_size},), got {obs.shape}")
         return self.greedy_rows(obs[None])[0]
 
     def greedy_rows(self, obs: np.ndarray) -> np.ndarray:
-        """One code per padded cell ``(B, CELLS)`` for ``(B, OBS_SIZE)`` views, one forward pass."""
+        """One code per padded cell ``(B, CELLS)`` for ``(B, view.obs_size)`` views, one forward pass."""
         cells, mask = split_view(np.asarray(obs, dtype=np.float32))
-        logits = self.network.logits(cells.reshape(-1, N_FEATURES)).reshape(*cells.shape[:2], -1)
+        logits = self.network.logits(cells.reshape(-1, self.view.n_features)).reshape(*cells.shape[:2], -1)
         code = logits.argmax(axis=-1)
         if self.gate > 0.0:
             # the argmax's probability: 1 / sum(exp(logit - max logit)), no overflow
@@ -324,7 +495,8 @@ class CellNetwork:
 
 
 __all__ = [
-    "CELLS", "CELL_FEATURES", "FEATURES_VERSION", "FEATURE_NAMES", "GLOBAL_FEATURES", "MAX_TEAMS", "MAX_TIERS",
-    "N_FEATURES", "OBS_SIZE", "SHAPE_FREE_CODECS", "TEAM_FEATURES", "TIER_FEATURES", "CellEncoder", "CellNetwork",
-    "BatchUniversalInterface", "UniversalInterface", "check_shape", "split_view", "view_fields",
+    "CELLS", "CELL_FEATURES", "CELL_VIEWS", "FEATURES_VERSION", "FEATURE_NAMES", "GLOBAL_FEATURES", "MAX_TEAMS",
+    "MAX_TIERS", "MEMORY_FEATURES", "N_FEATURES", "N_MEMORY_FEATURES", "OBS_SIZE", "SHAPE_FREE_CODECS", "TEAM_FEATURES",
+    "TIER_FEATURES", "CellEncoder", "CellNetwork", "CellView", "DeclarationMemory", "BatchUniversalInterface",
+    "UniversalInterface", "cell_view", "check_shape", "split_view",
 ]

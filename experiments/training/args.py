@@ -107,6 +107,12 @@ class TrainArgs:
     (policies/universal.py: one MLP shared by every (team, tier) cell, plays any cluster up to 8 teams x 4
     tiers; needs --action-codec need or residual); padded (RLlib's MLP over the same padded view, weights per
     cell slot: the alternative cells was measured against, docs/training.md; writes no learned: files)"""
+    cell_features: Literal["v1", "v2"] = "v1"
+    """the cell view's features (--network cells or padded; policies/universal.py CELL_VIEWS, recorded in the
+    checkpoint): v1 this tick only (every checkpoint before v2, the shipped one included); v2 adds each team's
+    memory over the episode: its declarations, the allocator's grants, a revealed team's need against what it
+    declared (docs/training.md, "Memory of declarations"). A v1 checkpoint can start a v2 run (--init-from): the
+    new inputs' weights start at zero, so the run starts from its policy exactly"""
     minutes: float = 10.0
     """wall-clock budget of the whole run: references, Ray start-up, training, evaluations"""
     iterations: int | None = None
@@ -290,6 +296,9 @@ class TrainArgs:
                                      and not self.use_lstm),
              "--network cells acts through a per-(team, tier) codec (--action-codec need or residual) and sees "
              "one tick (--history 1, no --use-lstm)"),
+            (self.net.cell_view or self.cell_features == "v1",
+             f"--cell-features {self.cell_features} is the cell view's (--network cells): --network "
+             f"{self.network} reads the scenario's own observation"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),
              f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),
@@ -327,8 +336,8 @@ class TrainArgs:
 
     @property
     def net(self) -> Network:
-        """The allocator's network (experiments/training/networks.py)."""
-        return network_of(self.network)
+        """The allocator's network (experiments/training/networks.py), reading the cell features of ``--cell-features``."""
+        return network_of(self.network).with_features(f"cells_{self.cell_features}")
 
     @property
     def favour_strength(self) -> float:

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from policies.checkpoint_format import CheckpointError, NetworkSpec, PolicyNetwork
-from policies.universal import N_FEATURES
 
 
 def cell_mlp(sizes: list[int], out: int) -> nn.Sequential:
@@ -40,7 +39,7 @@ def network_from_cell_mlp(pi: nn.Sequential, n_actions: int) -> PolicyNetwork:
     spec = NetworkSpec.model_validate({"layers": layers, "weights_sha256": "0" * 64,
                                        "action_distribution": {"type": "multi_categorical", "nvec": [n_actions]}})
     network = PolicyNetwork(spec, {k: v.detach().clone().float() for k, v in tensors.items()})
-    probe = np.random.default_rng(0).normal(size=(16, N_FEATURES)).astype(np.float32)
+    probe = np.random.default_rng(0).normal(size=(16, network.input_size)).astype(np.float32)
     with torch.no_grad():
         theirs = pi(torch.from_numpy(probe)).numpy()
     if not np.allclose(network.logits(probe), theirs, atol=1e-5, rtol=1e-5):

@@ -47,7 +47,7 @@ from torch import nn
 
 from experiments.training.cell_mlp import cell_mlp, network_from_cell_mlp
 from policies.checkpoint_format import CheckpointError, PolicyNetwork
-from policies.universal import CELLS, N_FEATURES
+from policies.universal import CELLS, cell_view
 
 PADDED_LOGIT = -30.0  # a padded cell's logit for every code but the zero one (which gets 0)
 
@@ -56,18 +56,20 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
     """Per-cell policy, pooled value function (see the module docstring).
 
     ``model_config``: ``hidden`` (layer sizes of both MLPs), ``n_actions`` (codes per cell),
-    ``zero`` (the zero correction's code)."""
+    ``zero`` (the zero correction's code), ``features`` (the cell view's version, default ``cells_v1``)."""
 
     def setup(self) -> None:
         cfg: dict[str, Any] = dict(self.model_config) if isinstance(self.model_config, dict) else {}
         hidden = [int(h) for h in cfg.get("hidden", [128, 128])]
         self.n_actions = int(cfg.get("n_actions", 5))
         self.zero = int(cfg.get("zero", self.n_actions // 2))
+        view = cell_view(str(cfg.get("features", "cells_v1")))
+        self.n_features = view.n_features
         shape = getattr(self.observation_space, "shape", None)
-        if shape != (CELLS * N_FEATURES + CELLS,):
-            raise ValueError(f"CellPPOModule takes the padded cell view ({CELLS * N_FEATURES + CELLS},), got {shape}")
-        self.pi = cell_mlp([N_FEATURES, *hidden], self.n_actions)
-        self.vf_embed = cell_mlp([N_FEATURES, *hidden[:-1]], hidden[-1])
+        if shape != (view.obs_size,):
+            raise ValueError(f"CellPPOModule takes the padded cell view of {view.name} ({view.obs_size},), got {shape}")
+        self.pi = cell_mlp([view.n_features, *hidden], self.n_actions)
+        self.vf_embed = cell_mlp([view.n_features, *hidden[:-1]], hidden[-1])
         self.vf_head = nn.Sequential(nn.Tanh(), nn.Linear(hidden[-1], 1))
         padded = torch.full((self.n_actions,), PADDED_LOGIT)
         padded[self.zero] = 0.0
@@ -76,8 +78,8 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
             input_lens=[self.n_actions] * CELLS)
 
     def _split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cells = obs[..., : CELLS * N_FEATURES].reshape(*obs.shape[:-1], CELLS, N_FEATURES)
-        return cells, obs[..., CELLS * N_FEATURES:]
+        width = CELLS * self.n_features
+        return obs[..., :width].reshape(*obs.shape[:-1], CELLS, self.n_features), obs[..., width:]
 
     def _logits(self, obs: torch.Tensor) -> torch.Tensor:
         cells, mask = self._split(obs)
@@ -179,12 +181,18 @@ def network_from_cell_module(module: Any) -> PolicyNetwork:
 
 
 def load_cell_policy(module: Any, network: PolicyNetwork) -> None:
-    """Copy a per-cell network's weights into ``module.pi`` (shapes must match)."""
+    """Copy a per-cell network's weights into ``module.pi`` (shapes must match, but for the first layer's inputs:
+    a network of an earlier cell view, whose features the module's view starts with (cells_v1 in a cells_v2
+    module), fills the first columns and the new inputs' weights are zero, so the module plays exactly as the
+    network until training moves them)."""
     tensors = network.tensors()
     with torch.no_grad():
         for i, child in enumerate(_pi_layers(module)):
             if isinstance(child, nn.Linear):
-                child.weight.copy_(tensors[f"layers.{i}.weight"])
+                weight = tensors[f"layers.{i}.weight"]
+                if i == 0 and weight.shape[1] < child.in_features:  # the new inputs, appended: weight 0
+                    weight = nn.functional.pad(weight, (0, child.in_features - weight.shape[1]))
+                child.weight.copy_(weight)
                 child.bias.copy_(tensors[f"layers.{i}.bias"])
 
 
@@ -198,10 +206,4 @@ def favour_cell_code(module: Any, code: int, strength: float) -> None:
         last.weight.mul_(0.1)
 
 
-def cell_linears(hidden: list[int] | tuple[int, ...], n_actions: int) -> list[tuple[int, int]]:
-    """(in, out) of every linear layer of a cell policy with these hidden sizes."""
-    sizes = [N_FEATURES, *hidden, n_actions]
-    return list(zip(sizes[:-1], sizes[1:], strict=True))
-
-
-__all__ = ["CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "cell_linears", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]
+__all__ = ["CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]

@@ -29,6 +29,12 @@ class Network:
 
     name: ClassVar[str] = "mlp"
     cell_view: ClassVar[bool] = False  # sees the padded cell view (policies.universal): any cluster's shape
+    features: str = "cells_v1"  # the cell view's version (policies.universal.CELL_VIEWS): a cell network's only
+
+    def with_features(self, features: str) -> Network:
+        """This network reading cell ``features`` (``--cell-features``); a network without the cell view reads
+        none (``TrainArgs.validate`` refuses another version for it)."""
+        return self
 
     def interface(self, config: ScenarioConfig, seat: str, scale: np.ndarray | None = None, codec: Any = None,
                   history: int = 1, identity: tuple[int, int] | None = None) -> ObservationInterface:
@@ -93,14 +99,20 @@ class Cells(Network):
     name = "cells"
     cell_view = True
 
+    def __init__(self, features: str = "cells_v1") -> None:
+        self.features = features
+
+    def with_features(self, features: str) -> Network:
+        return self if features == self.features else type(self)(features)
+
     def interface(self, config: ScenarioConfig, seat: str, scale: np.ndarray | None = None, codec: Any = None,
                   history: int = 1, identity: tuple[int, int] | None = None) -> ObservationInterface:
         from policies.universal import UniversalInterface
 
-        return UniversalInterface(config, seat, codec)
+        return UniversalInterface(config, seat, codec, self.features)
 
     def policy(self, network: Any, setup: Any, seat: str, config: ScenarioConfig) -> LearnedPolicy:
-        return LearnedPolicy.cells(network, config, seat, setup.codecs[seat])
+        return LearnedPolicy.cells(network, config, seat, setup.codecs[seat], features=self.features)
 
     def module(self, setup: Any) -> tuple[Any, type | None, type | None]:
         from experiments.training.cell_module import CellPPOLearner, CellPPOModule
@@ -108,8 +120,8 @@ class Cells(Network):
 
         codec = CODECS[setup.codecs[ALLOCATOR]]
         assert issubclass(codec, ResidualPlannerCodec)
-        return ({"hidden": list(setup.args.hidden), "n_actions": len(codec.DELTAS), "zero": codec.DELTAS.index(0)},
-                CellPPOModule, CellPPOLearner)
+        return ({"hidden": list(setup.args.hidden), "n_actions": len(codec.DELTAS), "zero": codec.DELTAS.index(0),
+                 "features": self.features}, CellPPOModule, CellPPOLearner)
 
     def favour_zero(self, algo: Any, module: str, codec: Any, strength: float) -> None:
         from experiments.training.weights import favour_cells
@@ -120,7 +132,8 @@ class Cells(Network):
         from policies.learned import save_universal_policy
 
         save_universal_policy(folder, network, "+".join(setup.args.stages),
-                              config.content_hash if len(setup.stages) == 1 else "", codec=setup.codecs[ALLOCATOR])
+                              config.content_hash if len(setup.stages) == 1 else "", codec=setup.codecs[ALLOCATOR],
+                              features=self.features)
 
     def check_run(self, seats: Sequence[str], stages: Sequence[ScenarioConfig], init_from: str | None) -> None:
         from policies.universal import check_shape
@@ -141,7 +154,7 @@ class Cells(Network):
 
     def check_start(self, spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], codec: str | None,
                     history: int, hidden: Sequence[int]) -> None:
-        check_cells_start(spec, meta, stages, hidden)
+        check_cells_start(spec, meta, stages, hidden, self.features)
 
 
 class Padded(Cells):
@@ -193,7 +206,7 @@ def check_warm_start(spec: str, stages: Sequence[ScenarioConfig], codec: str | N
     if meta["role"] != ALLOCATOR:
         raise ValueError(f"{where}: a {meta['role']} policy; --init-from starts the allocator")
     theirs = NETWORKS["cells"] if meta.get("universal") is not None else MLP  # what the checkpoint holds
-    if theirs is not network:
+    if theirs.name != network.name:
         raise ValueError(f"{where}: its network is {theirs.name!r}, the run's {network.name!r} "
                          f"(pass --network {theirs.name})")
     coded = (meta["action_codec"] or {}).get("name")

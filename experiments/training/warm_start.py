@@ -6,7 +6,8 @@ value function starts fresh (PPO fits it from the first batch on), and the run o
 through the checkpoint's observation scale (the weights were trained on it). Nothing else is
 taken over silently: a checkpoint whose role, spaces, codec, history or layer sizes are not
 this run's is refused before Ray starts (:func:`experiments.training.networks.check_warm_start`), with one line naming the
-flag to change. The arms race (:mod:`experiments.studies.arms_race`) continues a learned
+flag to change; the one widening allowed is a universal checkpoint's cell view (``cells_v1`` into a ``cells_v2`` run:
+the new inputs start at weight 0). The arms race (:mod:`experiments.studies.arms_race`) continues a learned
 allocator this way.
 """
 
@@ -51,14 +52,20 @@ def check_mlp_start(spec: str, meta: Mapping[str, Any], stages: Sequence[Scenari
     check_layers(spec, meta, expected_linears(interface.input_size, hidden, int(sum(interface.action_space().nvec))))
 
 
-def check_cells_start(spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], hidden: Sequence[int]) -> None:
-    """A shape-free allocator's checkpoint: its layer sizes are the run's; every stage fits its view."""
-    from experiments.training.cell_module import cell_linears
-    from policies.universal import check_shape
+def check_cells_start(spec: str, meta: Mapping[str, Any], stages: Sequence[ScenarioConfig], hidden: Sequence[int],
+                      features: str = "cells_v1") -> None:
+    """A shape-free allocator's checkpoint: its cell features are the run's ``features`` or the first of them (a
+    cells_v1 checkpoint starts a cells_v2 run: :func:`~experiments.training.cell_module.load_cell_policy` gives the
+    new inputs weight 0), its layer sizes are the run's; every stage fits its view."""
+    from policies.universal import cell_view, check_shape
 
+    theirs, ours = cell_view(meta["universal"]["features"]), cell_view(features)
+    if ours.feature_names[: theirs.n_features] != theirs.feature_names:
+        raise ValueError(f"--init-from {spec}: it reads cell features {theirs.name}, which the run's {ours.name} do not "
+                         f"extend (pass --cell-features {theirs.name.removeprefix('cells_')})")
     for config in stages:
         check_shape(config, f"--init-from {spec}")
-    check_layers(spec, meta, cell_linears(list(hidden), int(meta["action_nvec"][0])))
+    check_layers(spec, meta, expected_linears(theirs.n_features, hidden, int(meta["action_nvec"][0])))
 
 
 def check_layers(spec: str, meta: Mapping[str, Any], wanted: list[tuple[int, int]]) -> None:
@@ -109,8 +116,10 @@ def load_warm_start(algo: Any, module_id: str, spec: str) -> None:
         algo.learner_group.foreach_learner(copy)
         read = lambda module: network_from_rl_module(module, [int(n) for n in module.action_space.nvec])  # noqa: E731
     push_learner_weights(algo)
-    probe = np.random.default_rng(0).normal(size=(8, network.input_size)).astype(np.float32)
-    if not np.allclose(read(algo.get_module(module_id)).logits(probe), network.logits(probe), atol=1e-5):
+    loaded = read(algo.get_module(module_id))
+    # a module of a wider cell view (the checkpoint's inputs first, the new ones at weight 0) gives its logits too
+    probe = np.random.default_rng(0).normal(size=(8, loaded.input_size)).astype(np.float32)
+    if not np.allclose(loaded.logits(probe), network.logits(probe[:, : network.input_size]), atol=1e-5):
         raise RuntimeError(f"--init-from {spec}: the module's outputs differ from the checkpoint's after loading")
 
 

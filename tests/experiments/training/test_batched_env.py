@@ -70,12 +70,15 @@ def test_every_arena_plays_the_stock_focal_env(scenario, codec):
     play_first_episodes(config(scenario, codec), n=6)
 
 
-@pytest.mark.parametrize("scenario", ["crisis", "broad"])
-def test_the_universal_allocators_cell_view_plays_the_stock_focal_env(scenario):
+@pytest.mark.parametrize("scenario, features", [("crisis", "cells_v1"), ("broad", "cells_v1"), ("crisis", "cells_v2"),
+                                                ("broad", "cells_v2")])
+def test_the_universal_allocators_cell_view_plays_the_stock_focal_env(scenario, features):
+    """cells_v2: the memory the lean and batched samplers train on is the one the stock env (and play) keeps."""
     from commons_arena.family import generate_scenarios
 
     config_ = generate_scenarios("broad", 3, seed=5)[-1] if scenario == "broad" else scenario
-    play_first_episodes(config(config_, "need", network={ALLOCATOR: NETWORKS["cells"]}), n=4)
+    network = NETWORKS["cells"].with_features(features)
+    play_first_episodes(config(config_, "need", network={ALLOCATOR: network}), n=4)
 
 
 def test_clusters_of_different_shapes_share_one_batch_through_the_cell_view():

@@ -55,3 +55,30 @@ def test_the_env_config_is_one_typed_value_and_refuses_an_untyped_dict() -> None
         ArenaEnvConfig(background_mix=BackgroundMix({}, 0.5), background_mixture=BackgroundMixture(("a",), (None,), (1,)))
     with pytest.raises(AttributeError):
         config.scenario = "standard"  # type: ignore[misc]  # frozen
+
+
+def test_the_cell_features_flag_picks_the_cell_views_version_and_a_file_keeps_it(tmp_path, monkeypatch) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    from commands import cli
+    from experiments.training.config_file import experiment_text, load_experiment
+
+    assert TrainArgs(network="cells").net.features == "cells_v1"  # the default: nothing changes unless asked
+    v2 = TrainArgs(experiment="allocator_family", network="cells", cell_features="v2")
+    assert v2.net.name == "cells" and v2.net.features == "cells_v2" and v2.net is not NETWORKS["cells"]
+    assert v2.net.interface(commons_arena.load_scenario("crisis"), ALLOCATOR, codec="need").view.name == "cells_v2"
+    assert TrainArgs(network="padded", cell_features="v2").net.features == "cells_v2"
+    with pytest.raises(ValueError, match="--cell-features v2 is the cell view's .*--network mlp reads the scenario's own"):
+        TrainArgs(cell_features="v2").validate()
+    with pytest.raises(ValueError, match=r"--cell-features must be one of \['v1', 'v2'\], got 'v3'"):
+        TrainArgs(network="cells", cell_features="v3").validate()  # type: ignore[arg-type]
+    path = tmp_path / "e.toml"
+    path.write_text(experiment_text(v2))
+    assert 'cell_features = "v2"' in path.read_text() and load_experiment(path).net.features == "cells_v2"
+    seen: list[TrainArgs] = []
+    monkeypatch.setitem(sys.modules, "experiments.training.train",  # keeps RLlib out: only the arguments matter
+                        SimpleNamespace(train=lambda args, setup: seen.append(args)))
+    cli.main(["train", "--experiment", "allocator_family", "--network", "cells", "--cell-features", "v2",
+              "--iterations", "1"])
+    assert seen[0].cell_features == "v2" and seen[0].net.features == "cells_v2"

@@ -1,6 +1,8 @@
 """The shape-free allocator trained for real, on a tiny budget: an env mixing cluster shapes,
 one iteration of ``allocator_family`` on the family's training split, fine-tuning from its
-checkpoint on a user's own file, and long episodes that no iteration finishes (no NaN)."""
+checkpoint on a user's own file, long episodes that no iteration finishes (no NaN), and the
+memory of declarations (``--cell-features v2``) trained on the lean path and started from a
+``cells_v1`` checkpoint."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 
 from commons_arena.enums import ALLOCATOR
-from commons_arena.scenario import scenario_from_dict
+from commons_arena.scenario import load_scenario, scenario_from_dict
 from experiments.training.env import ArenaRLlibEnv
 from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.networks import NETWORKS
@@ -22,8 +24,9 @@ from experiments.training.references import reward_scale
 from experiments.training.train import TrainArgs, train
 from policies.checkpoint_format import load_network
 from policies.learned import LearnedPolicy, read_sidecar
-from policies.universal import MAX_TEAMS, MAX_TIERS, split_view
+from policies.universal import CELL_VIEWS, MAX_TEAMS, MAX_TIERS, split_view
 from tests.conftest import UNUSUAL, toml_dumps
+from tests.policies.batch_cases import assert_equivalent, record_episodes
 from tests.policies.test_universal import SHAPES, _octet_four_tiers
 
 pytestmark = [pytest.mark.slow, pytest.mark.rllib, pytest.mark.ray, pytest.mark.timeout(900)]  # the shape-free allocator trained, fine-tuned, on long episodes
@@ -144,3 +147,33 @@ def test_episodes_longer_than_an_iteration_report_no_nan(ray_session, tmp_path):
     assert "no episode finished yet" in text and "nan" not in text.lower()
     history = _no_nan((tmp_path / "long" / "history.json").read_text())
     assert history[0]["train_return"] is None  # iteration 1 finished no episode: null, not NaN
+
+
+LEAN = dict(sampler="lean", network="cells", cell_features="v2", scenario="crisis",
+            **{**TINY, "iterations": 2, "train_batch_size": 256, "minibatch_size": 128, "num_envs_per_env_runner": 16})
+
+
+def test_a_v2_run_on_the_lean_path_plays_through_learned_per_arena_and_batched_alike(ray_session, tmp_path):
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="memory", **LEAN))
+    meta = read_sidecar(checkpoint)
+    assert meta["universal"] == CELL_VIEWS["cells_v2"].fields()
+    assert 'cell_features = "v2"' in (checkpoint.parent / "experiment.toml").read_text()  # a rerun reads v2 again
+    config = load_scenario("crisis")
+    policy = LearnedPolicy.load(checkpoint, config, ALLOCATOR)
+    assert policy.interface.view is CELL_VIEWS["cells_v2"]  # type: ignore[attr-defined]
+    episodes = record_episodes(config, episodes=4, seed=5)[ALLOCATOR]
+    assert assert_equivalent(f"learned:{checkpoint}", config, ALLOCATOR, episodes, num_envs=4, seed=2) > 20
+
+
+def test_a_v2_run_from_the_shipped_v1_checkpoint_starts_from_its_policy_exactly(ray_session, tmp_path):
+    """--init-from learned:universal with --cell-features v2: the v1 weights, the memory inputs' at zero (lr 0:
+    still so after training), so the run's start is the shipped policy and the ablation's only change its inputs."""
+    checkpoint = train(TrainArgs(out=tmp_path, run_name="widened", init_from="learned:universal",
+                                 **{**LEAN, "hidden": (128, 128), "lr": 0.0, "iterations": 1}))
+    _, shipped = load_network(Path(__file__).resolve().parents[3] / "checkpoints" / "universal")
+    _, ours = load_network(checkpoint)
+    v1 = CELL_VIEWS["cells_v1"].n_features
+    assert ours.input_size == CELL_VIEWS["cells_v2"].n_features and shipped.input_size == v1
+    assert not ours.tensors()["layers.0.weight"][:, v1:].any()
+    probe = np.random.default_rng(2).normal(size=(32, ours.input_size)).astype(np.float32)
+    np.testing.assert_allclose(ours.logits(probe), shipped.logits(probe[:, :v1]), atol=1e-5)
