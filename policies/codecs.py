@@ -28,6 +28,8 @@ codec               role       the module chooses                        can exp
                                the same headroom for every team)         (0 = ``fair_planner``)
 ``need_impartial``  allocator  the same over ``fair_planner`` heeding    the same, an escalation buying
                                no escalating stance                      a team no precedence
+``need_thrifty``    allocator  the same, the headroom never bought       the same, at less cost where GPUs
+                                                                         are plenty
 ``bluff``           team       one declaration factor of ``FACTORS``     declaring 0.5x .. 3x its own
                                (0.5, 0.75, 1, 1.1, 1.25, 1.5, 2, 3) for  true need, tick by tick, and
                                every tier, and a stance rule of          when to counter / escalate;
@@ -432,7 +434,7 @@ class NeedResidualCodec(ResidualPlannerCodec):
 
     def corrected(self, obs: np.ndarray, arenas: np.ndarray, delta: np.ndarray) -> np.ndarray:
         need = np.minimum(self.planner.last_estimate[arenas] + delta, self.ceiling_row)  # (plan reads a need below 0 as 0)
-        return np.minimum(self.planner.plan(obs, need), self._top_action)
+        return np.minimum(self.planner.plan(obs, need, headroom=self.planner.unbought(arenas)), self._top_action)
 
 
 class FairNeedCodec(NeedResidualCodec):
@@ -462,6 +464,21 @@ class ImpartialNeedCodec(FairNeedCodec):
         from policies.mechanisms import BatchFairPlanner
 
         return BatchFairPlanner(config, agent, num_envs, heed_escalation=False)
+
+
+class ThriftyNeedCodec(ImpartialNeedCodec):
+    """``need_impartial`` whose base never buys its headroom: ``fair_planner`` heeding no escalation, the
+    headroom share granted from GPUs online and never purchased. On ``standard`` the bought headroom was most of
+    what ``fair_planner`` gives up to ``planner`` (spot purchases and idle GPUs); on ``crisis`` a bluff pays
+    about as little (docs/negotiation.md, "The honest allocator")."""
+
+    name = "need_thrifty"
+
+    @staticmethod
+    def base_planner(config: ScenarioConfig, agent: str, num_envs: int) -> Any:
+        from policies.mechanisms import BatchFairPlanner
+
+        return BatchFairPlanner(config, agent, num_envs, heed_escalation=False, buy_headroom=False)
 
 
 # ---------------------------------------------------------------------- teams
@@ -676,7 +693,7 @@ class MarkupBrokerCodec(Codec):
 CODECS: dict[str, type[Codec]] = {
     c.name: c
     for c in (RelativeAllocatorCodec, AbsoluteAllocatorCodec, ResidualPlannerCodec, NeedResidualCodec, FairNeedCodec,
-              ImpartialNeedCodec, BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
+              ImpartialNeedCodec, ThriftyNeedCodec, BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
 }
 # The codec a learning seat of each role uses unless told otherwise (``None`` would be raw actions).
 DEFAULT_CODECS: dict[str, str] = {Role.ALLOCATOR: "need", Role.TEAM: "bluff", Role.BROKER: "markup"}
@@ -741,6 +758,7 @@ __all__ = [
     "MarkupBrokerCodec",
     "FairNeedCodec",
     "ImpartialNeedCodec",
+    "ThriftyNeedCodec",
     "NeedResidualCodec",
     "PerTierBluffTeamCodec",
     "RelativeAllocatorCodec",

@@ -171,18 +171,18 @@ class BatchFairPlanner(BatchPlanner):
 
     def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0,
                  gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, headroom: float = 0.5,
-                 heed_escalation: bool = True) -> None:
+                 heed_escalation: bool = True, buy_headroom: bool = True) -> None:
         super().__init__(config, agent, num_envs, pacing, gpu_tick_value, prior_sigma, margin=0.0, headroom=headroom,
-                         heed_escalation=heed_escalation)
+                         heed_escalation=heed_escalation, buy_headroom=buy_headroom)
 
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
-                "headroom": self.headroom, **({} if self.heed_escalation else {"heed_escalation": False})}
+                "headroom": self.headroom, **self._flags}
 
     @property
     def arguments(self) -> dict[str, Any]:
-        return {**self.params, "heed_escalation": self.heed_escalation}
+        return {**self.params, "heed_escalation": self.heed_escalation, "buy_headroom": self.buy_headroom}
 
 
 # the reference mechanisms by name (registered beside the baselines: policies/registry.py)

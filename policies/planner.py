@@ -202,7 +202,7 @@ class BatchPlanner(BatchScripted):
 
     def __init__(self, config: ScenarioConfig, agent: str, num_envs: int, pacing: float = 2.0,
                  gpu_tick_value: float = 6.0, prior_sigma: float = 0.1, margin: float = 0.5,
-                 headroom: float | None = None, heed_escalation: bool = True) -> None:
+                 headroom: float | None = None, heed_escalation: bool = True, buy_headroom: bool = True) -> None:
         if not pacing > 0:
             raise ValueError(f"pacing must be > 0, got {pacing}")
         if not gpu_tick_value >= 0:
@@ -217,6 +217,7 @@ class BatchPlanner(BatchScripted):
         self.margin = float(margin)
         self.headroom = None if headroom is None else float(headroom)
         self.heed_escalation = bool(heed_escalation)  # False: a team's escalating stance buys it no precedence
+        self.buy_headroom = bool(buy_headroom)  # False: the headroom is granted from GPUs online, never bought
         # public scenario parameters, read once
         tiers, teams = config.gpu_tiers, config.teams
         T, M, G = len(tiers), len(teams), len(BLUFF_GRID)
@@ -253,13 +254,15 @@ class BatchPlanner(BatchScripted):
         self._prev_credibility = np.zeros((num_envs, M), dtype=np.float64)
         self._prev_audits = np.zeros(num_envs, dtype=np.float64)
         self.last_estimate = np.zeros((num_envs, M, T), dtype=np.int64)
+        self.last_headroom = np.zeros((num_envs, M, T), dtype=np.int64)  # the headroom in last_estimate
         self.streak = np.zeros((num_envs, M), dtype=np.int64)  # ticks each team has been served in full (hard cap)
         # per factor of the grid: the deflation estimate_need applies (its own expression, to the bit)
         self._deflation = [1.0 + (1.0 - self.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
         # (factor, tier, column) -> estimate_need's count; column 0: nothing declared, else 1 + min(declared, ceiling)
         width = min(int(self.ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
-        self._undone = np.full((G, T, width), -1, dtype=np.int64)
-        self._undone[:, :, 0] = 0
+        # (with the headroom, without it) x factor x tier x column; the second is read only when the headroom is not bought
+        self._undone = np.full((2, G, T, width), -1, dtype=np.int64)
+        self._undone[:, :, :, 0] = 0
         self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
         super().__init__(config, agent, num_envs)  # checks the seat; clears every arena
         self._limits = LimitReader(config, self.obs_layout)
@@ -273,13 +276,20 @@ class BatchPlanner(BatchScripted):
     @property
     def params(self) -> dict[str, Any]:
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
-                "margin": self.margin, **({} if self.heed_escalation else {"heed_escalation": False})}
+                "margin": self.margin, **self._flags}
+
+    @property
+    def _flags(self) -> dict[str, Any]:
+        """The flags that differ from their defaults (a policy's name leaves the defaults out)."""
+        return {**({} if self.heed_escalation else {"heed_escalation": False}),
+                **({} if self.buy_headroom else {"buy_headroom": False})}
 
     @property
     def settings(self) -> dict[str, Any]:
         """Every parameter of the planner (:attr:`params` names a policy; ``fair_planner`` leaves out what it fixes)."""
         return {"pacing": self.pacing, "gpu_tick_value": self.gpu_tick_value, "prior_sigma": self.prior_sigma,
-                "margin": self.margin, "headroom": self.headroom, "heed_escalation": self.heed_escalation}
+                "margin": self.margin, "headroom": self.headroom, "heed_escalation": self.heed_escalation,
+                "buy_headroom": self.buy_headroom}
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -314,6 +324,7 @@ class BatchPlanner(BatchScripted):
         self.log_w[arenas] = self.prior
         self._has_prev[arenas] = False
         self.last_estimate[arenas] = 0
+        self.last_headroom[arenas] = 0
         self.streak[arenas] = 0
 
     def act(self, observations: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
@@ -325,10 +336,10 @@ class BatchPlanner(BatchScripted):
 
     def decide(self, obs: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         need = self.observe(obs, index)
-        if not self.hard_cap:
-            return self.plan(obs, need)
         rows = self._rows(obs, index)
-        action = self.plan(obs, need, self.streak[rows])
+        if not self.hard_cap:
+            return self.plan(obs, need, headroom=self.unbought(rows))
+        action = self.plan(obs, need, self.streak[rows], self.unbought(rows))
         grant = action[:, self.n_tiers:].reshape(len(obs), self.n_teams, self.n_tiers)
         self.streak[rows] = served_streak(self.streak[rows], need, grant)
         return action
@@ -388,9 +399,18 @@ class BatchPlanner(BatchScripted):
         self._prev_audits[rows] = audits
         # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a little
         # headroom catches jobs that arrived since
-        estimate = np.where(revealed[..., None], revealed_need, self._undo(declared, np.argmax(log_w, axis=2)))
+        factor = np.argmax(log_w, axis=2)
+        estimate = np.where(revealed[..., None], revealed_need, self._undo(declared, factor))
         self.last_estimate[rows] = estimate
+        if not self.buy_headroom and self.headroom is not None:
+            self.last_headroom[rows] = estimate - np.where(revealed[..., None], revealed_need,
+                                                           self._undo(declared, factor, with_headroom=False))
         return estimate
+
+    def unbought(self, rows: np.ndarray) -> np.ndarray | None:
+        """The headroom of arenas ``rows``' last estimates ``(rows, teams, tiers)`` when it is never bought
+        (:meth:`plan`'s ``headroom``), else None."""
+        return None if self.buy_headroom else self.last_headroom[rows]
 
     def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
         """A team's need per tier from its declaration and its most likely inflation ``factor``:
@@ -399,15 +419,18 @@ class BatchPlanner(BatchScripted):
         bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
         return [self._undone_count(d, bluff, top) for d, top in zip(declared, ceilings, strict=True)]
 
-    def _undone_count(self, declared: int, bluff: float, ceiling: int) -> int:
+    def _undone_count(self, declared: int, bluff: float, ceiling: int, with_headroom: bool = True) -> int:
         need = _deflate(declared, bluff, ceiling)
-        return need if self.headroom is None else min(need + math.floor(self.headroom * need + 0.5), ceiling)
+        if self.headroom is None or not with_headroom:
+            return need
+        return min(need + math.floor(self.headroom * need + 0.5), ceiling)
 
-    def _undo(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    def _undo(self, declared: np.ndarray, factor: np.ndarray, with_headroom: bool = True) -> np.ndarray:
         """:meth:`estimate_need` of each declaration (arenas x teams x tiers) under ``factor`` (an
-        index of ``BLUFF_GRID`` per arena and team), through the table."""
+        index of ``BLUFF_GRID`` per arena and team), through the table (``with_headroom`` False: the
+        need before the headroom is added)."""
         column = np.where(declared <= 0, 0, np.minimum(declared, self.ceiling) + 1)
-        table = self._undone
+        table = self._undone[0 if with_headroom else 1]
         inside = column < table.shape[2]
         out = table[factor[..., None], self._tiers, np.where(inside, column, 0)]
         missing = (out < 0) | ~inside
@@ -416,7 +439,7 @@ class BatchPlanner(BatchScripted):
             k = np.broadcast_to(np.arange(self.n_tiers), declared.shape)
             # the count depends on a declaration d only through min(d, ceiling) when d > 0 (at the ceiling: a lower bound)
             for gi, ki, ci in set(zip(g[missing].tolist(), k[missing].tolist(), column[missing].tolist(), strict=True)):
-                value = self._undone_count(max(ci - 1, 1), self._deflation[gi], int(self.ceiling[ki]))
+                value = self._undone_count(max(ci - 1, 1), self._deflation[gi], int(self.ceiling[ki]), with_headroom)
                 if ci < table.shape[2]:
                     table[gi, ki, ci] = value
                 out[missing & (g == gi) & (k == ki) & (column == ci)] = value
@@ -436,11 +459,13 @@ class BatchPlanner(BatchScripted):
         return self._inflate_table[need]
 
     # ------------------------------------------------------------------ plan
-    def plan(self, observations: np.ndarray, need: np.ndarray, streak: np.ndarray | None = None) -> np.ndarray:
+    def plan(self, observations: np.ndarray, need: np.ndarray, streak: np.ndarray | None = None,
+             headroom: np.ndarray | None = None) -> np.ndarray:
         """Each arena's (unclipped) action for ``need`` ``(arenas, teams, tiers)``, fitted within the
         observed limits; ``streak`` ``(arenas, teams)``, under a hard cap: the ticks each team has been
-        served in full, for :func:`cap_admission` (None: every team's need is planned for). A need
-        below 0 is read as 0."""
+        served in full, for :func:`cap_admission` (None: every team's need is planned for);
+        ``headroom`` ``(arenas, teams, tiers)``: the part of each need granted from GPUs online but
+        never bought (:meth:`unbought`). A need below 0 is read as 0."""
         obs = np.asarray(observations)
         n, N, T = len(obs), self.n_teams, self.n_tiers
         arena = self._arenas[:n, None]  # (indexes each arena's row of a per-team array)
@@ -472,6 +497,9 @@ class BatchPlanner(BatchScripted):
             self._spill(grant_at, left, unmet)
             # 3. buy what is worth buying (the arenas with need still unmet)
             lacking = (unmet > 0).any(axis=(1, 2))
+            if headroom is not None:  # what is left of a need's headroom once the GPUs online are shared is not bought
+                unmet = np.maximum(unmet - np.asarray(headroom, dtype=np.int64).reshape(n, N, T)[arena, order], 0)
+                lacking = (unmet > 0).any(axis=(1, 2))
             rows = np.flatnonzero(lacking) if not lacking.all() else self._arenas[:n]
             if rows.size:
                 pick = order[rows]

@@ -237,7 +237,7 @@ def make_policy(
 
 MAX_PARAMETER = 1e6  # largest magnitude of a policy parameter (every one is a number: a factor, a level, ticks)
 INTEGER_PARAMETERS = frozenset({"level", "escalate_after", "crisis_levels", "horizon", "exact_ticks"})  # 1.5 is no level
-FLAG_PARAMETERS = frozenset({"defer", "heed_escalation"})  # true or false; every other parameter is a number (never true)
+FLAG_PARAMETERS = frozenset({"defer", "heed_escalation", "buy_headroom"})  # true or false; every other parameter is a number (never true)
 
 
 # The batched form of each policy that has one, from the per-arena policy and the number of arenas: the

@@ -146,10 +146,12 @@ class TrainArgs:
     zeroes the value loss's gradient wherever the error exceeds about 3.2 -- nearly everywhere
     at this game's returns (hundreds) -- so the critic never learns and advantages are raw
     returns; off by default"""
-    action_codec: Literal["need", "need_fair", "need_impartial", "residual", "absolute", "relative", "none"] = "need"
+    action_codec: Literal["need", "need_fair", "need_impartial", "need_thrifty", "residual", "absolute", "relative",
+                          "none"] = "need"
     """how the module's action becomes an env action (policies.codecs): 'need' corrects the
     planner's need estimates (then the planner plans), 'need_fair' fair_planner's (a base that pays
-    no bluff in proportion), 'need_impartial' those of fair_planner heeding no escalation, 'residual' corrects the planner's
+    no bluff in proportion), 'need_impartial' those of fair_planner heeding no escalation, 'need_thrifty' the same
+    never buying the headroom, 'residual' corrects the planner's
     grants, 'absolute' chooses every grant, 'relative' grants shares of each team's demand;
     'none' outputs the env action itself"""
     seat_codec: tuple[str, ...] = ()

@@ -45,8 +45,13 @@ def assert_planners_agree(config, num_envs: int, n_episodes: int, seed: int = 0,
         log_w = np.stack([np.stack([b.log_w for b in p.beliefs]) for p in loop.policies])
         assert batch.log_w.tobytes() == log_w.tobytes(), f"step {steps}: beliefs differ"
         need = np.maximum(estimate + rng.integers(-2, 3, estimate.shape), 0)
-        planned = np.stack([np.asarray(p.plan(o, n.tolist()), np.int64) for p, o, n in zip(loop.policies, obs, need, strict=True)])
-        assert np.array_equal(batch.plan(obs, need), planned), f"step {steps}: plans for corrected needs differ"
+        headroom = None if batch.buy_headroom else np.stack([p.last_headroom for p in loop.policies])
+        planned = np.stack([np.asarray(p.plan(o, n.tolist(), headroom=None if headroom is None else h.tolist()), np.int64)
+                            for p, o, n, h in zip(loop.policies, obs, need, headroom if headroom is not None else need,
+                                                  strict=True)])
+        assert np.array_equal(batch.unbought(batch._arenas), headroom) if headroom is not None else True
+        assert np.array_equal(batch.plan(obs, need, headroom=headroom), planned), \
+            f"step {steps}: plans for corrected needs differ"
         steps += 1
     return steps
 
@@ -75,7 +80,8 @@ def test_it_is_a_batch_policy_and_refuses_bad_input():
         "pacing": 2.0, "gpu_tick_value": 6.0, "prior_sigma": 0.1, "margin": 0.5}
     tuned = make_policy("planner", config, ALLOCATOR, margin=0.8, pacing=1.5, heed_escalation=False).batched.resized(2)
     assert tuned.params == {**batch.params, "margin": 0.8, "pacing": 1.5, "heed_escalation": False} and tuned.num_envs == 2
-    assert tuned.settings == {**batch.params, "margin": 0.8, "pacing": 1.5, "headroom": None, "heed_escalation": False}
+    assert tuned.settings == {**batch.params, "margin": 0.8, "pacing": 1.5, "headroom": None, "heed_escalation": False,
+                              "buy_headroom": True}
     with pytest.raises(ValueError, match="one seed per arena"):
         batch.reset([1, 2], np.array([0]))
     with pytest.raises(ValueError, match="outside 0..2"):
@@ -159,6 +165,29 @@ def test_under_a_soft_cap_the_planner_keeps_no_streak_and_plans_every_need():
 def test_the_batched_fair_planner_is_fair_planner_in_every_arena(case):
     # fair_planner: the whole inflation undone, then the same headroom share of the deflated need for every team
     assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15, seed=4, margin=0.0, headroom=0.5) == 40
+
+
+@pytest.mark.parametrize("case", ["standard", "crisis", "duo_one_tier_hard", "broad:5"])
+def test_a_planner_that_never_buys_its_headroom_is_the_reference_planner_that_never_does(case):
+    assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15, seed=8, margin=0.0, headroom=0.5,
+                                 heed_escalation=False, buy_headroom=False) == 40
+
+
+def test_the_headroom_is_granted_from_gpus_online_but_never_bought():
+    config = commons_arena.load_scenario("standard")
+    played = episodes(config, ALLOCATOR, range(12), mixed_actor(config, ALLOCATOR, "need", 0))
+    buys = BatchPlanner(config, ALLOCATOR, 2, margin=0.0, headroom=0.5)
+    thrifty = BatchPlanner(config, ALLOCATOR, 2, margin=0.0, headroom=0.5, buy_headroom=False)
+    T, fewer = len(config.gpu_tiers), 0
+    for index, seeds, obs in schedule(played, 2, 0):
+        buys.reset(seeds, index)
+        thrifty.reset(seeds, index)
+        bought, kept = buys.act(obs)[:, :T].sum(axis=1), thrifty.act(obs)[:, :T].sum(axis=1)
+        np.testing.assert_array_equal(buys.last_estimate, thrifty.last_estimate)  # the same estimate, headroom included
+        assert (kept <= bought).all() and (thrifty.last_headroom <= thrifty.last_estimate).all()
+        fewer += int((kept < bought).sum())
+    assert fewer > 0  # some tick bought headroom that the thrifty planner did not
+    assert buys.unbought(buys._arenas) is None and not buys.last_headroom.any()  # buying it, none is kept aside
 
 
 @pytest.mark.parametrize("case", ["crisis", "broad:5"])

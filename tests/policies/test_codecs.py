@@ -18,6 +18,7 @@ from policies.codecs import (
     ImpartialNeedCodec,
     NeedResidualCodec,
     ResidualPlannerCodec,
+    ThriftyNeedCodec,
     codecs_for_role,
     make_batch_codec,
     make_codec,
@@ -71,7 +72,9 @@ FAIR = {"margin": 0.0, "headroom": 0.5}  # fair_planner's parameters
 
 @pytest.mark.parametrize(("codec_class", "base"), [(ResidualPlannerCodec, {}), (NeedResidualCodec, {}),
                                                    (FairNeedCodec, FAIR),
-                                                   (ImpartialNeedCodec, {**FAIR, "heed_escalation": False})])
+                                                   (ImpartialNeedCodec, {**FAIR, "heed_escalation": False}),
+                                                   (ThriftyNeedCodec, {**FAIR, "heed_escalation": False,
+                                                                       "buy_headroom": False})])
 def test_residual_zero_code_plays_the_planner_exactly(codec_class, base):
     """The zero code plays its base planner: the list-based spec (tests/reference/planner.py) with those parameters."""
     env = commons_arena.parallel_env("crisis")

@@ -203,7 +203,8 @@ def test_random_codes_decode_in_space_and_are_never_repaired(scenario):
 
 def test_codec_registry_is_role_aware():
     config = commons_arena.load_scenario("standard")
-    assert codecs_for_role("allocator") == ["relative", "absolute", "residual", "need", "need_fair", "need_impartial"]
+    assert codecs_for_role("allocator") == ["relative", "absolute", "residual", "need", "need_fair", "need_impartial",
+                                              "need_thrifty"]
     assert codecs_for_role("team") == ["bluff", "bluff_per_tier"]
     assert codecs_for_role("broker") == ["markup"]
     assert sum(len(codecs_for_role(r)) for r in ("allocator", "team", "broker")) == len(CODECS)

@@ -184,7 +184,8 @@ class NeedResidualCodec(ResidualPlannerCodec):
         if not delta.any():
             return np.concatenate([buy, grant.ravel()]).astype(np.int64)
         need = np.minimum(np.maximum(self.planner.last_estimate[0] + delta, 0), self.ceiling_row)  # np.clip's result
-        return np.minimum(self.planner.plan(observation[None], need[None])[0], self._top_action)
+        headroom = self.planner.unbought(np.arange(1))
+        return np.minimum(self.planner.plan(observation[None], need[None], headroom=headroom)[0], self._top_action)
 
 
 class FairNeedCodec(NeedResidualCodec):
@@ -205,6 +206,16 @@ class ImpartialNeedCodec(FairNeedCodec):
         from policies.mechanisms import BatchFairPlanner
 
         return BatchFairPlanner(config, ALLOCATOR, 1, heed_escalation=False)
+
+
+class ThriftyNeedCodec(ImpartialNeedCodec):
+    name = "need_thrifty"
+
+    @staticmethod
+    def base_planner(config: ScenarioConfig) -> Any:
+        from policies.mechanisms import BatchFairPlanner
+
+        return BatchFairPlanner(config, ALLOCATOR, 1, heed_escalation=False, buy_headroom=False)
 
 
 # ---------------------------------------------------------------------- teams
@@ -305,7 +316,7 @@ class MarkupBrokerCodec(Codec):
 CODECS: dict[str, type[Codec]] = {
     c.name: c
     for c in (RelativeAllocatorCodec, AbsoluteAllocatorCodec, ResidualPlannerCodec, NeedResidualCodec, FairNeedCodec,
-              ImpartialNeedCodec, BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
+              ImpartialNeedCodec, ThriftyNeedCodec, BluffTeamCodec, PerTierBluffTeamCodec, MarkupBrokerCodec)
 }
 
 

@@ -167,11 +167,13 @@ class ReferencePlanner(ScriptedPolicy):
         margin: float = 0.5,
         headroom: float | None = None,
         heed_escalation: bool = True,
+        buy_headroom: bool = True,
     ) -> None:
         # (the parameters are checked where they are defined: policies.planner.BatchPlanner)
         self.margin = float(margin)
         self.headroom = None if headroom is None else float(headroom)
         self.heed_escalation = bool(heed_escalation)  # False: a team's escalating stance buys it no precedence
+        self.buy_headroom = bool(buy_headroom)  # False: the headroom is granted from GPUs online, never bought
         self.pacing = float(pacing)
         self.gpu_tick_value = float(gpu_tick_value)
         self.prior_sigma = float(prior_sigma)
@@ -268,29 +270,35 @@ class ReferencePlanner(ScriptedPolicy):
             if not revealed[i]:
                 estimate[i] = self.estimate_need(declared[i].tolist(), float(BLUFF_GRID[g]), tops)
         self.last_estimate = estimate
+        # the headroom of each estimate (never bought when buy_headroom is False)
+        self.last_headroom = estimate - np.where(revealed[:, None], revealed_need, np.array(
+            [self.estimate_need(declared[i].tolist(), float(BLUFF_GRID[g]), tops, with_headroom=False)
+             for i, g in enumerate(np.argmax(log_w, axis=1).tolist())], dtype=np.int64).reshape(estimate.shape))
         return estimate
 
-    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int]) -> list[int]:
+    def estimate_need(self, declared: list[int], factor: float, ceilings: list[int], with_headroom: bool = True) -> list[int]:
         """A team's need per tier from its declaration and its most likely inflation ``factor``:
         undone with all but ``margin`` of the inflation; with a ``headroom`` (``fair_planner``), that
         share of the need so deflated is added (rounded half up, within the ceiling), the same for every team."""
         bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
         deflated = [_deflate(d, bluff, c) for d, c in zip(declared, ceilings, strict=True)]
-        if self.headroom is None:
+        if self.headroom is None or not with_headroom:
             return deflated
         return [min(n + math.floor(self.headroom * n + 0.5), top) for n, top in zip(deflated, ceilings, strict=True)]
 
     # ------------------------------------------------------------------ plan
     def decide(self, obs: np.ndarray) -> list[int]:
         need = self.observe(obs).tolist()
+        headroom = None if self.buy_headroom else self.last_headroom.tolist()
         if not self._limits.hard:
-            return self.plan(obs, need)
-        action = self.plan(obs, need, self._streak[0])
+            return self.plan(obs, need, headroom=headroom)
+        action = self.plan(obs, need, self._streak[0], headroom)
         grant = np.array(action[self.n_tiers:], dtype=np.int64).reshape(1, self.n_teams, self.n_tiers)
         self._streak = served_streak(self._streak, np.array([need], dtype=np.int64), grant)
         return action
 
-    def plan(self, obs: np.ndarray, need: list[list[int]], streak: np.ndarray | None = None) -> list[int]:
+    def plan(self, obs: np.ndarray, need: list[list[int]], streak: np.ndarray | None = None,
+             headroom: list[list[int]] | None = None) -> list[int]:
         """The action for ``need`` (teams x tiers), fitted within the observed limits; ``streak``
         (per team, under a hard cap): the ticks each has been served in full, for
         :func:`cap_admission` (None: every team's need is planned for)."""
@@ -359,7 +367,7 @@ class ReferencePlanner(ScriptedPolicy):
             for i in order:
                 worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[i] + 0.5 * escalating[i])
                 for k in reversed(self.by_memory):
-                    n = unmet[i][k]
+                    n = unmet[i][k] if headroom is None else max(unmet[i][k] - headroom[i][k], 0)
                     if n <= 0:
                         continue
                     for j in sorted(self.fits[k], key=lambda j: (offer_price[j], self.rank[j])):
