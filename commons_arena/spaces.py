@@ -27,6 +27,7 @@ broker     price_level (tiers)         price = max_price x level / (price_levels
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 from collections.abc import Mapping, Sequence
@@ -248,7 +249,14 @@ def make_observation_space(config: ScenarioConfig, agent: str) -> spaces.Box:
     # No zero-width dimension (a tier without a spot market): normalising wrappers divide by
     # high - low. The observation itself is unchanged.
     high = np.maximum(layout.high, layout.low + 1)
-    return spaces.Box(layout.low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
+    return copy.deepcopy(_box(layout.low.astype(np.float32).tobytes(), high.astype(np.float32).tobytes()))
+
+
+@functools.lru_cache(maxsize=256)
+def _box(low: bytes, high: bytes) -> spaces.Box:
+    """A Box of these float32 bounds, of which each space is a copy (its own arrays and generator): gymnasium
+    prints both bounds as text when it makes a Box, a tenth of a millisecond, and every env makes one per seat."""
+    return spaces.Box(np.frombuffer(low, np.float32).copy(), np.frombuffer(high, np.float32).copy(), dtype=np.float32)
 
 
 def make_action_space(config: ScenarioConfig, agent: str) -> spaces.MultiDiscrete:

@@ -1,8 +1,9 @@
 """Every code block of README.md, docs/ and the checkpoints' READMEs that is a command or a Python example is run
 or checked here, so the docs cannot drift from the code.
 
-* **Python blocks** run as written, each in a fresh interpreter from an empty folder (the package on
-  ``PYTHONPATH``): the quick ones in the fast loop; the ones that talk to a server at ``127.0.0.1:8000`` against a
+* **Python blocks** run as written, each in a process of its own from an empty folder (the package on
+  ``PYTHONPATH``): the quick ones in the fast loop, forked from an interpreter that imported only third-party
+  packages (:data:`ZYGOTE`); the ones that talk to a server at ``127.0.0.1:8000`` in a fresh interpreter against a
   server started here (its own port put in place of 8000), marked ``slow``. :data:`PYTHON` says how each block runs.
 * **Commands**: every ``commons-arena`` line is parsed by the command line's own parser (flags and values exist:
   fast). :data:`RUNS` then runs each command that can run on this machine in a few seconds, with its smallest
@@ -14,11 +15,14 @@ or checked here, so the docs cannot drift from the code.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -238,10 +242,66 @@ def _run_python(source: str, cwd: Path, timeout: float) -> subprocess.CompletedP
                           timeout=timeout)
 
 
+# The fast blocks run in processes forked from one interpreter (the zygote) that imported only the third-party
+# packages they use, so those load once and not once a block. The child runs its block as `python -c` does: a new
+# __main__, its empty folder the working directory (sys.path[0] is ""), the checkout's packages imported afresh,
+# nothing on stdin; its exit status and stderr come back.
+ZYGOTE = r"""
+import atexit, json, os, sys, traceback, types
+import gymnasium, numpy, pettingzoo.utils, pydantic, scipy.optimize  # third-party only
+for request in sys.stdin:
+    source, cwd, errors = json.loads(request)
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        os.chdir(cwd)
+        sys.modules["__main__"] = main = types.ModuleType("__main__")
+        try:
+            exec(compile(source, "<string>", "exec"), vars(main))
+            atexit._run_exitfuncs()
+            code = 0
+        except SystemExit as exit:
+            if exit.code is not None and not isinstance(exit.code, int):
+                print(exit.code, file=sys.stderr)
+            code = exit.code if isinstance(exit.code, int) else exit.code is not None
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", ZYGOTE], cwd=tmp_path_factory.mktemp("zygote"), env=env,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdin is not None
+        yield process
+        process.stdin.close()
+        process.wait(timeout=60)
+
+
+def _run_forked(zygote: subprocess.Popen[str], source: str, folder: Path, timeout: float) -> tuple[int, str]:
+    """(exit status, stderr) of ``source`` run by a child of the zygote from the empty folder ``folder/run``."""
+    assert zygote.stdin is not None and zygote.stdout is not None
+    (folder / "run").mkdir()
+    zygote.stdin.write(json.dumps([source, str(folder / "run"), str(folder / "stderr")]) + "\n")
+    zygote.stdin.flush()
+    assert select.select([zygote.stdout], [], [], timeout)[0], f"no answer in {timeout} s"
+    return int(zygote.stdout.readline()), (folder / "stderr").read_text()
+
+
 @pytest.mark.parametrize(("page", "line", "body"), _python_blocks("fast"), ids=lambda v: str(v)[:30])
-def test_python_examples_run(page, line, body, tmp_path):
-    done = _run_python(_runnable(page, body), tmp_path, timeout=120)
-    assert done.returncode == 0, f"{page}:{line} failed:\n{done.stderr[-3000:]}"
+def test_python_examples_run(page, line, body, tmp_path, zygote):
+    status, stderr = _run_forked(zygote, _runnable(page, body), tmp_path, timeout=120)
+    assert status == 0, f"{page}:{line} failed:\n{stderr[-3000:]}"
 
 
 @pytest.mark.slow

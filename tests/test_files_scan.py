@@ -77,10 +77,10 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def _imported_names(tree: ast.AST) -> dict[str, str]:
+def _imported_names(nodes: list[ast.AST]) -> dict[str, str]:
     """Local name -> ``module.function`` for ``from module import function`` of a function listed above."""
     names = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module in FUNCTIONS:
             for alias in node.names:
                 if alias.name in FUNCTIONS[node.module]:
@@ -88,9 +88,9 @@ def _imported_names(tree: ast.AST) -> dict[str, str]:
     return names
 
 
-def _module_aliases(tree: ast.AST) -> dict[str, str]:
+def _module_aliases(nodes: list[ast.AST]) -> dict[str, str]:
     """Local name -> module, for ``import module as name`` of a module listed above."""
-    return {alias.asname: alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+    return {alias.asname: alias.name for node in nodes if isinstance(node, ast.Import)
             for alias in node.names if alias.asname and alias.name in FUNCTIONS}
 
 
@@ -113,11 +113,11 @@ def _read_only_uri(node: ast.AST | None) -> bool:
 def writes_in(source: str | ast.Module) -> list[tuple[int, str]]:
     """(line, call) of every call in ``source`` (text or its parsed tree) that writes to the disk (the rules in the
     module docstring)."""
-    tree = ast.parse(source) if isinstance(source, str) else source
-    imported = _imported_names(tree)
-    aliases = _module_aliases(tree)
+    nodes = list(ast.walk(ast.parse(source) if isinstance(source, str) else source))  # walked once, read three times
+    imported = _imported_names(nodes)
+    aliases = _module_aliases(nodes)
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if not isinstance(node, ast.Call):
             continue
         func = node.func

@@ -33,6 +33,7 @@ Light on purpose (the CLI imports it at start-up): pydantic and the scenario loa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import types
 import typing
@@ -76,6 +77,7 @@ def _strict(hint: Any) -> Any:
     return hint
 
 
+@functools.cache  # built once: a model costs milliseconds, and every experiment file and resumed run is read by it
 def _train_section() -> type[BaseModel]:
     """A pydantic model of TrainArgs' fields (types from its annotations, strict; defaults from it)."""
     hints = typing.get_type_hints(TrainArgs, include_extras=False)
@@ -90,6 +92,7 @@ class _Background(BaseModel):
     sha256: str
 
 
+@functools.cache
 def _file_model() -> type[BaseModel]:
     populations: dict[str, Any] = {name: (_Background | None, None) for name in POPULATION_FIELDS}
     return create_model("ExperimentFile", __config__=ConfigDict(extra="forbid"),

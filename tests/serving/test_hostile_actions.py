@@ -56,7 +56,7 @@ def _call(server, tool, **arguments):
     return result.is_error, result.content[0].text
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(action=HOSTILE)
 def test_mcp_act_and_preview_answer_any_string_with_a_named_error_or_a_tick(mcp, action):

@@ -101,7 +101,7 @@ def test_a_seat_cell_is_played_stored_and_read_back(tmp_path: Path) -> None:
     stored["cell"][BEST]["seat"] = [123.0, 456.0]  # read back, not replayed
     path.write_text(json.dumps(stored))
     assert seat_cell("crisis", "drf", "search", SEEDS[:2], path, [1000], [])[BEST]["seat"] == [123.0, 456.0]
-    again = seat_cell("crisis", "drf", "search", SEEDS[:2], path, [1000, 1001], [])  # another key: played again
+    again = seat_cell("crisis", "drf", "search", SEEDS[:2], path, [1001], [])  # another key: played again
     assert again[BEST]["seat"] != [123.0, 456.0]
 
 
