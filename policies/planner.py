@@ -66,7 +66,6 @@ bit for bit (tests/reference/planner.py, tests/policies/test_batch_planner.py).
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
@@ -192,9 +191,9 @@ class BatchPlanner(BatchScripted):
     same operations in the same order as the list-based planner it replaced
     (tests/reference/planner.py), so every arena rounds as one arena did.
 
-    Undoing a declaration (:meth:`estimate_need`), too branchy to vectorise, is looked up in a table
-    per (factor, tier, declared count) filled on first use by :meth:`estimate_need`'s own rule
-    (counts above ``DEFLATE_TABLE_WIDTH`` are computed one by one).
+    Deflating a declaration (:func:`deflate`), too branchy to vectorise, is looked up in a table per
+    (factor, tier, declared count) filled on first use by that rule (counts above
+    ``DEFLATE_TABLE_WIDTH`` are computed one by one); a headroom is added to the table's counts.
     """
 
     role = "allocator"
@@ -254,15 +253,14 @@ class BatchPlanner(BatchScripted):
         self._prev_credibility = np.zeros((num_envs, M), dtype=np.float64)
         self._prev_audits = np.zeros(num_envs, dtype=np.float64)
         self.last_estimate = np.zeros((num_envs, M, T), dtype=np.int64)
-        self.last_headroom = np.zeros((num_envs, M, T), dtype=np.int64)  # the headroom in last_estimate
+        self.last_headroom = np.zeros((num_envs, M, T), dtype=np.int64)  # the headroom in last_estimate (kept when not bought)
         self.streak = np.zeros((num_envs, M), dtype=np.int64)  # ticks each team has been served in full (hard cap)
         # per factor of the grid: the deflation estimate_need applies (its own expression, to the bit)
         self._deflation = [1.0 + (1.0 - self.margin) * (float(b) - 1.0) for b in BLUFF_GRID]
-        # (factor, tier, column) -> estimate_need's count; column 0: nothing declared, else 1 + min(declared, ceiling)
+        # (factor, tier, column) -> the deflated count; column 0: nothing declared, else 1 + min(declared, ceiling)
         width = min(int(self.ceiling.max(initial=0)), DEFLATE_TABLE_WIDTH) + 2
-        # (with the headroom, without it) x factor x tier x column; the second is read only when the headroom is not bought
-        self._undone = np.full((2, G, T, width), -1, dtype=np.int64)
-        self._undone[:, :, :, 0] = 0
+        self._undone = np.full((G, T, width), -1, dtype=np.int64)
+        self._undone[:, :, 0] = 0
         self._inflate_table = inflate(np.arange(64)[:, None] * BLUFF_GRID, 1.0)  # grown by _inflated as needs grow
         super().__init__(config, agent, num_envs)  # checks the seat; clears every arena
         self._limits = LimitReader(config, self.obs_layout)
@@ -336,7 +334,7 @@ class BatchPlanner(BatchScripted):
 
     def decide(self, obs: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         need = self.observe(obs, index)
-        rows = self._rows(obs, index)
+        rows = self._arenas if index is None else np.asarray(index, dtype=np.int64).reshape(-1)  # observe checked them
         if not self.hard_cap:
             return self.plan(obs, need, headroom=self.unbought(rows))
         action = self.plan(obs, need, self.streak[rows], self.unbought(rows))
@@ -399,12 +397,12 @@ class BatchPlanner(BatchScripted):
         self._prev_audits[rows] = audits
         # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a little
         # headroom catches jobs that arrived since
-        factor = np.argmax(log_w, axis=2)
-        estimate = np.where(revealed[..., None], revealed_need, self._undo(declared, factor))
+        deflated = self._undo(declared, np.argmax(log_w, axis=2))
+        headroom = np.where(revealed[..., None], 0, self._headroom(deflated, self.ceiling))
+        estimate = np.where(revealed[..., None], revealed_need, deflated + headroom)
         self.last_estimate[rows] = estimate
-        if not self.buy_headroom and self.headroom is not None:
-            self.last_headroom[rows] = estimate - np.where(revealed[..., None], revealed_need,
-                                                           self._undo(declared, factor, with_headroom=False))
+        if not self.buy_headroom:
+            self.last_headroom[rows] = headroom
         return estimate
 
     def unbought(self, rows: np.ndarray) -> np.ndarray | None:
@@ -417,20 +415,21 @@ class BatchPlanner(BatchScripted):
         undone with all but ``margin`` of the inflation; with a ``headroom`` (``fair_planner``), that
         share of the need so deflated is added (rounded half up, within the ceiling), the same for every team."""
         bluff = 1.0 + (1.0 - self.margin) * (factor - 1.0)
-        return [self._undone_count(d, bluff, top) for d, top in zip(declared, ceilings, strict=True)]
+        deflated = np.array([_deflate(d, bluff, top) for d, top in zip(declared, ceilings, strict=True)], dtype=np.int64)
+        return (deflated + self._headroom(deflated, np.asarray(ceilings, dtype=np.int64))).tolist()
 
-    def _undone_count(self, declared: int, bluff: float, ceiling: int, with_headroom: bool = True) -> int:
-        need = _deflate(declared, bluff, ceiling)
-        if self.headroom is None or not with_headroom:
-            return need
-        return min(need + math.floor(self.headroom * need + 0.5), ceiling)
+    def _headroom(self, need: np.ndarray, ceiling: np.ndarray) -> np.ndarray:
+        """What the headroom adds to each deflated ``need``: ``headroom`` x need rounded half up, within the
+        tier's ``ceiling`` (0 without a headroom)."""
+        if self.headroom is None:
+            return np.zeros_like(need)
+        return np.minimum(need + np.floor(self.headroom * need + 0.5).astype(np.int64), ceiling) - need
 
-    def _undo(self, declared: np.ndarray, factor: np.ndarray, with_headroom: bool = True) -> np.ndarray:
-        """:meth:`estimate_need` of each declaration (arenas x teams x tiers) under ``factor`` (an
-        index of ``BLUFF_GRID`` per arena and team), through the table (``with_headroom`` False: the
-        need before the headroom is added)."""
+    def _undo(self, declared: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        """Each declaration (arenas x teams x tiers) undone under ``factor`` (an index of ``BLUFF_GRID``
+        per arena and team), :meth:`estimate_need`'s deflation before the headroom, through the table."""
         column = np.where(declared <= 0, 0, np.minimum(declared, self.ceiling) + 1)
-        table = self._undone[0 if with_headroom else 1]
+        table = self._undone
         inside = column < table.shape[2]
         out = table[factor[..., None], self._tiers, np.where(inside, column, 0)]
         missing = (out < 0) | ~inside
@@ -439,7 +438,7 @@ class BatchPlanner(BatchScripted):
             k = np.broadcast_to(np.arange(self.n_tiers), declared.shape)
             # the count depends on a declaration d only through min(d, ceiling) when d > 0 (at the ceiling: a lower bound)
             for gi, ki, ci in set(zip(g[missing].tolist(), k[missing].tolist(), column[missing].tolist(), strict=True)):
-                value = self._undone_count(max(ci - 1, 1), self._deflation[gi], int(self.ceiling[ki]), with_headroom)
+                value = _deflate(max(ci - 1, 1), self._deflation[gi], int(self.ceiling[ki]))
                 if ci < table.shape[2]:
                     table[gi, ki, ci] = value
                 out[missing & (g == gi) & (k == ki) & (column == ci)] = value

@@ -2,34 +2,8 @@
 
 ``policies.limits`` fits N arenas' actions at once (a single arena is a batch of one); this is the
 list-based step it replaced, kept as the spec it is held to row by row
-(tests/policies/test_limits.py). It is not shipped. What follows is the original docstring.
-
-Fit an allocator's action within every limit its observation shows (docs/rules.md §5, repairs).
-
-The env repairs an allocator action that buys over the offer or the budget, grants over the
-GPUs online plus bought, or grants over what is left of a hard carbon cap, and charges every
-unit it cuts as ``invalid``. Each of these limits is visible to the allocator when it acts:
-
-* the **offer** (``offer_qty``, ``offer_price``) and the **budget** (``budget``) exactly,
-  up to float32 rounding (a relative margin covers it);
-* the **GPUs online** (``online``): an incident that fires in the tick the allocator acts
-  (rules §5, step 4: shocks fire after the actions) is the one thing it cannot see coming;
-* the **hard cap's carbon left**: ``cap_kg`` (public) minus ``carbon_used``; the cut counts
-  every granted GPU as busy at ``power_kw`` (public) x this tick's grid intensity, which is
-  the published profile (public) x the multipliers of the shocks active now. Only
-  ``grid_spike`` shocks carry an intensity multiplier (the scenario schema says so), and the
-  observation's ``shocks_active`` says whether one is active, but not how strong it is: while
-  one is active the multiplier is bounded by ``MAX_MULTIPLIER``, the most overlapping
-  multipliers may reach in a valid scenario (``scenario.py`` checks it). A spike that fires
-  in the tick the allocator acts is not seen.
-
-:func:`fit_action` is the one shared step every scripted allocator and ``planner`` end
-with: it cuts purchases to the offer and a margin inside the budget (most expensive tier
-first, as the env does), grants to online + bought per tier and then to the carbon left,
-dropping units from the team last in the allocator's own priority order first (on that
-team, the tier with the most kg per GPU first), and gives back purchases the carbon cut left
-unused. Where no limit binds it returns the action unchanged, so on soft-cap scenarios it is
-an exact no-op.
+(tests/policies/test_limits.py). It is not shipped. What each limit is, and why each is visible to the
+allocator when it acts: ``policies.limits``'s docstring.
 """
 
 from __future__ import annotations
