@@ -17,12 +17,16 @@ with no batched form plays through it, so every policy can act in a batch.
 number of arenas. Where the batched form is the policy's one definition (the teams and brokers),
 the per-arena policy is :class:`OneArena`, the one batch-of-one adaptor.
 ``policies.registry.batch_policy`` gives a seat's batched form, or the loop.
+
+A learned module's interface (what sits between a seat and its module: ``policies.learned.BatchInterface``,
+``policies.universal.BatchUniversalInterface``) is likewise defined once over N arenas
+(:class:`BatchedInterface`); one arena's is :class:`OneArenaInterface`, a batch of one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -192,3 +196,69 @@ class OneArena:
 def batch_of(policy: OneArena, num_envs: int) -> BatchScripted:
     """The batched policy a :class:`OneArena` wraps, in ``num_envs`` arenas (``policies.registry.BATCHED``)."""
     return policy.batched.resized(num_envs)
+
+
+class BatchedInterface(Protocol):
+    """What sits between a seat and its module in ``num_envs`` arenas, the same in training and play: ``observe``
+    turns ``(N, obs_dim)`` observations into the module's ``(N, input_size)`` inputs, ``act`` decodes its
+    ``(N, k)`` actions into env actions; ``reset(index)`` starts episodes (every arena when None)."""
+
+    num_envs: int
+
+    @property
+    def codec(self) -> Any: ...
+
+    @property
+    def input_size(self) -> int: ...
+
+    def observation_space(self) -> Any: ...
+
+    def action_space(self) -> Any: ...
+
+    def reset(self, index: np.ndarray | None = None) -> None: ...
+
+    def observe(self, observations: np.ndarray) -> np.ndarray: ...
+
+    def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray: ...
+
+    def resized(self, num_envs: int) -> BatchedInterface:
+        """The same interface (scenario, seat, codec, view) in ``num_envs`` arenas, every episode new."""
+        ...
+
+
+BatchedT = TypeVar("BatchedT", bound=BatchedInterface)
+
+
+class OneArenaInterface(Generic[BatchedT]):
+    """A learned module's interface in one arena: its batched form, a batch of one (``observe`` and ``act`` are
+    row 0 of the batched ones); ``batched.resized(n)`` is the same seat's interface in n arenas. What
+    ``policies.learned.LearnedPolicy`` and training's per-arena env play through."""
+
+    def __init__(self, batched: BatchedT) -> None:
+        if batched.num_envs != 1:
+            raise ValueError(f"a per-arena interface wraps a batch of one, got {batched.num_envs} arenas")
+        self.batched = batched
+
+    @property
+    def codec(self) -> Any:
+        """The codec in one arena (a batch of one: it also answers for one observation, see policies.codecs)."""
+        return self.batched.codec
+
+    @property
+    def input_size(self) -> int:
+        return self.batched.input_size
+
+    def observation_space(self) -> Any:
+        return self.batched.observation_space()
+
+    def action_space(self) -> Any:
+        return self.batched.action_space()
+
+    def reset(self) -> None:
+        self.batched.reset()
+
+    def observe(self, observation: np.ndarray) -> np.ndarray:
+        return self.batched.observe(np.asarray(observation)[None])[0]
+
+    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
+        return self.batched.act(np.asarray(observation)[None], np.asarray(module_action)[None])[0]

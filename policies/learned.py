@@ -23,6 +23,7 @@ import numpy as np
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from commons_arena.spaces import make_action_space, make_observation_space, role_of
+from policies.batch import OneArenaInterface
 from policies.checkpoint_format import (
     SIDECAR,
     CheckpointError,
@@ -36,8 +37,9 @@ from policies.codecs import CODECS, Codec, RelativeAllocatorCodec, check_codec
 LEARNED_PREFIX = "learned:"
 
 
-class ModuleInterface:
-    """What sits between an agent's seat and its module, the same in training and play.
+class BatchInterface:
+    """What sits between an agent's seat and its module in ``num_envs`` arenas, the same in training and play:
+    the scenario's own view, as arrays (row *i* is arena *i*'s). :class:`ModuleInterface` is one arena's.
 
     Observation side, once per tick (:meth:`observe`): the raw observation divided by the
     recorded ``scale``, then the codec's features (``policies.codecs``), then — with
@@ -46,54 +48,51 @@ class ModuleInterface:
     seats (``experiments.training.seats``) — the seat's one-hot ``identity`` ``(index, size)``.
     Action side (:meth:`act`): the codec decodes
     the module's action with the raw observation; without a codec the module's action is
-    the env action. :meth:`reset` starts an episode.
+    the env action. :meth:`reset` starts episodes.
     """
 
     def __init__(
         self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: dict[str, Any] | str | None = None,
-        history: int = 1, identity: tuple[int, int] | None = None,
+        history: int = 1, identity: tuple[int, int] | None = None, num_envs: int = 1,
     ) -> None:
         if history < 1:
             raise ValueError(f"history must be >= 1 ticks, got {history}")
         if identity is not None and not 0 <= identity[0] < identity[1]:
             raise ValueError(f"identity must be (index, size) with 0 <= index < size, got {identity}")
-        self.config, self.agent, self.history = config, agent, int(history)
+        self.config, self.agent, self.history, self.num_envs = config, agent, int(history), num_envs
         self.identity = None if identity is None else (int(identity[0]), int(identity[1]))
         self.scale = np.asarray(scale, dtype=np.float32)
-        raw = make_observation_space(config, agent)
-        if self.scale.shape != raw.shape:
-            raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {raw.shape}")
-        self.codec_spec = codec  # as given: the batched form builds its own codec from it (policies.batch_learned)
-        self.codec: Codec | None = sidecar_codec(codec, config, agent)
-        self.frame_size = raw.shape[0] + (self.codec.n_features if self.codec else 0)
-        self._raw_space = raw
-        self._frames: list[np.ndarray] = []
+        self.raw_space = make_observation_space(config, agent)
+        if self.scale.shape != self.raw_space.shape:
+            raise ValueError(f"observation scale has shape {self.scale.shape}; {agent!r} observes {self.raw_space.shape}")
+        self.codec_spec = codec  # as given: resized builds the same codec in another number of arenas
+        self.codec: Codec | None = sidecar_codec(codec, config, agent, num_envs)
+        self.frame_size = self.raw_space.shape[0] + (self.codec.n_features if self.codec else 0)
+        self.frames = np.zeros((num_envs, self.history, self.frame_size), dtype=np.float32)  # newest first
+        self.one_hot = np.zeros((num_envs, 0 if self.identity is None else self.identity[1]), dtype=np.float32)
+        if self.identity is not None:
+            self.one_hot[:, self.identity[0]] = 1.0
+        self.no_action = np.zeros(self.action_space().shape, dtype=np.int64)  # an arena no module acted in
+
+    def resized(self, num_envs: int) -> BatchInterface:
+        return BatchInterface(self.config, self.agent, self.scale, self.codec_spec, self.history, self.identity,
+                              num_envs)
 
     @property
     def input_size(self) -> int:
         """The module's input width: ``history`` frames of scaled observation + codec features,
         plus the identity."""
-        return self.history * self.frame_size + self._identity_size
-
-    @property
-    def _identity_size(self) -> int:
-        return 0 if self.identity is None else self.identity[1]
-
-    def _one_hot(self) -> list[np.ndarray]:
-        if self.identity is None:
-            return []
-        one_hot = np.zeros(self.identity[1], dtype=np.float32)
-        one_hot[self.identity[0]] = 1.0
-        return [one_hot]
+        return self.history * self.frame_size + self.one_hot.shape[1]
 
     def observation_space(self) -> Any:
         import gymnasium as gym
 
-        low = np.concatenate([self._raw_space.low / self.scale, np.zeros(self.frame_size - self._raw_space.shape[0])])
-        high = np.concatenate([self._raw_space.high / self.scale, np.full(self.frame_size - self._raw_space.shape[0], np.inf)])
+        raw, extra = self.raw_space, self.frame_size - self.raw_space.shape[0]
+        low = np.concatenate([raw.low / self.scale, np.zeros(extra)])
+        high = np.concatenate([raw.high / self.scale, np.full(extra, np.inf)])
         # zero frames pad the history, so 0 must lie inside the bounds
         low, high = np.minimum(low, 0), np.maximum(high, 0)
-        size = self._identity_size
+        size = self.one_hot.shape[1]
         low = np.concatenate([np.tile(low, self.history), np.zeros(size)])
         high = np.concatenate([np.tile(high, self.history), np.ones(size)])
         return gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
@@ -103,23 +102,36 @@ class ModuleInterface:
 
         return gym.spaces.MultiDiscrete(self.codec.nvec) if self.codec else make_action_space(self.config, self.agent)
 
-    def reset(self) -> None:
-        self._frames = []
+    def reset(self, index: np.ndarray | None = None) -> None:
+        self.frames[slice(None) if index is None else index] = 0.0
         if self.codec is not None:
-            self.codec.reset()
+            self.codec.reset(index)
 
-    def observe(self, observation: np.ndarray) -> np.ndarray:
-        frame = np.asarray(observation, dtype=np.float32) / self.scale
+    def observe(self, observations: np.ndarray) -> np.ndarray:
+        frame = np.asarray(observations, dtype=np.float32) / self.scale
         if self.codec is not None and self.codec.n_features:
-            frame = np.concatenate([frame, self.codec.features(observation)])
-        if self.history == 1:
-            return np.concatenate([frame, *self._one_hot()]).astype(np.float32)
-        self._frames = [frame, *self._frames[: self.history - 1]]
-        pad = [np.zeros(self.frame_size, dtype=np.float32)] * (self.history - len(self._frames))
-        return np.concatenate([*self._frames, *pad, *self._one_hot()]).astype(np.float32)
+            frame = np.concatenate([frame, self.codec.features(observations)], axis=1)
+        if self.history > 1:
+            self.frames[:, 1:] = self.frames[:, :-1]
+            self.frames[:, 0] = frame
+            frame = self.frames.reshape(len(frame), -1)
+        if self.one_hot.shape[1]:
+            frame = np.concatenate([frame, self.one_hot[: len(frame)]], axis=1)
+        return frame.astype(np.float32)
 
-    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
-        return module_action if self.codec is None else self.codec.decode(observation, module_action)
+    def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray:
+        return module_actions if self.codec is None else self.codec.decode(observations, module_actions)
+
+
+class ModuleInterface(OneArenaInterface[BatchInterface]):
+    """:class:`BatchInterface` in one arena (a batch of one): what a checkpoint of the scenario's own view plays
+    through, and training's per-arena env shows its module."""
+
+    def __init__(
+        self, config: ScenarioConfig, agent: str, scale: np.ndarray, codec: dict[str, Any] | str | None = None,
+        history: int = 1, identity: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(BatchInterface(config, agent, scale, codec, history, identity))
 
 
 MAX_TRAINED_ON = 500  # the sidecar's limit on its "scenario" field (policies/checkpoint_format.py)
@@ -130,9 +142,10 @@ def module_dir(checkpoint: str | Path, module_id: str) -> Path:
     return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / module_id
 
 
-def sidecar_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig, agent: str) -> Codec | None:
+def sidecar_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig, agent: str,
+                  num_envs: int = 1) -> Codec | None:
     """The action codec a sidecar names (``{"name", "params"}``, a bare name, or None) for
-    ``agent``'s seat; :class:`CheckpointError` if it is unknown or another role's codec."""
+    ``agent``'s seat in ``num_envs`` arenas; :class:`CheckpointError` if it is unknown or another role's codec."""
     if spec is None:
         return None
     name, params = (spec, {}) if isinstance(spec, str) else (spec["name"], dict(spec.get("params", {})))
@@ -140,7 +153,7 @@ def sidecar_codec(spec: dict[str, Any] | str | None, config: ScenarioConfig, age
         cls = check_codec(name, config, agent)
     except ValueError as err:
         raise CheckpointError(str(err)) from None
-    return cls(config, agent, **params)
+    return cls(config, agent, num_envs, **params)
 
 
 def sidecar_fields(
@@ -162,7 +175,7 @@ def sidecar_fields(
         "observation_scale": [float(x) for x in scale],
         "action_codec": {"name": codec, "params": {}} if isinstance(codec, str) else codec,
         "history": int(history),
-        "input_size": ModuleInterface(config, agent, scale.astype(np.float32), codec, history).input_size,
+        "input_size": BatchInterface(config, agent, scale.astype(np.float32), codec, history).input_size,
     }
 
 
@@ -232,28 +245,6 @@ def check_fits(meta: dict[str, Any], config: ScenarioConfig, agent: str, checkpo
         )
 
 
-class ObservationInterface(Protocol):
-    """What sits between a seat and its module, the same in training and play: the scenario's own scaled
-    view (:class:`ModuleInterface`) or the padded cell view of a shape-free allocator
-    (:class:`policies.universal.UniversalInterface`); ``experiments.training.networks`` picks one per network."""
-
-    @property
-    def codec(self) -> Codec | None: ...
-
-    @property
-    def input_size(self) -> int: ...
-
-    def observation_space(self) -> Any: ...
-
-    def action_space(self) -> Any: ...
-
-    def reset(self) -> None: ...
-
-    def observe(self, observation: np.ndarray) -> np.ndarray: ...
-
-    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray: ...
-
-
 class GreedyNetwork(Protocol):
     """What a :class:`LearnedPolicy` plays: a network's greedy action per (scaled) input."""
 
@@ -269,9 +260,10 @@ class LearnedPolicy:
     constructor: anything with ``reset()`` and ``greedy(obs) -> int64 array`` (a
     :class:`PolicyNetwork`; in training's held-out evaluation also a recurrent RLlib module
     behind ``experiments.training.rl_modules.ModuleActor``), behind the
-    :class:`ObservationInterface` it was trained with (:meth:`cells`: a shape-free allocator's)."""
+    interface it was trained with (:class:`ModuleInterface`; :meth:`cells`: a shape-free allocator's,
+    :class:`policies.universal.UniversalInterface`)."""
 
-    def __init__(self, module: GreedyNetwork, interface: ObservationInterface) -> None:
+    def __init__(self, module: GreedyNetwork, interface: OneArenaInterface[Any]) -> None:
         import torch
 
         torch.set_num_threads(1)  # one small forward pass per tick: threads only add overhead
@@ -336,7 +328,7 @@ class LearnedPolicy:
         from policies.universal import CellNetwork, UniversalInterface
 
         interface = UniversalInterface(config, agent, codec, features)
-        return cls(CellNetwork(network, interface.zero, gate, features), interface)
+        return cls(CellNetwork(network, interface.batched.zero, gate, features), interface)
 
     def reset(self, seed: int | None = None) -> None:
         """Greedy: only per-episode state (stacked history, codec, a cell view's memory, recurrent state) is reset."""
@@ -364,11 +356,11 @@ __all__ = [
     "CODECS",
     "LEARNED_PREFIX",
     "SIDECAR",
+    "BatchInterface",
     "CheckpointError",
     "GreedyNetwork",
     "LearnedPolicy",
     "ModuleInterface",
-    "ObservationInterface",
     "PolicyNetwork",
     "RelativeAllocatorCodec",
     "check_fits",

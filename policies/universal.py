@@ -43,8 +43,9 @@ from commons_arena.enums import ALLOCATOR, ShockKind, Stance
 from commons_arena.rules import rules_for
 from commons_arena.scenario import ARCHETYPES, MAX_TICKS, ScenarioConfig
 from commons_arena.spaces import observation_layout, role_of
+from policies.batch import OneArenaInterface
 from policies.checkpoint_format import CheckpointError, PolicyNetwork
-from policies.codecs import Codec, ResidualPlannerCodec, make_batch_codec, make_codec
+from policies.codecs import ResidualPlannerCodec, make_batch_codec
 
 # The family's largest cluster (commons_arena family "broad": teams 2-8, tiers 1-4); the
 # padded view RLlib sees has this many cells.
@@ -202,11 +203,7 @@ class CellEncoder:
         self.shape_share = [self.n_teams / MAX_TEAMS, self.n_tiers / MAX_TIERS]
         self.hard_cap = float(rules.hard_cap)
 
-    def encode(self, observation: np.ndarray, estimate: np.ndarray, grant: np.ndarray) -> np.ndarray:
-        """Features (teams x tiers x N_FEATURES) of this tick's observation: :meth:`encode_rows` of a batch of one."""
-        return self.encode_rows(np.asarray(observation)[None], np.asarray(estimate)[None], np.asarray(grant)[None])[0]
-
-    def encode_rows(self, observations: np.ndarray, estimate: np.ndarray, grant: np.ndarray) -> np.ndarray:
+    def encode(self, observations: np.ndarray, estimate: np.ndarray, grant: np.ndarray) -> np.ndarray:
         """Features ``(B, teams, tiers, N_FEATURES)`` of ``B`` observations ``(B, obs_dim)``, with the planner's
         estimate and grant ``(B, teams, tiers)`` each."""
         obs = np.asarray(observations, dtype=np.float64)
@@ -324,10 +321,11 @@ class DeclarationMemory:
         self.revealed_need_sum += np.where(now, need, 0.0)
 
 
-class UniversalInterface:
-    """What sits between the allocator's seat and a shape-free module: the padded cell view.
+class BatchUniversalInterface:
+    """What sits between the allocator's seat and a shape-free module in ``num_envs`` arenas: the padded cell view,
+    as arrays (row *i* is arena *i*'s). :class:`UniversalInterface` is one arena's.
 
-    The same methods as :class:`policies.learned.ModuleInterface` (``observe``, ``act``,
+    The same methods as :class:`policies.learned.BatchInterface` (``observe``, ``act``,
     ``reset``, ``observation_space``, ``action_space``, ``input_size``, ``codec``), so
     training's env and ``learned:`` play it alike. ``observe`` returns the padded flat view
     (``view.obs_size``: every cell's features, then the mask); ``act`` takes one code per
@@ -336,11 +334,8 @@ class UniversalInterface:
     ``reset`` to ``reset``, a tick recorded by ``act`` (the grant is its decoded action).
     """
 
-    shape_free = True
-    history = 1
-
     def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, codec: dict[str, Any] | str | None = "need",
-                 features: str | CellView = FEATURES_VERSION) -> None:
+                 features: str | CellView = FEATURES_VERSION, num_envs: int = 1) -> None:
         self.view = cell_view(features)
         name = codec if isinstance(codec, str) or codec is None else codec["name"]
         if role_of(config, agent) != ALLOCATOR:
@@ -349,16 +344,19 @@ class UniversalInterface:
             raise CheckpointError(f"the universal allocator acts through a per-(team, tier) codec "
                                   f"({', '.join(SHAPE_FREE_CODECS)}), not {name!r}")
         self.encoder = CellEncoder(config)  # refuses a scenario beyond the maximum
-        self.config, self.agent = config, agent
-        made: Codec = make_codec(name, config, agent)
+        self.config, self.agent, self.num_envs = config, agent, num_envs
+        made = make_batch_codec(name, config, num_envs, agent)
         assert isinstance(made, ResidualPlannerCodec)
         self.codec: ResidualPlannerCodec = made
         self.n_actions = len(self.codec.DELTAS)
         self.zero = self.codec.DELTAS.index(0)
-        N, T = self.encoder.n_teams, self.encoder.n_tiers
         self.mask = np.zeros((MAX_TEAMS, MAX_TIERS), dtype=np.float32)
-        self.mask[:N, :T] = 1.0
-        self.memory = DeclarationMemory(self.encoder, 1) if self.view.memory else None
+        self.mask[: self.encoder.n_teams, : self.encoder.n_tiers] = 1.0
+        self.memory = DeclarationMemory(self.encoder, num_envs) if self.view.memory else None
+        self.no_action = np.full(CELLS, self.zero, dtype=np.int64)
+
+    def resized(self, num_envs: int) -> BatchUniversalInterface:
+        return BatchUniversalInterface(self.config, self.agent, self.codec.name, self.view, num_envs)
 
     @property
     def input_size(self) -> int:
@@ -377,64 +375,24 @@ class UniversalInterface:
 
         return gym.spaces.MultiDiscrete(np.full(CELLS, self.n_actions))
 
-    def reset(self) -> None:
-        self.codec.reset()
-        if self.memory is not None:
-            self.memory.reset()
-
-    def observe(self, observation: np.ndarray) -> np.ndarray:
-        estimate, grant = self.codec.proposal(np.asarray(observation, dtype=np.float32))
-        cells = self.encoder.encode(observation, estimate, grant)
-        if self.memory is not None:
-            cells = np.concatenate([cells, self.memory.features(np.asarray(observation)[None])[0]], axis=2)
-        N, T = self.encoder.n_teams, self.encoder.n_tiers
-        padded = np.zeros((MAX_TEAMS, MAX_TIERS, self.view.n_features), dtype=np.float32)
-        padded[:N, :T] = cells
-        return np.concatenate([padded.ravel(), self.mask.ravel()])
-
-    def code_for_scenario(self, module_action: np.ndarray) -> np.ndarray:
-        """The real cells' codes (teams x tiers, raveled) of a padded action."""
-        N, T = self.encoder.n_teams, self.encoder.n_tiers
-        return np.asarray(module_action, dtype=np.int64).reshape(MAX_TEAMS, MAX_TIERS)[:N, :T].ravel()
-
-    def act(self, observation: np.ndarray, module_action: np.ndarray) -> np.ndarray:
-        action = self.codec.decode(np.asarray(observation, dtype=np.float32), self.code_for_scenario(module_action))
-        if self.memory is not None:
-            self.memory.record(np.asarray(observation)[None], np.asarray(action)[None])
-        return action
-
-
-class BatchUniversalInterface:
-    """:class:`UniversalInterface` ``one`` in ``num_envs`` arenas: row *i* of :meth:`observe` and :meth:`act`
-    is what arena *i*'s interface gives (the codec in N arenas, :func:`policies.codecs.make_batch_codec`)."""
-
-    shape_free = True
-    history = 1
-
-    def __init__(self, one: UniversalInterface, num_envs: int) -> None:
-        self.one, self.num_envs = one, num_envs
-        self.encoder, self.view = one.encoder, one.view
-        self.codec: Any = make_batch_codec(one.codec.name, one.config, num_envs, one.agent)
-        self.memory = DeclarationMemory(self.encoder, num_envs) if self.view.memory else None
-        self.no_action = np.full(CELLS, one.zero, dtype=np.int64)
-
-    def reset(self, index: np.ndarray) -> None:
+    def reset(self, index: np.ndarray | None = None) -> None:
         self.codec.reset(index)
         if self.memory is not None:
-            self.memory.reset(index)
+            self.memory.reset(slice(None) if index is None else index)
 
     def observe(self, observations: np.ndarray) -> np.ndarray:
         obs = np.asarray(observations, dtype=np.float32)
         estimate, grant = self.codec.proposal(obs)
         N, T, B = self.encoder.n_teams, self.encoder.n_tiers, len(obs)
-        cells = self.encoder.encode_rows(obs, estimate, grant)
+        cells = self.encoder.encode(obs, estimate, grant)
         if self.memory is not None:
             cells = np.concatenate([cells, self.memory.features(obs)], axis=3)
         padded = np.zeros((B, MAX_TEAMS, MAX_TIERS, self.view.n_features), dtype=np.float32)
         padded[:, :N, :T] = cells
-        return np.concatenate([padded.reshape(B, -1), np.broadcast_to(self.one.mask.ravel(), (B, CELLS))], axis=1)
+        return np.concatenate([padded.reshape(B, -1), np.broadcast_to(self.mask.ravel(), (B, CELLS))], axis=1)
 
     def act(self, observations: np.ndarray, module_actions: np.ndarray) -> np.ndarray:
+        """Every arena's env action from one code per padded cell ``(B, CELLS)``: the real cells' codes decoded."""
         N, T = self.encoder.n_teams, self.encoder.n_tiers
         codes = np.asarray(module_actions, dtype=np.int64).reshape(-1, MAX_TEAMS, MAX_TIERS)[:, :N, :T]
         obs = np.asarray(observations, dtype=np.float32)
@@ -442,6 +400,15 @@ class BatchUniversalInterface:
         if self.memory is not None:
             self.memory.record(obs, actions)
         return actions
+
+
+class UniversalInterface(OneArenaInterface[BatchUniversalInterface]):
+    """:class:`BatchUniversalInterface` in one arena (a batch of one): what a universal checkpoint plays through,
+    and training's per-arena env shows a cell network; its ``batched`` holds the view, encoder and ``zero`` code."""
+
+    def __init__(self, config: ScenarioConfig, agent: str = ALLOCATOR, codec: dict[str, Any] | str | None = "need",
+                 features: str | CellView = FEATURES_VERSION) -> None:
+        super().__init__(BatchUniversalInterface(config, agent, codec, features))
 
 
 def split_view(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

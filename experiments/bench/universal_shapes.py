@@ -72,12 +72,12 @@ def samples(configs: tuple[ScenarioConfig, ...], episodes: int) -> tuple[np.ndar
                 view = interface.observe(obs[ALLOCATOR])
                 estimate, _ = interface.codec.proposal(obs[ALLOCATOR])
                 gap = teacher_codes(env.arena.hidden_state().need, estimate, interface.codec.DELTAS, 2)
-                target = np.full((MAX_TEAMS, MAX_TIERS), interface.zero)
+                target = np.full((MAX_TEAMS, MAX_TIERS), interface.batched.zero)
                 target[:N, :T] = gap
                 views.append(view)
                 targets.append(target.ravel())
                 large.append(N >= 7 or T == MAX_TIERS)
-                obs, *_ = env.step({ALLOCATOR: interface.act(obs[ALLOCATOR], np.full(CELLS, interface.zero))})
+                obs, *_ = env.step({ALLOCATOR: interface.act(obs[ALLOCATOR], np.full(CELLS, interface.batched.zero))})
     return np.stack(views).astype(np.float32), np.stack(targets).astype(np.int64), np.array(large)
 
 

@@ -56,9 +56,8 @@ from ray.rllib.utils.metrics import (
 from commons_arena.scenario import ScenarioConfig, load_scenario
 from experiments.training.env import MIX_INFO, MIXTURE_INFO, TRAINING_SEEDS
 from experiments.training.env_config import ArenaEnvConfig
-from policies.batch_learned import batch_interface
+from policies.batch import OneArenaInterface
 from policies.focal_vector import Background, BackgroundMixture, FocalVectorEnv
-from policies.learned import ObservationInterface
 from policies.shipping import install
 
 
@@ -129,7 +128,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     """``num_envs`` arenas of the focal env, stepped as one batch (see the module docstring).
 
     The game and its background are :class:`policies.focal_vector.FocalVectorEnv`; this class adds the
-    learning seats' module views (:class:`BatchInterface` per scenario) and reward scales, as arrays
+    learning seats' module views (``policies.learned.BatchInterface`` or its cell view's, per scenario) and reward scales, as arrays
     (:meth:`reset_arrays`, :meth:`step_arrays`: the lean sampler's) and as RLlib's per-arena dicts."""
 
     def __init__(self, env_config: ArenaEnvConfig | Mapping[str, Any], num_envs: int, draw: int = 0,
@@ -152,8 +151,8 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self.switched = False  # set_scenario switched the scenario: every arena restarts (the lean sampler's reset)
         self._build(self.pool[: self.draws] if self.draws else self.pool, None if self.draws else cfg.scenario_weights)
         first = self.interfaces[0]
-        obs_spaces = {a: first[a].one.observation_space() for a in self.learned}
-        act_spaces = {a: first[a].one.action_space() for a in self.learned}
+        obs_spaces = {a: first[a].observation_space() for a in self.learned}
+        act_spaces = {a: first[a].action_space() for a in self.learned}
         self._check_spaces(obs_spaces, act_spaces)
         self.views = [ArenaView(self.learned, obs_spaces, act_spaces, self) for _ in range(num_envs)]
         self.envs = list(self.views)  # what RLlib's runner reads per sub-env (spaces, agents)
@@ -184,14 +183,14 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
     def _check_spaces(self, obs_spaces: Mapping[str, Any], act_spaces: Mapping[str, Any]) -> None:
         for group, interfaces in zip(self.groups, self.interfaces, strict=True):
             for a in self.learned:
-                one = interfaces[a].one
-                if one.observation_space().shape != obs_spaces[a].shape or one.action_space() != act_spaces[a]:
+                interface = interfaces[a]
+                if interface.observation_space().shape != obs_spaces[a].shape or interface.action_space() != act_spaces[a]:
                     raise ValueError(f"scenario {group.config.name!r} changes the spaces of {a!r}")
 
     def _batch_interface(self, config: ScenarioConfig, seat: str, size: int) -> Any:
         key = (config.content_hash, size, seat)
         if key not in self._interfaces:
-            self._interfaces[key] = batch_interface(self._interface(self.cfg, config, seat), size)
+            self._interfaces[key] = self._interface(self.cfg, config, seat).batched.resized(size)
         return self._interfaces[key]
 
     def set_scenario(self, scenario: ScenarioConfig | str) -> None:
@@ -216,7 +215,7 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         self._build([self.pool[i] for i in sorted(chosen.tolist())], None)
 
     @staticmethod
-    def _interface(cfg: ArenaEnvConfig, config: ScenarioConfig, seat: str) -> ObservationInterface:
+    def _interface(cfg: ArenaEnvConfig, config: ScenarioConfig, seat: str) -> OneArenaInterface[Any]:
         scale = cfg.observation_scale.get(seat)
         return cfg.network_of(seat).interface(config, seat, None if scale is None else np.asarray(scale, np.float32),
                                               cfg.action_codec.get(seat), int(cfg.history.get(seat, 1)),

@@ -178,13 +178,13 @@ class DaggerAllocator:
 
         view = self.interface.observe(observation)
         estimate = self.interface.codec.planner.last_estimate[0]  # the one arena's
-        N, T = self.interface.encoder.n_teams, self.interface.encoder.n_tiers
+        N, T = self.interface.batched.encoder.n_teams, self.interface.batched.encoder.n_tiers
         label = teacher_codes(self.env.hidden_state().need, estimate, self.deltas, self.clip)
         if self.record:
             cells = split_view(view)[0].reshape(MAX_TEAMS, MAX_TIERS, N_FEATURES)[:N, :T]  # what the student sees
             self.features.append(cells.reshape(-1, N_FEATURES).astype(np.float32))
             self.labels.append(label.ravel())
-        padded = np.full((MAX_TEAMS, MAX_TIERS), self.interface.zero, dtype=np.int64)
+        padded = np.full((MAX_TEAMS, MAX_TIERS), self.interface.batched.zero, dtype=np.int64)
         if self.student is None or self.rng.random() < self.beta:
             padded[:N, :T] = label
         else:
@@ -301,11 +301,11 @@ def distil(args: DistilArgs) -> dict[str, Any]:
     from experiments.statistics import mean_ci95
     from experiments.training.cell_mlp import network_from_cell_mlp
     from policies.learned import save_universal_policy
-    from policies.universal import UniversalInterface
+    from policies.universal import BatchUniversalInterface
 
     args.validate()
     configs = distil_scenarios(args)
-    probe = UniversalInterface(configs[0], ALLOCATOR, "need")
+    probe = BatchUniversalInterface(configs[0], ALLOCATOR, "need")
     n_actions, zero = probe.n_actions, probe.zero
     check = configs[: args.check_scenarios]
     check_seeds = list(range(CHECK_FIRST_SEED, CHECK_FIRST_SEED + args.check_seeds))

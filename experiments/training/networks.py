@@ -21,7 +21,8 @@ from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import make_observation_space
 from experiments.training.warm_start import check_cells_start, check_mlp_start, checkpoint_dir, warm_scale
-from policies.learned import LearnedPolicy, ModuleInterface, ObservationInterface, read_sidecar, save_policy
+from policies.batch import OneArenaInterface
+from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar, save_policy
 
 
 class Network:
@@ -37,7 +38,7 @@ class Network:
         return self
 
     def interface(self, config: ScenarioConfig, seat: str, scale: np.ndarray | None = None, codec: Any = None,
-                  history: int = 1, identity: tuple[int, int] | None = None) -> ObservationInterface:
+                  history: int = 1, identity: tuple[int, int] | None = None) -> OneArenaInterface[Any]:
         """What ``seat``'s module sees the game through (no ``scale``: 1 on every dimension)."""
         scale = np.ones(make_observation_space(config, seat).shape, np.float32) if scale is None else scale
         return ModuleInterface(config, seat, scale, codec, history, identity)
@@ -106,7 +107,7 @@ class Cells(Network):
         return self if features == self.features else type(self)(features)
 
     def interface(self, config: ScenarioConfig, seat: str, scale: np.ndarray | None = None, codec: Any = None,
-                  history: int = 1, identity: tuple[int, int] | None = None) -> ObservationInterface:
+                  history: int = 1, identity: tuple[int, int] | None = None) -> OneArenaInterface[Any]:
         from policies.universal import UniversalInterface
 
         return UniversalInterface(config, seat, codec, self.features)

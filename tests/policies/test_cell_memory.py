@@ -83,7 +83,7 @@ class Reference:
         self.layout = observation_layout(config, ALLOCATOR)
         self.N, self.T = len(config.teams), len(config.gpu_tiers)
         interface = UniversalInterface(config)
-        self.cap = interface.encoder.capacity
+        self.cap = interface.batched.encoder.capacity
         self.ticks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # declared, revealed, need, grant
 
     def _seen(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +136,7 @@ def test_memory_is_the_reference_and_the_same_per_arena_and_batched_over_real_ep
     rng = np.random.default_rng(0)
     envs = [FocalEnv.from_scenario(config, [ALLOCATOR]) for _ in range(arenas)]
     ones = [UniversalInterface(config, features="cells_v2") for _ in range(arenas)]
-    batch = BatchUniversalInterface(UniversalInterface(config, features="cells_v2"), arenas)
+    batch = BatchUniversalInterface(config, features="cells_v2", num_envs=arenas)
     references = [Reference(config) for _ in range(arenas)]
     seeds = iter(range(100, 10_000))
     obs = [env.reset(seed=next(seeds))[0][ALLOCATOR] for env in envs]
@@ -188,7 +188,7 @@ def test_memory_starts_empty_at_every_episode_and_a_batch_forgets_only_the_arena
     interface.reset()
     np.testing.assert_array_equal(interface.observe(episode[0]), first)  # forgotten: the first tick's view again
 
-    batch = BatchUniversalInterface(UniversalInterface(config, features="cells_v2"), 3)
+    batch = BatchUniversalInterface(config, features="cells_v2", num_envs=3)
     batch.reset(np.arange(3))
     rows = np.stack([episode[0]] * 3)
     for _ in range(3):
@@ -205,7 +205,7 @@ def test_a_v1_interface_keeps_no_memory_and_sees_what_it_saw():
     config = SCENARIOS["crisis"]
     episode = record_episodes(config, episodes=1, seed=4)[ALLOCATOR][0]
     v1, v2 = UniversalInterface(config), UniversalInterface(config, features="cells_v2")
-    assert v1.memory is None and v1.input_size == V1.obs_size and v2.input_size == V2.obs_size
+    assert v1.batched.memory is None and v1.input_size == V1.obs_size and v2.input_size == V2.obs_size
     v1.reset(), v2.reset()
     for obs in episode:
         cells1, mask1 = split_view(v1.observe(obs))
@@ -230,7 +230,7 @@ def test_a_v2_checkpoint_plays_through_learned_per_arena_and_batched_alike(v2_ch
     assert meta["universal"] == V2.fields() and meta["input_size"] == V2.n_features
     assert meta["observation_shape"] == [V2.obs_size]
     policy = LearnedPolicy.load(v2_checkpoint, config, ALLOCATOR)
-    assert policy.interface.view is V2  # type: ignore[attr-defined]
+    assert policy.interface.batched.view is V2
     spec = f"learned:{v2_checkpoint}"
     assert isinstance(batch_policy(spec, config, ALLOCATOR, 2), BatchLearned)
     episodes = record_episodes(config, episodes=4, seed=5)[ALLOCATOR]
@@ -255,7 +255,7 @@ def test_v1_checkpoints_load_as_before(tmp_path):
     assert read_sidecar(tmp_path)["universal"] == V1.fields()
     for checkpoint in (tmp_path, Path(commons_arena.__file__).parents[1] / "checkpoints" / "universal"):
         policy = LearnedPolicy.load(checkpoint, "standard", ALLOCATOR)
-        assert policy.interface.view is V1 and policy.interface.memory is None  # type: ignore[attr-defined]
+        assert policy.interface.batched.view is V1 and policy.interface.batched.memory is None
 
 
 @pytest.mark.parametrize(("features", "cell_features", "network", "error"), [

@@ -185,7 +185,7 @@ def test_module_interface_stacks_history_newest_first_and_resets():
     scale = np.full(layout.size, 2.0, dtype=np.float32)
     interface = ModuleInterface(config, ALLOCATOR, scale, "residual", history=3)
     space = interface.observation_space()
-    frame = interface.frame_size
+    frame = interface.batched.frame_size
     assert frame == layout.size + 2 * len(config.teams) * len(config.gpu_tiers)
     assert space.shape == (3 * frame,)
     env = commons_arena.parallel_env("standard")

@@ -231,7 +231,7 @@ def test_module_interface_with_team_and_broker_codecs():
     for agent, name, extra in (("search", "bluff", 2 * T + 1), (BROKER, "markup", T)):
         size = observation_layout(config, agent).size
         interface = ModuleInterface(config, agent, np.ones(size, np.float32), name, history=2)
-        assert interface.frame_size == size + extra
+        assert interface.batched.frame_size == size + extra
         assert interface.input_size == 2 * (size + extra)
         assert interface.action_space().nvec.tolist() == interface.codec.nvec.tolist()
 

@@ -91,7 +91,7 @@ def test_the_cell_view_is_finite_bounded_and_masks_the_real_cells(name):
         assert mask.reshape(MAX_TEAMS, MAX_TIERS)[: len(config.teams), : len(config.gpu_tiers)].all()
         assert mask.sum() == len(config.teams) * len(config.gpu_tiers)
         assert not cells[mask < 0.5].any()  # padded cells hold zeros
-        obs, *_ = env.step({ALLOCATOR: interface.act(obs[ALLOCATOR], np.full(CELLS, interface.zero))})
+        obs, *_ = env.step({ALLOCATOR: interface.act(obs[ALLOCATOR], np.full(CELLS, interface.batched.zero))})
 
 
 @pytest.mark.parametrize("name", ["duo_one_tier_hard", "octet_four_tiers"])
@@ -105,7 +105,7 @@ def test_the_zero_code_on_every_cell_plays_the_planner(name):
     planner.reset(seed=5)
     while env.agents:
         interface.observe(obs[ALLOCATOR])
-        ours = interface.act(obs[ALLOCATOR], np.full(CELLS, interface.zero))
+        ours = interface.act(obs[ALLOCATOR], np.full(CELLS, interface.batched.zero))
         np.testing.assert_array_equal(ours, planner.act(obs[ALLOCATOR]))
         obs, *_ = env.step({ALLOCATOR: ours})
 

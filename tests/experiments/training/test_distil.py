@@ -54,12 +54,12 @@ def test_the_collecting_seat_records_every_real_cell_and_plays_the_teacher() -> 
         return policies
     teacher = [e.summaries[ALLOCATOR]["return"] for e in play(config, lineup, [11, 12])]
     seat = made[0]
-    n_cells = seat.interface.encoder.n_teams * seat.interface.encoder.n_tiers
+    n_cells = seat.interface.batched.encoder.n_teams * seat.interface.batched.encoder.n_tiers
     ticks = len(seat.labels)
     assert ticks > 0 and all(f.shape == (n_cells, seat.features[0].shape[1]) for f in seat.features)
     assert all(label.shape == (n_cells,) and set(label.tolist()) <= set(range(5)) for label in seat.labels)
     # the teacher changes what the planner does (it is not the zero code everywhere) ...
-    assert any((label != seat.interface.zero).any() for label in seat.labels)
+    assert any((label != seat.interface.batched.zero).any() for label in seat.labels)
     # ... and is privileged: its returns differ from planner's on the same seeds
     planner = [e.summaries[ALLOCATOR]["return"]
                for e in play(config, Population.default(config).with_agent(ALLOCATOR, "planner"), [11, 12])]

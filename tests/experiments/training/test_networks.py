@@ -28,7 +28,7 @@ def test_every_network_is_one_registered_object_the_flag_names() -> None:
 def test_a_network_picks_its_seats_view() -> None:
     config = commons_arena.load_scenario("crisis")
     own = MLP.interface(config, ALLOCATOR, codec="need")
-    assert isinstance(own, ModuleInterface) and np.all(own.scale == 1)  # no scale: 1 on every dimension
+    assert isinstance(own, ModuleInterface) and np.all(own.batched.scale == 1)  # no scale: 1 on every dimension
     for name in ("cells", "padded"):  # the padded cell view, the same size in every scenario
         view = NETWORKS[name].interface(config, ALLOCATOR, codec="need")
         assert isinstance(view, UniversalInterface) and view.observation_space().shape == (OBS_SIZE,)
@@ -67,7 +67,7 @@ def test_the_cell_features_flag_picks_the_cell_views_version_and_a_file_keeps_it
     assert TrainArgs(network="cells").net.features == "cells_v1"  # the default: nothing changes unless asked
     v2 = TrainArgs(experiment="allocator_family", network="cells", cell_features="v2")
     assert v2.net.name == "cells" and v2.net.features == "cells_v2" and v2.net is not NETWORKS["cells"]
-    assert v2.net.interface(commons_arena.load_scenario("crisis"), ALLOCATOR, codec="need").view.name == "cells_v2"
+    assert v2.net.interface(commons_arena.load_scenario("crisis"), ALLOCATOR, codec="need").batched.view.name == "cells_v2"
     assert TrainArgs(network="padded", cell_features="v2").net.features == "cells_v2"
     with pytest.raises(ValueError, match="--cell-features v2 is the cell view's .*--network mlp reads the scenario's own"):
         TrainArgs(cell_features="v2").validate()

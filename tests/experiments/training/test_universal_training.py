@@ -160,7 +160,7 @@ def test_a_v2_run_on_the_lean_path_plays_through_learned_per_arena_and_batched_a
     assert 'cell_features = "v2"' in (checkpoint.parent / "experiment.toml").read_text()  # a rerun reads v2 again
     config = load_scenario("crisis")
     policy = LearnedPolicy.load(checkpoint, config, ALLOCATOR)
-    assert policy.interface.view is CELL_VIEWS["cells_v2"]  # type: ignore[attr-defined]
+    assert policy.interface.batched.view is CELL_VIEWS["cells_v2"]
     episodes = record_episodes(config, episodes=4, seed=5)[ALLOCATOR]
     assert assert_equivalent(f"learned:{checkpoint}", config, ALLOCATOR, episodes, num_envs=4, seed=2) > 20
 
