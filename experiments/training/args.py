@@ -113,6 +113,13 @@ class TrainArgs:
     memory over the episode: its declarations, the allocator's grants, a revealed team's need against what it
     declared (docs/training.md, "Memory of declarations"). A v1 checkpoint can start a v2 run (--init-from): the
     new inputs' weights start at zero, so the run starts from its policy exactly"""
+    critic: Literal["pooled", "cells", "privileged"] = "pooled"
+    """the cell network's credit (--network cells, --sampler lean; docs/training.md, "Credit per cell"): pooled, the
+    value of the tick, every cell sharing its one advantage; cells, a critic of the cells' joint codes Q(s, a)
+    besides it, and each cell's advantage the return minus its own baseline (Q with that cell's code drawn again
+    from its policy: Wu et al. 2018's action-dependent factorized baseline); privileged, the same critic also
+    reading each cell's hidden state (true need, the jobs still to arrive, the team's policy; the policy never
+    sees them). The critics are training-only: the checkpoint holds the policy alone"""
     minutes: float = 10.0
     """wall-clock budget of the whole run: references, Ray start-up, training, evaluations"""
     iterations: int | None = None
@@ -301,6 +308,11 @@ class TrainArgs:
             (self.net.cell_view or self.cell_features == "v1",
              f"--cell-features {self.cell_features} is the cell view's (--network cells): --network "
              f"{self.network} reads the scenario's own observation"),
+            (self.critic in self.net.critics, f"--critic {self.critic} is the cell network's (--network cells): "
+             f"--network {self.network} has the pooled critic only"),
+            (self.critic == "pooled" or (self.sampler == "lean" and self.algo == "PPO"),
+             f"--critic {self.critic} gives each cell its own advantage in the lean update: pass --sampler lean "
+             "(PPO)"),
             (self.run_name is None or (self.run_name not in ("", ".", "..", LATEST) and "/" not in self.run_name
                                        and "\\" not in self.run_name),
              f"--run-name must be a plain folder name (not {LATEST!r}), got {self.run_name!r}"),

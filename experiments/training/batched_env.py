@@ -262,6 +262,13 @@ class BatchedFocalEnv(VectorMultiAgentEnv):
         return ArrayStep(self._observe([step.obs for step in steps], idle), scaled, terminated, truncated, infos,
                          restarted, entries)
 
+    def privileged_arrays(self) -> np.ndarray:
+        """``(N, CELLS * P)``: every arena's hidden state per cell at the tick about to be played, as the
+        ``privileged`` critic reads it (:func:`experiments.training.privileged.privileged_cells`; training-only)."""
+        from experiments.training.privileged import privileged_cells
+
+        return np.concatenate([privileged_cells(g.core) for g in self.groups])
+
     def _observe(self, raw: Sequence[Mapping[str, np.ndarray]], idle: Sequence[bool] = ()) -> dict[str, np.ndarray]:
         """The modules' views of every arena from each group's raw observations; a group marked ``idle`` keeps
         its last views (it was not stepped)."""

@@ -20,8 +20,15 @@ and entropy are sums over cells. With ~20 real cells the joint ratio leaves PPO'
 each cell may change about twenty times less per update than a single action would, and the
 first universal runs' greedy actions never left ``planner`` (docs/training.md). Here each
 cell's ratio is clipped on its own (the clipped surrogate of factored action spaces), and
-KL and entropy are means over the real cells; the advantage is still the tick's one
-advantage, shared by every cell.
+KL and entropy are means over the real cells.
+
+**The advantage** is the tick's one advantage, shared by every cell, with the pooled critic (``critic``
+``pooled``, the default). With ``cells`` (``--critic cells``) the module also holds a critic of the cells'
+joint action, Q(s, a) (:class:`~experiments.training.cell_critic.CellQCritic`), fitted to the value targets
+beside V(s), and every cell gets an advantage of its own, ``A_c = return - b_c(s, a_-c)``
+(:meth:`CellPPOModule.cell_baselines`, computed by the lean update: ``advantages`` ``[rows, cells]``); V(s)
+still bootstraps GAE. ``privileged`` is the same critic reading per-cell inputs the policy never sees
+(:mod:`experiments.training.privileged`). Only ``pi`` is exported: the critics are training-only.
 """
 
 from __future__ import annotations
@@ -45,18 +52,23 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.torch_utils import explained_variance
 from torch import nn
 
+from experiments.training.cell_critic import CellQCritic
 from experiments.training.cell_mlp import cell_mlp, network_from_cell_mlp
 from policies.checkpoint_format import CheckpointError, PolicyNetwork
 from policies.universal import CELLS, cell_view
 
 PADDED_LOGIT = -30.0  # a padded cell's logit for every code but the zero one (which gets 0)
+CRITICS = ("pooled", "cells", "privileged")  # --critic: the tick's one advantage, or one per cell (module docstring)
+PRIVILEGED = "privileged"  # the batch column of --critic privileged's per-cell inputs ([rows, CELLS * width])
 
 
 class CellPPOModule(TorchRLModule, ValueFunctionAPI):
     """Per-cell policy, pooled value function (see the module docstring).
 
     ``model_config``: ``hidden`` (layer sizes of both MLPs), ``n_actions`` (codes per cell),
-    ``zero`` (the zero correction's code), ``features`` (the cell view's version, default ``cells_v1``)."""
+    ``zero`` (the zero correction's code), ``features`` (the cell view's version, default ``cells_v1``),
+    ``critic`` (:data:`CRITICS`, default ``pooled``: V(s) alone) and ``privileged`` (the width of the per-cell
+    inputs only the ``privileged`` critic reads)."""
 
     def setup(self) -> None:
         cfg: dict[str, Any] = dict(self.model_config) if isinstance(self.model_config, dict) else {}
@@ -76,6 +88,13 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
         self.register_buffer("padded_logits", padded, persistent=False)
         self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(  # type: ignore[misc]
             input_lens=[self.n_actions] * CELLS)
+        # built after pi and V: a pooled module's weights, and every module's pi, are the same for the same seed
+        self.critic = str(cfg.get("critic", "pooled"))
+        self.n_privileged = int(cfg.get("privileged", 0)) if self.critic == "privileged" else 0
+        if self.critic not in CRITICS:
+            raise ValueError(f"critic must be one of {list(CRITICS)}, got {self.critic!r}")
+        if self.critic != "pooled":
+            self.q_critic = CellQCritic(view.n_features + self.n_privileged, self.n_actions, hidden)
 
     def _split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         width = CELLS * self.n_features
@@ -101,6 +120,30 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
         pooled = (embedded * weights.unsqueeze(-1)).sum(dim=-2)
         return self.vf_head(pooled).squeeze(-1)
 
+    def _critic_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        cells, mask = self._split(batch[Columns.OBS])
+        if self.n_privileged:
+            cells = torch.cat([cells, batch[PRIVILEGED].reshape(*mask.shape, self.n_privileged).to(cells.dtype)], -1)
+        return cells, mask
+
+    def q_values(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Q(s, a) of the codes played (``actions``) ``[rows]`` (a per-cell critic's only)."""
+        inputs, mask = self._critic_inputs(batch)
+        return self.q_critic.q(inputs, mask, batch[Columns.ACTIONS])
+
+    def cell_baselines(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        """Each cell's baseline ``[rows, CELLS]`` (:meth:`CellQCritic.baselines`, under the policy whose
+        ``action_dist_inputs`` the batch holds: the one that sampled it); None with the pooled critic."""
+        if self.critic == "pooled":
+            return None
+        inputs, mask = self._critic_inputs(batch)
+        logits = batch[Columns.ACTION_DIST_INPUTS].reshape(*mask.shape, self.n_actions)
+        return self.q_critic.baselines(inputs, mask, batch[Columns.ACTIONS], torch.softmax(logits, -1))
+
+    def cell_mask(self, obs: torch.Tensor) -> torch.Tensor:
+        """The mask of real cells ``[..., CELLS]`` of the padded view ``obs``."""
+        return self._split(obs)[1]
+
 
 def per_cell_terms(logits: torch.Tensor, old_logits: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
                    n_actions: int) -> dict[str, torch.Tensor]:
@@ -120,8 +163,10 @@ def per_cell_terms(logits: torch.Tensor, old_logits: torch.Tensor, actions: torc
 
 
 def clipped_cell_surrogate(ratio: torch.Tensor, advantage: torch.Tensor, mask: torch.Tensor, clip: float) -> torch.Tensor:
-    """PPO's clipped surrogate per cell, averaged over each row's real cells (rows,)."""
-    advantage = advantage.unsqueeze(-1)
+    """PPO's clipped surrogate per cell, averaged over each row's real cells (rows,); ``advantage`` is the tick's
+    ``(rows,)`` or each cell's ``(rows, cells)``."""
+    if advantage.dim() < ratio.dim():
+        advantage = advantage.unsqueeze(-1)
     surrogate = torch.min(advantage * ratio, advantage * torch.clamp(ratio, 1 - clip, 1 + clip))
     return _cell_mean(surrogate, mask)
 
@@ -155,6 +200,12 @@ class CellPPOLearner(PPOTorchLearner):
         vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
         entropy_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
         total = mean(-surrogate + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * entropy)
+        if module.critic != "pooled":  # Q(s, a) regressed on the same targets as V(s)
+            q = module.q_values(batch)
+            q_loss = torch.pow(q - batch[Postprocessing.VALUE_TARGETS], 2.0)
+            total = total + config.vf_loss_coeff * mean(torch.clamp(q_loss, 0, config.vf_clip_param))
+            self.metrics.log_dict({"q_loss": mean(q_loss), "q_explained_var": explained_variance(
+                batch[Postprocessing.VALUE_TARGETS], q)}, key=module_id, window=1)
         mean_kl = mean(kl) if config.use_kl_loss else torch.tensor(0.0)
         if config.use_kl_loss:
             total = total + torch.as_tensor(self.curr_kl_coeffs_per_module[module_id]) * mean_kl
@@ -206,4 +257,4 @@ def favour_cell_code(module: Any, code: int, strength: float) -> None:
         last.weight.mul_(0.1)
 
 
-__all__ = ["CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]
+__all__ = ["CRITICS", "PRIVILEGED", "CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]

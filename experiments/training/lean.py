@@ -21,7 +21,9 @@ episode) and its rollout keeps the state before every row; the learner reads its
 (:class:`~experiments.training.lean_update.Sequences`: cut where an episode starts and every ``max_seq_len`` rows), each from the state the
 runner carried into it, with RLlib's ``seq_lens`` and ``loss_mask``. A league's team seats are played, per
 arena and episode, by the member the run's mapping draws from the episode's seed (:meth:`LeanEnvRunner._members`);
-only the learner's rows (``Rollout.mask``) are trained.
+only the learner's rows (``Rollout.mask``) are trained. A seat whose module has a ``privileged`` critic
+(``--critic privileged``) also keeps the core's hidden state per cell beside each row (``Rollout.privileged``:
+:func:`~experiments.training.privileged.privileged_cells`), which only that critic reads.
 
 The core's NEXT_STEP autoreset makes the row after an arena's last step its reset: that row is no
 transition. It is dropped from the batch and not counted as an env step, and GAE never runs across
@@ -73,6 +75,7 @@ from experiments.training.lean_module import PaddedMultiCategorical
 from experiments.training.rl_modules import recurrent_start
 from experiments.training.scripted import AGENT_T, ENV_INDEX, ScriptedRLModule
 from experiments.training.scripted import EPISODE_SEED as SCRIPTED_SEED
+from policies.universal import CELLS
 
 DRAWN_SCENARIOS = 16  # scenarios per sample of a run over more (LeanEnvRunner.draw)
 DRAW_STREAM = 0x5CE7  # the runner's stream of scenario draws and episode seeds, beside its action sampling
@@ -105,6 +108,7 @@ class Rollout:
     valid: np.ndarray  # [T, N] bool: a transition (False: the row is an arena's NEXT_STEP reset)
     state: Any = None  # a recurrent module's: its state before each row, a tree of [T + 1, N, ...] arrays
     mask: np.ndarray | None = None  # [T, N] bool: the rows its module played (a league seat's); None: every row
+    privileged: np.ndarray | None = None  # [T, N, P] a privileged critic's per-cell inputs (--critic privileged)
 
     def trained(self) -> np.ndarray:
         """``[T, N]``: the rows the module learns from (its transitions)."""
@@ -117,7 +121,7 @@ class Rollout:
 
         return Rollout(self.seat, self.module, cut(self.obs, 1), cut(self.actions), cut(self.logp),
                        cut(self.dist_inputs), cut(self.rewards), cut(self.terminated), cut(self.truncated),
-                       cut(self.valid), cut(self.state, 1), cut(self.mask))
+                       cut(self.valid), cut(self.state, 1), cut(self.mask), cut(self.privileged))
 
 
 class LeanEnvRunner(BatchedEnvRunner):
@@ -192,6 +196,9 @@ class LeanEnvRunner(BatchedEnvRunner):
             self._lean_state[seat] = tree_map(lambda s: s.numpy(), recurrent_start(self.module[self._seat_module[seat]], n))
         steps = self.steps_per_sample()
         width = {seat: self._lean_obs[seat].shape[1] for seat in seats}
+        # a privileged critic's seats: the core's hidden state per cell beside each view (never the policy's input)
+        hidden = {seat: CELLS * per_cell for seat in seats
+                  for per_cell in [int(getattr(self.module[self._seat_module[seat]], "n_privileged", 0))] if per_cell}
         out = {seat: Rollout(
             seat, self._seat_module[seat],
             obs=np.empty((steps + 1, n, width[seat]), np.float32),
@@ -202,7 +209,8 @@ class LeanEnvRunner(BatchedEnvRunner):
             terminated=np.empty((steps, n), bool), truncated=np.empty((steps, n), bool),
             valid=np.empty((steps, n), bool),
             state=tree_map(lambda s: np.empty((steps + 1, *s.shape), s.dtype), self._lean_state[seat])
-            if seat in recurrent else None) for seat in seats}
+            if seat in recurrent else None,
+            privileged=np.empty((steps, n, hidden[seat]), np.float32) if seat in hidden else None) for seat in seats}
         counts = {"env": 0, "episodes": 0}
         done: list[dict[str, Any]] = []  # the sample's finished episodes, in the order they are logged
         finished = np.zeros(n, dtype=bool)  # once: arenas whose episode of this sample has ended
@@ -217,6 +225,10 @@ class LeanEnvRunner(BatchedEnvRunner):
         for t in range(steps):
             codes: dict[str, np.ndarray] = {}
             members = self._members() if league else {}
+            if hidden:
+                truth = env.privileged_arrays()
+                for seat in hidden:
+                    out[seat].privileged[t] = truth  # type: ignore[index]
             with torch.no_grad():
                 for seat in seats:
                     rollout, obs = out[seat], self._lean_obs[seat]

@@ -7,12 +7,14 @@ observation), normalises advantages as RLlib does (:func:`normalised`), and call
 ``LearnerGroup.update(batch=...)``: RLlib's PPO Learner, unchanged, without its connector. A recurrent
 module's rows are read as :class:`Sequences` from the state the runner carried into them. The NEXT_STEP
 reset row of an arena is no transition: it is dropped from the batch and not counted as an env step.
+A module with a per-cell critic (``--critic cells``) gets one advantage per cell, the return minus each
+cell's baseline (:func:`cell_advantages`), normalised over the real cells.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,7 @@ from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 from torch.utils._pytree import tree_map
 
 from experiments.training.callbacks import foreach_sampling_runner
+from experiments.training.cell_module import PRIVILEGED
 from experiments.training.lean import Rollout
 
 
@@ -159,9 +162,32 @@ def normalised(advantages: np.ndarray, mask: np.ndarray | None = None) -> np.nda
     return (out if mask is None else np.where(mask, out, 0.0)).astype(np.float32)
 
 
+def cell_advantages(algorithm: Any, module: str, data: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Each cell's advantage ``[rows, cells]`` of a module with a per-cell critic
+    (:meth:`~experiments.training.cell_module.CellPPOModule.cell_baselines`): the return (``value_targets``)
+    minus the cell's baseline, normalised over the real cells as :func:`normalised` does (padded cells 0).
+    None for any other module: its advantage is the row's one."""
+
+    def compute(learner: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        rl_module = learner.module[module].unwrapped()
+        if getattr(rl_module, "cell_baselines", None) is None:
+            return None
+        batch = {key: torch.from_numpy(value) for key, value in data.items()}
+        with torch.no_grad():
+            baselines = rl_module.cell_baselines(batch)
+            return None if baselines is None else (baselines.numpy(), rl_module.cell_mask(batch[Columns.OBS]).numpy())
+
+    answer = next(iter(algorithm.learner_group.foreach_learner(compute))).get()
+    if answer is None:
+        return None
+    baselines, mask = answer
+    return normalised(data["value_targets"][:, None] - baselines, mask > 0.5)
+
+
 def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
     """The learner's batch from every runner's rollouts: values, GAE, the valid rows only, advantages
-    normalised per module as RLlib's learner connector does (``(a - mean) / max(1e-4, std)``)."""
+    normalised per module as RLlib's learner connector does (``(a - mean) / max(1e-4, std)``); a per-cell
+    critic's module gets each cell's (:func:`cell_advantages`)."""
     cfg = algorithm.config
     columns: dict[str, dict[str, list[np.ndarray]]] = {}
     first = rollouts[0].seat  # every seat of an arena steps together: count one seat's rows
@@ -184,12 +210,15 @@ def lean_batch(algorithm: Any, rollouts: Sequence[Rollout]) -> MultiAgentBatch:
         rows = {Columns.OBS: r.obs[:-1][keep], Columns.ACTIONS: r.actions[keep],
                 Columns.ACTION_LOGP: r.logp[keep], Columns.ACTION_DIST_INPUTS: r.dist_inputs[keep],
                 "advantages": advantages[keep], "value_targets": (advantages + values[:-1])[keep].astype(np.float32)}
+        if r.privileged is not None:  # a privileged critic's inputs (the policy never reads them)
+            rows[PRIVILEGED] = r.privileged[keep]
         for key, value in rows.items():
             columns.setdefault(r.module, {}).setdefault(key, []).append(value)
     batches = {}
     for module, parts in columns.items():
         data = {key: np.concatenate(values) for key, values in parts.items()}
-        data["advantages"] = normalised(data["advantages"])
+        per_cell = cell_advantages(algorithm, module, data)
+        data["advantages"] = normalised(data["advantages"]) if per_cell is None else per_cell
         batches[module] = SampleBatch(data)
     for module, pieces in recurrent.items():
         data = {key: np.concatenate([p[key] for p in pieces]) for key in pieces[0] if key != Columns.STATE_IN}
@@ -312,5 +341,5 @@ class OverlappedLeanPPO(LeanPPO):
     overlap = True
 
 
-__all__ = ["EqualEpochsIterator", "LeanPPO", "LeanPPOLearner", "OverlappedLeanPPO", "Sequences", "gae", "lean_batch",
-           "normalised", "values_of"]
+__all__ = ["EqualEpochsIterator", "LeanPPO", "LeanPPOLearner", "OverlappedLeanPPO", "Sequences", "cell_advantages", "gae",
+           "lean_batch", "normalised", "values_of"]

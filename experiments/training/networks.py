@@ -31,6 +31,7 @@ class Network:
     name: ClassVar[str] = "mlp"
     cell_view: ClassVar[bool] = False  # sees the padded cell view (policies.universal): any cluster's shape
     features: str = "cells_v1"  # the cell view's version (policies.universal.CELL_VIEWS): a cell network's only
+    critics: ClassVar[tuple[str, ...]] = ("pooled",)  # the --critic choices its module has
 
     def with_features(self, features: str) -> Network:
         """This network reading cell ``features`` (``--cell-features``); a network without the cell view reads
@@ -99,6 +100,7 @@ class Cells(Network):
 
     name = "cells"
     cell_view = True
+    critics: ClassVar[tuple[str, ...]] = ("pooled", "cells", "privileged")
 
     def __init__(self, features: str = "cells_v1") -> None:
         self.features = features
@@ -117,12 +119,15 @@ class Cells(Network):
 
     def module(self, setup: Any) -> tuple[Any, type | None, type | None]:
         from experiments.training.cell_module import CellPPOLearner, CellPPOModule
+        from experiments.training.privileged import privileged_width
         from policies.codecs import CODECS, ResidualPlannerCodec
 
         codec = CODECS[setup.codecs[ALLOCATOR]]
         assert issubclass(codec, ResidualPlannerCodec)
+        critic = setup.args.critic
         return ({"hidden": list(setup.args.hidden), "n_actions": len(codec.DELTAS), "zero": codec.DELTAS.index(0),
-                 "features": self.features}, CellPPOModule, CellPPOLearner)
+                 "features": self.features, "critic": critic, "privileged": privileged_width(critic)},
+                CellPPOModule, CellPPOLearner)
 
     def favour_zero(self, algo: Any, module: str, codec: Any, strength: float) -> None:
         from experiments.training.weights import favour_cells
@@ -163,6 +168,7 @@ class Padded(Cells):
     against, docs/training.md); a measurement: it writes no ``learned:`` files and starts from no checkpoint."""
 
     name = "padded"
+    critics = Network.critics
     policy = Network.policy  # one code per padded cell slot, from the whole view
     module = Network.module
 

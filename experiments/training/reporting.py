@@ -20,8 +20,9 @@ from experiments.viewing.plots import learning_curve
 
 # RLlib's PPO learner results worth watching: the KL (and its coefficient) and the entropy say
 # whether the policy moves at all, the value function's explained variance whether its
-# advantages carry signal.
-LEARNER_STATS = ("policy_loss", "vf_loss", "vf_explained_var", "entropy", "mean_kl_loss", "curr_kl_coeff")
+# advantages carry signal (a per-cell critic's Q too: --critic cells or privileged).
+LEARNER_STATS = ("policy_loss", "vf_loss", "vf_explained_var", "entropy", "mean_kl_loss", "curr_kl_coeff", "q_loss",
+                 "q_explained_var")
 
 
 def scalars(result: Mapping[str, Any]) -> dict[str, float]:

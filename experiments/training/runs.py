@@ -42,7 +42,7 @@ BUDGET = ("minutes", "iterations")
 # A run saved before one of these flags existed trained with this value (RLlib's default then):
 # resuming it keeps that, not today's default.
 VALUE_BEFORE_FLAG: dict[str, Any] = {"gae_lambda": 1.0, "vf_clip": 10.0, "validation_scenarios": 0, "patience": 0,
-                                     "cell_features": "v1"}
+                                     "cell_features": "v1", "critic": "pooled"}
 MAX_HISTORY_ROWS = 1_000_000
 MAX_STAGES = 100_000  # curriculum stages / scenarios of a run (a state's stage indexes them)
 MAX_ENV_STEPS = 2**62  # environment steps of one run (a results row stores int64)

@@ -82,3 +82,31 @@ def test_the_cell_features_flag_picks_the_cell_views_version_and_a_file_keeps_it
     cli.main(["train", "--experiment", "allocator_family", "--network", "cells", "--cell-features", "v2",
               "--iterations", "1"])
     assert seen[0].cell_features == "v2" and seen[0].net.features == "cells_v2"
+
+
+def test_the_critic_flag_reaches_the_cell_module_and_a_file_keeps_it(tmp_path, monkeypatch) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    from commands import cli
+    from experiments.training.config_file import experiment_text, load_experiment
+
+    assert TrainArgs().critic == "pooled"  # the default: the tick's one advantage, as before the flag
+    cells = TrainArgs(experiment="allocator_family", network="cells", sampler="lean", critic="cells")
+    cells.validate()
+    assert NETWORKS["cells"].critics == ("pooled", "cells", "privileged") and NETWORKS["mlp"].critics == ("pooled",)
+    with pytest.raises(ValueError, match="--critic cells is the cell network's .*--network mlp has the pooled critic"):
+        TrainArgs(sampler="lean", critic="cells").validate()
+    with pytest.raises(ValueError, match="--critic privileged gives each cell its own advantage in the lean update"):
+        TrainArgs(network="cells", critic="privileged").validate()  # the stock sampler
+    with pytest.raises(ValueError, match=r"--critic must be one of \['pooled', 'cells', 'privileged'\], got 'team'"):
+        TrainArgs(network="cells", sampler="lean", critic="team").validate()  # type: ignore[arg-type]
+    path = tmp_path / "e.toml"
+    path.write_text(experiment_text(cells))
+    assert 'critic = "cells"' in path.read_text() and load_experiment(path).critic == "cells"
+    seen: list[TrainArgs] = []
+    monkeypatch.setitem(sys.modules, "experiments.training.train",  # keeps RLlib out: only the arguments matter
+                        SimpleNamespace(train=lambda args, setup: seen.append(args)))
+    cli.main(["train", "--experiment", "allocator_family", "--network", "cells", "--sampler", "lean",
+              "--critic", "privileged", "--iterations", "1"])
+    assert seen[0].critic == "privileged"

@@ -2,7 +2,7 @@
 one iteration of ``allocator_family`` on the family's training split, fine-tuning from its
 checkpoint on a user's own file, long episodes that no iteration finishes (no NaN), and the
 memory of declarations (``--cell-features v2``) trained on the lean path and started from a
-``cells_v1`` checkpoint."""
+``cells_v1`` checkpoint, and credit per cell (``--critic cells`` and ``privileged``) on the lean path."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import load_scenario, scenario_from_dict
+from experiments.training.cell_module import PRIVILEGED
 from experiments.training.env import ArenaRLlibEnv
 from experiments.training.env_config import ArenaEnvConfig
 from experiments.training.networks import NETWORKS
@@ -177,3 +178,44 @@ def test_a_v2_run_from_the_shipped_v1_checkpoint_starts_from_its_policy_exactly(
     assert not ours.tensors()["layers.0.weight"][:, v1:].any()
     probe = np.random.default_rng(2).normal(size=(32, ours.input_size)).astype(np.float32)
     np.testing.assert_allclose(ours.logits(probe), shipped.logits(probe[:, :v1]), atol=1e-5)
+
+
+@pytest.mark.parametrize("critic", ["cells", "privileged"])
+def test_a_run_with_credit_per_cell_trains_its_critic_and_plays_through_learned(ray_session, tmp_path, critic):
+    """--critic cells / privileged on the lean path: the learner fits Q beside V and takes each cell's advantage
+    ([rows, CELLS], padded cells 0, normalised over the real ones); the checkpoint is the policy alone, as a pooled
+    run's, and plays through learned: per arena and batched alike."""
+    import experiments.training.lean_update as lean_update
+    from experiments.training.algorithm import build_algorithm
+    from experiments.training.setup import resolve
+    from policies.universal import CELLS
+
+    args = TrainArgs(critic=critic, **{**LEAN, "cell_features": "v1"})
+    batches = []
+    spied = lean_update.lean_batch
+
+    def spy(algorithm, rollouts):
+        batch = spied(algorithm, rollouts)
+        batches.append(dict(batch.policy_batches[ALLOCATOR]))
+        return batch
+
+    lean_update.lean_batch = spy
+    algo = build_algorithm(resolve(args))
+    try:
+        stats = [algo.train()["learners"][ALLOCATOR] for _ in range(2)]
+    finally:
+        algo.stop()
+        lean_update.lean_batch = spied
+    assert all(np.isfinite(s["q_loss"]) and "q_explained_var" in s for s in stats)
+    advantages, real = batches[-1]["advantages"], batches[-1]["obs"][:, -CELLS:] > 0.5
+    assert advantages.shape == real.shape and not advantages[~real].any()
+    assert abs(advantages[real].mean()) < 1e-4 and abs(advantages[real].std() - 1) < 1e-3
+    assert (PRIVILEGED in batches[-1]) == (critic == "privileged")
+    checkpoint = train(replace(args, out=tmp_path, run_name=critic))
+    assert read_sidecar(checkpoint)["universal"] == CELL_VIEWS["cells_v1"].fields()
+    _, network = load_network(checkpoint)
+    assert set(network.tensors()) == {f"layers.{i}.{w}" for i in (0, 2, 4) for w in ("weight", "bias")}  # pi only
+    assert 'critic = "' + critic + '"' in (checkpoint.parent / "experiment.toml").read_text()
+    config = load_scenario("crisis")
+    episodes = record_episodes(config, episodes=4, seed=5)[ALLOCATOR]
+    assert assert_equivalent(f"learned:{checkpoint}", config, ALLOCATOR, episodes, num_envs=4, seed=2) > 20
