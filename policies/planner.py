@@ -132,6 +132,13 @@ def prior_log_weights(centre: float, sigma: float) -> np.ndarray:
 
 
 
+def first_come(need: np.ndarray, online: np.ndarray) -> np.ndarray:
+    """Grants ``(arenas, teams, tiers)`` of ``need`` (teams in serving order) from ``online`` ``(arenas, tiers)``
+    GPUs: each team on its own tier after what the teams before it asked for."""
+    asked_before = np.cumsum(need, axis=1) - need
+    return np.minimum(need, np.maximum(online[:, None, :] - asked_before, 0))
+
+
 def cap_admission(need: np.ndarray, kg_per_gpu: np.ndarray, headroom_kg: np.ndarray, streak: np.ndarray,
                   rank: np.ndarray, horizon: float = CAP_HORIZON) -> tuple[np.ndarray, np.ndarray]:
     """Which teams' work a binding hard cap still pays for, in ``n`` arenas: ``(admitted, first)``,
@@ -216,7 +223,7 @@ class BatchPlanner(BatchScripted):
         self.margin = float(margin)
         self.headroom = None if headroom is None else float(headroom)
         self.heed_escalation = bool(heed_escalation)  # False: a team's escalating stance buys it no precedence
-        self.buy_headroom = bool(buy_headroom)  # False: the headroom is granted from GPUs online, never bought
+        self.buy_headroom = bool(buy_headroom)  # False: granted last, from GPUs online the needs leave; never bought
         # public scenario parameters, read once
         tiers, teams = config.gpu_tiers, config.teams
         T, M, G = len(tiers), len(teams), len(BLUFF_GRID)
@@ -463,8 +470,8 @@ class BatchPlanner(BatchScripted):
         """Each arena's (unclipped) action for ``need`` ``(arenas, teams, tiers)``, fitted within the
         observed limits; ``streak`` ``(arenas, teams)``, under a hard cap: the ticks each team has been
         served in full, for :func:`cap_admission` (None: every team's need is planned for);
-        ``headroom`` ``(arenas, teams, tiers)``: the part of each need granted from GPUs online but
-        never bought (:meth:`unbought`). A need below 0 is read as 0."""
+        ``headroom`` ``(arenas, teams, tiers)``: the part of each need never bought (:meth:`unbought`), granted
+        on its own tier after every need, from the GPUs online they leave. A need below 0 is read as 0."""
         obs = np.asarray(observations)
         n, N, T = len(obs), self.n_teams, self.n_tiers
         arena = self._arenas[:n, None]  # (indexes each arena's row of a per-team array)
@@ -484,21 +491,23 @@ class BatchPlanner(BatchScripted):
             order = self._order(need, pressure, escalating, first)
         # the teams in that order (position p: the p-th team served), so the greedy below reads columns
         need_at = need[arena, order]
+        spare_at = np.zeros_like(need_at)
+        if headroom is not None:  # the headroom is served last, from what the needs leave online
+            spare_at = np.minimum(np.asarray(headroom, dtype=np.int64).reshape(n, N, T)[arena, order], need_at)
+            need_at = need_at - spare_at
         # 1. each team's need on its own tier from online GPUs, in serving order: what the teams before
         # it asked for goes first (the teams without need come last and take nothing)
-        asked_before = np.cumsum(need_at, axis=1) - need_at
-        grant_at = np.minimum(need_at, np.maximum(online[:, None, :] - asked_before, 0))
+        grant_at = first_come(need_at, online)
         unmet = need_at - grant_at
         left = online - grant_at.sum(axis=1)
         buy = np.zeros((n, T), dtype=np.int64)
-        if unmet.any():
-            # 2. spill upward, whole onto the smallest larger tier with room, else split
+        if unmet.any():  # 2. spill upward, whole onto the smallest larger tier with room, else split
             self._spill(grant_at, left, unmet)
+        if headroom is not None:  # the headroom on its own tier from what is left online, never spilled or bought
+            grant_at += first_come(spare_at, left)
+        if unmet.any():
             # 3. buy what is worth buying (the arenas with need still unmet)
             lacking = (unmet > 0).any(axis=(1, 2))
-            if headroom is not None:  # what is left of a need's headroom once the GPUs online are shared is not bought
-                unmet = np.maximum(unmet - np.asarray(headroom, dtype=np.int64).reshape(n, N, T)[arena, order], 0)
-                lacking = (unmet > 0).any(axis=(1, 2))
             rows = np.flatnonzero(lacking) if not lacking.all() else self._arenas[:n]
             if rows.size:
                 pick = order[rows]

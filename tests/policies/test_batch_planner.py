@@ -191,6 +191,25 @@ def test_the_headroom_is_granted_from_gpus_online_but_never_bought():
     assert buys.unbought(np.arange(2)) is None and not buys.last_headroom.any()  # buying it, none is kept aside
 
 
+@pytest.mark.parametrize("case", ["standard", "crisis", "broad:5"])
+def test_an_unbought_headroom_comes_last_and_takes_no_gpu_a_need_would_have(case):
+    """The plan of needs with a headroom never bought is the plan of the needs without it, plus at most the
+    headroom on each team's own tier: the same purchases, every need's grant kept."""
+    config = case_config(case)
+    played = episodes(config, ALLOCATOR, range(6), mixed_actor(config, ALLOCATOR, "need", 0))
+    obs = np.stack([o for _, steps in played for o in steps])
+    N, T = len(config.teams), len(config.gpu_tiers)
+    rng = np.random.default_rng(5)
+    need = rng.integers(0, 6, size=(len(obs), N, T))
+    headroom = np.minimum(rng.integers(0, 4, size=need.shape), need)
+    p = BatchPlanner(config, ALLOCATOR, len(obs))
+    with_room, without = p.plan(obs, need, headroom=headroom), p.plan(obs, need - headroom)
+    np.testing.assert_array_equal(with_room[:, :T], without[:, :T])  # the headroom buys nothing
+    extra = (with_room[:, T:] - without[:, T:]).reshape(-1, N, T)
+    assert (extra >= 0).all() and (extra <= headroom).all()
+    assert extra.any()  # some headroom found GPUs left online
+
+
 @pytest.mark.parametrize("case", ["crisis", "broad:5"])
 def test_the_batched_planner_heeding_no_escalation_is_the_planner_heeding_none(case):
     assert assert_planners_agree(case_config(case), num_envs=6, n_episodes=15, seed=6, margin=0.0, headroom=0.5,

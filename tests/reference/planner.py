@@ -173,7 +173,7 @@ class ReferencePlanner(ScriptedPolicy):
         self.margin = float(margin)
         self.headroom = None if headroom is None else float(headroom)
         self.heed_escalation = bool(heed_escalation)  # False: a team's escalating stance buys it no precedence
-        self.buy_headroom = bool(buy_headroom)  # False: the headroom is granted from GPUs online, never bought
+        self.buy_headroom = bool(buy_headroom)  # False: granted last, from GPUs online the needs leave; never bought
         self.pacing = float(pacing)
         self.gpu_tick_value = float(gpu_tick_value)
         self.prior_sigma = float(prior_sigma)
@@ -332,6 +332,10 @@ class ReferencePlanner(ScriptedPolicy):
         grant = [[0] * T for _ in range(N)]
         left = list(online)
         unmet = [[0] * T for _ in range(N)]
+        # the headroom is served last, on its own tier from what the needs leave online, never spilled or bought
+        spare = [[0] * T for _ in range(N)] if headroom is None else [
+            [min(h, n) for h, n in zip(headroom[i], need[i], strict=True)] for i in range(N)]
+        need = [[n - h for n, h in zip(need[i], spare[i], strict=True)] for i in range(N)]
         # 1. own tier, large-memory tiers first
         for k in reversed(self.by_memory):
             for i in order:
@@ -357,6 +361,11 @@ class ReferencePlanner(ScriptedPolicy):
                     left[j] -= give
                     n -= give
                 unmet[i][k] = n
+        for k in range(T):
+            for i in order:
+                give = min(spare[i][k], left[k])
+                grant[i][k] += give
+                left[k] -= give
         # 3. buy what is worth buying
         buy = [0] * T
         if any(n > 0 for row in unmet for n in row):
@@ -367,7 +376,7 @@ class ReferencePlanner(ScriptedPolicy):
             for i in order:
                 worth = self.gpu_tick_value * (1.0 + 0.5 * pressure[i] + 0.5 * escalating[i])
                 for k in reversed(self.by_memory):
-                    n = unmet[i][k] if headroom is None else max(unmet[i][k] - headroom[i][k], 0)
+                    n = unmet[i][k]
                     if n <= 0:
                         continue
                     for j in sorted(self.fits[k], key=lambda j: (offer_price[j], self.rank[j])):
