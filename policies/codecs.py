@@ -468,7 +468,7 @@ class ImpartialNeedCodec(FairNeedCodec):
 
 class ThriftyNeedCodec(ImpartialNeedCodec):
     """``need_impartial`` whose base never buys its headroom: ``fair_planner`` heeding no escalation, the
-    headroom share granted from GPUs online and never purchased. On ``standard`` the bought headroom was most of
+    headroom share granted after every team's need, from the GPUs online they leave, and never purchased. On ``standard`` the bought headroom was most of
     what ``fair_planner`` gives up to ``planner`` (spot purchases and idle GPUs); on ``crisis`` a bluff pays
     about as little (docs/negotiation.md, "The honest allocator")."""
 
