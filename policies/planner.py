@@ -405,11 +405,11 @@ class BatchPlanner(BatchScripted):
         # keep ``margin`` of the estimated inflation: the estimate is a tick late, and a little
         # headroom catches jobs that arrived since
         deflated = self._undo(declared, np.argmax(log_w, axis=2))
-        headroom = np.where(revealed[..., None], 0, self._headroom(deflated, self.ceiling))
-        estimate = np.where(revealed[..., None], revealed_need, deflated + headroom)
+        undone = deflated if self.headroom is None else deflated + self._headroom(deflated, self.ceiling)
+        estimate = np.where(revealed[..., None], revealed_need, undone)
         self.last_estimate[rows] = estimate
         if not self.buy_headroom:
-            self.last_headroom[rows] = headroom
+            self.last_headroom[rows] = np.where(revealed[..., None], 0, undone - deflated)
         return estimate
 
     def unbought(self, rows: np.ndarray) -> np.ndarray | None:
@@ -491,8 +491,8 @@ class BatchPlanner(BatchScripted):
             order = self._order(need, pressure, escalating, first)
         # the teams in that order (position p: the p-th team served), so the greedy below reads columns
         need_at = need[arena, order]
-        spare_at = np.zeros_like(need_at)
-        if headroom is not None:  # the headroom is served last, from what the needs leave online
+        spare_at = None  # the headroom is served last, from what the needs leave online
+        if headroom is not None:
             spare_at = np.minimum(np.asarray(headroom, dtype=np.int64).reshape(n, N, T)[arena, order], need_at)
             need_at = need_at - spare_at
         # 1. each team's need on its own tier from online GPUs, in serving order: what the teams before
@@ -503,7 +503,7 @@ class BatchPlanner(BatchScripted):
         buy = np.zeros((n, T), dtype=np.int64)
         if unmet.any():  # 2. spill upward, whole onto the smallest larger tier with room, else split
             self._spill(grant_at, left, unmet)
-        if headroom is not None:  # the headroom on its own tier from what is left online, never spilled or bought
+        if spare_at is not None:  # the headroom on its own tier from what is left online, never spilled or bought
             grant_at += first_come(spare_at, left)
         if unmet.any():
             # 3. buy what is worth buying (the arenas with need still unmet)

@@ -158,6 +158,19 @@ def repair_purchases_rows(buys: np.ndarray, offer_qty: np.ndarray, price: np.nda
     return Purchase(fixed, cost, offer_cut, budget_cut)
 
 
+def shocks_due(tables: Tables, s: BatchState, tick: np.ndarray) -> np.ndarray:
+    """``(B, K)``: which of the scenario's shocks fire at ``tick`` ``(B,)`` of each arena: a scheduled one at its
+    tick, a random one when that tick's drawn uniform is below its rate (the draws are made at reset, so a tick
+    ahead can be read too: training's privileged critic does)."""
+    B, K = s.t.shape[0], tables.shock_tick.shape[0]
+    draws = np.ones((B, K))
+    if tables.n_random:
+        at = np.minimum(tick, s.uniforms.shape[1] - 1)
+        draws = s.uniforms[np.arange(B)[:, None], at[:, None], np.maximum(tables.shock_random, 0)[None, :]]
+    scheduled = tables.shock_tick >= 0
+    return np.where(scheduled[None, :], tables.shock_tick[None, :] == tick[:, None], draws < tables.shock_rate[None, :])
+
+
 def fire_shocks(tables: Tables, s: BatchState) -> np.ndarray:
     """4. Shocks due this tick start their effects and inject their jobs (``shocks.due_shocks``).
 
@@ -166,12 +179,7 @@ def fire_shocks(tables: Tables, s: BatchState) -> np.ndarray:
     if K == 0:
         return np.zeros((B, 0), dtype=bool)
     t = s.t
-    draws = np.ones((B, K))
-    if tables.n_random:
-        tick = np.minimum(t, s.uniforms.shape[1] - 1)
-        draws = s.uniforms[np.arange(B)[:, None], tick[:, None], np.maximum(tables.shock_random, 0)[None, :]]
-    scheduled = tables.shock_tick >= 0
-    fired = np.where(scheduled[None, :], tables.shock_tick[None, :] == t[:, None], draws < tables.shock_rate[None, :])
+    fired = shocks_due(tables, s, t)
     if not fired.any():
         return fired
     rows, ks = fired.nonzero()

@@ -54,11 +54,11 @@ from torch import nn
 
 from experiments.training.cell_critic import CellQCritic
 from experiments.training.cell_mlp import cell_mlp, network_from_cell_mlp
+from experiments.training.privileged import CRITICS
 from policies.checkpoint_format import CheckpointError, PolicyNetwork
 from policies.universal import CELLS, cell_view
 
 PADDED_LOGIT = -30.0  # a padded cell's logit for every code but the zero one (which gets 0)
-CRITICS = ("pooled", "cells", "privileged")  # --critic: the tick's one advantage, or one per cell (module docstring)
 PRIVILEGED = "privileged"  # the batch column of --critic privileged's per-cell inputs ([rows, CELLS * width])
 
 
@@ -67,7 +67,7 @@ class CellPPOModule(TorchRLModule, ValueFunctionAPI):
 
     ``model_config``: ``hidden`` (layer sizes of both MLPs), ``n_actions`` (codes per cell),
     ``zero`` (the zero correction's code), ``features`` (the cell view's version, default ``cells_v1``),
-    ``critic`` (:data:`CRITICS`, default ``pooled``: V(s) alone) and ``privileged`` (the width of the per-cell
+    ``critic`` (:data:`~experiments.training.privileged.CRITICS`, default ``pooled``: V(s) alone) and ``privileged`` (the width of the per-cell
     inputs only the ``privileged`` critic reads)."""
 
     def setup(self) -> None:
@@ -257,4 +257,4 @@ def favour_cell_code(module: Any, code: int, strength: float) -> None:
         last.weight.mul_(0.1)
 
 
-__all__ = ["CRITICS", "PRIVILEGED", "CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]
+__all__ = ["PRIVILEGED", "CellPPOLearner", "CellPPOModule", "clipped_cell_surrogate", "per_cell_terms", "favour_cell_code", "load_cell_policy", "network_from_cell_module"]

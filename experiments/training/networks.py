@@ -20,6 +20,7 @@ import numpy as np
 from commons_arena.enums import ALLOCATOR
 from commons_arena.scenario import ScenarioConfig
 from commons_arena.spaces import make_observation_space
+from experiments.training.privileged import CRITICS, privileged_width
 from experiments.training.warm_start import check_cells_start, check_mlp_start, checkpoint_dir, warm_scale
 from policies.batch import OneArenaInterface
 from policies.learned import LearnedPolicy, ModuleInterface, read_sidecar, save_policy
@@ -100,7 +101,7 @@ class Cells(Network):
 
     name = "cells"
     cell_view = True
-    critics: ClassVar[tuple[str, ...]] = ("pooled", "cells", "privileged")
+    critics: ClassVar[tuple[str, ...]] = CRITICS
 
     def __init__(self, features: str = "cells_v1") -> None:
         self.features = features
@@ -119,7 +120,6 @@ class Cells(Network):
 
     def module(self, setup: Any) -> tuple[Any, type | None, type | None]:
         from experiments.training.cell_module import CellPPOLearner, CellPPOModule
-        from experiments.training.privileged import privileged_width
         from policies.codecs import CODECS, ResidualPlannerCodec
 
         codec = CODECS[setup.codecs[ALLOCATOR]]

@@ -30,30 +30,19 @@ from typing import Any
 import numpy as np
 
 from commons_arena.batched.state import PENDING
+from commons_arena.batched.tick import shocks_due
 from policies.universal import CELLS, FEATURE_BOUND, MAX_TEAMS, MAX_TIERS
 
 PRIVILEGED_FEATURES = ("need", "need_minus_declared", "arriving_next", "arriving_soon", "offline_soon",
                        "injected_soon", "shocks_soon")
 SOON = 3  # ticks: this one and the next two
+CRITICS = ("pooled", "cells", "privileged")  # --critic of a cell network (experiments/training/cell_module.py)
 
 
 def privileged_width(critic: str) -> int:
     """The per-cell privileged inputs ``critic`` reads (``--critic``): :data:`PRIVILEGED_FEATURES` for
     ``privileged``, none for the others."""
     return len(PRIVILEGED_FEATURES) if critic == "privileged" else 0
-
-
-def shocks_firing(tables: Any, state: Any, ahead: int) -> np.ndarray:
-    """``(B, K)``: which of the scenario's shocks fire at tick ``t + ahead`` of each arena (as ``fire_shocks``
-    decides: a scheduled one at its tick, a random one when that tick's drawn uniform is below its rate)."""
-    B, K = state.t.shape[0], tables.shock_tick.shape[0]
-    tick = state.t + ahead
-    draws = np.ones((B, K))
-    if tables.n_random:
-        at = np.minimum(tick, state.uniforms.shape[1] - 1)
-        draws = state.uniforms[np.arange(B)[:, None], at[:, None], np.maximum(tables.shock_random, 0)[None, :]]
-    scheduled = tables.shock_tick >= 0
-    return np.where(scheduled[None, :], tables.shock_tick[None, :] == tick[:, None], draws < tables.shock_rate[None, :])
 
 
 def privileged_cells(core: Any) -> np.ndarray:
@@ -76,7 +65,7 @@ def privileged_cells(core: Any) -> np.ndarray:
     K = tables.shock_tick.shape[0]
     offline, injected, count = np.zeros((B, T)), np.zeros((B, N, T)), np.zeros(B)
     if K:
-        fired = np.stack([shocks_firing(tables, state, ahead) for ahead in range(SOON)]).sum(axis=0)  # (B, K) times
+        fired = np.stack([shocks_due(tables, state, state.t + ahead) for ahead in range(SOON)]).sum(axis=0)  # (B, K) times
         count = fired.sum(axis=1)
         for k in range(K):
             if tables.shock_tier[k] >= 0:
@@ -96,4 +85,4 @@ def privileged_cells(core: Any) -> np.ndarray:
     return padded.reshape(B, CELLS * len(PRIVILEGED_FEATURES))
 
 
-__all__ = ["PRIVILEGED_FEATURES", "SOON", "privileged_cells", "privileged_width", "shocks_firing"]
+__all__ = ["CRITICS", "PRIVILEGED_FEATURES", "SOON", "privileged_cells", "privileged_width"]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from commons_arena.batched.state import PENDING
-from experiments.training.privileged import PRIVILEGED_FEATURES, SOON, privileged_cells, privileged_width, shocks_firing
+from commons_arena.batched.tick import shocks_due
+from experiments.training.privileged import PRIVILEGED_FEATURES, SOON, privileged_cells, privileged_width
 from policies.focal_vector import FocalVectorEnv
 from policies.universal import MAX_TEAMS, MAX_TIERS
 
@@ -48,7 +49,7 @@ def test_the_inputs_are_the_hidden_state_of_each_cell_padded_like_the_view():
         arrivals_seen += int((real[..., 3] > 0).sum())
         bluffs_seen += int((real[..., 1] < 0).sum())
         shocked_seen += int((real[..., 4] > 0).sum() and (real[..., 5] > 0).sum() and (real[..., 6] > 0).sum())
-        now = shocks_firing(env.tables, state, 0)  # the shocks this tick's step fires, told before it
+        now = shocks_due(env.tables, state, state.t)  # the shocks this tick's step fires, told before it
         seen = state.shocks_seen.copy()
         (step,) = focal.step_groups([{"allocator": nothing}])
         fired = env.state.shocks_seen - seen
